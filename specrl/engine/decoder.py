@@ -1,0 +1,64 @@
+"""``SpeculativeDecoder``: whole generations, with a controller choosing (k, tau) each step."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from specrl.engine.generation import Generation
+from specrl.engine.sampling import SamplingConfig
+from specrl.engine.types import GenerationOutput
+from specrl.models import ModelPair
+
+if TYPE_CHECKING:  # controllers depend on the engine, not the other way round
+    from specrl.controllers.base import Controller
+
+
+class SpeculativeDecoder:
+    """Lossless speculative decoding of a (target, draft) pair.
+
+    Before every iteration the controller is asked for an :class:`Action` and after it
+    is told the :class:`StepResult`. The output is distributed exactly as sampling from
+    the target alone, whatever the controller does.
+
+    Example::
+
+        pair = specrl.load_pair()
+        decoder = specrl.SpeculativeDecoder(pair, controller=specrl.StaticController(4, 0.0))
+        out = decoder.generate("def fib(n):", max_new_tokens=64)
+        print(out.text, out.stats.tokens_per_s)
+    """
+
+    def __init__(self, pair: ModelPair, controller: Controller) -> None:
+        self.pair = pair
+        self.controller = controller
+
+    def start(
+        self,
+        prompt: str | list[int],
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        stop_at_eos: bool = True,
+    ) -> Generation:
+        """Tokenize, prefill, and return the generation ready to be stepped."""
+        prompt_ids = self.pair.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+        return Generation(self.pair, prompt_ids, max_new_tokens, sampling, seed, stop_at_eos)
+
+    def generate(self, prompt: str | list[int], max_new_tokens: int = 64, **options) -> GenerationOutput:
+        """Decode one prompt to the end. ``options``: temperature, top_k, top_p, seed, stop_at_eos."""
+        generation = self.start(prompt, max_new_tokens, **options)
+        self.controller.reset()
+        while not generation.done:
+            action = self.controller.act(generation)
+            self.controller.observe(generation.step(action))
+        ids = generation.output_ids
+        return GenerationOutput(
+            text=self.pair.tokenizer.decode(ids),
+            token_ids=ids,
+            prompt_ids=generation.tokens[0, : generation.prompt_length].tolist(),
+            stats=generation.stats(),
+            steps=generation.steps,
+        )

@@ -1,0 +1,103 @@
+"""One speculative iteration: draft, verify, accept losslessly, roll back.
+
+Notation of the papers (Leviathan et al. 2023; Chen et al. 2023): q is the draft's
+distribution, p the target's, x_1..x_m the proposed tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specrl.engine.cache import CachedModel
+from specrl.engine.sampling import SamplingConfig, entropy
+from specrl.engine.timing import DeviceClock
+from specrl.engine.types import Action, StepResult
+
+
+def speculative_step(
+    tokens: torch.Tensor,
+    target: CachedModel,
+    draft: CachedModel,
+    action: Action,
+    k: int,
+    sampling: SamplingConfig,
+    generator: torch.Generator | None,
+    clock: DeviceClock,
+) -> StepResult:
+    """Run one iteration on the sequence ``tokens`` (B=1, L) and return what happened.
+
+    Invariant on entry and exit: the target's cache holds every token but the last; the
+    draft's cache holds a prefix of the sequence (it catches up on its next forward).
+    ``k`` is ``action.k`` clipped by the caller to the room left.
+    """
+    length = tokens.shape[1]
+    start = clock.now()
+
+    # 1. Draft up to k tokens, stopping before one whose confidence max q is below tau.
+    drafted, q_of_drafted, confidences, entropies = [], [], [], []
+    stopped_by_tau = False
+    pending = tokens[:, draft.length :]  # tokens the draft has not seen yet, >= 1
+    for _ in range(k):
+        q = sampling.probs(draft.feed(pending)[:, -1])  # (B, V)
+        confidence = q.max(-1).values
+        confidences.append(confidence.item())
+        entropies.append(entropy(q).item())
+        if confidences[-1] < action.tau:
+            stopped_by_tau = True
+            break
+        x = sampling.choose(q, generator)  # (B,)
+        drafted.append(x)
+        q_of_drafted.append(q)
+        pending = x[:, None]
+    m = len(drafted)
+    drafted_at = clock.now()
+
+    # 2. Verify: one target forward over the last emitted token plus x_1..x_m -> p_1..p_{m+1}.
+    proposal = torch.stack(drafted, 1) if m else tokens.new_empty((tokens.shape[0], 0))
+    p = sampling.probs(target.feed(torch.cat([tokens[:, target.length :], proposal], 1), m + 1))
+
+    # 3. Accept x_i while u_i < p_i(x_i) / q_i(x_i); then a correction or bonus token.
+    if m:
+        q = torch.stack(q_of_drafted, 1)  # (B, m, V)
+        p_x = p[:, :m].gather(-1, proposal[..., None])[..., 0]  # (B, m)
+        q_x = q.gather(-1, proposal[..., None])[..., 0]
+        if sampling.greedy:
+            accept = proposal == p[:, :m].argmax(-1)
+            acceptance_probs = accept.float()
+        else:
+            acceptance_probs = (p_x / q_x).clamp(max=1.0)
+            u = torch.rand(p_x.shape, generator=generator, device=p_x.device)
+            accept = u * q_x < p_x
+        accepted = int(accept[0].long().cumprod(0).sum())
+    else:
+        accept, acceptance_probs, accepted = proposal.bool(), proposal.float(), 0
+    if accepted < m and not sampling.greedy:
+        residual = (p[:, accepted] - q[:, accepted]).clamp(min=0)  # norm(max(0, p - q))
+        total = residual.sum(-1, keepdim=True)
+        next_probs = torch.where(total > 0, residual / total.clamp_min(1e-30), p[:, accepted])
+    else:
+        next_probs = p[:, accepted]  # bonus token from p_{m+1}, or greedy correction
+    next_token = sampling.choose(next_probs, generator)  # (B,)
+
+    # 4. Roll back: both caches cut to the accepted prefix (the new token is not fed yet).
+    target.rollback(length + accepted)
+    draft.rollback(length + accepted)
+    emitted = proposal[0, :accepted].tolist() + [int(next_token[0])]
+    verified_at = clock.now()
+
+    return StepResult(
+        action=action,
+        k=k,
+        proposed=m,
+        accepted=accepted,
+        emitted=len(emitted),
+        draft_seconds=drafted_at - start,
+        verify_seconds=verified_at - drafted_at,
+        confidences=confidences,
+        entropies=entropies,
+        accepted_mask=[i < accepted for i in range(m)],
+        acceptance_probs=acceptance_probs[0].tolist(),
+        stopped_by_tau=stopped_by_tau,
+        context_length=length,
+        tokens=emitted,
+    )

@@ -1,0 +1,131 @@
+"""The engine's value types: the action a controller picks, and what one step reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Action:
+    """How far to speculate in one iteration.
+
+    Attributes:
+        k: most draft tokens to propose (0 = a plain target step).
+        tau: confidence cut in [0, 1]; drafting stops before a token whose draft
+            probability max_v q(v) is below tau.
+    """
+
+    k: int
+    tau: float = 0.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 0:
+            raise ValueError(f"Action.k must be an int >= 0, got {self.k!r}")
+        if not 0.0 <= float(self.tau) <= 1.0:
+            raise ValueError(f"Action.tau must lie in [0, 1], got {self.tau!r}")
+
+
+@dataclass
+class StepResult:
+    """What one speculative iteration did (batch row 0; batch > 1 is future work).
+
+    Attributes:
+        action: the action the controller asked for.
+        k: the k actually used (clipped by the context window and remaining budget).
+        proposed: m, draft tokens proposed (m <= k; fewer when tau stopped drafting).
+        accepted: a, proposed tokens the target accepted (a <= m).
+        emitted: tokens appended to the output, a + 1 (fewer if EOS or the budget cut it).
+        draft_seconds: device-synchronised time spent drafting.
+        verify_seconds: device-synchronised time of the target forward, acceptance and rollback.
+        confidences: max_v q_i(v) of every drafted position, including the one that stopped
+            drafting under tau (so len is m or m + 1).
+        entropies: entropy (nats) of q_i at the same positions.
+        accepted_mask: per proposed position, whether it was accepted (a leading run of True).
+        acceptance_probs: per proposed position, min(1, p_i(x_i) / q_i(x_i)) (greedy: 0 or 1).
+        stopped_by_tau: drafting ended because a confidence fell below tau.
+        context_length: sequence length (prompt + generated) before the step.
+        tokens: the emitted token ids.
+    """
+
+    action: Action
+    k: int
+    proposed: int
+    accepted: int
+    emitted: int
+    draft_seconds: float
+    verify_seconds: float
+    confidences: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    accepted_mask: list[bool] = field(default_factory=list)
+    acceptance_probs: list[float] = field(default_factory=list)
+    stopped_by_tau: bool = False
+    context_length: int = 0
+    tokens: list[int] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return self.draft_seconds + self.verify_seconds
+
+
+@dataclass
+class GenerationStats:
+    """Per-generation totals. ``tokens_per_s`` counts new tokens over prefill + decode time."""
+
+    new_tokens: int
+    steps: int
+    prefill_seconds: float
+    draft_seconds: float
+    verify_seconds: float
+    proposed: int
+    accepted: int
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.draft_seconds + self.verify_seconds
+
+    @property
+    def seconds(self) -> float:
+        return self.prefill_seconds + self.decode_seconds
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return self.new_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / proposed draft tokens (0 when nothing was proposed)."""
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens emitted per iteration, the bonus/correction token included."""
+        return self.new_tokens / self.steps if self.steps else 0.0
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "new_tokens": self.new_tokens,
+            "steps": self.steps,
+            "seconds": self.seconds,
+            "prefill_seconds": self.prefill_seconds,
+            "draft_seconds": self.draft_seconds,
+            "verify_seconds": self.verify_seconds,
+            "tokens_per_s": self.tokens_per_s,
+            "decode_tokens_per_s": self.decode_tokens_per_s,
+            "proposed": self.proposed,
+            "accepted": self.accepted,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length,
+        }
+
+
+@dataclass
+class GenerationOutput:
+    text: str
+    token_ids: list[int]  # new tokens only
+    prompt_ids: list[int]
+    stats: GenerationStats
+    steps: list[StepResult]

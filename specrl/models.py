@@ -1,0 +1,190 @@
+"""Load a (target, draft) pair: a Hugging Face id or a local path for each, or the embedded one."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+
+class PairError(ValueError):
+    """The two models cannot be used together (or one cannot be found)."""
+
+
+@dataclass
+class ModelPair:
+    """A target and a draft that share a tokenizer, on one device.
+
+    Attributes:
+        vocab_size: the shared vocabulary; logits rows beyond it (embedding padding that
+            some model families add) are dropped for both models.
+        context_length: the smaller of the two models' context windows.
+        prompts: held-out and train prompt sets per domain, for the embedded pairs.
+        card: the embedded pair's model card (JSON), else None.
+    """
+
+    target: PreTrainedModel
+    draft: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    device: torch.device
+    dtype: torch.dtype
+    name: str
+    vocab_size: int
+    context_length: int
+    eos_token_id: int | None
+    prompts: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    card: dict | None = None
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """bf16 on GPU, fp32 on CPU (CPU bf16 matmuls are slower than fp32 at batch 1)."""
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or Path(name).expanduser().exists() or "\\" in name
+
+
+def _check_source(name: str, role: str) -> str:
+    if _looks_like_path(name):
+        path = Path(name).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(
+                f"{role} model path '{name}' does not exist; pass a Hugging Face model id or a "
+                f"local directory written by save_pretrained (with config.json)"
+            )
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(
+                f"{role} model path '{name}' has no config.json; it must be a directory "
+                f"written by save_pretrained"
+            )
+        return str(path)
+    return name
+
+
+def _load(name: str, role: str, device: torch.device, dtype: torch.dtype, trust_remote_code: bool):
+    source = _check_source(name, role)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype, trust_remote_code=trust_remote_code
+        )
+    except OSError as error:
+        raise PairError(
+            f"could not load the {role} model '{name}': {error}\nIf the Hub is unreachable, "
+            f"pass a local directory, or call specrl.load_pair() for the embedded pair."
+        ) from error
+    return tokenizer, model.to(device).eval()
+
+
+def check_tokenizers(target_tok: PreTrainedTokenizerBase, draft_tok: PreTrainedTokenizerBase,
+                     target_name: str, draft_name: str) -> None:
+    """Refuse a pair whose tokenizers map text to different ids; say how they differ."""
+    target_vocab, draft_vocab = target_tok.get_vocab(), draft_tok.get_vocab()
+    if target_vocab != draft_vocab:
+        only_target = sorted(set(target_vocab) - set(draft_vocab))[:5]
+        only_draft = sorted(set(draft_vocab) - set(target_vocab))[:5]
+        moved = [t for t in target_vocab if t in draft_vocab and target_vocab[t] != draft_vocab[t]]
+        raise PairError(
+            "the target and draft tokenizers differ, so draft tokens cannot be verified: "
+            f"target '{target_name}' has {len(target_vocab)} tokens, draft '{draft_name}' has "
+            f"{len(draft_vocab)}; only in target: {only_target}, only in draft: {only_draft}, "
+            f"{len(moved)} tokens with different ids (e.g. {moved[:3]}). Use a draft trained "
+            "with the target's tokenizer."
+        )
+    probe = "def f(x):\n    return x + 1  # héllo"
+    if target_tok.encode(probe) != draft_tok.encode(probe):
+        raise PairError(
+            f"the tokenizers of '{target_name}' and '{draft_name}' share a vocabulary but "
+            "encode text differently (normaliser, pre-tokeniser or special tokens differ)"
+        )
+
+
+def load_pair(
+    target: str | None = None,
+    draft: str | None = None,
+    *,
+    preset: str | None = None,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+    trust_remote_code: bool = False,
+    seed: int = 0,
+) -> ModelPair:
+    """Load a target and a draft model that share a tokenizer.
+
+    Args:
+        target: HF id or local path of the target; with ``draft``, or neither.
+        draft: HF id or local path of the draft.
+        preset: an embedded pair ("small", the default, or "tiny" for tests); built on
+            first use if its weights are neither shipped nor cached.
+        device: default CUDA when present, else CPU.
+        dtype: default bf16 on GPU, fp32 on CPU.
+        trust_remote_code: passed to ``from_pretrained``; never set unless you ask.
+        seed: seed of an embedded pair's build.
+    """
+    if (target is None) != (draft is None):
+        raise PairError("give both target and draft, or neither (for the embedded pair)")
+    if target is not None and preset is not None:
+        raise PairError("give either target/draft or preset, not both")
+    device = torch.device(device) if device is not None else default_device()
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    dtype = dtype or default_dtype(device)
+
+    prompts: dict = {}
+    card = None
+    if target is None:
+        from specrl.zoo import ensure_pair
+
+        preset = preset or "small"
+        pair_dir = ensure_pair(preset, seed)
+        target, draft = str(pair_dir / "target"), str(pair_dir / "draft")
+        prompts = json.loads((pair_dir / "prompts.json").read_text())
+        card = json.loads((pair_dir / "card.json").read_text())
+        name = f"specrl-zoo-{preset}"
+    else:
+        name = f"{target}+{draft}"
+    assert draft is not None
+    target_tok, target_model = _load(target, "target", device, dtype, trust_remote_code)
+    draft_tok, draft_model = _load(draft, "draft", device, dtype, trust_remote_code)
+    check_tokenizers(target_tok, draft_tok, target, draft)
+
+    vocab_size = len(target_tok)
+    for role, model in (("target", target_model), ("draft", draft_model)):
+        rows = model.get_output_embeddings().weight.shape[0]
+        if rows < vocab_size:
+            raise PairError(
+                f"the {role} model has {rows} output rows but its tokenizer has "
+                f"{vocab_size} tokens; the checkpoint does not match its tokenizer"
+            )
+    context = min(
+        getattr(m.config, "max_position_embeddings", None) or 2**31 for m in (target_model, draft_model)
+    )
+    return ModelPair(
+        target=target_model,
+        draft=draft_model,
+        tokenizer=target_tok,
+        device=device,
+        dtype=dtype,
+        name=name,
+        vocab_size=vocab_size,
+        context_length=context,
+        eos_token_id=target_tok.eos_token_id,
+        prompts=prompts,
+        card=card,
+    )
