@@ -14,6 +14,17 @@ from specrl.engine.timing import DeviceClock
 from specrl.engine.types import Action, StepResult
 
 
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)), (B, V): the law of the token emitted at the first rejection.
+
+    Where p <= q everywhere (p == q) a rejection has probability 0; p is returned so the
+    result is always a distribution.
+    """
+    excess = (p - q).clamp(min=0)
+    total = excess.sum(-1, keepdim=True)
+    return torch.where(total > 0, excess / total.clamp_min(1e-30), p)
+
+
 def speculative_step(
     tokens: torch.Tensor,
     target: CachedModel,
@@ -72,9 +83,7 @@ def speculative_step(
     else:
         accept, acceptance_probs, accepted = proposal.bool(), proposal.float(), 0
     if accepted < m and not sampling.greedy:
-        residual = (p[:, accepted] - q[:, accepted]).clamp(min=0)  # norm(max(0, p - q))
-        total = residual.sum(-1, keepdim=True)
-        next_probs = torch.where(total > 0, residual / total.clamp_min(1e-30), p[:, accepted])
+        next_probs = residual(p[:, accepted], q[:, accepted])
     else:
         next_probs = p[:, accepted]  # bonus token from p_{m+1}, or greedy correction
     next_token = sampling.choose(next_probs, generator)  # (B,)

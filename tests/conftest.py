@@ -1,0 +1,78 @@
+"""Shared fixtures: small random Llama pairs with a word-level tokenizer, saved like hub models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+import specrl
+
+# The models here are tiny: one thread is faster than two fighting over the cores.
+torch.set_num_threads(1)
+
+
+def word_tokenizer(vocab_size: int, offset: int = 0) -> PreTrainedTokenizerFast:
+    """Tokens "w0".."w{V-2}" plus "<eos>" (id V-1); text is space-separated words."""
+    vocab = {f"w{i + offset}": i for i in range(vocab_size - 1)}
+    vocab["<eos>"] = vocab_size - 1
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<eos>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", unk_token="<eos>")
+
+
+def random_llama(vocab_size: int, seed: int, hidden: int = 32, layers: int = 2, sharpness: float = 8.0,
+                 context: int = 256) -> LlamaForCausalLM:
+    """A random Llama whose next-token distributions are far from uniform (scaled head)."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
+        tie_word_embeddings=False, eos_token_id=vocab_size - 1, bos_token_id=0,
+    )
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(sharpness)
+    return model.eval()
+
+
+def save_model(path: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast) -> str:
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def make_pair(tmp_path: Path, vocab_size: int = 64, draft_seed: int = 1, target_seed: int = 0,
+              draft_sharpness: float = 8.0, context: int = 256, draft_layers: int = 1) -> specrl.ModelPair:
+    tokenizer = word_tokenizer(vocab_size)
+    target = save_model(tmp_path / "target", random_llama(vocab_size, target_seed, context=context), tokenizer)
+    draft_model = random_llama(vocab_size, draft_seed, layers=draft_layers, sharpness=draft_sharpness,
+                               context=context)
+    draft = save_model(tmp_path / "draft", draft_model, tokenizer)
+    return specrl.load_pair(target=target, draft=draft, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def pair(tmp_path_factory) -> specrl.ModelPair:
+    """Target and an unrelated draft: many rejections."""
+    return make_pair(tmp_path_factory.mktemp("pair"))
+
+
+@pytest.fixture(scope="session")
+def twin_pair(tmp_path_factory) -> specrl.ModelPair:
+    """Draft identical to the target."""
+    return make_pair(tmp_path_factory.mktemp("twin"), draft_seed=0, draft_sharpness=8.0, draft_layers=2)
+
+
+@pytest.fixture(scope="session")
+def small_vocab_pair(tmp_path_factory) -> specrl.ModelPair:
+    """Vocabulary of 6 so the joint law of two tokens has 36 cells for a chi-square test."""
+    return make_pair(tmp_path_factory.mktemp("v6"), vocab_size=6, draft_seed=3, draft_sharpness=3.0)
+
+
+def prompts(n: int, vocab_size: int, seed: int = 0, length: int = 12) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab_size - 1, (length,), generator=g).tolist() for _ in range(n)]

@@ -1,0 +1,180 @@
+"""The engine is lossless: greedy outputs equal the target's, sampled outputs follow its law."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from conftest import prompts
+from scipy.stats import chisquare
+
+import specrl
+from specrl.engine import step as step_module
+from specrl.engine.generation import Generation
+from specrl.engine.sampling import SamplingConfig
+
+
+@torch.inference_mode()
+def reference_greedy(model, prompt: list[int], n: int) -> list[int]:
+    """Plain greedy decoding by recomputing the whole sequence each token (no cache)."""
+    ids = list(prompt)
+    for _ in range(n):
+        ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+def decode(pair, prompt, k, tau=0.0, n=24, **options):
+    decoder = specrl.SpeculativeDecoder(pair, specrl.StaticController(k, tau))
+    return decoder.generate(prompt, max_new_tokens=n, stop_at_eos=False, **options)
+
+
+@pytest.mark.parametrize("prompt_index", range(4))
+def test_greedy_equals_plain_target_greedy_for_every_k_and_tau(pair, prompt_index):
+    prompt = prompts(4, pair.vocab_size, seed=11)[prompt_index]
+    expected = reference_greedy(pair.target, prompt, 24)
+    for k, tau in itertools.product(range(9), (0.0, 0.2, 0.5, 0.9)):
+        out = decode(pair, prompt, k, tau)
+        assert out.token_ids == expected, f"k={k} tau={tau}"
+
+
+def test_greedy_rejections_happen_so_equality_is_not_trivial(pair):
+    out = decode(pair, prompts(1, pair.vocab_size, seed=11)[0], k=4, n=48)
+    assert 0 < out.stats.accepted < out.stats.proposed
+
+
+def test_identical_draft_is_always_accepted(twin_pair):
+    for temperature in (0.0, 1.0):
+        out = decode(twin_pair, prompts(1, twin_pair.vocab_size)[0], k=5, n=40, temperature=temperature)
+        assert out.stats.proposed > 0
+        assert out.stats.acceptance_rate == 1.0
+        assert all(s.emitted == s.proposed + 1 for s in out.steps)
+
+
+def test_cached_logits_equal_full_recompute_after_accepts_and_rejections(pair):
+    generation = Generation(pair, prompts(1, pair.vocab_size, seed=5)[0], 60, SamplingConfig(1.0), seed=2)
+    outcomes = set()
+    for k in itertools.cycle([3, 0, 5, 1, 8, 2]):
+        if generation.done:
+            break
+        result = generation.step(specrl.Action(k, 0.0))
+        outcomes.add((result.accepted == result.proposed, result.proposed > 0))
+        tokens = generation.tokens
+        for cached in (generation.target, generation.draft):
+            # a prefix of the sequence, and the next-token logits from it equal a full recompute
+            assert cached.length <= tokens.shape[1] - 1
+            with torch.inference_mode():
+                full = cached.model(tokens).logits[0, -1]
+                step_logits = cached.feed(tokens[:, cached.length:])[0, -1]
+                cached.rollback(tokens.shape[1] - 1)
+            torch.testing.assert_close(step_logits, full, atol=1e-4, rtol=1e-4)
+        assert generation.target.length == tokens.shape[1] - 1
+    assert {(True, True), (False, True), (True, False)} <= outcomes  # accepts, rejects, plain steps
+
+
+def test_tau_stops_drafting_on_low_confidence(pair):
+    out = decode(pair, prompts(1, pair.vocab_size)[0], k=8, tau=0.999, n=30, temperature=1.0)
+    assert all(s.proposed < 8 for s in out.steps)
+    assert any(s.stopped_by_tau for s in out.steps)
+    for s in out.steps:
+        assert all(c >= 0.999 for c in s.confidences[: s.proposed])
+        if s.stopped_by_tau:
+            assert s.confidences[s.proposed] < 0.999
+
+
+def test_budget_and_eos_are_respected(pair):
+    prompt = prompts(1, pair.vocab_size)[0]
+    for n in (1, 2, 7):
+        assert decode(pair, prompt, k=8, n=n).stats.new_tokens == n
+    out = specrl.SpeculativeDecoder(pair, specrl.StaticController(4)).generate(
+        prompt, max_new_tokens=400, temperature=1.0, seed=1
+    )
+    assert pair.eos_token_id in out.token_ids, "a 6%-per-token EOS should appear in 400 tokens"
+    assert out.token_ids[-1] == pair.eos_token_id and out.token_ids.count(pair.eos_token_id) == 1
+
+
+def test_step_reports_timing_and_outcomes(pair):
+    out = decode(pair, prompts(1, pair.vocab_size)[0], k=3, n=20, temperature=1.0)
+    for s in out.steps:
+        assert s.draft_seconds > 0 and s.verify_seconds > 0
+        assert s.accepted_mask == [i < s.accepted for i in range(s.proposed)]
+        assert len(s.acceptance_probs) == s.proposed
+        assert all(0.0 <= a <= 1.0 for a in s.acceptance_probs)
+    stats = out.stats
+    assert stats.new_tokens == sum(s.emitted for s in out.steps)
+    assert stats.mean_accepted_length == pytest.approx(stats.new_tokens / stats.steps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampling: the law of the first two emitted tokens equals the target's own sampling law.
+
+
+@torch.inference_mode()
+def exact_two_token_law(pair, prompt, sampling: SamplingConfig) -> torch.Tensor:
+    """(V, V) probabilities of (t1, t2) when sampling from the target alone."""
+    first = sampling.probs(pair.target(torch.tensor([prompt])).logits[0, -1])
+    V = first.shape[0]
+    law = torch.zeros(V, V)
+    for t1 in range(V):
+        second = sampling.probs(pair.target(torch.tensor([prompt + [t1]])).logits[0, -1])
+        law[t1] = first[t1] * second
+    return law
+
+
+def two_token_counts(pair, prompt, k, tau, sampling, n):
+    counts = torch.zeros(pair.vocab_size, pair.vocab_size)
+    decoder = specrl.SpeculativeDecoder(pair, specrl.StaticController(k, tau))
+    options = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    for seed in range(n):
+        t1, t2 = decoder.generate(prompt, max_new_tokens=2, stop_at_eos=False, seed=seed, **options).token_ids
+        counts[t1, t2] += 1
+    return counts
+
+
+def chi_square_p_value(counts: torch.Tensor, law: torch.Tensor) -> float:
+    n = counts.sum()
+    expected, observed = (law.flatten() * n).double(), counts.flatten().double()
+    assert observed[expected == 0].sum() == 0, "a token outside the target's support was emitted"
+    big = expected >= 5  # pool sparse cells so the chi-square approximation holds
+    small = (~big) & (expected > 0)
+    expected = torch.cat([expected[big], expected[small].sum(0, keepdim=True)])
+    observed = torch.cat([observed[big], observed[small].sum(0, keepdim=True)])
+    keep = expected > 0
+    expected = expected[keep] * observed[keep].sum() / expected[keep].sum()  # float rounding
+    return float(chisquare(observed[keep].numpy(), expected.numpy()).pvalue)
+
+
+@pytest.mark.parametrize(
+    "k,tau,sampling",
+    [
+        (1, 0.0, SamplingConfig(1.0)),
+        (3, 0.0, SamplingConfig(1.0)),
+        (3, 0.5, SamplingConfig(1.0)),
+        (2, 0.0, SamplingConfig(0.7, top_k=4)),
+        (4, 0.0, SamplingConfig(1.3, top_p=0.9)),
+    ],
+)
+def test_speculative_sampling_matches_target_law(small_vocab_pair, k, tau, sampling):
+    prompt = [1, 2, 3, 0, 4]
+    counts = two_token_counts(small_vocab_pair, prompt, k, tau, sampling, n=2500)
+    law = exact_two_token_law(small_vocab_pair, prompt, sampling)
+    assert chi_square_p_value(counts, law) > 1e-3
+
+
+def test_chi_square_catches_resampling_from_p_instead_of_the_residual(small_vocab_pair, monkeypatch):
+    """The test above has power: the classic bug (resample from p after a rejection) fails it."""
+    monkeypatch.setattr(step_module, "residual", lambda p, q: p)
+    prompt, sampling = [1, 2, 3, 0, 4], SamplingConfig(1.0)
+    counts = two_token_counts(small_vocab_pair, prompt, 3, 0.0, sampling, n=2500)
+    law = exact_two_token_law(small_vocab_pair, prompt, sampling)
+    assert chi_square_p_value(counts, law) < 1e-3
+
+
+def test_top_k_and_top_p_processing():
+    logits = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]])
+    probs = SamplingConfig(1.0, top_k=2).probs(logits)
+    assert (probs[0, 2:] == 0).all() and probs[0, :2].sum() == pytest.approx(1.0)
+    full = logits.softmax(-1)[0]
+    probs = SamplingConfig(1.0, top_p=float(full[0] + full[1] * 0.5)).probs(logits)
+    assert (probs[0, :2] > 0).all() and (probs[0, 2:] == 0).all()
+    assert SamplingConfig(0.0).choose(SamplingConfig(0.0).probs(logits), None).item() == 0
