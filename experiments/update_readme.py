@@ -1,0 +1,63 @@
+"""Paste generated markdown into README.md between ``<!-- NAME -->`` and ``<!-- /NAME -->``.
+
+    python experiments/update_readme.py BENCH results/bench_decode/specrl-zoo-small/bench.md
+    python experiments/update_readme.py ZOO-CARD --zoo-card small
+
+Keeps README numbers identical to what the scripts wrote; run it after regenerating them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def zoo_card_markdown(preset: str) -> str:
+    """A table of the shipped pair's sizes, held-out losses and agreement, from its card.json."""
+    from specrl.zoo.build import shipped_dir
+
+    card = json.loads((shipped_dir(preset) / "card.json").read_text())
+    built = card["built_with"]
+    lines = [
+        f"Built by `{card['command']}` in {built['seconds'] / 60:.0f} min on {built['machine']} "
+        f"({built['device']}, torch {built['torch']}, Python {built['python']}); {card['corpus']}.",
+        f"Target {card['parameters']['target'] / 1e6:.1f}M parameters, draft "
+        f"{card['parameters']['draft'] / 1e6:.1f}M (trained on {', '.join(card['draft_trained_on'])}).",
+        "",
+        "| held-out domain | target loss | draft loss | greedy agreement (argmax q = argmax p) |",
+        "|---|---|---|---|",
+    ]
+    for domain, row in card["heldout"].items():
+        lines.append(f"| {domain} | {row['target_loss']:.3f} | {row['draft_loss']:.3f} | {row['agreement']:.3f} |")
+    return "\n".join(lines)
+
+
+def paste(name: str, text: str) -> None:
+    readme = README.read_text()
+    block = f"<!-- {name} -->\n{text.strip()}\n<!-- /{name} -->"
+    pattern = re.compile(rf"<!-- {re.escape(name)} -->.*?(<!-- /{re.escape(name)} -->|$)", re.S)
+    if f"<!-- {name} -->" not in readme:
+        raise SystemExit(f"README.md has no <!-- {name} --> marker")
+    if f"<!-- /{name} -->" in readme:
+        readme = pattern.sub(lambda _: block, readme, count=1)
+    else:
+        readme = readme.replace(f"<!-- {name} -->", block, 1)
+    README.write_text(readme)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", help="marker name, e.g. BENCH")
+    parser.add_argument("markdown", nargs="?", help="markdown file to paste")
+    parser.add_argument("--zoo-card", metavar="PRESET", help="paste the shipped pair's card as a table")
+    args = parser.parse_args()
+    text = zoo_card_markdown(args.zoo_card) if args.zoo_card else Path(args.markdown).read_text()
+    paste(args.name, text)
+
+
+if __name__ == "__main__":
+    main()
