@@ -1,6 +1,14 @@
 """Controllers choose (k, tau) for each speculative iteration."""
 
 from specrl.controllers.base import Controller
+from specrl.controllers.hf import HFConfidenceController, HFHeuristicController
 from specrl.controllers.static import StaticController
+from specrl.controllers.tcp import TCPController
 
-__all__ = ["Controller", "StaticController"]
+__all__ = [
+    "Controller",
+    "HFConfidenceController",
+    "HFHeuristicController",
+    "StaticController",
+    "TCPController",
+]

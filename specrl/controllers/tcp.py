@@ -120,7 +120,7 @@ class TCPController:
         if result.proposed == 0:
             return
         self._recent.append((result.accepted, result.proposed))
-        rate = self.acceptance_rate
+        rate = sum(a for a, _ in self._recent) / sum(p for _, p in self._recent)
         if rate < self.low:
             self.k -= self.step
         elif rate > self.high:
