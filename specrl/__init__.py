@@ -3,9 +3,16 @@
     pair = specrl.load_pair()                      # embedded default pair, offline
     dec = specrl.SpeculativeDecoder(pair, controller=specrl.StaticController(4))
     out = dec.generate("def fib(n):", max_new_tokens=64)
+    env = gymnasium.make("specrl/SpecDecode-v0", scenario="envs/code.yaml")   # registered on import
 """
 
-from specrl.controllers import Controller, StaticController
+from specrl.controllers import (
+    Controller,
+    HFConfidenceController,
+    HFHeuristicController,
+    StaticController,
+    TCPController,
+)
 from specrl.engine import (
     Action,
     Generation,
@@ -15,21 +22,33 @@ from specrl.engine import (
     SpeculativeDecoder,
     StepResult,
 )
+from specrl.envs import Scenario, ScenarioError, SpecDecodeEnv, load_scenario
+from specrl.features import FEATURE_NAMES, FEATURE_VERSION, FeatureTracker
 from specrl.models import ModelPair, PairError, load_pair
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "FEATURE_NAMES",
+    "FEATURE_VERSION",
     "Action",
     "Controller",
+    "FeatureTracker",
     "Generation",
     "GenerationOutput",
     "GenerationStats",
+    "HFConfidenceController",
+    "HFHeuristicController",
     "ModelPair",
     "PairError",
     "SamplingConfig",
+    "Scenario",
+    "ScenarioError",
+    "SpecDecodeEnv",
     "SpeculativeDecoder",
     "StaticController",
     "StepResult",
+    "TCPController",
     "load_pair",
+    "load_scenario",
 ]

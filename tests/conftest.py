@@ -73,6 +73,16 @@ def small_vocab_pair(tmp_path_factory) -> specrl.ModelPair:
     return make_pair(tmp_path_factory.mktemp("v6"), vocab_size=6, draft_seed=3, draft_sharpness=3.0)
 
 
+@pytest.fixture(scope="session")
+def tiny_home(tmp_path_factory):
+    """The embedded "tiny" pair, built once per session into a temporary SPECRL_HOME (~15 s)."""
+    home = tmp_path_factory.mktemp("specrl-home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECRL_HOME", str(home))
+        pair = specrl.load_pair(preset="tiny", device="cpu")  # builds on first use
+        yield home, pair
+
+
 def prompts(n: int, vocab_size: int, seed: int = 0, length: int = 12) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(0, vocab_size - 1, (length,), generator=g).tolist() for _ in range(n)]

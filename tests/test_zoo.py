@@ -12,15 +12,6 @@ from specrl.zoo import build
 from specrl.zoo.corpus import build_corpus, math_document
 
 
-@pytest.fixture(scope="session")
-def tiny_home(tmp_path_factory):
-    home = tmp_path_factory.mktemp("specrl-home")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SPECRL_HOME", str(home))
-        pair = specrl.load_pair(preset="tiny", device="cpu")  # builds on first use
-        yield home, pair
-
-
 def test_tiny_pair_builds_on_first_use_with_card_and_prompts(tiny_home):
     home, pair = tiny_home
     pair_dir = home / "zoo" / "tiny-seed0"

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import GenerationOutput
+from specrl.features import FeatureTracker, GenerationSettings
 from specrl.models import ModelPair
 
 if TYPE_CHECKING:  # controllers depend on the engine, not the other way round
@@ -16,8 +17,9 @@ if TYPE_CHECKING:  # controllers depend on the engine, not the other way round
 class SpeculativeDecoder:
     """Lossless speculative decoding of a (target, draft) pair.
 
-    Before every iteration the controller is asked for an :class:`Action` and after it
-    is told the :class:`StepResult`. The output is distributed exactly as sampling from
+    Before every iteration the controller is asked for an :class:`Action`, given the
+    observation vector of :mod:`specrl.features` (the same one the envs produce), and after
+    it is told the :class:`StepResult`. The output is distributed exactly as sampling from
     the target alone, whatever the controller does.
 
     Example::
@@ -50,10 +52,12 @@ class SpeculativeDecoder:
     def generate(self, prompt: str | list[int], max_new_tokens: int = 64, **options) -> GenerationOutput:
         """Decode one prompt to the end. ``options``: temperature, top_k, top_p, seed, stop_at_eos."""
         generation = self.start(prompt, max_new_tokens, **options)
+        features = FeatureTracker(GenerationSettings.of(generation), generation.prompt_length)
         self.controller.reset()
         while not generation.done:
-            action = self.controller.act(generation)
-            self.controller.observe(generation.step(action))
+            result = generation.step(self.controller.act(features.vector()))
+            features.update(result)
+            self.controller.observe(result)
         ids = generation.output_ids
         return GenerationOutput(
             text=self.pair.tokenizer.decode(ids),

@@ -1,0 +1,181 @@
+"""Run controllers through the real-loop env (``specrl/SpecDecode-v0``) and compare them.
+
+For every scenario, every episode seed is played by every controller (same prompt, same
+sampling seed), the controllers interleaved in a rotating order so that machine noise hits
+all alike; one untimed warm-up episode per scenario comes first. Per scenario it prints a
+table: tokens/sec (total tokens / total decode seconds over the episodes, wall-clock or
+modeled as the scenario says), the ratio to the first controller, acceptance rate
+(accepted / proposed draft tokens), mean k and mean tau asked for per step.
+
+Controllers (``--controllers``):
+
+  static:K[:TAU]   the same (k, tau) every step; static:0 is plain decoding
+  tcp              the seed's TCP-like heuristic (tau = 0)
+  tcp-tau0.25      the same with the seed's fixed confidence cut tau = 0.25
+  hf-heuristic     Hugging Face's "heuristic" draft-length schedule
+  hf-confidence    Hugging Face's dynamic confidence threshold
+
+Every controller's k is bounded by the scenario's k_max (the learned policy's bound too).
+
+Run from the repository root:
+
+    python experiments/run_controller.py                           # all shipped scenarios
+    python experiments/run_controller.py --scenarios code math_t1 --controllers static:0 tcp \\
+        --episodes 4
+    python experiments/run_controller.py --preset tiny --time modeled --episodes 1   # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from tqdm import tqdm
+
+import specrl
+from specrl.controllers import (
+    Controller,
+    HFConfidenceController,
+    HFHeuristicController,
+    StaticController,
+    TCPController,
+)
+from specrl.envs import EpisodeSummary, PairSpec, SpecDecodeEnv, load_scenario, run_episode, shipped_scenarios
+
+NAMED_CONTROLLERS = ("tcp", "tcp-tau0.25", "hf-heuristic", "hf-confidence")
+DEFAULT_CONTROLLERS = ("static:0", "static:4", *NAMED_CONTROLLERS)
+
+
+def make_controller(name: str, k_max: int) -> Controller:
+    """A controller from its command-line name, bounded by the scenario's ``k_max``."""
+    if name.startswith("static:"):
+        parts = name.split(":")[1:]
+        try:
+            k, tau = int(parts[0]), float(parts[1]) if len(parts) > 1 else 0.0
+        except (ValueError, IndexError):
+            raise SystemExit(f"bad controller {name!r}: write static:K or static:K:TAU, "
+                             "e.g. static:4:0.3") from None
+        if not 0 <= k <= k_max or len(parts) > 2:
+            raise SystemExit(f"bad controller {name!r}: K must lie in 0..{k_max} (the scenario's k_max)")
+        return StaticController(k, tau)
+    initial_k = min(5, k_max)  # the seed's initial k, within the scenario's bound
+    if name == "tcp":
+        return TCPController(k_max=k_max, initial_k=initial_k)
+    if name == "tcp-tau0.25":
+        return TCPController.with_confidence_cut(0.25, k_max=k_max, initial_k=initial_k)
+    if name == "hf-heuristic":
+        return HFHeuristicController(k_max=k_max)
+    if name == "hf-confidence":
+        return HFConfidenceController(k_max=k_max)
+    raise SystemExit(f"unknown controller {name!r}; choose static:K[:TAU] or one of "
+                     f"{', '.join(NAMED_CONTROLLERS)}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenarios", nargs="+", default=None, metavar="SCENARIO",
+                        help="scenario YAML paths or shipped names (default: every file in envs/)")
+    parser.add_argument("--controllers", nargs="+", default=list(DEFAULT_CONTROLLERS), metavar="NAME",
+                        help="controllers to compare, the first is the ratio's reference "
+                             f"(default: {' '.join(DEFAULT_CONTROLLERS)})")
+    parser.add_argument("--episodes", type=int, default=8,
+                        help="episodes (prompts) per scenario and controller (default 8)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="untimed warm-up episodes per scenario, not reported (default 1)")
+    parser.add_argument("--split", choices=("train", "heldout"), default="heldout",
+                        help="prompt split to draw from (default heldout: evaluation)")
+    parser.add_argument("--time", choices=("wallclock", "modeled"), default=None,
+                        help="time source of the tokens/sec (default: each scenario's own)")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="override the scenarios' tokens per episode (must exceed any shift point)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="episode i is reset with seed SEED + i (default 0)")
+    parser.add_argument("--preset", default=None,
+                        help="use this embedded pair (small, tiny) instead of the scenarios' pair")
+    parser.add_argument("--target", default=None,
+                        help="HF id or path of a target, with --draft, instead of the scenarios' pair "
+                             "(scenarios then need prompts.file)")
+    parser.add_argument("--draft", default=None, help="HF id or path of the draft, with --target")
+    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: CUDA when present)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
+    args = parser.parse_args(argv)
+    if args.episodes < 1:
+        parser.error("--episodes must be >= 1")
+    if (args.target is None) != (args.draft is None):
+        parser.error("give --target and --draft together")
+    return args
+
+
+def pair_spec(scenario_pair: PairSpec, args: argparse.Namespace) -> PairSpec:
+    if args.target is not None:
+        return PairSpec(target=args.target, draft=args.draft, device=args.device)
+    if args.preset is not None:
+        return PairSpec(preset=args.preset, device=args.device)
+    return replace(scenario_pair, device=args.device or scenario_pair.device)
+
+
+def format_table(name: str, time: str, rows: dict[str, EpisodeSummary]) -> str:
+    reference = next(iter(rows.values())).tokens_per_s
+    lines = [f"### {name} ({time} time)", "",
+             "| controller | tokens/s | ratio | acceptance | mean k | mean tau | tokens | steps |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for label, s in rows.items():
+        ratio = s.tokens_per_s / reference if reference > 0 else float("nan")
+        lines.append(f"| {label} | {s.tokens_per_s:.1f} | {ratio:.2f}x | {s.acceptance_rate:.3f} | "
+                     f"{s.mean_k:.2f} | {s.mean_tau:.3f} | {s.tokens} | {s.steps} |")
+    return "\n".join(lines)
+
+
+def add(total: EpisodeSummary, episode: EpisodeSummary) -> None:
+    for key in ("tokens", "seconds", "steps", "proposed", "accepted", "k_sum", "tau_sum", "episode_return"):
+        setattr(total, key, getattr(total, key) + getattr(episode, key))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    scenarios = [load_scenario(name) for name in (args.scenarios or shipped_scenarios())]
+    if not scenarios:
+        raise SystemExit("no scenarios: pass --scenarios PATH ... (envs/ holds the shipped ones)")
+    if args.max_new_tokens is not None:
+        scenarios = [replace(s, max_new_tokens=args.max_new_tokens) for s in scenarios]
+    pairs: dict[PairSpec, specrl.ModelPair] = {}
+    results: dict[str, dict] = {}
+    tables = []
+    with tqdm(total=len(scenarios) * (args.episodes + args.warmup), desc="episodes", unit="ep") as progress:
+        for scenario in scenarios:
+            spec = pair_spec(scenario.pair, args)
+            if spec not in pairs:
+                pairs[spec] = spec.load()
+            env = SpecDecodeEnv(scenario, pair=pairs[spec], split=args.split, time=args.time)
+            controllers = {name: make_controller(name, scenario.k_max) for name in args.controllers}
+            for _ in range(args.warmup):
+                run_episode(env, next(iter(controllers.values())), seed=args.seed)
+                progress.update()
+            totals = {name: EpisodeSummary() for name in controllers}
+            for episode in range(args.episodes):
+                names = list(controllers)
+                shift = episode % len(names)  # rotate the order: no controller always runs first
+                for name in names[shift:] + names[:shift]:
+                    add(totals[name], run_episode(env, controllers[name], seed=args.seed + episode))
+                progress.update()
+            time = env.scenario.reward.time
+            tables.append(format_table(scenario.name, time, totals))
+            results[scenario.name] = {
+                "time": time, "split": args.split, "episodes": args.episodes, "pair": pairs[spec].name,
+                "controllers": {name: {"tokens_per_s": s.tokens_per_s, "acceptance_rate": s.acceptance_rate,
+                                       "mean_k": s.mean_k, "mean_tau": s.mean_tau, "tokens": s.tokens,
+                                       "seconds": s.seconds, "steps": s.steps, "return": s.episode_return}
+                                for name, s in totals.items()},
+            }
+    print("\n\n".join(tables))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,400 @@
+"""Scenarios: what an episode decodes and how it is scored. Typed, validated, loaded from YAML.
+
+A scenario file (``envs/*.yaml``) names only what differs from the defaults below, the one
+place defaults live. Every key, with its default::
+
+    name: code                     # default: the file name
+    description: ""
+    pair: {preset: small}          # or {target: ID_OR_PATH, draft: ID_OR_PATH}; also seed, device, dtype
+    prompts:
+      domains: {code: 1.0}         # domain -> weight: each episode draws a domain, then a prompt
+      split: train                 # train | heldout (evaluate on heldout)
+      file: null                   # JSON/YAML {split: {domain: [text, ...]}}; default: the pair's own
+    sampling: {temperature: 0.0, top_k: 0, top_p: 1.0}
+    max_new_tokens: 128            # tokens per episode
+    stop_at_eos: true
+    k_max: 8                       # action k in 0..k_max
+    tau_grid: [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+    reward:
+      time: wallclock              # wallclock | modeled
+      reference_tokens_per_s: null # rho of the reward; null = plain decoding under cost_model
+      scale: 1.0
+    cost_model: {draft_forward_s: 0.0005, target_forward_s: 0.009, target_per_token_s: 0.0006}
+    shift: []                      # e.g. [{after_tokens: 64, domain: math}]: see SpecDecodeEnv
+
+Errors name the file, the key and the fix: ``ScenarioError``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specrl.engine.sampling import SamplingConfig
+from specrl.envs.cost_model import CostModel
+from specrl.models import ModelPair, load_pair
+
+# Shipped scenarios live in the repository's top-level envs/ folder (data, not code).
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "envs"
+DEFAULT_TAU_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+TIME_MODES = ("wallclock", "modeled")
+SPLITS = ("train", "heldout")
+
+
+class ScenarioError(ValueError):
+    """A scenario file or config is invalid; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class PairSpec:
+    """Which (target, draft) pair to load: an embedded preset, or a target and a draft.
+
+    Attributes:
+        preset: embedded pair ("small", "tiny"); the default when no target/draft is given.
+        target: HF id or local path of the target (with ``draft``).
+        draft: HF id or local path of the draft.
+        seed: seed of an embedded pair's build.
+        device: "cpu", "cuda", ...; default CUDA when present.
+        dtype: "float32", "bfloat16", ...; default bf16 on GPU, fp32 on CPU.
+    """
+
+    preset: str | None = None
+    target: str | None = None
+    draft: str | None = None
+    seed: int = 0
+    device: str | None = None
+    dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.target is None) != (self.draft is None):
+            raise ValueError("pair: give both 'target' and 'draft', or neither (then 'preset' is used)")
+        if self.target is not None and self.preset is not None:
+            raise ValueError("pair: give either 'preset' or 'target' and 'draft', not both")
+
+    def load(self) -> ModelPair:
+        if self.target is not None:
+            return load_pair(self.target, self.draft, device=self.device, dtype=self.dtype)
+        return load_pair(preset=self.preset or "small", seed=self.seed, device=self.device, dtype=self.dtype)
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """Where prompts come from.
+
+    Attributes:
+        domains: domain -> weight; an episode draws a domain with these weights, then a
+            prompt uniformly from that domain's set.
+        split: "train" (for training) or "heldout" (for evaluation).
+        file: JSON or YAML file ``{split: {domain: [text, ...]}}`` (a relative path is read
+            from the scenario file's folder); default: the embedded pair's own prompt sets.
+    """
+
+    domains: Mapping[str, float] = field(default_factory=lambda: {"code": 1.0})
+    split: str = "train"
+    file: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.domains:
+            raise ValueError("prompts.domains is empty: give at least one domain, e.g. {code: 1.0}")
+        for domain, weight in self.domains.items():
+            if not (isinstance(weight, (int, float)) and not isinstance(weight, bool) and weight >= 0):
+                raise ValueError(f"prompts.domains.{domain}: a weight must be a number >= 0, got {weight!r}")
+        if sum(self.domains.values()) <= 0:
+            raise ValueError("prompts.domains: the weights sum to 0; give at least one a positive weight")
+        if self.split not in SPLITS:
+            raise ValueError(f"prompts.split must be one of {SPLITS}, got {self.split!r}")
+
+
+@dataclass(frozen=True)
+class DomainShift:
+    """After ``after_tokens`` tokens of the episode, a prompt of ``domain`` is appended."""
+
+    after_tokens: int
+    domain: str
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """How a step is scored: see :mod:`specrl.envs.reward`.
+
+    Attributes:
+        time: "wallclock" (the step's measured, device-synchronised seconds) or "modeled"
+            (the scenario's cost model: deterministic).
+        reference_tokens_per_s: rho; None = plain-decoding throughput under the cost model
+            (1 / target_forward_s). With wall-clock time on another machine, set it to that
+            machine's plain-decoding throughput so that a plain step earns about 0; the
+            ordering of policies by return does not depend on it.
+        scale: the reward is divided by it (> 0).
+    """
+
+    time: str = "wallclock"
+    reference_tokens_per_s: float | None = None
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.time not in TIME_MODES:
+            raise ValueError(f"reward.time must be one of {TIME_MODES}, got {self.time!r}")
+        if self.reference_tokens_per_s is not None and not self.reference_tokens_per_s > 0:
+            raise ValueError(f"reward.reference_tokens_per_s must be > 0 (or null), "
+                             f"got {self.reference_tokens_per_s!r}")
+        if not self.scale > 0:
+            raise ValueError(f"reward.scale must be > 0, got {self.scale!r}")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything a :class:`~specrl.envs.SpecDecodeEnv` episode depends on (see module doc)."""
+
+    name: str = "custom"
+    description: str = ""
+    pair: PairSpec = field(default_factory=PairSpec)
+    prompts: PromptSpec = field(default_factory=PromptSpec)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    max_new_tokens: int = 128
+    stop_at_eos: bool = True
+    k_max: int = 8
+    tau_grid: tuple[float, ...] = DEFAULT_TAU_GRID
+    reward: RewardSpec = field(default_factory=RewardSpec)
+    cost_model: CostModel = field(default_factory=CostModel)
+    shift: tuple[DomainShift, ...] = ()
+    source: str | None = None  # the file it was loaded from, if any
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.k_max < 1:
+            raise ValueError(f"k_max must be >= 1 (the action k runs over 0..k_max), got {self.k_max}")
+        grid = tuple(self.tau_grid)
+        if not grid or any(not 0.0 <= tau <= 1.0 for tau in grid) or list(grid) != sorted(set(grid)):
+            raise ValueError(f"tau_grid must be a non-empty, strictly increasing list of values in [0, 1], "
+                             f"got {list(grid)}")
+        last = 0
+        for shift in self.shift:
+            if not last < shift.after_tokens < self.max_new_tokens:
+                raise ValueError(
+                    f"shift: after_tokens must increase and lie strictly between 0 and max_new_tokens "
+                    f"({self.max_new_tokens}), got {shift.after_tokens}"
+                )
+            last = shift.after_tokens
+
+    @property
+    def reference_tokens_per_s(self) -> float:
+        """rho of the reward (tokens/s)."""
+        return self.reward.reference_tokens_per_s or self.cost_model.plain_tokens_per_s
+
+    @property
+    def domains(self) -> list[str]:
+        """Every domain an episode may use: the prompt mix and the shift targets."""
+        names = [d for d, weight in self.prompts.domains.items() if weight > 0]
+        return names + [s.domain for s in self.shift if s.domain not in names]
+
+    def with_overrides(self, split: str | None = None, time: str | None = None) -> Scenario:
+        """A copy with the prompt split and/or the time source replaced."""
+        scenario = self
+        if split is not None:
+            scenario = replace(scenario, prompts=replace(scenario.prompts, split=split))
+        if time is not None:
+            scenario = replace(scenario, reward=replace(scenario.reward, time=time))
+        return scenario
+
+    def prompt_sets(self, pair: ModelPair) -> dict[str, list[str]]:
+        """Domain -> prompt texts of this scenario's split, from ``prompts.file`` or the pair."""
+        where = f"prompts file '{self.prompts.file}'" if self.prompts.file else f"pair '{pair.name}'"
+        if self.prompts.file:
+            path = Path(self.prompts.file)
+            if not path.is_file():
+                raise ScenarioError(f"{self._origin()}: prompts.file '{path}' does not exist; give a JSON or "
+                                    "YAML file {split: {domain: [text, ...]}}")
+            sets = yaml.safe_load(path.read_text())  # JSON is YAML
+        else:
+            sets = pair.prompts
+            if not sets:
+                raise ScenarioError(
+                    f"{self._origin()}: the {where} has no prompt sets (only the embedded pairs ship "
+                    "them); set prompts.file to a JSON file {split: {domain: [text, ...]}}"
+                )
+        split = self.prompts.split
+        if not isinstance(sets, Mapping) or not isinstance(sets.get(split), Mapping):
+            available = sorted(sets) if isinstance(sets, Mapping) else []
+            raise ScenarioError(f"{self._origin()}: the {where} has no '{split}' prompts (it has "
+                                f"{available})")
+        result = {}
+        for domain in self.domains:
+            texts = sets[split].get(domain)
+            if not texts or not all(isinstance(t, str) and t for t in texts):
+                raise ScenarioError(
+                    f"{self._origin()}: the {where} has no '{split}' prompts of domain '{domain}' (domains: "
+                    f"{sorted(sets[split])}); use one of those in prompts.domains / shift"
+                )
+            result[domain] = list(texts)
+        return result
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def _origin(self) -> str:
+        return self.source or f"scenario '{self.name}'"
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>", base_dir: Path | None = None) -> Scenario:
+        """Build and validate a scenario from plain data (the contents of a YAML file)."""
+        try:
+            return _parse(data, source, base_dir or Path.cwd())
+        except ScenarioError:
+            raise
+        except ValueError as error:  # raised by a dataclass's own validation
+            raise ScenarioError(f"{source}: {error}") from None
+
+
+def shipped_scenarios() -> list[str]:
+    """Names of the scenario files in the repository's envs/ folder."""
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+
+
+def scenario_path(name: str | Path) -> Path:
+    """A scenario file: a path (relative to the working directory or the repository), or the
+    name of a shipped scenario ("code" -> envs/code.yaml)."""
+    path = Path(name).expanduser()
+    candidates = [path]
+    if not path.is_absolute():
+        candidates.append(SCENARIO_DIR.parent / path)
+        if not path.suffix:
+            candidates.append(SCENARIO_DIR / f"{path}.yaml")
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    raise ScenarioError(
+        f"scenario file '{name}' not found (looked at {', '.join(str(c) for c in candidates)}); give the "
+        f"path of a YAML file or the name of a shipped scenario: {', '.join(shipped_scenarios()) or 'none'}"
+    )
+
+
+def load_scenario(name: str | Path) -> Scenario:
+    """Read and validate a scenario YAML file (a path, or a shipped name such as "code")."""
+    path = scenario_path(name)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ScenarioError(f"{path}: not valid YAML: {error}") from None
+    if data is None:
+        data = {}
+    if isinstance(data, Mapping) and "name" not in data:
+        data = {"name": path.stem, **data}
+    return Scenario.from_dict(data, source=str(path), base_dir=path.parent)
+
+
+# ---- parsing plain data into the dataclasses, with errors that name the key -------------
+
+
+def _mapping(data: Any, cls: type, key: str, source: str) -> dict[str, Any]:
+    """``data`` as a dict whose keys are fields of ``cls``; otherwise a ScenarioError."""
+    where = f"'{key}'" if key else "the top level"
+    if not isinstance(data, Mapping):
+        raise ScenarioError(f"{source}: {where} must be a mapping of keys to values, got {data!r}")
+    known = [f.name for f in fields(cls) if f.name != "source"]
+    for name in data:
+        if name not in known:
+            close = difflib.get_close_matches(str(name), known, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise ScenarioError(
+                f"{source}: unknown key '{key + '.' if key else ''}{name}' in {where}.{hint} "
+                f"Known keys: {', '.join(known)}"
+            )
+    return dict(data)
+
+
+def _typed(value: Any, kind: type, key: str, source: str, optional: bool = False) -> Any:
+    """Check one leaf value; ints are accepted where floats are expected."""
+    if value is None and optional:
+        return None
+    ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value, ok = float(value), True
+    if kind is float and ok and not math.isfinite(value):
+        ok = False
+    if not ok:
+        expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[kind]
+        expected += " or null" if optional else ""
+        raise ScenarioError(f"{source}: '{key}' must be {expected}, got {value!r}")
+    return value
+
+
+def _leaves(data: dict[str, Any], cls: type, prefix: str, source: str) -> dict[str, Any]:
+    """Type-check the scalar fields of a flat section against the dataclass annotations
+    (strings such as "float" or "str | None", since the modules use postponed annotations)."""
+    kinds = {"int": int, "float": float, "str": str, "bool": bool}
+    out = {}
+    for f in fields(cls):
+        if f.name not in data:
+            continue
+        annotation = str(f.type).replace(" ", "")
+        optional = annotation.endswith("|None")
+        out[f.name] = _typed(data[f.name], kinds[annotation.removesuffix("|None")], prefix + f.name, source,
+                             optional)
+    return out
+
+
+def _parse(data: Any, source: str, base_dir: Path) -> Scenario:
+    top = _mapping(data, Scenario, "", source)
+    kwargs: dict[str, Any] = {}
+    for key in ("name", "description"):
+        if key in top:
+            kwargs[key] = _typed(top[key], str, key, source)
+    for key in ("max_new_tokens", "k_max"):
+        if key in top:
+            kwargs[key] = _typed(top[key], int, key, source)
+    if "stop_at_eos" in top:
+        kwargs["stop_at_eos"] = _typed(top["stop_at_eos"], bool, "stop_at_eos", source)
+    if "pair" in top:
+        section = _mapping(top["pair"], PairSpec, "pair", source)
+        kwargs["pair"] = PairSpec(**_leaves(section, PairSpec, "pair.", source))
+    if "prompts" in top:
+        section = _mapping(top["prompts"], PromptSpec, "prompts", source)
+        prompts: dict[str, Any] = {}
+        if "split" in section:
+            prompts["split"] = _typed(section["split"], str, "prompts.split", source)
+        if section.get("file") is not None:
+            prompts["file"] = str(base_dir / _typed(section["file"], str, "prompts.file", source))
+        if "domains" in section:
+            domains = section["domains"]
+            if not isinstance(domains, Mapping):
+                raise ScenarioError(f"{source}: 'prompts.domains' must map domain names to weights, "
+                                    f"e.g. {{code: 1.0}}, got {domains!r}")
+            prompts["domains"] = {str(d): _typed(w, float, f"prompts.domains.{d}", source)
+                                  for d, w in domains.items()}
+        kwargs["prompts"] = PromptSpec(**prompts)
+    if "sampling" in top:
+        section = _mapping(top["sampling"], SamplingConfig, "sampling", source)
+        kwargs["sampling"] = SamplingConfig(**_leaves(section, SamplingConfig, "sampling.", source))
+    if "tau_grid" in top:
+        grid = top["tau_grid"]
+        if not isinstance(grid, list):
+            raise ScenarioError(f"{source}: 'tau_grid' must be a list of numbers in [0, 1], got {grid!r}")
+        kwargs["tau_grid"] = tuple(_typed(v, float, "tau_grid[]", source) for v in grid)
+    if "reward" in top:
+        section = _mapping(top["reward"], RewardSpec, "reward", source)
+        kwargs["reward"] = RewardSpec(**_leaves(section, RewardSpec, "reward.", source))
+    if "cost_model" in top:
+        section = _mapping(top["cost_model"], CostModel, "cost_model", source)
+        kwargs["cost_model"] = CostModel(**_leaves(section, CostModel, "cost_model.", source))
+    if "shift" in top:
+        shifts = top["shift"] or []
+        if not isinstance(shifts, list):
+            raise ScenarioError(f"{source}: 'shift' must be a list like "
+                                f"[{{after_tokens: 64, domain: math}}], got {shifts!r}")
+        parsed = []
+        for i, item in enumerate(shifts):
+            section = _mapping(item, DomainShift, f"shift[{i}]", source)
+            missing = [f.name for f in fields(DomainShift) if f.name not in section]
+            if missing:
+                raise ScenarioError(f"{source}: 'shift[{i}]' is missing {missing}; write e.g. "
+                                    "{after_tokens: 64, domain: math}")
+            parsed.append(DomainShift(**_leaves(section, DomainShift, f"shift[{i}].", source)))
+        kwargs["shift"] = tuple(parsed)
+    return Scenario(**kwargs, source=source)

@@ -1,0 +1,268 @@
+"""``SpecDecodeEnv``: one env step is one real speculative iteration of the engine."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from specrl.engine.generation import Generation
+from specrl.engine.types import Action
+from specrl.envs.reward import step_reward
+from specrl.envs.scenario import Scenario, load_scenario
+from specrl.features import FEATURE_HIGH, FEATURE_LOW, FEATURE_NAMES, FeatureTracker, GenerationSettings
+from specrl.models import ModelPair
+
+# Text put between the generated text and the prompt appended by a domain shift.
+SHIFT_SEPARATOR = "\n"
+RESET_OPTIONS = ("domain", "prompt_index")
+
+
+class InvalidActionError(ValueError):
+    """An action outside the env's action space."""
+
+
+class SpecDecodeEnv(gym.Env):
+    """Choose (k, tau) for each iteration of real speculative decoding; maximise tokens/sec.
+
+    ## Description
+
+    Each episode decodes one prompt with the scenario's (target, draft) pair and sampling
+    settings. Each step runs one iteration of the lossless engine (DESIGN.md section 2): the
+    draft proposes up to ``k`` tokens, stopping early before a token whose confidence
+    ``max q`` is below ``tau``; the target verifies them in one forward; 1 to k + 1 tokens are
+    emitted. The output is the target's whatever the actions, so actions only change time.
+
+    Domain shift: a scenario may list ``shift: [{after_tokens: N, domain: D}, ...]``. When the
+    episode has generated N tokens (or its current segment ended at EOS before that), a
+    prompt of domain D (drawn with ``np_random`` from the same split) is appended to the text
+    so far, after a newline, and decoding continues on the longer context: a new engine
+    generation is started on it (its prefill is not counted in the reward, like the first
+    one), while the episode, its budget and the observation history carry on. So one episode
+    of ``code_to_math`` is code that turns into arithmetic mid-way, out of the draft's domain.
+    If the context would not leave room for the remaining budget, its oldest tokens are dropped.
+
+    ## Action Space
+
+    ``MultiDiscrete([k_max + 1, len(tau_grid)])``: ``[k, tau_index]`` with k in 0..k_max (0 is a
+    plain target step) and tau = ``tau_grid[tau_index]``. Defaults: k_max = 8 and
+    tau_grid = (0.0, 0.1, ..., 0.9); both set by the scenario. ``step`` also accepts a
+    :class:`specrl.Action` with ``k <= k_max`` and any tau in [0, 1], so that baseline
+    controllers with continuous thresholds run unquantised. Anything else raises
+    :class:`InvalidActionError`.
+
+    ## Observation Space
+
+    ``Box(0, 1, (19,), float32)``: the feature vector of :mod:`specrl.features`
+    (``FEATURE_NAMES``, ``FEATURE_VERSION``), the same one ``SpeculativeDecoder`` gives online
+    controllers: acceptance rates over short and long windows, the last step's proposed /
+    accepted / k / tau, draft confidence statistics, the draft/verify cost ratio, context
+    length, progress, temperature and batch size. In ``modeled`` time the cost ratio comes
+    from the modeled seconds.
+
+    ## Rewards
+
+    ``r_t = (n_t - rho * dt_t) / scale`` (:func:`specrl.envs.reward.step_reward`): n_t tokens
+    emitted by the step, dt_t its draft + verify seconds, rho the scenario's reference
+    throughput (default: plain decoding under the cost model), scale a positive constant
+    (default 1). The return, (N - rho * T) / scale, orders policies as their episode
+    tokens/sec N / T do (N does not depend on the policy); raw per-step tokens/sec would not.
+    Time is ``wallclock`` (the engine's device-synchronised seconds: noisy) or ``modeled``
+    (the scenario's :class:`~specrl.envs.cost_model.CostModel`: deterministic, a placeholder
+    for the calibrated latency model of issue 4).
+
+    ``info`` of a step: ``tokens``, ``seconds`` (the reward's dt), ``tokens_per_s``,
+    ``proposed``, ``accepted``, ``k`` (asked), ``k_used`` (after clipping to the budget),
+    ``tau``, ``domain``, ``segment``, ``episode_tokens``, ``episode_seconds`` and
+    ``step_result`` (the :class:`StepResult`, with the reward's seconds, for controllers'
+    ``observe``). With modeled time the info is deterministic; the measured seconds stay in
+    ``env.unwrapped.generation.steps``. ``info`` of ``reset``: ``domain``, ``prompt_index``,
+    ``prompt``, ``split``, ``prompt_tokens``, ``generation_seed``.
+
+    ## Starting State
+
+    ``reset(seed=, options=)`` draws a domain with the scenario's weights and a prompt of that
+    domain uniformly, both with ``self.np_random``, and a seed for the engine's sampling.
+    ``options`` may fix ``domain`` and/or ``prompt_index`` (for evaluation over a prompt set).
+
+    ## Episode End
+
+    Terminated when the generation is finished: ``max_new_tokens`` tokens, an EOS (with
+    ``stop_at_eos``, in the last segment) or a full context window. Never truncated.
+
+    ## Arguments
+
+    ```python
+    gymnasium.make("specrl/SpecDecode-v0", scenario="envs/code.yaml")   # a path or a shipped name
+    gymnasium.make("specrl/SpecDecode-v0", scenario=Scenario(...), pair=pair, split="heldout",
+                   time="modeled")
+    ```
+
+    - ``scenario``: a YAML path, a shipped scenario name ("code", "math_t1", ...) or a
+      :class:`Scenario`.
+    - ``pair``: an already loaded :class:`ModelPair`, used instead of loading the scenario's.
+    - ``split``: overrides the scenario's prompt split ("train" or "heldout").
+    - ``time``: overrides the scenario's time source ("wallclock" or "modeled").
+
+    ## Version History
+
+    - v0: initial version (observation features version 1).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        scenario: str | Path | Scenario = "code",
+        pair: ModelPair | None = None,
+        split: str | None = None,
+        time: str | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if render_mode is not None:
+            raise ValueError(f"SpecDecodeEnv does not render; got render_mode={render_mode!r}")
+        if not isinstance(scenario, Scenario):
+            scenario = load_scenario(scenario)
+        self.scenario = scenario.with_overrides(split=split, time=time)
+        self.pair = pair if pair is not None else self.scenario.pair.load()
+        self.prompt_sets = self.scenario.prompt_sets(self.pair)
+        self.reference_tokens_per_s = self.scenario.reference_tokens_per_s
+        self.tau_grid = tuple(self.scenario.tau_grid)
+        self.action_space = spaces.MultiDiscrete([self.scenario.k_max + 1, len(self.tau_grid)])
+        self.observation_space = spaces.Box(FEATURE_LOW, FEATURE_HIGH, (len(FEATURE_NAMES),), np.float32)
+        self.generation: Generation | None = None
+        self.features: FeatureTracker | None = None
+
+    # ---- actions ---------------------------------------------------------------------
+
+    def to_engine_action(self, action: Any) -> Action:
+        """``[k, tau_index]`` (or an :class:`Action`) -> the engine's Action; refuses invalid ones."""
+        k_max, n_tau = self.scenario.k_max, len(self.tau_grid)
+        if isinstance(action, Action):
+            if action.k > k_max:
+                raise InvalidActionError(f"Action(k={action.k}) exceeds this scenario's k_max = {k_max}")
+            return action
+        array = np.asarray(action)
+        valid = array.shape == (2,) and array.dtype.kind in "iu"
+        if valid:
+            k, tau_index = int(array[0]), int(array[1])
+            valid = 0 <= k <= k_max and 0 <= tau_index < n_tau
+        if not valid:
+            raise InvalidActionError(
+                f"invalid action {action!r}: expected two integers [k, tau_index] with 0 <= k <= {k_max} "
+                f"and 0 <= tau_index < {n_tau} (action space MultiDiscrete([{k_max + 1}, {n_tau}]), tau grid "
+                f"{list(self.tau_grid)}), or a specrl.Action"
+            )
+        return Action(k, self.tau_grid[tau_index])
+
+    # ---- the episode ---------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(RESET_OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {unknown}; known: {list(RESET_OPTIONS)}")
+        domain = options.get("domain") or self._draw_domain()
+        if domain not in self.prompt_sets:
+            raise ValueError(f"reset option domain={domain!r} is not one of this scenario's domains "
+                             f"{list(self.prompt_sets)}")
+        texts = self.prompt_sets[domain]
+        index = options.get("prompt_index")
+        if index is None:
+            index = int(self.np_random.integers(len(texts)))
+        elif not 0 <= index < len(texts):
+            raise ValueError(f"prompt_index={index} out of range: domain {domain!r} has {len(texts)} prompts")
+        self.generation_seed = int(self.np_random.integers(2**31 - 1))
+        self.domain, self.segment = domain, 0
+        self.episode_tokens, self.episode_seconds = 0, 0.0
+        prompt_ids = self.pair.encode(texts[index])
+        self.generation = self._generation(prompt_ids)
+        settings = GenerationSettings.of(self.generation, max_new_tokens=self.scenario.max_new_tokens)
+        self.features = FeatureTracker(settings, len(prompt_ids))
+        info = {
+            "domain": domain,
+            "prompt_index": index,
+            "prompt": texts[index],
+            "split": self.scenario.prompts.split,
+            "prompt_tokens": len(prompt_ids),
+            "generation_seed": self.generation_seed,
+        }
+        return self.features.vector(), info
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.generation is None or self.features is None:
+            raise RuntimeError("call reset() before step()")
+        if self.generation.done:
+            raise RuntimeError("the episode is over; call reset() to start a new one")
+        engine_action = self.to_engine_action(action)
+        result = self.generation.step(engine_action)
+        if self.scenario.reward.time == "modeled":
+            draft_seconds, verify_seconds = self.scenario.cost_model.seconds(result)
+            result = replace(result, draft_seconds=draft_seconds, verify_seconds=verify_seconds)
+        self.features.update(result)
+        seconds = result.seconds
+        self.episode_tokens += result.emitted
+        self.episode_seconds += seconds
+        reward = step_reward(result.emitted, seconds, self.reference_tokens_per_s, self.scenario.reward.scale)
+        info = {
+            "tokens": result.emitted,
+            "seconds": seconds,
+            "tokens_per_s": result.emitted / seconds if seconds > 0 else 0.0,
+            "proposed": result.proposed,
+            "accepted": result.accepted,
+            "k": engine_action.k,
+            "k_used": result.k,
+            "tau": engine_action.tau,
+            "domain": self.domain,
+            "segment": self.segment,
+            "episode_tokens": self.episode_tokens,
+            "episode_seconds": self.episode_seconds,
+            "step_result": result,
+        }
+        terminated = self.generation.done
+        budget_left = self.episode_tokens < self.scenario.max_new_tokens
+        if terminated and budget_left and self.segment < len(self.scenario.shift):
+            self._shift_domain()
+            terminated = False
+        return self.features.vector(), float(reward), terminated, False, info
+
+    def close(self) -> None:
+        self.generation = None
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _draw_domain(self) -> str:
+        names = list(self.scenario.prompts.domains)
+        weights = np.array([self.scenario.prompts.domains[d] for d in names], dtype=float)
+        return names[int(self.np_random.choice(len(names), p=weights / weights.sum()))]
+
+    def _generation(self, prompt_ids: list[int]) -> Generation:
+        """The engine generation of the current segment, up to its token budget."""
+        shifts_left = self.scenario.shift[self.segment:]
+        end = shifts_left[0].after_tokens if shifts_left else self.scenario.max_new_tokens
+        budget = end - self.episode_tokens
+        return Generation(self.pair, prompt_ids, budget, self.scenario.sampling,
+                          self.generation_seed + self.segment, self.scenario.stop_at_eos)
+
+    def _shift_domain(self) -> None:
+        """Append a prompt of the next shift's domain to the text so far and keep decoding."""
+        assert self.generation is not None and self.features is not None
+        shift = self.scenario.shift[self.segment]
+        texts = self.prompt_sets[shift.domain]
+        context = self.generation.tokens[0].tolist()
+        if self.generation.finished_by_eos:
+            context = context[:-1]  # the EOS would close the document before the new text
+        context += self.pair.encode(SHIFT_SEPARATOR + texts[int(self.np_random.integers(len(texts)))])
+        self.segment += 1
+        self.domain = shift.domain
+        room = self.pair.context_length - (self.scenario.max_new_tokens - self.episode_tokens)
+        context = context[-max(1, room):]
+        self.generation = self._generation(context)
+        self.features.set_context_length(len(context))

@@ -1,0 +1,195 @@
+"""Observation features: fixed length, documented ranges, exact values on scripted histories,
+and one feature function shared by the env and the online decoder."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from conftest import prompts
+
+import specrl
+from specrl import features as features_module
+from specrl.engine.timing import DeviceClock
+from specrl.engine.types import Action, StepResult
+from specrl.envs import run_episode
+from specrl.features import FEATURE_NAMES, FEATURE_VERSION, N_FEATURES, FeatureTracker, GenerationSettings
+
+SETTINGS = GenerationSettings(max_new_tokens=100, context_window=200, vocab_size=64, temperature=0.0)
+INDEX = {name: i for i, name in enumerate(FEATURE_NAMES)}
+
+
+def step(k, proposed, accepted, confidences=(), entropies=None, probs=None, tau=0.0, draft_s=0.0,
+         verify_s=0.01, context=100, emitted=None, stopped=False) -> StepResult:
+    confidences = list(confidences)
+    if probs is None:  # greedy-style: 1 for the accepted run, 0 after
+        probs = [1.0] * accepted + [0.0] * (proposed - accepted)
+    return StepResult(
+        action=Action(k, tau), k=k, proposed=proposed, accepted=accepted,
+        emitted=accepted + 1 if emitted is None else emitted, draft_seconds=draft_s, verify_seconds=verify_s,
+        confidences=confidences, entropies=list(entropies or [1.0] * len(confidences)),
+        accepted_mask=[i < accepted for i in range(proposed)],
+        acceptance_probs=list(probs),
+        stopped_by_tau=stopped, context_length=context,
+    )
+
+
+def features(tracker: FeatureTracker) -> dict[str, float]:
+    return dict(zip(FEATURE_NAMES, tracker.vector().tolist(), strict=True))
+
+
+def test_vector_has_fixed_length_version_and_documented_names():
+    assert isinstance(FEATURE_VERSION, int) and FEATURE_VERSION >= 1
+    assert len(set(FEATURE_NAMES)) == N_FEATURES
+    vector = FeatureTracker(SETTINGS, prompt_length=50).vector()
+    assert vector.shape == (N_FEATURES,) and vector.dtype == np.float32
+    for name in FEATURE_NAMES:  # each feature has its row in the module's documentation table
+        assert f" {name} " in features_module.__doc__, name
+
+
+def test_initial_vector_before_any_step():
+    settings = GenerationSettings(max_new_tokens=100, context_window=200, vocab_size=64, temperature=1.0,
+                                  batch_size=4)
+    values = features(FeatureTracker(settings, prompt_length=50))
+    assert values["context_fraction"] == pytest.approx(0.25)
+    assert values["temperature"] == pytest.approx(0.5)
+    assert values["batch_size"] == pytest.approx(2 / 8)
+    assert values["steps_since_draft"] == 1.0  # nothing known yet: maximally stale
+    assert values["progress"] == 0.0 and values["acceptance_short"] == 0.0 and values["cost_ratio"] == 0.0
+
+
+def test_scripted_history_gives_the_documented_values():
+    tracker = FeatureTracker(SETTINGS, prompt_length=50)
+    tracker.update(step(4, 4, 4, [0.9, 0.8, 0.7, 0.6], draft_s=0.004, verify_s=0.010, context=50))
+    tracker.update(step(4, 4, 1, [0.9, 0.3, 0.5, 0.2], draft_s=0.004, verify_s=0.010, context=55))
+    tracker.update(step(0, 0, 0, [], verify_s=0.008, context=57))  # a plain step
+    assert features(tracker)["steps_since_draft"] == pytest.approx(1 / 16)
+    tracker.update(step(3, 1, 0, [0.6, 0.4], entropies=[1.0, 2.0], probs=[0.25], tau=0.5, draft_s=0.002,
+                        verify_s=0.009, context=58, stopped=True))
+    values = features(tracker)
+    expected = {
+        "acceptance_short": 5 / 9,  # (4 + 1 + 0) / (4 + 4 + 1): the plain step does not count
+        "acceptance_long": 5 / 9,
+        "acceptance_prob_short": (4 + 1 + 0.25) / 9,
+        "last_proposed": 1 / 16,
+        "last_accepted": 0.0,
+        "last_k": 3 / 16,
+        "last_tau": 0.5,
+        "last_stopped_by_tau": 1.0,
+        "confidence_mean": 0.5,  # the last step's two draft positions, the tau-stopped one included
+        "confidence_min": 0.4,
+        "entropy_mean": 1.5 / math.log(64),
+        "rejected_confidence": (0.3 + 0.6) / 2,  # first rejected token of steps 2 and 4
+        "accepted_confidence": (0.9 + 0.8 + 0.7 + 0.6 + 0.9) / 5,
+        "cost_ratio": (0.010 / 10) / (0.037 / 4),  # seconds per draft forward / per verification
+        "steps_since_draft": 0.0,
+        "context_fraction": 59 / 200,
+        "progress": 9 / 100,
+        "temperature": 0.0,
+        "batch_size": 0.0,
+    }
+    assert set(expected) == set(FEATURE_NAMES)
+    for name, value in expected.items():
+        assert values[name] == pytest.approx(value, abs=1e-6), name
+
+
+def test_short_window_forgets_and_long_window_remembers():
+    tracker = FeatureTracker(SETTINGS, prompt_length=10)
+    for _ in range(4):
+        tracker.update(step(4, 4, 0, [0.5] * 4))
+    for _ in range(4):
+        tracker.update(step(4, 4, 4, [0.9] * 4))
+    values = features(tracker)
+    assert values["acceptance_short"] == 1.0
+    assert values["acceptance_long"] == pytest.approx(0.5)
+
+
+def test_every_feature_stays_finite_and_in_range_on_random_and_extreme_histories():
+    rng = random.Random(0)
+    settings = GenerationSettings(50, 64, 2, temperature=5.0, batch_size=1024)
+    tracker = FeatureTracker(settings, prompt_length=60)
+    for _ in range(300):
+        k = rng.choice([0, 1, 3, 8, 40])
+        proposed = rng.randint(0, k)
+        accepted = rng.randint(0, proposed)
+        tracker.update(step(
+            k, proposed, accepted, [rng.random() for _ in range(proposed + rng.randint(0, 1) if k else 0)],
+            entropies=None, tau=rng.random(), draft_s=rng.choice([0.0, 1e-4, 5.0]),
+            verify_s=rng.choice([0.0, 1e-3, 1e-9]), context=rng.randint(1, 500), stopped=rng.random() < 0.3,
+        ))
+        vector = tracker.vector()
+        assert np.isfinite(vector).all() and (vector >= 0).all() and (vector <= 1).all()
+
+
+def test_reset_forgets_the_history():
+    tracker = FeatureTracker(SETTINGS, prompt_length=50)
+    fresh = tracker.vector()
+    tracker.update(step(4, 4, 2, [0.9, 0.8, 0.3, 0.2], draft_s=0.004))
+    assert not np.array_equal(tracker.vector(), fresh)
+    tracker.reset(SETTINGS, prompt_length=50)
+    assert np.array_equal(tracker.vector(), fresh)
+
+
+class Recording:
+    """Wraps a controller and records what it was shown and what it chose."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.observations, self.actions = inner, [], []
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self.observations, self.actions = [], []
+
+    def act(self, observation):
+        self.observations.append(np.array(observation, copy=True))
+        self.actions.append(self.inner.act(observation))
+        return self.actions[-1]
+
+    def observe(self, result) -> None:
+        self.inner.observe(result)
+
+
+def test_decoder_gives_the_controller_the_feature_vector_of_its_history(pair):
+    controller = Recording(specrl.TCPController())
+    out = specrl.SpeculativeDecoder(pair, controller).generate(prompts(1, pair.vocab_size)[0],
+                                                               max_new_tokens=30, stop_at_eos=False)
+    assert len(controller.observations) == len(out.steps)
+    settings = GenerationSettings(max_new_tokens=30, context_window=pair.context_length,
+                                  vocab_size=pair.vocab_size, temperature=0.0)
+    tracker = FeatureTracker(settings, prompt_length=len(out.prompt_ids))
+    for observation, result in zip(controller.observations, out.steps, strict=True):
+        assert observation.shape == (N_FEATURES,)
+        assert np.array_equal(observation, tracker.vector())
+        tracker.update(result)
+
+
+@pytest.fixture
+def counting_clock(monkeypatch):
+    """Every clock reading advances by exactly 1: measured times become reproducible."""
+    ticks = itertools.count()
+    monkeypatch.setattr(DeviceClock, "now", lambda self: float(next(ticks)))
+
+
+def test_env_and_decoder_show_a_controller_identical_observations_and_get_identical_actions(
+    tiny_home, counting_clock
+):
+    _, pair = tiny_home
+    scenario = replace(specrl.load_scenario("code_t1"), max_new_tokens=40)
+    env = specrl.SpecDecodeEnv(scenario, pair=pair, time="wallclock")
+    in_env = Recording(specrl.TCPController())
+    summary = run_episode(env, in_env, seed=3)
+    _, info = env.reset(seed=3)
+
+    in_decoder = Recording(specrl.TCPController())
+    out = specrl.SpeculativeDecoder(pair, in_decoder).generate(
+        info["prompt"], max_new_tokens=40, temperature=1.0, seed=info["generation_seed"]
+    )
+    assert summary.tokens == out.stats.new_tokens and summary.steps == len(out.steps) > 5
+    assert in_env.actions == in_decoder.actions
+    assert len({a.k for a in in_env.actions}) > 1, "the controller adapted, so the history mattered"
+    for seen_by_env, seen_by_decoder in zip(in_env.observations, in_decoder.observations, strict=True):
+        assert np.array_equal(seen_by_env, seen_by_decoder)
