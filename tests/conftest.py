@@ -45,8 +45,10 @@ def save_model(path: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokeniz
     return str(path)
 
 
-def make_pair(tmp_path: Path, vocab_size: int = 64, draft_seed: int = 1, target_seed: int = 0,
-              draft_sharpness: float = 8.0, context: int = 256, draft_layers: int = 1) -> specrl.ModelPair:
+def make_pair(
+    tmp_path: Path, vocab_size: int = 64, draft_seed: int = 1, target_seed: int = 0,
+    draft_sharpness: float = 8.0, context: int = 256, draft_layers: int = 1,
+) -> specrl.ModelPair:
     tokenizer = word_tokenizer(vocab_size)
     target = save_model(tmp_path / "target", random_llama(vocab_size, target_seed, context=context), tokenizer)
     draft_model = random_llama(vocab_size, draft_seed, layers=draft_layers, sharpness=draft_sharpness,

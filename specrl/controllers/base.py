@@ -11,9 +11,9 @@ from specrl.engine.types import Action, StepResult
 class Controller(Protocol):
     """Chooses how far to speculate. Never reaches into the engine.
 
-    ``act`` receives an observation of the decoding so far (the in-progress generation
-    for now; the observation-features issue turns it into a fixed feature vector) and
-    returns an :class:`Action`. ``observe`` receives the :class:`StepResult` of that action.
+    ``act`` receives the observation vector of :mod:`specrl.features` (the same vector the
+    envs produce, so a policy trained in an env sees identical inputs online) and returns
+    an :class:`Action`. ``observe`` receives the :class:`StepResult` of that action.
     """
 
     def reset(self) -> None: ...
