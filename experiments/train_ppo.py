@@ -15,7 +15,9 @@ import specrl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--preset", default="small", help="embedded pair to use (small or tiny)")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate")
     args = parser.parse_args()

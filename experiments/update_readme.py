@@ -32,7 +32,9 @@ def zoo_card_markdown(preset: str) -> str:
         "|---|---|---|---|",
     ]
     for domain, row in card["heldout"].items():
-        lines.append(f"| {domain} | {row['target_loss']:.3f} | {row['draft_loss']:.3f} | {row['agreement']:.3f} |")
+        lines.append(
+            f"| {domain} | {row['target_loss']:.3f} | {row['draft_loss']:.3f} | {row['agreement']:.3f} |"
+        )
     return "\n".join(lines)
 
 
@@ -50,7 +52,9 @@ def paste(name: str, text: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("name", help="marker name, e.g. BENCH")
     parser.add_argument("markdown", nargs="?", help="markdown file to paste")
     parser.add_argument("--zoo-card", metavar="PRESET", help="paste the shipped pair's card as a table")

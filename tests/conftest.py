@@ -24,14 +24,22 @@ def word_tokenizer(vocab_size: int, offset: int = 0) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", unk_token="<eos>")
 
 
-def random_llama(vocab_size: int, seed: int, hidden: int = 32, layers: int = 2, sharpness: float = 8.0,
-                 context: int = 256) -> LlamaForCausalLM:
+def random_llama(
+    vocab_size: int, seed: int, hidden: int = 32, layers: int = 2, sharpness: float = 8.0, context: int = 256
+) -> LlamaForCausalLM:
     """A random Llama whose next-token distributions are far from uniform (scaled head)."""
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
-        tie_word_embeddings=False, eos_token_id=vocab_size - 1, bos_token_id=0,
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        tie_word_embeddings=False,
+        eos_token_id=vocab_size - 1,
+        bos_token_id=0,
     )
     model = LlamaForCausalLM(config)
     with torch.no_grad():
@@ -46,13 +54,21 @@ def save_model(path: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokeniz
 
 
 def make_pair(
-    tmp_path: Path, vocab_size: int = 64, draft_seed: int = 1, target_seed: int = 0,
-    draft_sharpness: float = 8.0, context: int = 256, draft_layers: int = 1,
+    tmp_path: Path,
+    vocab_size: int = 64,
+    draft_seed: int = 1,
+    target_seed: int = 0,
+    draft_sharpness: float = 8.0,
+    context: int = 256,
+    draft_layers: int = 1,
 ) -> specrl.ModelPair:
     tokenizer = word_tokenizer(vocab_size)
-    target = save_model(tmp_path / "target", random_llama(vocab_size, target_seed, context=context), tokenizer)
-    draft_model = random_llama(vocab_size, draft_seed, layers=draft_layers, sharpness=draft_sharpness,
-                               context=context)
+    target = save_model(
+        tmp_path / "target", random_llama(vocab_size, target_seed, context=context), tokenizer
+    )
+    draft_model = random_llama(
+        vocab_size, draft_seed, layers=draft_layers, sharpness=draft_sharpness, context=context
+    )
     draft = save_model(tmp_path / "draft", draft_model, tokenizer)
     return specrl.load_pair(target=target, draft=draft, device="cpu")
 
