@@ -58,7 +58,6 @@ import shlex
 import statistics
 import subprocess
 import sys
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +71,7 @@ from transformers.utils import is_sklearn_available
 import specrl
 from specrl.engine.cache import CachedModel
 from specrl.engine.timing import DeviceClock
+from specrl.io import write_text_atomic
 
 REPO = Path(__file__).resolve().parent.parent
 DOMAINS = ("code", "prose", "math")
@@ -575,19 +575,6 @@ def render_markdown(report: dict) -> str:
     return "\n".join(md)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def default_out(pair: specrl.ModelPair) -> Path:
     return REPO / "results" / "bench_decode" / re.sub(r"[^A-Za-z0-9._+-]+", "_", pair.name).strip("_")
 
@@ -643,8 +630,8 @@ def main(argv: list[str] | None = None) -> dict:
     }
     out = args.out or default_out(pair)
     markdown = render_markdown(report)
-    write_atomic(out / "bench.json", json.dumps(report, indent=1, default=str) + "\n")
-    write_atomic(out / "bench.md", markdown)
+    write_text_atomic(out / "bench.json", json.dumps(report, indent=1, default=str) + "\n")
+    write_text_atomic(out / "bench.md", markdown)
     print(markdown)
     print(f"wrote {out / 'bench.json'} and {out / 'bench.md'}")
     return report

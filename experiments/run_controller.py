@@ -43,6 +43,7 @@ from specrl.controllers import (
     TCPController,
 )
 from specrl.envs import EpisodeSummary, PairSpec, SpecDecodeEnv, load_scenario, run_episode, shipped_scenarios
+from specrl.io import write_text_atomic
 
 NAMED_CONTROLLERS = ("tcp", "tcp-tau0.25", "hf-heuristic", "hf-confidence")
 DEFAULT_CONTROLLERS = ("static:0", "static:4", *NAMED_CONTROLLERS)
@@ -101,6 +102,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--draft", default=None, help="HF id or path of the draft, with --target")
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: CUDA when present)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
+    parser.add_argument("--markdown", type=Path, default=None, help="also write the tables to this .md file")
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error("--episodes must be >= 1")
@@ -172,8 +174,9 @@ def main(argv: list[str] | None = None) -> dict:
             }
     print("\n\n".join(tables))
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2))
+        write_text_atomic(args.json, json.dumps(results, indent=2))
+    if args.markdown is not None:
+        write_text_atomic(args.markdown, "\n\n".join(tables) + "\n")
     return results
 
 
