@@ -2,6 +2,7 @@
 
     python experiments/update_readme.py BENCH results/bench_decode/specrl-zoo-small/bench.md
     python experiments/update_readme.py ZOO-CARD --zoo-card small
+    python experiments/update_readme.py CONTROLLERS --controllers-json results/run_controller.json
 
 Keeps README numbers identical to what the scripts wrote; run it after regenerating them.
 """
@@ -38,6 +39,19 @@ def zoo_card_markdown(preset: str) -> str:
     return "\n".join(lines)
 
 
+def controllers_markdown(results_json: Path) -> str:
+    """Scenario x controller tokens/sec (ratio to plain) from run_controller.py's --json output."""
+    results = json.loads(results_json.read_text())
+    controllers = list(next(iter(results.values()))["controllers"])
+    lines = ["| scenario | " + " | ".join(controllers) + " |", "|---" * (len(controllers) + 1) + "|"]
+    for scenario, result in results.items():
+        rows = result["controllers"]
+        plain = rows[controllers[0]]["tokens_per_s"]
+        cells = [f"{rows[c]['tokens_per_s']:.0f} ({rows[c]['tokens_per_s'] / plain:.2f}x)" for c in controllers]
+        lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def paste(name: str, text: str) -> None:
     readme = README.read_text()
     block = f"<!-- {name} -->\n{text.strip()}\n<!-- /{name} -->"
@@ -58,8 +72,15 @@ def main() -> None:
     parser.add_argument("name", help="marker name, e.g. BENCH")
     parser.add_argument("markdown", nargs="?", help="markdown file to paste")
     parser.add_argument("--zoo-card", metavar="PRESET", help="paste the shipped pair's card as a table")
+    parser.add_argument("--controllers-json", type=Path, metavar="FILE",
+                        help="paste run_controller.py's --json results as a scenario x controller table")
     args = parser.parse_args()
-    text = zoo_card_markdown(args.zoo_card) if args.zoo_card else Path(args.markdown).read_text()
+    if args.zoo_card:
+        text = zoo_card_markdown(args.zoo_card)
+    elif args.controllers_json:
+        text = controllers_markdown(args.controllers_json)
+    else:
+        text = Path(args.markdown).read_text()
     paste(args.name, text)
 
 
