@@ -47,7 +47,8 @@ def controllers_markdown(results_json: Path) -> str:
     for scenario, result in results.items():
         rows = result["controllers"]
         plain = rows[controllers[0]]["tokens_per_s"]
-        cells = [f"{rows[c]['tokens_per_s']:.0f} ({rows[c]['tokens_per_s'] / plain:.2f}x)" for c in controllers]
+        speeds = [rows[c]["tokens_per_s"] for c in controllers]
+        cells = [f"{speed:.0f} ({speed / plain:.2f}x)" for speed in speeds]
         lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
