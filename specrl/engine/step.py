@@ -50,8 +50,7 @@ def speculative_step(
     pending = tokens[:, draft.length :]  # tokens the draft has not seen yet, >= 1
     for _ in range(k):
         q = sampling.probs(draft.feed(pending)[:, -1])  # (B, V)
-        confidence = q.max(-1).values
-        confidences.append(confidence.item())
+        confidences.append(q.max(-1).values.item())
         entropies.append(entropy(q).item())
         if confidences[-1] < action.tau:
             stopped_by_tau = True
@@ -70,18 +69,18 @@ def speculative_step(
     # 3. Accept x_i while u_i < p_i(x_i) / q_i(x_i); then a correction or bonus token.
     if m:
         q = torch.stack(q_of_drafted, 1)  # (B, m, V)
-        p_x = p[:, :m].gather(-1, proposal[..., None])[..., 0]  # (B, m)
-        q_x = q.gather(-1, proposal[..., None])[..., 0]
         if sampling.greedy:
-            accept = proposal == p[:, :m].argmax(-1)
+            accept = proposal == p[:, :m].argmax(-1)  # (B, m)
             acceptance_probs = accept.float()
         else:
+            p_x = p[:, :m].gather(-1, proposal[..., None])[..., 0]  # (B, m)
+            q_x = q.gather(-1, proposal[..., None])[..., 0]  # > 0: x was drawn from q
             acceptance_probs = (p_x / q_x).clamp(max=1.0)
             u = torch.rand(p_x.shape, generator=generator, device=p_x.device)
             accept = u * q_x < p_x
-        accepted = int(accept[0].long().cumprod(0).sum())
+        accepted = int(accept[0].long().cumprod(0).sum())  # the leading run of acceptances
     else:
-        accept, acceptance_probs, accepted = proposal.bool(), proposal.float(), 0
+        acceptance_probs, accepted = proposal.float(), 0
     if accepted < m and not sampling.greedy:
         next_probs = residual(p[:, accepted], q[:, accepted])
     else:
