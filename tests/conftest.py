@@ -104,3 +104,12 @@ def tiny_home(tmp_path_factory):
 def prompts(n: int, vocab_size: int, seed: int = 0, length: int = 12) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(0, vocab_size - 1, (length,), generator=g).tolist() for _ in range(n)]
+
+
+@torch.inference_mode()
+def reference_greedy(model, prompt: list[int], n: int) -> list[int]:
+    """Plain greedy decoding by recomputing the whole sequence each token (no cache)."""
+    ids = list(prompt)
+    for _ in range(n):
+        ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]

@@ -6,8 +6,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-import torch
-from conftest import prompts
+from conftest import prompts, reference_greedy
 
 import specrl
 from specrl.controllers import (
@@ -286,18 +285,10 @@ CONTROLLERS = [  # (controller, its first action)
 ]
 
 
-@torch.inference_mode()
-def plain_greedy(model, prompt: list[int], n: int) -> list[int]:
-    ids = list(prompt)
-    for _ in range(n):
-        ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids[len(prompt):]
-
-
 @pytest.fixture(scope="module")
 def greedy_case(pair):
     prompt = prompts(1, pair.vocab_size, seed=7)[0]
-    return prompt, plain_greedy(pair.target, prompt, 32)
+    return prompt, reference_greedy(pair.target, prompt, 32)
 
 
 @pytest.mark.parametrize(("controller", "first_action"), CONTROLLERS, ids=[c.name for c, _ in CONTROLLERS])

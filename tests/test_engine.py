@@ -6,22 +6,13 @@ import itertools
 
 import pytest
 import torch
-from conftest import prompts
+from conftest import prompts, reference_greedy
 from scipy.stats import chisquare
 
 import specrl
 from specrl.engine import step as step_module
 from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig
-
-
-@torch.inference_mode()
-def reference_greedy(model, prompt: list[int], n: int) -> list[int]:
-    """Plain greedy decoding by recomputing the whole sequence each token (no cache)."""
-    ids = list(prompt)
-    for _ in range(n):
-        ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids[len(prompt):]
 
 
 def decode(pair, prompt, k, tau=0.0, n=24, **options):
