@@ -67,3 +67,18 @@ def test_math_documents_are_correct_arithmetic():
         if "//" in left:
             continue
         assert eval(left) == int(right), line  # noqa: S307 - checking generated arithmetic
+
+
+def test_shipped_default_pair_loads_without_building(monkeypatch, tmp_path):
+    """The default pair ships with the package: loading it builds nothing and needs no hub."""
+    monkeypatch.setenv("SPECRL_HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    pair = specrl.load_pair(device="cpu")
+    assert pair.name == "specrl-zoo-small" and not (tmp_path / "zoo").exists()
+    assert pair.card["draft_trained_on"] == ["code", "prose"]
+    assert pair.target.num_parameters() > 10 * pair.draft.num_parameters()
+    assert pair.target.dtype == torch.float32  # stored as float16, computed in fp32 on CPU
+    out = specrl.SpeculativeDecoder(pair, specrl.StaticController(4)).generate(
+        pair.prompts["heldout"]["code"][0], max_new_tokens=16, stop_at_eos=False
+    )
+    assert out.stats.new_tokens == 16 and out.stats.accepted > 0
