@@ -180,7 +180,7 @@ class FeatureTracker:
         self.last = result
         self.generated += result.emitted
         self.context_length = result.context_length + result.emitted
-        draft_forwards = len(result.confidences)  # one confidence per draft forward
+        draft_forwards = result.draft_forwards
         if draft_forwards:
             self.last_draft = result
             self.steps_since_draft = 0

@@ -66,6 +66,11 @@ class StepResult:
     def seconds(self) -> float:
         return self.draft_seconds + self.verify_seconds
 
+    @property
+    def draft_forwards(self) -> int:
+        """Draft forwards the step ran: one per drafted position, the tau-stopped one included."""
+        return len(self.confidences)
+
 
 @dataclass
 class GenerationStats:

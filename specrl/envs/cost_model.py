@@ -46,6 +46,6 @@ class CostModel:
 
     def seconds(self, result: StepResult) -> tuple[float, float]:
         """(draft seconds, verify seconds) of a step."""
-        draft = self.draft_forward_s * len(result.confidences)  # one confidence per draft forward
+        draft = self.draft_forward_s * result.draft_forwards
         verify = self.target_forward_s + self.target_per_token_s * result.proposed
         return draft, verify
