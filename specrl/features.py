@@ -126,18 +126,15 @@ class GenerationSettings:
 
 
 def _clip01(value: float) -> float:
+    """Clip to [0, 1]; NaN (from a broken step result) becomes 0 (``max`` keeps its first
+    argument when the comparison with NaN is false)."""
     return min(1.0, max(0.0, value))
 
 
-def _mean(values: Iterable[float]) -> float:
-    values = list(values)
-    return sum(values) / len(values) if values else 0.0
-
-
-def _rate(pairs: list[tuple[float, float]]) -> float:
+def _rate(numerators: Iterable[float], denominators: Iterable[float]) -> float:
     """sum(numerators) / sum(denominators), 0 when the denominator is 0."""
-    denominator = sum(d for _, d in pairs)
-    return sum(n for n, _ in pairs) / denominator if denominator > 0 else 0.0
+    denominator = sum(denominators)
+    return sum(numerators) / denominator if denominator > 0 else 0.0
 
 
 class FeatureTracker:
@@ -150,6 +147,10 @@ class FeatureTracker:
             result = generation.step(controller.act(tracker.vector()))
             tracker.update(result)
             controller.observe(result)
+
+    Window statistics are aggregated in ``update`` (once per step, over windows of at most
+    32 entries), so ``vector`` only assembles numbers: the trace-replay simulator calls both
+    tens of thousands of times a second.
     """
 
     def __init__(self, settings: GenerationSettings, prompt_length: int) -> None:
@@ -160,16 +161,22 @@ class FeatureTracker:
         self.settings = settings
         self.context_length = prompt_length
         self.generated = 0
-        self.last: StepResult | None = None
-        self.last_draft: StepResult | None = None  # the last step that ran the draft
         self.steps_since_draft: int | None = None
-        # per proposing step: (accepted, proposed, sum of acceptance probabilities)
-        self.proposing: deque[tuple[int, int, float]] = deque(maxlen=LONG_WINDOW)
+        # per proposing step: accepted, proposed, sum of acceptance probabilities
+        self.proposing_accepted: deque[int] = deque(maxlen=LONG_WINDOW)
+        self.proposing_proposed: deque[int] = deque(maxlen=LONG_WINDOW)
+        self.proposing_probs: deque[float] = deque(maxlen=LONG_WINDOW)
         self.rejected_confidences: deque[float] = deque(maxlen=CONFIDENCE_WINDOW)
-        # per step with acceptances: (sum of accepted confidences, accepted count)
-        self.accepted_confidences: deque[tuple[float, int]] = deque(maxlen=CONFIDENCE_WINDOW)
-        # per step: (draft seconds, draft forwards, verify seconds)
-        self.timings: deque[tuple[float, int, float]] = deque(maxlen=COST_WINDOW)
+        # per step with acceptances: sum of accepted confidences, accepted count
+        self.accepted_confidence_sums: deque[float] = deque(maxlen=CONFIDENCE_WINDOW)
+        self.accepted_counts: deque[int] = deque(maxlen=CONFIDENCE_WINDOW)
+        # per step: draft seconds (of steps that ran the draft), draft forwards, verify seconds
+        self.draft_seconds: deque[float] = deque(maxlen=COST_WINDOW)
+        self.draft_forwards: deque[int] = deque(maxlen=COST_WINDOW)
+        self.verify_seconds: deque[float] = deque(maxlen=COST_WINDOW)
+        self.log_vocab = math.log(max(2, settings.vocab_size))
+        # features 0-14 as of the last update (15-18 depend on the running lengths)
+        self.history = [0.0] * 14 + [1.0]
 
     def set_context_length(self, length: int) -> None:
         """The sequence changed outside a step (an env appended text); record its new length."""
@@ -177,60 +184,61 @@ class FeatureTracker:
 
     def update(self, result: StepResult) -> None:
         """Account for one step."""
-        self.last = result
+        history = self.history
         self.generated += result.emitted
         self.context_length = result.context_length + result.emitted
-        draft_forwards = result.draft_forwards
+        accepted, proposed = result.accepted, result.proposed
+        confidences = result.confidences
+        draft_forwards = len(confidences)  # StepResult.draft_forwards, without the call
         if draft_forwards:
-            self.last_draft = result
             self.steps_since_draft = 0
+            history[8] = sum(confidences) / draft_forwards
+            history[9] = min(confidences)
+            history[10] = sum(result.entropies) / draft_forwards / self.log_vocab
         elif self.steps_since_draft is not None:
             self.steps_since_draft += 1
-        if result.proposed:
-            self.proposing.append((result.accepted, result.proposed, sum(result.acceptance_probs)))
-        if result.accepted < result.proposed:
-            self.rejected_confidences.append(result.confidences[result.accepted])
-        if result.accepted:
-            self.accepted_confidences.append((sum(result.confidences[: result.accepted]), result.accepted))
-        self.timings.append((result.draft_seconds, draft_forwards, result.verify_seconds))
+        if proposed:
+            self.proposing_accepted.append(accepted)
+            self.proposing_proposed.append(proposed)
+            self.proposing_probs.append(sum(result.acceptance_probs))
+            short_proposed = list(self.proposing_proposed)[-SHORT_WINDOW:]
+            history[0] = _rate(list(self.proposing_accepted)[-SHORT_WINDOW:], short_proposed)
+            history[1] = _rate(self.proposing_accepted, self.proposing_proposed)
+            history[2] = _rate(list(self.proposing_probs)[-SHORT_WINDOW:], short_proposed)
+        if accepted < proposed:
+            self.rejected_confidences.append(confidences[accepted])
+            history[11] = sum(self.rejected_confidences) / len(self.rejected_confidences)
+        if accepted:
+            self.accepted_confidence_sums.append(sum(confidences[:accepted]))
+            self.accepted_counts.append(accepted)
+            history[12] = _rate(self.accepted_confidence_sums, self.accepted_counts)
+        self.draft_seconds.append(result.draft_seconds if draft_forwards else 0.0)
+        self.draft_forwards.append(draft_forwards)
+        self.verify_seconds.append(result.verify_seconds)
+        history[13] = self._cost_ratio()
+        history[3] = proposed / K_NORM
+        history[4] = accepted / K_NORM
+        history[5] = result.action.k / K_NORM
+        history[6] = result.action.tau
+        history[7] = 1.0 if result.stopped_by_tau else 0.0
+        history[14] = 1.0 if self.steps_since_draft is None else self.steps_since_draft / K_NORM
 
     def _cost_ratio(self) -> float:
-        draft_seconds = sum(seconds for seconds, forwards, _ in self.timings if forwards)
-        draft_forwards = sum(forwards for _, forwards, _ in self.timings)
-        verify_seconds = sum(seconds for _, _, seconds in self.timings)
+        draft_forwards = sum(self.draft_forwards)
+        verify_seconds = sum(self.verify_seconds)
         if not draft_forwards or verify_seconds <= 0:
             return 0.0
-        per_verify = verify_seconds / len(self.timings)
-        return _clip01(draft_seconds / draft_forwards / per_verify)
+        per_verify = verify_seconds / len(self.verify_seconds)
+        return sum(self.draft_seconds) / draft_forwards / per_verify
 
     def vector(self) -> np.ndarray:
         """The observation now: float32 array of shape (N_FEATURES,), every entry in [0, 1]."""
-        settings, last, drafted = self.settings, self.last, self.last_draft
-        short = [(a, m) for a, m, _ in list(self.proposing)[-SHORT_WINDOW:]]
-        short_probs = [(p, m) for _, m, p in list(self.proposing)[-SHORT_WINDOW:]]
-        confidences = drafted.confidences if drafted is not None else []
-        entropies = drafted.entropies if drafted is not None else []
-        features = [
-            _rate(short),
-            _rate([(a, m) for a, m, _ in self.proposing]),
-            _rate(short_probs),
-            last.proposed / K_NORM if last else 0.0,
-            last.accepted / K_NORM if last else 0.0,
-            last.action.k / K_NORM if last else 0.0,
-            last.action.tau if last else 0.0,
-            float(last.stopped_by_tau) if last else 0.0,
-            _mean(confidences),
-            min(confidences) if confidences else 0.0,
-            _mean(entropies) / math.log(max(2, settings.vocab_size)),
-            _mean(self.rejected_confidences),
-            _rate(list(self.accepted_confidences)),
-            self._cost_ratio(),
-            1.0 if self.steps_since_draft is None else self.steps_since_draft / K_NORM,
-            self.context_length / settings.context_window,
-            self.generated / settings.max_new_tokens,
-            settings.temperature / TEMPERATURE_NORM,
-            math.log2(max(1, settings.batch_size)) / BATCH_LOG2_NORM,
-        ]
+        settings = self.settings
+        features = [_clip01(value) for value in self.history]
         # Clipping keeps the declared range whatever happens (k > 16, a custom context
-        # window smaller than the prompt); NaN, from a broken step result, becomes 0.
-        return np.nan_to_num(np.clip(np.asarray(features, dtype=np.float32), FEATURE_LOW, FEATURE_HIGH))
+        # window smaller than the prompt).
+        features.append(_clip01(self.context_length / settings.context_window))
+        features.append(_clip01(self.generated / settings.max_new_tokens))
+        features.append(_clip01(settings.temperature / TEMPERATURE_NORM))
+        features.append(_clip01(math.log2(max(1, settings.batch_size)) / BATCH_LOG2_NORM))
+        return np.array(features, dtype=np.float32)

@@ -1,0 +1,305 @@
+"""Traces and the trace-replay envs: exact greedy replay, sampled replay in law, the numpy
+vectorised env against the single env, the file format."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+from conftest import prompts, random_llama, save_model, word_tokenizer
+from gymnasium.utils.env_checker import check_env as gymnasium_check_env
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+import specrl
+from specrl.envs import (
+    TRACE_REPLAY_ID,
+    DomainShift,
+    InvalidActionError,
+    PromptSpec,
+    RewardSpec,
+    Scenario,
+    SpecDecodeEnv,
+    TraceReplayEnv,
+    VecTraceReplay,
+)
+from specrl.latency import LatencyModel
+from specrl.traces import TRACE_FORMAT_VERSION, TraceError, TraceSet, collect_traces
+
+VOCAB = 48
+
+
+@pytest.fixture(scope="module")
+def close_pair(tmp_path_factory) -> specrl.ModelPair:
+    """A draft that is the target with noise added to its head: partial, varied acceptance."""
+    tmp = tmp_path_factory.mktemp("close_pair")
+    tokenizer = word_tokenizer(VOCAB)
+    target = random_llama(VOCAB, seed=0, context=128)
+    draft = random_llama(VOCAB, seed=0, context=128)
+    torch.manual_seed(5)
+    with torch.no_grad():
+        draft.lm_head.weight.add_(torch.randn_like(draft.lm_head.weight) * draft.lm_head.weight.std() * 0.4)
+    return specrl.load_pair(
+        target=save_model(tmp / "target", target, tokenizer),
+        draft=save_model(tmp / "draft", draft, tokenizer),
+        device="cpu",
+    )
+
+
+@pytest.fixture(scope="module")
+def prompt_file(tmp_path_factory) -> str:
+    texts = [" ".join(f"w{i}" for i in ids) for ids in prompts(16, VOCAB, seed=4)]
+    sets = {
+        "train": {"code": texts[:4], "math": texts[4:8]},
+        "heldout": {"code": texts[8:12], "math": texts[12:]},
+    }
+    path = tmp_path_factory.mktemp("prompts") / "prompts.json"
+    path.write_text(json.dumps(sets))
+    return str(path)
+
+
+def scenario(prompt_file: str, temperature: float = 0.0, **changes) -> Scenario:
+    base = Scenario(
+        name="words",
+        prompts=PromptSpec(file=prompt_file, domains={"code": 1.0, "math": 1.0}),
+        max_new_tokens=24,
+        reward=RewardSpec(time="modeled"),
+        latency="constant",
+    )
+    return replace(base, sampling=replace(base.sampling, temperature=temperature), **changes)
+
+
+@pytest.fixture(scope="module")
+def latency() -> LatencyModel:
+    # a cost model with context dependence off; the draft is made relatively expensive so
+    # that actions matter
+    return LatencyModel.from_cost_model(
+        specrl.envs.CostModel(draft_forward_s=0.002, target_forward_s=0.01, target_per_token_s=0.001)
+    )
+
+
+@pytest.fixture(scope="module")
+def shifted(prompt_file) -> Scenario:
+    return scenario(prompt_file, shift=(DomainShift(10, "math"),))
+
+
+@pytest.fixture(scope="module")
+def greedy_traces(close_pair, shifted) -> TraceSet:
+    return collect_traces(close_pair, shifted, "heldout", progress=False)
+
+
+def random_actions(rng: np.random.Generator, n: int, k_max: int = 8, n_tau: int = 10) -> list[np.ndarray]:
+    return [np.array([rng.integers(0, k_max + 1), rng.integers(0, n_tau)]) for _ in range(n)]
+
+
+def outcome(result) -> tuple:
+    return (
+        result.k,
+        result.proposed,
+        result.accepted,
+        result.emitted,
+        result.stopped_by_tau,
+        result.tokens,
+        result.draft_forwards,
+    )
+
+
+def test_traces_have_partial_acceptance_and_both_segments(greedy_traces):
+    assert len(greedy_traces) == 8 and greedy_traces.greedy
+    accept = greedy_traces.arrays["accept_prob"]
+    assert set(np.unique(accept)) == {0.0, 1.0} and 0.2 < accept.mean() < 0.9
+    assert all(len(t.segments) == 2 for t in greedy_traces.traces)  # every episode shifted to math
+    assert all(t.segments[0].end == 10 and t.tokens == 24 for t in greedy_traces.traces)
+
+
+def test_greedy_replay_equals_the_real_env_step_by_step(close_pair, shifted, greedy_traces, latency):
+    real = SpecDecodeEnv(shifted, pair=close_pair, split="heldout", latency=latency)
+    sim = TraceReplayEnv(shifted, traces=greedy_traces, latency=latency)
+    rng = np.random.default_rng(0)
+    steps = 0
+    for index, trace in enumerate(greedy_traces.traces):
+        real_observation, _ = real.reset(
+            seed=trace.seed, options={"domain": trace.domain, "prompt_index": trace.prompt_index}
+        )
+        sim_observation, _ = sim.reset(seed=1, options={"trace_index": index})
+        np.testing.assert_array_equal(real_observation, sim_observation)
+        done = False
+        while not done:
+            action = random_actions(rng, 1)[0]
+            real_observation, real_reward, done, _, real_info = real.step(action)
+            sim_observation, sim_reward, sim_done, _, sim_info = sim.step(action)
+            assert outcome(sim_info["step_result"]) == outcome(real_info["step_result"])
+            assert sim_info["step_result"].confidences == pytest.approx(
+                real_info["step_result"].confidences, abs=1e-5
+            )
+            np.testing.assert_allclose(sim_observation, real_observation, atol=1e-5)
+            assert sim_reward == pytest.approx(real_reward) and sim_done == done
+            assert sim_info["domain"] == real_info["domain"] and sim_info["segment"] == real_info["segment"]
+            steps += 1
+    assert steps > 60
+
+
+def test_sampled_replay_matches_the_real_acceptance_per_draft_position(close_pair, prompt_file, latency):
+    """Static k = 3 at temperature 1: P(accept | proposed) at draft positions 1..3, real env vs
+    replay, each over 40 independently sampled episodes; within 4 standard errors."""
+    sampled = scenario(prompt_file, temperature=1.0, max_new_tokens=16)
+    traces = collect_traces(close_pair, sampled, "train", seed=100, progress=False)
+    traces = TraceSet.concatenate(
+        [traces]
+        + [collect_traces(close_pair, sampled, "train", seed=s, progress=False) for s in (200, 300, 400)]
+    )
+    real = SpecDecodeEnv(sampled, pair=close_pair, split="train", latency=latency)
+    sim = TraceReplayEnv(sampled, traces=traces, latency=latency)
+
+    def acceptance(env, episodes):
+        counts = np.zeros((2, 3))  # proposed, accepted per draft position
+        for episode in episodes:
+            env.reset(**episode)
+            done = False
+            while not done:
+                _, _, done, _, info = env.step(np.array([3, 0]))
+                result = info["step_result"]
+                counts[0, : result.proposed] += 1
+                counts[1, : result.accepted] += 1
+        return counts
+
+    real_counts = acceptance(real, [{"seed": 1000 + i} for i in range(40)])
+    sim_counts = acceptance(sim, [{"seed": i, "options": {"trace_index": i}} for i in range(len(traces))])
+    for (real_n, real_a), (sim_n, sim_a) in zip(real_counts.T, sim_counts.T, strict=False):
+        p_real, p_sim = real_a / real_n, sim_a / sim_n
+        pooled = (real_a + sim_a) / (real_n + sim_n)
+        error = np.sqrt(pooled * (1 - pooled) * (1 / real_n + 1 / sim_n))
+        assert 0.05 < pooled < 0.95 and abs(p_real - p_sim) < 4 * error, (p_real, p_sim, error)
+
+
+def test_vectorised_replay_equals_the_single_env(shifted, greedy_traces, latency):
+    n = len(greedy_traces)
+    vec = VecTraceReplay(shifted, greedy_traces, latency, num_envs=n, seed=0)
+    singles = [TraceReplayEnv(shifted, traces=greedy_traces, latency=latency) for _ in range(n)]
+    observations = vec.start_traces(range(n))
+    expected = np.stack([env.reset(seed=0, options={"trace_index": i})[0] for i, env in enumerate(singles)])
+    np.testing.assert_allclose(observations, expected, atol=1e-6)
+    rng = np.random.default_rng(1)
+    live = np.ones(n, dtype=bool)
+    returns = np.zeros((2, n))
+    while live.any():
+        actions = np.stack(random_actions(rng, n))
+        vec_observations, vec_rewards, vec_dones, vec_infos = vec.step(actions)
+        for i in np.flatnonzero(live):
+            observation, reward, done, _, info = singles[i].step(actions[i])
+            returns[:, i] += (vec_rewards[i], reward)
+            assert bool(vec_dones[i]) == done
+            if done:
+                live[i] = False
+                np.testing.assert_allclose(vec_infos[i]["terminal_observation"], observation, atol=1e-5)
+                assert vec_infos[i]["episode_tokens"] == info["episode_tokens"]
+                assert vec_infos[i]["episode_seconds"] == pytest.approx(info["episode_seconds"])
+            else:
+                np.testing.assert_allclose(vec_observations[i], observation, atol=1e-5)
+                assert vec_rewards[i] == pytest.approx(reward, rel=1e-5, abs=1e-5)
+    np.testing.assert_allclose(returns[0], returns[1], rtol=1e-4)
+
+
+def test_vectorised_env_resets_finished_episodes_and_refuses_bad_actions(shifted, greedy_traces, latency):
+    vec = VecTraceReplay(shifted, greedy_traces, latency, num_envs=16, seed=3)
+    vec.seed(7)
+    first = vec.reset()
+    assert first.shape == (16, specrl.features.N_FEATURES) and first.dtype == np.float32
+    finished = 0
+    for _ in range(60):
+        observations, rewards, dones, infos = vec.step(np.tile([1, 0], (16, 1)))
+        assert ((observations >= 0) & (observations <= 1)).all()
+        for done, info in zip(dones, infos, strict=False):
+            if done:
+                finished += 1
+                assert info["episode_tokens"] == 24 and info["tokens_per_s"] > 0
+    assert finished >= 16
+    with pytest.raises(ValueError, match="out of range"):
+        vec.step(np.tile([9, 0], (16, 1)))
+
+
+def test_trace_replay_env_passes_the_checkers_and_is_registered(shifted, greedy_traces, latency):
+    env = TraceReplayEnv(shifted, traces=greedy_traces, latency=latency)
+    gymnasium_check_env(env, skip_render_check=True)
+    sb3_check_env(env, warn=True)
+    made = gymnasium.make(TRACE_REPLAY_ID, scenario=shifted, traces=greedy_traces, latency=latency)
+    observation, _ = made.reset(seed=0)
+    assert made.observation_space.contains(observation)
+    with pytest.raises(InvalidActionError, match="MultiDiscrete"):
+        env.step(np.array([9, 0]))
+
+
+def test_seeded_replay_is_reproducible(prompt_file, close_pair, latency):
+    sampled = scenario(prompt_file, temperature=1.0, max_new_tokens=12)
+    traces = collect_traces(close_pair, sampled, "train", progress=False)
+    env = TraceReplayEnv(sampled, traces=traces, latency=latency)
+
+    def run(seed):
+        env.reset(seed=seed)
+        done, rewards = False, []
+        while not done:
+            _, reward, done, _, _ = env.step(np.array([4, 0]))
+            rewards.append(reward)
+        return rewards
+
+    assert run(5) == run(5)
+    assert any(run(5) != run(s) for s in range(6, 12))
+
+
+# ---- the file format --------------------------------------------------------------------
+
+
+def test_trace_files_round_trip(greedy_traces, tmp_path):
+    path = greedy_traces.save(tmp_path / "t.npz")
+    loaded = TraceSet.load(path)
+    assert loaded.meta["format_version"] == TRACE_FORMAT_VERSION and len(loaded) == len(greedy_traces)
+    for name, array in greedy_traces.arrays.items():
+        np.testing.assert_array_equal(loaded.arrays[name], array)
+
+
+def rewrite(path, tmp_path, change):
+    with np.load(path) as archive:
+        contents = {name: archive[name] for name in archive.files}
+    change(contents)
+    out = tmp_path / "changed.npz"
+    np.savez(out, **contents)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda c: c.update(
+                meta=np.array(json.dumps({**json.loads(str(c["meta"])), "format_version": 99}))
+            ),
+            "format version 99",
+        ),
+        (lambda c: c.pop("off_ap"), "no field 'off_ap'"),
+        (lambda c: c.update(confidence=c["confidence"][:-1]), "field 'confidence' has shape"),
+        (lambda c: c.update(tokens=c["tokens"].astype(np.float32)), "field 'tokens' has dtype"),
+        (lambda c: c.update(meta=np.array(json.dumps({"pair": "x"}))), "lacks metadata"),
+    ],
+)
+def test_trace_files_with_a_wrong_version_or_missing_fields_are_refused(
+    greedy_traces, tmp_path, change, message
+):
+    path = greedy_traces.save(tmp_path / "t.npz")
+    with pytest.raises(TraceError, match=message):
+        TraceSet.load(rewrite(path, tmp_path, change))
+
+
+def test_missing_or_corrupt_trace_files_are_refused(tmp_path):
+    with pytest.raises(TraceError, match="does not exist.*collect_traces"):
+        TraceSet.load(tmp_path / "nope.npz")
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    with pytest.raises(TraceError, match="not a readable"):
+        TraceSet.load(tmp_path / "bad.npz")
+
+
+def test_traces_of_another_scenario_are_refused(greedy_traces, prompt_file, latency):
+    with pytest.raises(TraceError, match="temperature"):
+        TraceReplayEnv(scenario(prompt_file, temperature=1.0), traces=greedy_traces, latency=latency)
