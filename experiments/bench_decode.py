@@ -46,36 +46,34 @@ claims are the ratios, and absolute times only mean something on a GPU.
 from __future__ import annotations
 
 import argparse
-import copy
 import datetime
 import hashlib
 import json
-import os
-import platform
 import random
 import re
-import shlex
 import statistics
-import subprocess
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import transformers
 from tqdm import tqdm
 from transformers import GenerationConfig
-from transformers.utils import is_sklearn_available
 
 import specrl
 from specrl.engine.cache import CachedModel
 from specrl.engine.timing import DeviceClock
+from specrl.evaluation.machine import command_line, loadavg, machine_info, warn_if_busy
+from specrl.hf_baseline import (
+    ForwardCounter,
+    assistant_config,
+    hf_generate,
+    resolved_assistant_settings,
+)
 from specrl.io import write_text_atomic
 
 REPO = Path(__file__).resolve().parent.parent
 DOMAINS = ("code", "prose", "math")
-HF_DEFAULT_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -146,20 +144,6 @@ class Config:
     @property
     def speculative(self) -> bool:
         return self.assistant is not None or (self.engine == "ours" and self.k > 0)
-
-
-def resolved_assistant_settings(gc: GenerationConfig) -> dict:
-    """The values HF's AssistedCandidateGenerator will use: gc, with unset keys from global defaults."""
-    resolved = copy.deepcopy(gc)
-    resolved.update(**resolved._get_default_generation_params(), defaults_only=True)
-    return {key: getattr(resolved, key) for key in HF_DEFAULT_KEYS}
-
-
-def assistant_config(draft_gc: GenerationConfig, **overrides) -> GenerationConfig:
-    gc = copy.deepcopy(draft_gc)
-    for key, value in overrides.items():
-        setattr(gc, key, value)
-    return gc
 
 
 def build_configs(pair: specrl.ModelPair, args: argparse.Namespace) -> list[Config]:
@@ -234,52 +218,6 @@ def select_prompts(pair: specrl.ModelPair, args: argparse.Namespace) -> list[Pro
 # --------------------------------------------------------------------------- running one generation
 
 
-class ForwardCounter:
-    """Counts forward calls of the target and the draft (a pre-hook: microseconds per call)."""
-
-    def __init__(self, pair: specrl.ModelPair) -> None:
-        self.counts = {"target": 0, "draft": 0}
-        self.handles = [
-            pair.target.register_forward_pre_hook(lambda *_: self._bump("target")),
-            pair.draft.register_forward_pre_hook(lambda *_: self._bump("draft")),
-        ]
-
-    def _bump(self, role: str) -> None:
-        self.counts[role] += 1
-
-    def reset(self) -> None:
-        self.counts = {"target": 0, "draft": 0}
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-
-
-@contextmanager
-def assistant_settings(draft: torch.nn.Module, gc: GenerationConfig | None):
-    """Put ``gc`` on the draft for one call (HF reads the assistant's generation_config)."""
-    if gc is None:
-        yield
-        return
-    original = draft.generation_config
-    draft.generation_config = gc
-    try:
-        yield
-    finally:
-        draft.generation_config = original
-
-
-def hf_kwargs(config: Config, max_new_tokens: int, draft: torch.nn.Module) -> dict:
-    kwargs = {"max_new_tokens": max_new_tokens, "eos_token_id": None}
-    if config.temperature > 0:
-        kwargs.update(do_sample=True, temperature=config.temperature, top_k=0, top_p=1.0)
-    else:
-        kwargs.update(do_sample=False)
-    if config.assistant is not None:
-        kwargs["assistant_model"] = draft
-    return kwargs
-
-
 def run_one(config: Config, prompt: Prompt, pair: specrl.ModelPair, max_new_tokens: int,
             clock: DeviceClock, counter: ForwardCounter) -> dict:
     """One timed generate call (prefill included); returns its raw numbers and token ids."""
@@ -296,14 +234,9 @@ def run_one(config: Config, prompt: Prompt, pair: specrl.ModelPair, max_new_toke
         extra = {key: stats[key] for key in ("steps", "proposed", "accepted", "prefill_seconds")}
         verifies = out.stats.steps
     else:
-        input_ids = torch.tensor([prompt.ids], dtype=torch.long, device=pair.device)
-        kwargs = hf_kwargs(config, max_new_tokens, pair.draft)
-        torch.manual_seed(prompt.seed)
-        with assistant_settings(pair.draft, config.assistant):
-            start = clock.now()
-            out = pair.target.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
-            seconds = clock.now() - start
-        ids = out[0, input_ids.shape[1]:].tolist()
+        run = hf_generate(pair, prompt.ids, max_new_tokens, config.temperature, prompt.seed, config.assistant,
+                          counter=counter)
+        ids, seconds = run.ids, run.seconds
         verifies = counter.counts["target"]  # HF: prefill and first verification are one forward
     return {"new_tokens": len(ids), "seconds": seconds, "target_forwards": counter.counts["target"],
             "draft_forwards": counter.counts["draft"], "verifies": verifies, **extra, "ids": ids,
@@ -466,58 +399,6 @@ def warn_mismatches(rows: list[dict]) -> None:
 # --------------------------------------------------------------------------- reports
 
 
-def warn_if_busy(pair: specrl.ModelPair) -> None:
-    """Oversubscribed CPU threads (torch's pool spinning next to other jobs) slow small models 10-100x."""
-    if pair.device.type != "cpu" or not hasattr(os, "getloadavg"):
-        return
-    load, cpus, threads = os.getloadavg()[0], os.cpu_count() or 1, torch.get_num_threads()
-    if threads > 1 and load + threads > cpus + 0.5:
-        print(f"WARNING: the machine is busy (load {load:.1f} on {cpus} CPUs) and torch uses {threads} "
-              "threads; oversubscribed threads can make small models 10-100x slower and the numbers "
-              "meaningless. Consider --threads 1.", file=sys.stderr)
-
-
-def git_state() -> dict:
-    def git(*cmd: str) -> str | None:
-        try:
-            return subprocess.run(["git", *cmd], cwd=REPO, capture_output=True, text=True, timeout=10,
-                                  check=True).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    status = git("status", "--porcelain")
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
-
-
-def machine_info(pair: specrl.ModelPair) -> dict:
-    info = {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "specrl": specrl.__version__,
-        "device": str(pair.device),
-        "dtype": str(pair.dtype).removeprefix("torch."),
-        "sklearn_available": is_sklearn_available(),
-        "hf_confidence_threshold": "adaptive (ROC, scikit-learn installed)" if is_sklearn_available()
-        else "fixed (scikit-learn not installed)",
-        "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "git": git_state(),
-    }
-    if pair.device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(pair.device)
-    return info
-
-
-def command_line() -> str:
-    env = " ".join(f"{k}={shlex.quote(os.environ[k])}" for k in ("SPECRL_HOME", "OMP_NUM_THREADS",
-                                                                   "CUDA_VISIBLE_DEVICES") if k in os.environ)
-    return f"{env + ' ' if env else ''}python {shlex.join(sys.argv)}"
-
-
 def fmt_cell(cell: dict) -> str:
     text, ratio = f"{cell['tokens_per_s']:.1f}", cell["ratio_vs_plain"]
     return f"{text} ({ratio:.2f}x)" if ratio is not None else text
@@ -598,7 +479,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = summarize(configs, records, args)
     warn_mismatches(rows)
     forward_costs = measure_forward_costs(pair, prompts, args)
-    machine["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    machine["loadavg_end"] = loadavg()
 
     report = {
         "date": started,

@@ -7,15 +7,18 @@ table: tokens/sec (total tokens / total decode seconds over the episodes, wall-c
 modeled as the scenario says), the ratio to the first controller, acceptance rate
 (accepted / proposed draft tokens), mean k and mean tau asked for per step.
 
-Controllers (``--controllers``):
+Controllers (``--controllers``, the names of ``specrl.evaluation.roster``):
 
-  static:K[:TAU]   the same (k, tau) every step; static:0 is plain decoding
+  plain            plain decoding (the same as static:0)
+  static:K[:TAU]   the same (k, tau) every step
   tcp              the seed's TCP-like heuristic (tau = 0)
   tcp-tau0.25      the same with the seed's fixed confidence cut tau = 0.25
   hf-heuristic     Hugging Face's "heuristic" draft-length schedule
   hf-confidence    Hugging Face's dynamic confidence threshold
 
 Every controller's k is bounded by the scenario's k_max (the learned policy's bound too).
+This is the quick look; ``experiments/evaluate.py`` is the full comparison (simulator columns,
+oracle, best static, HF generate, learned policies, repeats, plots, TensorBoard).
 
 Run from the repository root:
 
@@ -35,43 +38,20 @@ from pathlib import Path
 from tqdm import tqdm
 
 import specrl
-from specrl.controllers import (
-    Controller,
-    HFConfidenceController,
-    HFHeuristicController,
-    StaticController,
-    TCPController,
-)
+from specrl.controllers import Controller
 from specrl.envs import EpisodeSummary, PairSpec, SpecDecodeEnv, load_scenario, run_episode, shipped_scenarios
+from specrl.evaluation import roster
 from specrl.io import write_text_atomic
 
-NAMED_CONTROLLERS = ("tcp", "tcp-tau0.25", "hf-heuristic", "hf-confidence")
-DEFAULT_CONTROLLERS = ("static:0", "static:4", *NAMED_CONTROLLERS)
+DEFAULT_CONTROLLERS = ("static:0", "static:4", *roster.RULES)
 
 
 def make_controller(name: str, k_max: int) -> Controller:
-    """A controller from its command-line name, bounded by the scenario's ``k_max``."""
-    if name.startswith("static:"):
-        parts = name.split(":")[1:]
-        try:
-            k, tau = int(parts[0]), float(parts[1]) if len(parts) > 1 else 0.0
-        except (ValueError, IndexError):
-            raise SystemExit(f"bad controller {name!r}: write static:K or static:K:TAU, "
-                             "e.g. static:4:0.3") from None
-        if not 0 <= k <= k_max or len(parts) > 2:
-            raise SystemExit(f"bad controller {name!r}: K must lie in 0..{k_max} (the scenario's k_max)")
-        return StaticController(k, tau)
-    initial_k = min(5, k_max)  # the seed's initial k, within the scenario's bound
-    if name == "tcp":
-        return TCPController(k_max=k_max, initial_k=initial_k)
-    if name == "tcp-tau0.25":
-        return TCPController.with_confidence_cut(0.25, k_max=k_max, initial_k=initial_k)
-    if name == "hf-heuristic":
-        return HFHeuristicController(k_max=k_max)
-    if name == "hf-confidence":
-        return HFConfidenceController(k_max=k_max)
-    raise SystemExit(f"unknown controller {name!r}; choose static:K[:TAU] or one of "
-                     f"{', '.join(NAMED_CONTROLLERS)}")
+    """A controller from its command-line name (specrl.evaluation.roster), bounded by ``k_max``."""
+    try:
+        return roster.make_controller(name, k_max)
+    except roster.ControllerNameError as error:
+        raise SystemExit(str(error)) from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

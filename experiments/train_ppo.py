@@ -1,36 +1,382 @@
-"""Train a PPO policy that picks (k, tau) for speculative decoding.
+"""Train a PPO policy that picks (k, tau) for every speculative iteration, and export it.
 
-Not built yet: PPO training, export and online loading arrive with issue 5 ("PPO training,
-policy export, online loading, TensorBoard"), on top of the environment of issue 3 and the
-trace-replay simulator of issue 4. Until then this script checks that the embedded default
-pair is available (building it if needed) and decodes one held-out prompt with it, so the
-command in the README already exercises the whole foundation on a fresh machine.
+With no arguments, on the embedded default pair:
+
+1. makes sure the pair exists (builds it with progress if not), calibrates the latency model
+   of this machine (cached) and loads or records the acceptance traces (shipped for the
+   default pair, else collected and cached);
+2. trains PPO (stable-baselines3) on the vectorised trace-replay simulator over a mix of
+   scenarios (greedy and temperature 1; code, prose, math and code->math), evaluating on
+   held-out traces against the TCP heuristic every --eval-freq steps and keeping the best;
+3. exports the best policy to policies/<name>/ (TorchScript + metadata, parity-checked);
+4. prints the comparison on held-out traces in the simulator (PPO vs TCP vs best static in
+   hindsight vs the HF heuristic vs the clairvoyant oracle), then validates in the real
+   loop (wall clock, held-out prompts, medians over repeats).
+
+TensorBoard: ``tensorboard --logdir runs`` (scalars under specdec/, SB3's under train/ and
+rollout/, hyperparameters under TEXT, histograms of k and tau). Ctrl-C saves a checkpoint;
+``--resume runs/<run>`` continues it.
+
+    python experiments/train_ppo.py                                   # the default run
+    python experiments/train_ppo.py --total-timesteps 2000000 --policy-name long
+    python experiments/train_ppo.py --preset tiny --total-timesteps 4096 --validate-prompts 1  # smoke
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
 
-import specrl
+import numpy as np
+import torch
+import yaml
+from stable_baselines3 import PPO
+from stable_baselines3.common.logger import configure
+from stable_baselines3.common.vec_env import VecNormalize
+from tqdm.auto import tqdm
+
+from specrl.controllers import HFHeuristicController, StaticController, TCPController
+from specrl.controllers.learned import LearnedController
+from specrl.envs import SpecDecodeEnv, VecTraceReplay, load_scenario, run_episode
+from specrl.export import export_policy, verify_parity
+from specrl.io import write_text_atomic
+from specrl.latency import calibrated
+from specrl.oracle import best_static, clairvoyant_bound
+from specrl.traces import cached_traces
+from specrl.training import (
+    Checkpoints,
+    HeldOutEvaluation,
+    ScenarioMix,
+    SpecdecMetrics,
+    evaluate_controller,
+    evaluate_policy,
+    hyperparameter_table,
+    save_state,
+    tensorboard_writer,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_SCENARIOS = [
+    "code",
+    "prose",
+    "math",
+    "code_to_math",
+    "code_t1",
+    "prose_t1",
+    "math_t1",
+    "code_to_math_t1",
+]
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--preset", default="small", help="embedded pair to use (small or tiny)")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--scenarios",
+        nargs="+",
+        default=DEFAULT_SCENARIOS,
+        help="training scenarios (shipped names or YAML paths); envs are split evenly over them",
+    )
+    parser.add_argument(
+        "--preset", default=None, help="embedded pair to use instead of the scenarios' (small, tiny)"
+    )
+    parser.add_argument("--config", default=str(REPO / "policies" / "ppo.yaml"), help="hyperparameter YAML")
+    parser.add_argument("--total-timesteps", type=int, default=None, help="env steps (default: the YAML's)")
+    parser.add_argument(
+        "--n-envs", type=int, default=None, help="parallel replayed episodes (default: the YAML's)"
+    )
+    parser.add_argument("--eval-freq", type=int, default=None, help="env steps between held-out evaluations")
+    parser.add_argument("--seed", type=int, default=0, help="seed of PPO and of the simulators")
+    parser.add_argument("--device", default="cpu", help="device of the PPO networks (the MLP is tiny: cpu)")
+    parser.add_argument("--exp-name", default="ppo", help="experiment name in the run folder's name")
+    parser.add_argument("--runs-dir", default="runs", help="folder of TensorBoard runs and checkpoints")
+    parser.add_argument("--policy-name", default="default", help="export to policies/<name>/")
+    parser.add_argument("--policies-dir", default=str(REPO / "policies"), help="folder of exported policies")
+    parser.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run saved in RUN_DIR")
+    parser.add_argument(
+        "--validate-scenarios",
+        nargs="*",
+        default=["code", "prose", "math"],
+        help="scenarios validated in the real loop (wall clock); none to skip",
+    )
+    parser.add_argument(
+        "--validate-prompts", type=int, default=4, help="held-out prompts per validated scenario"
+    )
+    parser.add_argument("--validate-repeats", type=int, default=3, help="repeats (the median is reported)")
+    parser.add_argument(
+        "--sim-repeats", type=int, default=4, help="acceptance draws per trace for sampled scenarios"
+    )
+    return parser.parse_args()
 
-    pair = specrl.load_pair(preset=args.preset)
-    prompt = pair.prompts["heldout"]["code"][0]
-    for k in (0, 4):
-        out = specrl.SpeculativeDecoder(pair, specrl.StaticController(k)).generate(
-            prompt, max_new_tokens=args.max_new_tokens
+
+class Progress(Checkpoints):
+    """A tqdm bar over env steps."""
+
+    def __init__(self, total: int, start: int) -> None:
+        super().__init__(lambda: None, 1 << 62)
+        self.bar = tqdm(total=total, initial=start, unit="step", desc="PPO", smoothing=0.1)
+
+    def _on_step(self) -> bool:
+        self.bar.update(self.num_timesteps - self.bar.n)
+        return True
+
+    def _on_training_end(self) -> None:
+        self.bar.close()
+
+
+def main() -> None:
+    args = parse_args()
+    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    config = yaml.safe_load(Path(args.config).read_text())
+    hyper, budget = dict(config["ppo"]), dict(config["train"])
+    for key in ("total_timesteps", "n_envs", "eval_freq"):
+        if getattr(args, key) is not None:
+            budget[key] = getattr(args, key)
+    torch.manual_seed(args.seed)
+
+    # 1. The pair, its latency on this machine, the traces.
+    scenarios = [load_scenario(name) for name in args.scenarios]
+    if args.preset:
+        scenarios = [replace(s, pair=replace(s.pair, preset=args.preset)) for s in scenarios]
+    scenarios = [s.with_overrides(time="modeled") for s in scenarios]
+    pair = scenarios[0].pair.load()
+    k_max, tau_grid = scenarios[0].k_max, tuple(scenarios[0].tau_grid)
+    if any(s.k_max != k_max or tuple(s.tau_grid) != tau_grid for s in scenarios):
+        raise SystemExit("all training scenarios must share k_max and tau_grid (one action space)")
+    latency = calibrated(pair, k_max=k_max)
+    print(
+        f"pair {pair.name} on {pair.device}; latency model {latency.device}: target "
+        f"{latency.target_seconds(1, 256) * 1e3:.2f} ms (1 token, context 256), draft "
+        f"{latency.draft_seconds(256) * 1e3:.2f} ms; plain {latency.plain_tokens_per_s:.0f} tokens/s"
+    )
+    train = {s.name: cached_traces(s, "train", pair) for s in scenarios}
+    heldout = {s.name: cached_traces(s, "heldout", pair) for s in scenarios}
+
+    # 2. The run folder, the envs, the model (new or resumed).
+    if args.resume:
+        run_dir = Path(args.resume)
+        state = json.loads((run_dir / "state.json").read_text())
+    else:
+        label = scenarios[0].name if len(scenarios) == 1 else "mix"
+        run_dir = Path(args.runs_dir) / f"{label}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        state = {"timesteps": 0, "command": command}
+    per_scenario = max(1, budget["n_envs"] // len(scenarios))
+    mix = ScenarioMix(
+        [
+            VecTraceReplay(s, train[s.name], latency, num_envs=per_scenario, seed=args.seed + i)
+            for i, s in enumerate(scenarios)
+        ]
+    )
+    mix.seed(args.seed)
+    if args.resume:
+        venv = VecNormalize.load(str(run_dir / "vecnormalize.pkl"), mix)
+        model = PPO.load(run_dir / "checkpoint.zip", env=venv, device=args.device)
+    else:
+        # Rewards are normalised (scenarios differ in scale); observations already lie in [0, 1].
+        venv = VecNormalize(mix, norm_obs=False, norm_reward=True, gamma=hyper["gamma"])
+        model = PPO("MlpPolicy", venv, seed=args.seed, device=args.device, verbose=0, **hyper)
+    model.set_logger(configure(str(run_dir), ["csv", "tensorboard"]))
+    writer = tensorboard_writer(model.logger)
+    settings = {
+        **budget,
+        **hyper,
+        "scenarios": args.scenarios,
+        "pair": pair.name,
+        "seed": args.seed,
+        "latency_device": latency.device,
+        "command": command,
+    }
+    writer.add_text("hyperparameters", hyperparameter_table(settings))
+
+    # Held-out evaluation in the simulator: the policy against TCP on the same traces.
+    tcp = {
+        s.name: evaluate_controller(TCPController(), s, heldout[s.name], latency, args.sim_repeats)
+        for s in scenarios
+    }
+
+    def evaluate(predict) -> dict:
+        results = {
+            s.name: evaluate_policy(predict, s, heldout[s.name], latency, args.sim_repeats) for s in scenarios
+        }
+        ratios = {name: r.tokens_per_s / tcp[name].tokens_per_s for name, r in results.items()}
+        scalars = {f"{name}/tokens_per_s": r.tokens_per_s for name, r in results.items()}
+        scalars.update({f"{name}/ratio_vs_tcp": ratios[name] for name in ratios})
+        return {
+            "results": results,
+            "ratio_vs_tcp": float(np.exp(np.mean(np.log(list(ratios.values()))))),
+            "scalars": scalars,
+        }
+
+    def save_checkpoint() -> None:
+        model.save(run_dir / "checkpoint.zip")
+        venv.save(str(run_dir / "vecnormalize.pkl"))
+        save_state(run_dir / "state.json", {**state, "timesteps": model.num_timesteps})
+
+    evaluation = HeldOutEvaluation(evaluate, budget["eval_freq"], run_dir / "best.zip", state)
+    callbacks = [
+        SpecdecMetrics(tau_grid),
+        evaluation,
+        Checkpoints(save_checkpoint, budget["checkpoint_freq"]),
+        Progress(budget["total_timesteps"], state["timesteps"]),
+    ]
+    remaining = budget["total_timesteps"] - state["timesteps"]
+    print(f"run folder {run_dir}; training {remaining} env steps on {mix.num_envs} replayed episodes")
+    try:
+        if remaining > 0:
+            model.learn(total_timesteps=remaining, callback=callbacks, reset_num_timesteps=not args.resume)
+    except KeyboardInterrupt:
+        save_checkpoint()
+        print(
+            f"\ninterrupted at {model.num_timesteps} steps; checkpoint saved. Continue with:\n"
+            f"  python experiments/train_ppo.py --resume {run_dir}"
         )
-        print(f"k={k}: {out.stats.tokens_per_s:.1f} tokens/s, acceptance {out.stats.acceptance_rate:.2f}")
-    print(prompt + out.text)
-    print("\nPPO training is not implemented yet: it arrives with issue 5 (see the module docstring).")
+        return
+    save_checkpoint()
+    evaluation.init_callback(model)
+    evaluation.run()  # the final model competes with the best checkpoint
+    best = PPO.load(run_dir / "best.zip", device=args.device)
+    print(f"best held-out ratio vs TCP {state['best_ratio_vs_tcp']:.3f} at {state['best_timesteps']} steps")
+
+    # 3. The comparison on held-out traces (simulator, modeled time).
+    report = evaluate(lambda obs: best.predict(obs, deterministic=True)[0])
+    rows = {}
+    for s in scenarios:
+        traces, repeats = heldout[s.name], args.sim_repeats
+        static = best_static(traces, latency, tau_grid, count=repeats)
+        rows[s.name] = {
+            "plain": evaluate_controller(StaticController(0), s, traces, latency, repeats).tokens_per_s,
+            "tcp": tcp[s.name].tokens_per_s,
+            "hf-heuristic": evaluate_controller(
+                HFHeuristicController(), s, traces, latency, repeats
+            ).tokens_per_s,
+            f"best static (k={static.k}, tau={static.tau})": static.tokens_per_s,
+            "ppo": report["results"][s.name].tokens_per_s,
+            "oracle": clairvoyant_bound(traces, latency, count=repeats).tokens_per_s,
+            "_best_static": (static.k, static.tau),
+        }
+    sim_table = comparison_table(rows)
+
+    # 4. Export, parity check, then validation in the real loop.
+    folder = Path(args.policies_dir) / args.policy_name
+    export_policy(
+        best,
+        folder,
+        k_max=k_max,
+        tau_grid=tau_grid,
+        scenarios=args.scenarios,
+        pair=pair.name,
+        evaluation={
+            "sim_heldout_tokens_per_s": {
+                n: {k: v for k, v in r.items() if not k.startswith("_")} for n, r in rows.items()
+            },
+            "ratio_vs_tcp_sim": report["ratio_vs_tcp"],
+            "training_steps": model.num_timesteps,
+            "run_dir": str(run_dir),
+        },
+        command=command,
+    )
+    observations = np.random.default_rng(0).random((2000, mix.observation_space.shape[0])).astype(np.float32)
+    verify_parity(best, folder, observations)
+    print(f"\nexported {folder} (parity with the SB3 policy checked on 2,000 observations)")
+    real_table = validate_real(args, pair, latency, folder, rows) if args.validate_scenarios else ""
+    text = (
+        f"## Held-out traces, simulator (modeled time), tokens/s\n\n{sim_table}\n"
+        + (
+            f"\n## Real loop on held-out prompts (wall clock, median of {args.validate_repeats} repeats), "
+            f"tokens/s\n\n{real_table}\n"
+            if real_table
+            else ""
+        )
+        + f"\nCommand: `{command}`\n"
+    )
+    write_text_atomic(run_dir / "results.md", text)
+    write_text_atomic(folder / "results.md", text)
+    print("\n" + text)
+
+
+def comparison_table(rows: dict[str, dict]) -> str:
+    """Markdown: a row per scenario, tokens/s per controller, and PPO's ratios."""
+    names = [n for n in next(iter(rows.values())) if not n.startswith(("_", "best static"))]
+    header = (
+        "| scenario | "
+        + " | ".join(names[:-1])
+        + " | best static | "
+        + names[-1]
+        + " | PPO / TCP | PPO / best static |\n"
+    )
+    header += "|---" * (len(names) + 4) + "|\n"
+    lines = []
+    for scenario, row in rows.items():
+        static_name = next(n for n in row if n.startswith("best static"))
+        k, tau = row["_best_static"]
+        cells = [f"{row[n]:.1f}" for n in names[:-1]] + [
+            f"{row[static_name]:.1f} (k={k}, tau={tau})",
+            f"{row[names[-1]]:.1f}",
+        ]
+        cells += [f"{row['ppo'] / row['tcp']:.3f}", f"{row['ppo'] / row[static_name]:.3f}"]
+        lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
+    return header + "\n".join(lines)
+
+
+def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict]) -> str:
+    """PPO, TCP, plain and each scenario's best static setting in the real env, interleaved."""
+    learned = LearnedController.load(folder)
+    lines = [
+        "| scenario | plain | TCP | best static | PPO | PPO / TCP | PPO / best static |",
+        "|---" * 7 + "|",
+    ]
+    jobs = []
+    for name in args.validate_scenarios:
+        scenario = load_scenario(name)
+        if args.preset:
+            scenario = replace(scenario, pair=replace(scenario.pair, preset=args.preset))
+        env = SpecDecodeEnv(scenario, pair=pair, split="heldout", time="wallclock", latency=latency)
+        if name in rows:
+            k, tau = rows[name]["_best_static"]
+        else:
+            traces = cached_traces(scenario.with_overrides(time="modeled"), "heldout", pair)
+            static = best_static(traces, latency, scenario.tau_grid, count=args.sim_repeats)
+            k, tau = static.k, static.tau
+        controllers = {
+            "plain": StaticController(0),
+            "tcp": TCPController(),
+            "static": StaticController(k, tau),
+            "ppo": learned,
+        }
+        domain = next(iter(scenario.prompts.domains))
+        jobs.append((name, env, controllers, domain))
+    rng = np.random.default_rng(args.seed)
+    for name, env, controllers, domain in jobs:
+        run_episode(
+            env, controllers["plain"], seed=0, options={"domain": domain, "prompt_index": 0}
+        )  # warm-up
+        throughput = {c: [] for c in controllers}
+        for _repeat in tqdm(range(args.validate_repeats), desc=f"real loop {name}"):
+            totals = {c: [0, 0.0] for c in controllers}
+            for index in range(args.validate_prompts):
+                for c in rng.permutation(list(controllers)):
+                    summary = run_episode(
+                        env, controllers[c], seed=index, options={"domain": domain, "prompt_index": index}
+                    )
+                    totals[c][0] += summary.tokens
+                    totals[c][1] += summary.seconds
+            for c, (tokens, seconds) in totals.items():
+                throughput[c].append(tokens / seconds)
+        median = {c: statistics.median(v) for c, v in throughput.items()}
+        lines.append(
+            f"| {name} | {median['plain']:.1f} | {median['tcp']:.1f} | {median['static']:.1f} "
+            f"({controllers['static'].action.k}, {controllers['static'].action.tau}) | {median['ppo']:.1f} | "
+            f"{median['ppo'] / median['tcp']:.3f} | {median['ppo'] / median['static']:.3f} |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

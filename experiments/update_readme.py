@@ -3,6 +3,7 @@
     python experiments/update_readme.py BENCH results/bench_decode/specrl-zoo-small/bench.md
     python experiments/update_readme.py ZOO-CARD --zoo-card small
     python experiments/update_readme.py CONTROLLERS --controllers-json results/run_controller.json
+    python experiments/update_readme.py EVALUATION --evaluation results/evaluate/<run>
 
 Keeps README numbers identical to what the scripts wrote; run it after regenerating them.
 """
@@ -53,6 +54,20 @@ def controllers_markdown(results_json: Path) -> str:
     return "\n".join(lines)
 
 
+def evaluation_markdown(run: Path) -> str:
+    """The header and summary of an evaluate.py run's results.md (everything above the per-scenario
+    tables), with where the full tables are."""
+    from specrl.evaluation.report import readme_block
+
+    results_md = run / "results.md" if run.is_dir() else run
+    block = readme_block(results_md.read_text())
+    try:
+        where = results_md.resolve().relative_to(README.parent)
+    except ValueError:
+        where = results_md
+    return f"{block}\nPer-scenario tables, plots and raw numbers: `{where.parent}/`.\n"
+
+
 def paste(name: str, text: str) -> None:
     readme = README.read_text()
     block = f"<!-- {name} -->\n{text.strip()}\n<!-- /{name} -->"
@@ -75,11 +90,15 @@ def main() -> None:
     parser.add_argument("--zoo-card", metavar="PRESET", help="paste the shipped pair's card as a table")
     parser.add_argument("--controllers-json", type=Path, metavar="FILE",
                         help="paste run_controller.py's --json results as a scenario x controller table")
+    parser.add_argument("--evaluation", type=Path, metavar="RUN",
+                        help="paste the summary of evaluate.py's results.md (a run folder or the file)")
     args = parser.parse_args()
     if args.zoo_card:
         text = zoo_card_markdown(args.zoo_card)
     elif args.controllers_json:
         text = controllers_markdown(args.controllers_json)
+    elif args.evaluation:
+        text = evaluation_markdown(args.evaluation)
     else:
         text = Path(args.markdown).read_text()
     paste(args.name, text)

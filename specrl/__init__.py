@@ -1,15 +1,19 @@
 """specrl: reinforcement learning for speculative decoding.
 
+Usage::
+
     pair = specrl.load_pair()                      # embedded default pair, offline
     dec = specrl.SpeculativeDecoder(pair, controller=specrl.StaticController(4))
     out = dec.generate("def fib(n):", max_new_tokens=64)
     env = gymnasium.make("specrl/SpecDecode-v0", scenario="envs/code.yaml")   # registered on import
+    ctrl = specrl.LearnedController.load("policies/default")   # an exported PPO policy
 """
 
 from specrl.controllers import (
     Controller,
     HFConfidenceController,
     HFHeuristicController,
+    LearnedController,
     StaticController,
     TCPController,
 )
@@ -39,6 +43,7 @@ __all__ = [
     "GenerationStats",
     "HFConfidenceController",
     "HFHeuristicController",
+    "LearnedController",
     "ModelPair",
     "PairError",
     "SamplingConfig",

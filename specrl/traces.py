@@ -37,7 +37,7 @@ import io
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -480,8 +480,15 @@ def _slug(text: str) -> str:
     return keep[-40:] + "-" + hashlib.sha256(text.encode()).hexdigest()[:8] if len(keep) > 40 else keep
 
 
+# Prompts per domain recorded by default: enough variety to train on, few enough that the
+# first run collects them in minutes on a CPU (a trace of the small pair takes seconds).
+DEFAULT_PROMPTS_PER_DOMAIN = {"train": 24, "heldout": 16}
+
+
 def cache_key(scenario: Any, split: str, prompts_per_domain: int | None, seed: int) -> str:
-    """File stem of a scenario's traces: everything that changes them is in the hash."""
+    """File stem of a scenario's traces: everything that changes them is in the hash. Without
+    a domain shift the stem is named after the domain, so scenarios that share a domain and
+    settings (``code`` and ``mixed``) share its traces."""
     facts = {
         "domains": sorted(d for d, w in scenario.prompts.domains.items() if w > 0),
         "prompts_file": scenario.prompts.file,
@@ -495,7 +502,8 @@ def cache_key(scenario: Any, split: str, prompts_per_domain: int | None, seed: i
         "version": TRACE_FORMAT_VERSION,
     }
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:12]
-    return f"{scenario.name}__{split}__{digest}"
+    stem = scenario.name if scenario.shift else "+".join(facts["domains"])
+    return f"{stem}__{split}__{digest}"
 
 
 def trace_dirs(pair: ModelPair) -> list[Path]:
@@ -519,7 +527,24 @@ def cached_traces(
     progress: bool = True,
 ) -> TraceSet:
     """The scenario's traces for ``split``: loaded if shipped or cached, else collected now
-    (with progress) and cached under ``$SPECRL_HOME/traces``."""
+    (with progress) and cached under ``$SPECRL_HOME/traces``. ``prompts_per_domain`` defaults
+    to ``DEFAULT_PROMPTS_PER_DOMAIN[split]``. A scenario of several domains without a shift
+    joins the traces of each domain."""
+    if prompts_per_domain is None:
+        prompts_per_domain = DEFAULT_PROMPTS_PER_DOMAIN[split]
+    domains = [d for d, w in scenario.prompts.domains.items() if w > 0]
+    if not scenario.shift and len(domains) > 1:
+        parts = [
+            replace(scenario, name=d, prompts=replace(scenario.prompts, domains={d: 1.0})) for d in domains
+        ]
+        return TraceSet.concatenate(
+            [
+                cached_traces(
+                    part, split, pair, prompts_per_domain=prompts_per_domain, seed=seed, progress=progress
+                )
+                for part in parts
+            ]
+        )
     name = cache_key(scenario, split, prompts_per_domain, seed) + ".npz"
     for folder in trace_dirs(pair):
         if (folder / name).is_file():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,9 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import specrl
+from specrl.envs import DomainShift, PromptSpec, RewardSpec, Scenario
+from specrl.latency import LatencyModel
+from specrl.traces import TraceSet, collect_traces
 
 # The models here are tiny: one thread is faster than two fighting over the cores.
 torch.set_num_threads(1)
@@ -112,4 +117,68 @@ def reference_greedy(model, prompt: list[int], n: int) -> list[int]:
     ids = list(prompt)
     for _ in range(n):
         ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
+
+
+# ---- trace replay: a pair with partial acceptance, prompts, scenarios, traces ----------------
+
+VOCAB = 48
+
+
+@pytest.fixture(scope="session")
+def close_pair(tmp_path_factory) -> specrl.ModelPair:
+    """A draft that is the target with noise added to its head: partial, varied acceptance."""
+    tmp = tmp_path_factory.mktemp("close_pair")
+    tokenizer = word_tokenizer(VOCAB)
+    target = random_llama(VOCAB, seed=0, context=128)
+    draft = random_llama(VOCAB, seed=0, context=128)
+    torch.manual_seed(5)
+    with torch.no_grad():
+        draft.lm_head.weight.add_(torch.randn_like(draft.lm_head.weight) * draft.lm_head.weight.std() * 0.4)
+    return specrl.load_pair(
+        target=save_model(tmp / "target", target, tokenizer),
+        draft=save_model(tmp / "draft", draft, tokenizer),
+        device="cpu",
+    )
+
+
+@pytest.fixture(scope="session")
+def prompt_file(tmp_path_factory) -> str:
+    texts = [" ".join(f"w{i}" for i in ids) for ids in prompts(16, VOCAB, seed=4)]
+    sets = {
+        "train": {"code": texts[:4], "math": texts[4:8]},
+        "heldout": {"code": texts[8:12], "math": texts[12:]},
+    }
+    path = tmp_path_factory.mktemp("prompts") / "prompts.json"
+    path.write_text(json.dumps(sets))
+    return str(path)
+
+
+def scenario(prompt_file: str, temperature: float = 0.0, **changes) -> Scenario:
+    base = Scenario(
+        name="words",
+        prompts=PromptSpec(file=prompt_file, domains={"code": 1.0, "math": 1.0}),
+        max_new_tokens=24,
+        reward=RewardSpec(time="modeled"),
+        latency="constant",
+    )
+    return replace(base, sampling=replace(base.sampling, temperature=temperature), **changes)
+
+
+@pytest.fixture(scope="session")
+def latency() -> LatencyModel:
+    # a cost model with context dependence off; the draft is made relatively expensive so
+    # that actions matter
+    return LatencyModel.from_cost_model(
+        specrl.envs.CostModel(draft_forward_s=0.002, target_forward_s=0.01, target_per_token_s=0.001)
+    )
+
+
+@pytest.fixture(scope="session")
+def shifted(prompt_file) -> Scenario:
+    return scenario(prompt_file, shift=(DomainShift(10, "math"),))
+
+
+@pytest.fixture(scope="session")
+def greedy_traces(close_pair, shifted) -> TraceSet:
+    return collect_traces(close_pair, shifted, "heldout", progress=False)

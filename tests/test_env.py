@@ -17,6 +17,7 @@ from gymnasium.utils.env_checker import check_env as gymnasium_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import specrl
+import specrl.latency
 from specrl.envs import (
     SPEC_DECODE_ID,
     InvalidActionError,
@@ -30,10 +31,13 @@ from specrl.envs import (
     shipped_scenarios,
 )
 from specrl.features import N_FEATURES
+from specrl.latency import LatencyModel
 
 REPO = Path(__file__).resolve().parent.parent
 STEP_INFO_KEYS = {"tokens", "seconds", "tokens_per_s", "proposed", "accepted", "k", "k_used", "tau", "domain",
                   "segment", "episode_tokens", "episode_seconds", "step_result"}
+# Shipped scenarios calibrate their latency model on first use; tests use the constant one.
+CONSTANT = LatencyModel.from_cost_model()
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +52,10 @@ def word_prompts(tmp_path_factory, pair) -> str:
 
 
 def words(word_prompts: str, **changes) -> Scenario:
-    """A modeled-time scenario on the random pair (fast, with real acceptance variety)."""
+    """A modeled-time scenario on the random pair (fast, with real acceptance variety), with the
+    constant latency model (no profiling in tests but test_latency.py)."""
     base = Scenario(name="words", prompts=PromptSpec(file=word_prompts), max_new_tokens=32,
-                    reward=RewardSpec(time="modeled"))
+                    reward=RewardSpec(time="modeled"), latency="constant")
     return replace(base, **changes)
 
 
@@ -73,8 +78,9 @@ def play(env: SpecDecodeEnv, actions, seed: int):
 def test_registered_as_nondeterministic_and_made_from_a_shipped_scenario_path(tiny_home):
     _, pair = tiny_home
     assert gymnasium.spec(SPEC_DECODE_ID).nondeterministic is True
-    env = gymnasium.make(SPEC_DECODE_ID, scenario="envs/code.yaml", pair=pair)
+    env = gymnasium.make(SPEC_DECODE_ID, scenario="envs/code.yaml", pair=pair, latency=CONSTANT)
     assert env.unwrapped.scenario.name == "code" and env.unwrapped.pair is pair
+    assert env.unwrapped.latency is CONSTANT
     assert env.action_space == gymnasium.spaces.MultiDiscrete([9, 10])
     assert env.observation_space.shape == (N_FEATURES,)
     observation, info = env.reset(seed=0)
@@ -141,7 +147,8 @@ def test_step_info_reports_the_step(word_prompts, pair):
     verify_seconds = cost.target_forward_s + cost.target_per_token_s * result.proposed
     assert info["seconds"] == pytest.approx(draft_seconds + verify_seconds)
     assert info["tokens_per_s"] == pytest.approx(info["tokens"] / info["seconds"])
-    assert reward == pytest.approx(info["tokens"] - env.scenario.reference_tokens_per_s * info["seconds"])
+    assert env.reference_tokens_per_s == pytest.approx(1 / cost.target_forward_s)
+    assert reward == pytest.approx(info["tokens"] - env.reference_tokens_per_s * info["seconds"])
 
 
 # ---- reward and reproducibility -------------------------------------------------------------
@@ -155,7 +162,7 @@ def test_episode_return_orders_policies_as_their_tokens_per_second(word_prompts,
     results = []
     for k, tau in [(0, 0.0), (1, 0.0), (2, 0.0), (4, 0.0), (8, 0.0), (4, 0.05), (8, 0.6)]:
         summary = run_episode(env, specrl.StaticController(k, tau), seed=0)  # same prompt for all
-        rho = env.scenario.reference_tokens_per_s
+        rho = env.reference_tokens_per_s
         assert summary.episode_return == pytest.approx((summary.tokens - rho * summary.seconds) / scale)
         results.append((summary.tokens, summary.tokens_per_s, summary.episode_return))
     assert len({tokens for tokens, _, _ in results}) == 1, "greedy: every policy emits the same text"
@@ -219,7 +226,7 @@ def test_domain_shift_appends_a_prompt_of_the_new_domain_mid_episode(word_prompt
 
 def test_mixed_shipped_scenario_draws_every_domain_of_the_embedded_pair(tiny_home):
     _, pair = tiny_home
-    env = SpecDecodeEnv("mixed", pair=pair, split="heldout")
+    env = SpecDecodeEnv("mixed", pair=pair, split="heldout", latency=CONSTANT)
     domains = {env.reset(seed=seed)[1]["domain"] for seed in range(20)}
     assert domains == {"code", "prose", "math"}
 
@@ -253,6 +260,9 @@ def test_shipped_scenarios_cover_every_domain_greedy_and_at_temperature_1():
     ("prompts: {split: test}", r"prompts\.split must be one of"),
     ("- just a list", r"the top level must be a mapping"),
     ("k_max: [1", r"not valid YAML"),
+    ("latency: calibrate", r"latency must be one of \('calibrated', 'constant'\) or the path of a latency "
+                           r"\.json file"),
+    ("latency: 1", r"'latency' must be a string, got 1"),
 ])
 def test_invalid_scenario_files_are_refused_naming_file_and_key(tmp_path, text, message):
     path = tmp_path / "bad.yaml"
@@ -282,7 +292,10 @@ def test_prompts_the_pair_lacks_are_refused_when_the_env_is_built(tmp_path, word
 # ---- the run-controller script ------------------------------------------------------------
 
 
-def test_run_controller_script_runs_every_controller_on_shipped_scenarios(tiny_home, tmp_path, capsys):
+def test_run_controller_script_runs_every_controller_on_shipped_scenarios(tiny_home, tmp_path, capsys,
+                                                                         monkeypatch):
+    # The shipped scenarios' `latency: calibrated`, without profiling: the constant model.
+    monkeypatch.setattr(specrl.latency, "calibrated", lambda pair, **_: CONSTANT)
     spec = importlib.util.spec_from_file_location("run_controller", REPO / "experiments/run_controller.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

@@ -18,6 +18,7 @@ from specrl.engine.timing import DeviceClock
 from specrl.engine.types import Action, StepResult
 from specrl.envs import run_episode
 from specrl.features import FEATURE_NAMES, FEATURE_VERSION, N_FEATURES, FeatureTracker, GenerationSettings
+from specrl.latency import LatencyModel
 
 SETTINGS = GenerationSettings(max_new_tokens=100, context_window=200, vocab_size=64, temperature=0.0)
 INDEX = {name: i for i, name in enumerate(FEATURE_NAMES)}
@@ -179,7 +180,8 @@ def test_env_and_decoder_show_a_controller_identical_observations_and_get_identi
 ):
     _, pair = tiny_home
     scenario = replace(specrl.load_scenario("code_t1"), max_new_tokens=40)
-    env = specrl.SpecDecodeEnv(scenario, pair=pair, time="wallclock")
+    # rho from a constant model: the fake clock must not be calibrated into the session's cache
+    env = specrl.SpecDecodeEnv(scenario, pair=pair, time="wallclock", latency=LatencyModel.from_cost_model())
     in_env = Recording(specrl.TCPController())
     summary = run_episode(env, in_env, seed=3)
     _, info = env.reset(seed=3)

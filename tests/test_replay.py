@@ -4,91 +4,23 @@ vectorised env against the single env, the file format."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import gymnasium
 import numpy as np
 import pytest
-import torch
-from conftest import prompts, random_llama, save_model, word_tokenizer
+from conftest import scenario
 from gymnasium.utils.env_checker import check_env as gymnasium_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import specrl
 from specrl.envs import (
     TRACE_REPLAY_ID,
-    DomainShift,
     InvalidActionError,
-    PromptSpec,
-    RewardSpec,
-    Scenario,
     SpecDecodeEnv,
     TraceReplayEnv,
     VecTraceReplay,
 )
-from specrl.latency import LatencyModel
 from specrl.traces import TRACE_FORMAT_VERSION, TraceError, TraceSet, collect_traces
-
-VOCAB = 48
-
-
-@pytest.fixture(scope="module")
-def close_pair(tmp_path_factory) -> specrl.ModelPair:
-    """A draft that is the target with noise added to its head: partial, varied acceptance."""
-    tmp = tmp_path_factory.mktemp("close_pair")
-    tokenizer = word_tokenizer(VOCAB)
-    target = random_llama(VOCAB, seed=0, context=128)
-    draft = random_llama(VOCAB, seed=0, context=128)
-    torch.manual_seed(5)
-    with torch.no_grad():
-        draft.lm_head.weight.add_(torch.randn_like(draft.lm_head.weight) * draft.lm_head.weight.std() * 0.4)
-    return specrl.load_pair(
-        target=save_model(tmp / "target", target, tokenizer),
-        draft=save_model(tmp / "draft", draft, tokenizer),
-        device="cpu",
-    )
-
-
-@pytest.fixture(scope="module")
-def prompt_file(tmp_path_factory) -> str:
-    texts = [" ".join(f"w{i}" for i in ids) for ids in prompts(16, VOCAB, seed=4)]
-    sets = {
-        "train": {"code": texts[:4], "math": texts[4:8]},
-        "heldout": {"code": texts[8:12], "math": texts[12:]},
-    }
-    path = tmp_path_factory.mktemp("prompts") / "prompts.json"
-    path.write_text(json.dumps(sets))
-    return str(path)
-
-
-def scenario(prompt_file: str, temperature: float = 0.0, **changes) -> Scenario:
-    base = Scenario(
-        name="words",
-        prompts=PromptSpec(file=prompt_file, domains={"code": 1.0, "math": 1.0}),
-        max_new_tokens=24,
-        reward=RewardSpec(time="modeled"),
-        latency="constant",
-    )
-    return replace(base, sampling=replace(base.sampling, temperature=temperature), **changes)
-
-
-@pytest.fixture(scope="module")
-def latency() -> LatencyModel:
-    # a cost model with context dependence off; the draft is made relatively expensive so
-    # that actions matter
-    return LatencyModel.from_cost_model(
-        specrl.envs.CostModel(draft_forward_s=0.002, target_forward_s=0.01, target_per_token_s=0.001)
-    )
-
-
-@pytest.fixture(scope="module")
-def shifted(prompt_file) -> Scenario:
-    return scenario(prompt_file, shift=(DomainShift(10, "math"),))
-
-
-@pytest.fixture(scope="module")
-def greedy_traces(close_pair, shifted) -> TraceSet:
-    return collect_traces(close_pair, shifted, "heldout", progress=False)
 
 
 def random_actions(rng: np.random.Generator, n: int, k_max: int = 8, n_tau: int = 10) -> list[np.ndarray]:

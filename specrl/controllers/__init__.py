@@ -2,6 +2,7 @@
 
 from specrl.controllers.base import Controller
 from specrl.controllers.hf import HFConfidenceController, HFHeuristicController
+from specrl.controllers.learned import LearnedController
 from specrl.controllers.static import StaticController
 from specrl.controllers.tcp import TCPController
 
@@ -9,6 +10,7 @@ __all__ = [
     "Controller",
     "HFConfidenceController",
     "HFHeuristicController",
+    "LearnedController",
     "StaticController",
     "TCPController",
 ]

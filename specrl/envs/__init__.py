@@ -1,10 +1,12 @@
 """Gymnasium environments for choosing (k, tau); registered on import.
 
-    env = gymnasium.make("specrl/SpecDecode-v0", scenario="envs/code.yaml")
+    env = gymnasium.make("specrl/SpecDecode-v0", scenario="envs/code.yaml")     # the real loop
+    env = gymnasium.make("specrl/TraceReplay-v0", scenario="envs/code.yaml")    # replayed traces
 """
 
 from gymnasium.envs.registration import register, registry
 
+from specrl.envs.actions import InvalidActionError, to_engine_action
 from specrl.envs.cost_model import CostModel
 from specrl.envs.reward import step_reward
 from specrl.envs.rollout import EpisodeSummary, run_episode
@@ -18,17 +20,23 @@ from specrl.envs.scenario import (
     load_scenario,
     shipped_scenarios,
 )
-from specrl.envs.spec_decode import InvalidActionError, SpecDecodeEnv
+from specrl.envs.spec_decode import SpecDecodeEnv
+from specrl.envs.trace_replay import TraceReplayEnv
 
 SPEC_DECODE_ID = "specrl/SpecDecode-v0"
+TRACE_REPLAY_ID = "specrl/TraceReplay-v0"
 
 if SPEC_DECODE_ID not in registry:  # importing twice (reload) must not re-register
     # Wall-clock time varies from run to run, so the env as registered is nondeterministic;
     # with time="modeled" a seeded episode is reproducible.
     register(id=SPEC_DECODE_ID, entry_point="specrl.envs.spec_decode:SpecDecodeEnv", nondeterministic=True)
+if TRACE_REPLAY_ID not in registry:
+    # Modeled time and seeded acceptance draws: a seeded episode is reproducible.
+    register(id=TRACE_REPLAY_ID, entry_point="specrl.envs.trace_replay:TraceReplayEnv")
 
 __all__ = [
     "SPEC_DECODE_ID",
+    "TRACE_REPLAY_ID",
     "CostModel",
     "DomainShift",
     "EpisodeSummary",
@@ -39,8 +47,21 @@ __all__ = [
     "Scenario",
     "ScenarioError",
     "SpecDecodeEnv",
+    "TraceReplayEnv",
+    "VecTraceReplay",
     "load_scenario",
     "run_episode",
     "shipped_scenarios",
     "step_reward",
+    "to_engine_action",
 ]
+
+
+def __getattr__(name: str):
+    # VecTraceReplay subclasses SB3's VecEnv; importing it lazily keeps ``import specrl`` (and
+    # so online policy loading) free of stable-baselines3.
+    if name == "VecTraceReplay":
+        from specrl.envs.vec_replay import VecTraceReplay
+
+        return VecTraceReplay
+    raise AttributeError(f"module 'specrl.envs' has no attribute {name!r}")

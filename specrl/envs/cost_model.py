@@ -1,20 +1,18 @@
-"""Modeled time of a speculative step: a per-forward cost model, deterministic.
+"""The three constants of the ``constant`` latency model (scenario ``latency: constant``).
 
-The placeholder for the calibrated latency model of issue 4 (``specrl/latency.py``): the
-same interface, ``seconds(result) -> (draft_seconds, verify_seconds)``, with three constants
-instead of a profile of the device.
+Time itself is computed in one place, :class:`specrl.latency.LatencyModel`;
+``LatencyModel.from_cost_model`` turns these constants into a model that ignores the context
+length and the device: deterministic and free to build, for tests and quick runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specrl.engine.types import StepResult
-
 
 @dataclass(frozen=True)
 class CostModel:
-    """draft = draft_forward_s * draft forwards; verify = target_forward_s + target_per_token_s * m.
+    """draft = draft_forward_s per draft forward; verify = target_forward_s + target_per_token_s * m.
 
     A step runs one draft forward per drafted position (the one that stopped drafting under
     tau included) and one target forward over the last emitted token plus the m proposals.
@@ -38,14 +36,3 @@ class CostModel:
                 raise ValueError(f"{name} must be >= 0 seconds, got {value!r}")
         if self.target_forward_s <= 0:
             raise ValueError("target_forward_s must be > 0: a target forward cannot be free")
-
-    @property
-    def plain_tokens_per_s(self) -> float:
-        """Throughput of plain decoding (k = 0) under this model."""
-        return 1.0 / self.target_forward_s
-
-    def seconds(self, result: StepResult) -> tuple[float, float]:
-        """(draft seconds, verify seconds) of a step."""
-        draft = self.draft_forward_s * result.draft_forwards
-        verify = self.target_forward_s + self.target_per_token_s * result.proposed
-        return draft, verify

@@ -17,10 +17,17 @@ place defaults live. Every key, with its default::
     tau_grid: [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
     reward:
       time: wallclock              # wallclock | modeled
-      reference_tokens_per_s: null # rho of the reward; null = plain decoding under cost_model
+      reference_tokens_per_s: null # rho of the reward; null = plain decoding under the latency model
       scale: 1.0
+    latency: calibrated            # modeled time: calibrated | constant | PATH.json (see below)
     cost_model: {draft_forward_s: 0.0005, target_forward_s: 0.009, target_per_token_s: 0.0006}
     shift: []                      # e.g. [{after_tokens: 64, domain: math}]: see SpecDecodeEnv
+
+``latency`` chooses the :class:`~specrl.latency.LatencyModel` behind ``modeled`` time and the
+default rho: ``calibrated`` profiles the pair on its device once and caches the result
+(:func:`specrl.latency.calibrated`); ``constant`` uses the three ``cost_model`` constants
+(no dependence on the context length or device; fast, for tests); a path (relative to the
+scenario file) reads a file written by ``experiments/calibrate.py``.
 
 Errors name the file, the key and the fix: ``ScenarioError``.
 """
@@ -36,14 +43,17 @@ from typing import Any
 
 import yaml
 
+import specrl.latency
 from specrl.engine.sampling import SamplingConfig
 from specrl.envs.cost_model import CostModel
+from specrl.latency import LatencyModel, device_key
 from specrl.models import ModelPair, load_pair
 
 # Shipped scenarios live in the repository's top-level envs/ folder (data, not code).
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "envs"
 DEFAULT_TAU_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 TIME_MODES = ("wallclock", "modeled")
+LATENCY_SOURCES = ("calibrated", "constant")  # or the path of a latency JSON file
 SPLITS = ("train", "heldout")
 
 
@@ -125,11 +135,10 @@ class RewardSpec:
 
     Attributes:
         time: "wallclock" (the step's measured, device-synchronised seconds) or "modeled"
-            (the scenario's cost model: deterministic).
-        reference_tokens_per_s: rho; None = plain-decoding throughput under the cost model
-            (1 / target_forward_s). With wall-clock time on another machine, set it to that
-            machine's plain-decoding throughput so that a plain step earns about 0; the
-            ordering of policies by return does not depend on it.
+            (the scenario's latency model: deterministic).
+        reference_tokens_per_s: rho; None = plain-decoding throughput under the scenario's
+            latency model (:attr:`LatencyModel.plain_tokens_per_s`), so that a plain step earns
+            about 0. The ordering of policies by return does not depend on it.
         scale: the reward is divided by it (> 0).
     """
 
@@ -161,6 +170,7 @@ class Scenario:
     k_max: int = 8
     tau_grid: tuple[float, ...] = DEFAULT_TAU_GRID
     reward: RewardSpec = field(default_factory=RewardSpec)
+    latency: str = "calibrated"
     cost_model: CostModel = field(default_factory=CostModel)
     shift: tuple[DomainShift, ...] = ()
     source: str | None = None  # the file it was loaded from, if any
@@ -182,11 +192,49 @@ class Scenario:
                     f"({self.max_new_tokens}), got {shift.after_tokens}"
                 )
             last = shift.after_tokens
+        if self.latency not in LATENCY_SOURCES and not self.latency.endswith(".json"):
+            raise ValueError(f"latency must be one of {LATENCY_SOURCES} or the path of a latency .json file "
+                             f"(written by experiments/calibrate.py), got {self.latency!r}")
+
+    def latency_model(self, pair: ModelPair, progress: bool = True) -> LatencyModel:
+        """The latency model of ``latency`` for ``pair``: profiled and cached, constant, or read.
+
+        Raises:
+            ScenarioError: a latency file measured for another pair, or for fewer tokens per
+                verify than this scenario's k_max + 1.
+            specrl.latency.LatencyError: a latency file that is missing or invalid.
+        """
+        if self.latency == "constant":
+            dtype = str(pair.dtype).removeprefix("torch.")
+            device = device_key(pair.device)
+            return LatencyModel.from_cost_model(self.cost_model, pair=pair.name, device=device, dtype=dtype)
+        if self.latency == "calibrated":
+            return specrl.latency.calibrated(pair, k_max=self.k_max, progress=progress)
+        model = LatencyModel.load(self.latency)
+        if model.pair != pair.name:
+            raise ScenarioError(f"{self._origin()}: latency file '{self.latency}' was measured for pair "
+                                f"'{model.pair}', not '{pair.name}'; calibrate this pair (experiments/"
+                                "calibrate.py) or set latency: calibrated")
+        if model.kind == "measured" and model.n_max < self.k_max + 1:
+            raise ScenarioError(f"{self._origin()}: latency file '{self.latency}' covers verifies of up to "
+                                f"{model.n_max} tokens but k_max = {self.k_max} needs {self.k_max + 1}; "
+                                f"re-run experiments/calibrate.py with --k-max {self.k_max}")
+        return model
+
+    def reference_throughput(self, latency: LatencyModel | None) -> float:
+        """rho of the reward (tokens/s): ``reward.reference_tokens_per_s``, else the latency
+        model's plain-decoding throughput (then ``latency`` is required)."""
+        if self.reward.reference_tokens_per_s is not None:
+            return self.reward.reference_tokens_per_s
+        if latency is None:
+            raise ValueError("reward.reference_tokens_per_s is null, so rho comes from the latency model: "
+                             "pass one")
+        return latency.plain_tokens_per_s
 
     @property
-    def reference_tokens_per_s(self) -> float:
-        """rho of the reward (tokens/s)."""
-        return self.reward.reference_tokens_per_s or self.cost_model.plain_tokens_per_s
+    def needs_latency(self) -> bool:
+        """Whether an episode needs a latency model: modeled time, or rho taken from it."""
+        return self.reward.time == "modeled" or self.reward.reference_tokens_per_s is None
 
     @property
     def domains(self) -> list[str]:
@@ -380,6 +428,11 @@ def _parse(data: Any, source: str, base_dir: Path) -> Scenario:
     if "reward" in top:
         section = _mapping(top["reward"], RewardSpec, "reward", source)
         kwargs["reward"] = RewardSpec(**_leaves(section, RewardSpec, "reward.", source))
+    if "latency" in top:
+        latency = _typed(top["latency"], str, "latency", source)
+        if latency not in LATENCY_SOURCES:  # a file, relative to the scenario's folder
+            latency = str(base_dir / Path(latency).expanduser())
+        kwargs["latency"] = latency
     if "cost_model" in top:
         section = _mapping(top["cost_model"], CostModel, "cost_model", source)
         kwargs["cost_model"] = CostModel(**_leaves(section, CostModel, "cost_model.", source))

@@ -12,18 +12,16 @@ from gymnasium import spaces
 
 from specrl.engine.generation import Generation
 from specrl.engine.types import Action
+from specrl.envs.actions import to_engine_action
 from specrl.envs.reward import step_reward
 from specrl.envs.scenario import Scenario, load_scenario
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, FEATURE_NAMES, FeatureTracker, GenerationSettings
+from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 
 # Text put between the generated text and the prompt appended by a domain shift.
 SHIFT_SEPARATOR = "\n"
 RESET_OPTIONS = ("domain", "prompt_index")
-
-
-class InvalidActionError(ValueError):
-    """An action outside the env's action space."""
 
 
 class SpecDecodeEnv(gym.Env):
@@ -68,12 +66,16 @@ class SpecDecodeEnv(gym.Env):
 
     ``r_t = (n_t - rho * dt_t) / scale`` (:func:`specrl.envs.reward.step_reward`): n_t tokens
     emitted by the step, dt_t its draft + verify seconds, rho the scenario's reference
-    throughput (default: plain decoding under the cost model), scale a positive constant
-    (default 1). The return, (N - rho * T) / scale, orders policies as their episode
-    tokens/sec N / T do (N does not depend on the policy); raw per-step tokens/sec would not.
-    Time is ``wallclock`` (the engine's device-synchronised seconds: noisy) or ``modeled``
-    (the scenario's :class:`~specrl.envs.cost_model.CostModel`: deterministic, a placeholder
-    for the calibrated latency model of issue 4).
+    throughput (``reward.reference_tokens_per_s``, default: plain decoding under the latency
+    model, :attr:`LatencyModel.plain_tokens_per_s`), scale a positive constant (default 1).
+    The return, (N - rho * T) / scale, orders policies as their episode tokens/sec N / T do
+    (N does not depend on the policy); raw per-step tokens/sec would not. Time is
+    ``wallclock`` (the engine's device-synchronised seconds: noisy) or ``modeled``:
+    ``latency.seconds(step_result)`` of the env's :class:`~specrl.latency.LatencyModel`
+    (deterministic; the draft forwards and the verify width of the step at its context
+    length, :meth:`LatencyModel.step_seconds`). The latency model is the ``latency`` argument,
+    else the scenario's ``latency`` key: ``calibrated`` (profiled on this device on first
+    use, then cached), ``constant`` (the ``cost_model`` constants) or a file.
 
     ``info`` of a step: ``tokens``, ``seconds`` (the reward's dt), ``tokens_per_s``,
     ``proposed``, ``accepted``, ``k`` (asked), ``k_used`` (after clipping to the budget),
@@ -107,6 +109,8 @@ class SpecDecodeEnv(gym.Env):
     - ``pair``: an already loaded :class:`ModelPair`, used instead of loading the scenario's.
     - ``split``: overrides the scenario's prompt split ("train" or "heldout").
     - ``time``: overrides the scenario's time source ("wallclock" or "modeled").
+    - ``latency``: a :class:`~specrl.latency.LatencyModel` to use instead of the scenario's
+      (``env.latency``; None when neither modeled time nor rho needs one).
 
     ## Version History
 
@@ -121,6 +125,7 @@ class SpecDecodeEnv(gym.Env):
         pair: ModelPair | None = None,
         split: str | None = None,
         time: str | None = None,
+        latency: LatencyModel | None = None,
         render_mode: str | None = None,
     ) -> None:
         if render_mode is not None:
@@ -130,7 +135,10 @@ class SpecDecodeEnv(gym.Env):
         self.scenario = scenario.with_overrides(split=split, time=time)
         self.pair = pair if pair is not None else self.scenario.pair.load()
         self.prompt_sets = self.scenario.prompt_sets(self.pair)
-        self.reference_tokens_per_s = self.scenario.reference_tokens_per_s
+        if latency is None and self.scenario.needs_latency:
+            latency = self.scenario.latency_model(self.pair)
+        self.latency = latency
+        self.reference_tokens_per_s = self.scenario.reference_throughput(self.latency)
         self.tau_grid = tuple(self.scenario.tau_grid)
         self.action_space = spaces.MultiDiscrete([self.scenario.k_max + 1, len(self.tau_grid)])
         self.observation_space = spaces.Box(FEATURE_LOW, FEATURE_HIGH, (len(FEATURE_NAMES),), np.float32)
@@ -141,23 +149,7 @@ class SpecDecodeEnv(gym.Env):
 
     def to_engine_action(self, action: Any) -> Action:
         """``[k, tau_index]`` (or an :class:`Action`) -> the engine's Action; refuses invalid ones."""
-        k_max, n_tau = self.scenario.k_max, len(self.tau_grid)
-        if isinstance(action, Action):
-            if action.k > k_max:
-                raise InvalidActionError(f"Action(k={action.k}) exceeds this scenario's k_max = {k_max}")
-            return action
-        array = np.asarray(action)
-        valid = array.shape == (2,) and array.dtype.kind in "iu"
-        if valid:
-            k, tau_index = int(array[0]), int(array[1])
-            valid = 0 <= k <= k_max and 0 <= tau_index < n_tau
-        if not valid:
-            raise InvalidActionError(
-                f"invalid action {action!r}: expected two integers [k, tau_index] with 0 <= k <= {k_max} "
-                f"and 0 <= tau_index < {n_tau} (action space MultiDiscrete([{k_max + 1}, {n_tau}]), tau grid "
-                f"{list(self.tau_grid)}), or a specrl.Action"
-            )
-        return Action(k, self.tau_grid[tau_index])
+        return to_engine_action(action, self.scenario.k_max, self.tau_grid)
 
     # ---- the episode ---------------------------------------------------------------------
 
@@ -204,7 +196,8 @@ class SpecDecodeEnv(gym.Env):
         engine_action = self.to_engine_action(action)
         result = self.generation.step(engine_action)
         if self.scenario.reward.time == "modeled":
-            draft_seconds, verify_seconds = self.scenario.cost_model.seconds(result)
+            assert self.latency is not None  # built in __init__ for modeled time
+            draft_seconds, verify_seconds = self.latency.seconds(result)
             result = replace(result, draft_seconds=draft_seconds, verify_seconds=verify_seconds)
         self.features.update(result)
         seconds = result.seconds

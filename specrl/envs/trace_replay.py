@@ -110,9 +110,7 @@ class TraceReplayEnv(gym.Env):
             traces = cached_traces(self.scenario, self.scenario.prompts.split, pair)
         self.traces = with_scenario(traces, self.scenario)
         self.latency = latency if latency is not None else self.scenario.latency_model(pair)
-        self.reference_tokens_per_s = (
-            self.scenario.reward.reference_tokens_per_s or self.latency.plain_tokens_per_s
-        )
+        self.reference_tokens_per_s = self.scenario.reference_throughput(self.latency)
         self.context_window = int(traces.meta["context_window"])
         self.settings = GenerationSettings(
             max_new_tokens=self.scenario.max_new_tokens,

@@ -71,7 +71,9 @@ class VecTraceReplay(VecEnv):
 
     Spaces, reward and episode logic are those of :class:`~specrl.envs.TraceReplayEnv`. The
     ``info`` of an episode that ends holds ``terminal_observation`` (SB3's convention) and
-    ``episode_tokens``, ``episode_seconds``, ``tokens_per_s``, ``domain``; other infos are
+    ``episode_tokens``, ``episode_seconds``, ``tokens_per_s``, ``episode_return``, ``domain``,
+    ``trace_index`` and the episode's ``steps``, ``proposed``, ``accepted``, ``k_sum`` and
+    ``tau_sum``; other infos are
     empty, which keeps a step of a thousand episodes to about a millisecond.
 
     Example::
@@ -93,9 +95,7 @@ class VecTraceReplay(VecEnv):
         self.latency = latency
         self.k_max = self.scenario.k_max
         self.tau_grid = np.asarray(self.scenario.tau_grid, dtype=np.float64)
-        self.reference_tokens_per_s = (
-            self.scenario.reward.reference_tokens_per_s or latency.plain_tokens_per_s
-        )
+        self.reference_tokens_per_s = self.scenario.reference_throughput(self.latency)
         self.scale = self.scenario.reward.scale
         meta = traces.meta
         self.context_window = int(meta["context_window"])
@@ -147,6 +147,7 @@ class VecTraceReplay(VecEnv):
         self.episode_tokens = np.zeros(n, dtype=np.int64)
         self.episode_seconds = np.zeros(n)
         self.episode_return = np.zeros(n)
+        self.episode_counts = np.zeros((5, n))  # steps, proposed, accepted, k asked, tau
         self.generated = np.zeros(n, dtype=np.int64)
         self.context_length = np.zeros(n, dtype=np.int64)
         self.steps_since_draft = np.full(n, -1, dtype=np.int64)  # -1: the draft never ran
@@ -171,6 +172,7 @@ class VecTraceReplay(VecEnv):
         self.episode_tokens[rows] = 0
         self.episode_seconds[rows] = 0.0
         self.episode_return[rows] = 0.0
+        self.episode_counts[:, rows] = 0.0
         self.generated[rows] = 0
         self.context_length[rows] = self.segment_prompt[self.segment[rows]]
         self.steps_since_draft[rows] = -1
@@ -303,6 +305,7 @@ class VecTraceReplay(VecEnv):
         self.episode_tokens += emitted
         self.episode_seconds += seconds
         self.episode_return += rewards
+        self.episode_counts += np.stack([np.ones(n), proposed, accepted, k_asked, tau])
         # segments and episodes that end
         ended = self.position >= self.segment_end[segment]
         last = self.segment == self.trace_first[self.trace] + self.trace_segments[self.trace] - 1
@@ -323,6 +326,13 @@ class VecTraceReplay(VecEnv):
                     "episode_seconds": secs,
                     "tokens_per_s": tokens / secs if secs > 0 else 0.0,
                     "episode_return": float(self.episode_return[row]),
+                    **dict(
+                        zip(
+                            ("steps", "proposed", "accepted", "k_sum", "tau_sum"),
+                            self.episode_counts[:, row].tolist(),
+                            strict=True,
+                        )
+                    ),
                     "domain": self.trace_set.domains[self.trace[row]],
                     "trace_index": int(self.trace[row]),
                 }

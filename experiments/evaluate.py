@@ -1,0 +1,311 @@
+"""Evaluate every controller side by side on held-out prompts: simulator and real loop.
+
+For each scenario (default: every shipped one, envs/*.yaml: code, prose, math, mixed and the
+code -> math shift, greedy and at temperature 1), in one process:
+
+  plain decoding (our engine, k = 0); static (k, tau) rows (--static), and in the simulator the
+  whole grid with its best setting ("best static in hindsight", then also run in the real
+  loop); the TCP heuristic (tau 0 and 0.25); our re-implementations of Hugging Face's
+  heuristic schedule and confidence threshold; HF generate(assistant_model=...) itself, and
+  HF's plain generate as its reference (wall clock only; results.json records which
+  threshold variant ran); the learned policies (--policy); the clairvoyant oracle
+  (simulator only).
+
+Columns: tokens/sec in the simulator (modeled time, held-out traces) and in the real loop
+(wall clock; median over repeats after warm-up, rows interleaved), speed-up over plain, ratio
+to TCP, acceptance rate, mean accepted length (bonus token included), mean k, mean tau, and the
+spread of per-token latency (does the confidence cut lower latency variance?). Definitions:
+specrl/evaluation/runs.py and harness.py.
+
+Outputs, in one folder per run (--out): results.json, results.md (a table per scenario and
+summary tables of ratios), PNG plots (tokens/sec, k and tau through the code -> math shift, the
+acceptance distribution) and TensorBoard scalars under eval/ (tensorboard/).
+
+Run from the repository root:
+
+    python experiments/evaluate.py                       # default pair, all scenarios
+    python experiments/evaluate.py --scenarios code code_to_math --episodes 4 --repeats 5
+    python experiments/evaluate.py --preset tiny --sim-prompts-per-domain 1 --repeats 1 \\
+        --max-new-tokens 72 --latency constant --scenarios code code_to_math   # smoke run
+    python experiments/update_readme.py EVALUATION --evaluation results/evaluate/<run>
+
+The defaults aim at minutes of real loop on a 2-core CPU (11 rows x 3 repeats x 1 episode per
+scenario); on first use the held-out traces and the pair's latency profile are collected and
+cached. Use a quiet machine: speed claims are the ratios, measured side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from specrl.envs import load_scenario, shipped_scenarios
+from specrl.envs.scenario import LATENCY_SOURCES, PairSpec, Scenario
+from specrl.evaluation import Settings, evaluate_scenario, load_policies, roster
+from specrl.evaluation.machine import command_line, loadavg, machine_info, pair_info, warn_if_busy
+from specrl.evaluation.report import render_markdown, summarize, write_tensorboard
+from specrl.evaluation.simulator import load_simulator
+from specrl.hf_baseline import confidence_threshold_variant
+from specrl.io import write_text_atomic
+from specrl.plots import write_plots
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    what = parser.add_argument_group("what to run")
+    what.add_argument(
+        "--scenarios",
+        nargs="+",
+        default=None,
+        metavar="SCENARIO",
+        help="scenario YAML paths or shipped names (default: every file in envs/)",
+    )
+    what.add_argument(
+        "--policy",
+        action="append",
+        type=Path,
+        default=None,
+        metavar="FOLDER",
+        help="an exported policy folder, repeatable (default: policies/default); a missing "
+        "folder is reported and its row skipped",
+    )
+    what.add_argument(
+        "--static",
+        nargs="*",
+        default=["static:2:0", "static:4:0"],
+        metavar="static:K[:TAU]",
+        help="static rows run in both columns besides plain and the best static "
+        "(default: static:2:0 static:4:0); the simulator also sweeps the whole grid",
+    )
+    what.add_argument(
+        "--no-hf", action="store_true", help="skip the Hugging Face generate rows (plain and assisted)"
+    )
+    what.add_argument(
+        "--no-sim",
+        action="store_true",
+        help="skip the simulator columns, the oracle and the grid search (real loop only)",
+    )
+    pair = parser.add_argument_group("pair")
+    pair.add_argument(
+        "--preset",
+        default=None,
+        help="embedded pair (small, tiny) instead of the scenarios' own (theirs: small)",
+    )
+    pair.add_argument(
+        "--target",
+        default=None,
+        help="HF id or path of a target, with --draft (scenarios then need prompts.file)",
+    )
+    pair.add_argument("--draft", default=None, help="HF id or path of the draft, with --target")
+    pair.add_argument("--device", default=None, help="cpu, cuda, ... (default: CUDA when present)")
+    pair.add_argument(
+        "--dtype", default=None, help="float32, bfloat16, ... (default: bf16 on GPU, fp32 on CPU)"
+    )
+    work = parser.add_argument_group("workload")
+    work.add_argument(
+        "--episodes",
+        type=int,
+        default=1,
+        help="real-loop episodes per scenario: the first held-out prompts, round robin over the start "
+        "domains (default 1; mixed needs 3 to visit code, prose and math)",
+    )
+    work.add_argument(
+        "--sim-prompts-per-domain",
+        type=int,
+        default=4,
+        help="held-out traces per start domain in the simulator, raised if needed so that the real-loop "
+        "episodes are among them (default 4; collected and cached on first use)",
+    )
+    work.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="override the scenarios' tokens per episode (must exceed any shift point)",
+    )
+    work.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="episode i of a scenario resets with seed SEED + i; also seeds the run order",
+    )
+    timing = parser.add_argument_group("timing")
+    timing.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="timed repeats of every real-loop row; tokens/sec is the median (default 3)",
+    )
+    timing.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="untimed passes of every row over the first episode of the first scenario; later "
+        "scenarios run on warm code (default 1)",
+    )
+    timing.add_argument(
+        "--time",
+        choices=("wallclock", "modeled"),
+        default="wallclock",
+        help="time source of the real-loop column (default wallclock; modeled makes it "
+        "deterministic, for tests)",
+    )
+    timing.add_argument(
+        "--latency",
+        default=None,
+        metavar="SOURCE",
+        help=f"latency model of modeled time, overriding the scenarios' ({', '.join(LATENCY_SOURCES)} "
+        "or a latency .json file)",
+    )
+    timing.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch.set_num_threads (default: torch's own; use 1 on a busy CPU machine)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="output folder (default: results/evaluate/<pair>__<UTC time>/)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    if (args.target is None) != (args.draft is None):
+        parser.error("give --target and --draft together")
+    if args.target is not None and args.preset is not None:
+        parser.error("give either --preset or --target/--draft")
+    if min(args.episodes, args.repeats, args.sim_prompts_per_domain) < 1 or args.warmup < 0:
+        parser.error("--episodes, --repeats and --sim-prompts-per-domain must be >= 1, --warmup >= 0")
+    if (
+        args.latency is not None
+        and args.latency not in LATENCY_SOURCES
+        and not args.latency.endswith(".json")
+    ):
+        parser.error(f"--latency must be one of {LATENCY_SOURCES} or a .json file")
+    args.policy = args.policy or [REPO / "policies" / "default"]
+    try:
+        args.static = [roster.static_name(*roster.parse_static(name)) for name in args.static]
+    except roster.ControllerNameError as error:
+        parser.error(str(error))
+    return args
+
+
+def load_scenarios(args: argparse.Namespace) -> list[Scenario]:
+    scenarios = []
+    for name in args.scenarios or shipped_scenarios():
+        scenario = load_scenario(name)
+        if args.max_new_tokens is not None:
+            scenario = replace(scenario, max_new_tokens=args.max_new_tokens)
+        if args.latency is not None:
+            scenario = replace(scenario, latency=args.latency)
+        if args.target is not None:
+            scenario = replace(
+                scenario,
+                pair=PairSpec(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype),
+            )
+        elif args.preset is not None or args.device or args.dtype:
+            scenario = replace(
+                scenario,
+                pair=replace(
+                    scenario.pair,
+                    preset=args.preset or scenario.pair.preset,
+                    device=args.device,
+                    dtype=args.dtype,
+                ),
+            )
+        scenarios.append(scenario)
+    pairs = {s.pair for s in scenarios}
+    if len(pairs) != 1:
+        raise SystemExit(
+            f"the scenarios name different pairs {sorted(map(str, pairs))}: one run evaluates one "
+            "pair (use --preset or --target/--draft)"
+        )
+    return scenarios
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    started = datetime.datetime.now(datetime.timezone.utc)
+    scenarios = load_scenarios(args)
+    pair = scenarios[0].pair.load()
+    warn_if_busy(pair)
+    machine = machine_info(pair)
+    simulator = "--no-sim was given" if args.no_sim else load_simulator()
+    policies, skipped_policies, notes = load_policies(args.policy, pair.name)
+    for folder, reason in skipped_policies.items():
+        print(f"skipping learned policy {folder}: {reason}", file=sys.stderr)
+    if isinstance(simulator, str):
+        print(f"no simulator columns: {simulator}", file=sys.stderr)
+    settings = Settings(
+        episodes=args.episodes,
+        sim_prompts_per_domain=args.sim_prompts_per_domain,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        statics=tuple(args.static),
+        hf=not args.no_hf,
+        time=args.time,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
+    latencies: dict = {}
+    results_by_scenario = {}
+    for i, scenario in enumerate(scenarios):
+        key = (scenario.latency, scenario.k_max)
+        if key not in latencies:
+            latencies[key] = scenario.latency_model(pair, progress=not args.no_progress)
+        warm = settings if i == 0 else replace(settings, warmup=0)  # later scenarios run on warm code
+        run = evaluate_scenario(scenario, pair, latencies[key], warm, policies, simulator)
+        results_by_scenario[scenario.name] = run.result
+    machine["loadavg_end"] = loadavg()
+
+    notes += [f"Learned policy {folder} skipped: {reason}" for folder, reason in skipped_policies.items()]
+    if isinstance(simulator, str):
+        notes.append(f"Simulator columns, oracle and grid search missing: {simulator}")
+    results = {
+        "date": started.isoformat(timespec="seconds"),
+        "command": command_line(),
+        "argv": sys.argv,
+        "config": json.loads(json.dumps(vars(args), default=str)),
+        "pair": pair_info(pair),
+        "machine": machine,
+        "hf_confidence_threshold": confidence_threshold_variant(),
+        "simulator": {
+            "available": not isinstance(simulator, str),
+            "reason": simulator if isinstance(simulator, str) else None,
+        },
+        "latency": ", ".join(sorted({f"{m.kind} ({m.device})" for m in latencies.values()})),
+        "policies": {name: {"folder": str(p.policy.folder), "pair": p.pair} for name, p in policies.items()},
+        "skipped_policies": skipped_policies,
+        "notes": notes,
+        "scenarios": results_by_scenario,
+    }
+    results["summary"] = summarize(results_by_scenario)
+
+    out = args.out or REPO / "results" / "evaluate" / (
+        re.sub(r"[^A-Za-z0-9._+-]+", "_", pair.name).strip("_") + "__" + started.strftime("%Y%m%d-%H%M%S")
+    )
+    markdown = render_markdown(results)
+    write_text_atomic(out / "results.json", json.dumps(results, indent=1) + "\n")
+    write_text_atomic(out / "results.md", markdown)
+    write_plots(results, out)
+    write_tensorboard(results, out / "tensorboard", markdown)
+    print(markdown)
+    print(
+        f"wrote {out}/: results.json, results.md, *.png and tensorboard/ "
+        f"(tensorboard --logdir {out / 'tensorboard'})"
+    )
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,16 @@
+"""Side-by-side evaluation of controllers: simulator and real loop, bounds, reports.
+
+``experiments/evaluate.py`` is the command; the pieces:
+
+- :mod:`~specrl.evaluation.roster`: controllers by name, held-out episode plans;
+- :mod:`~specrl.evaluation.runs`: playing episodes (ours and HF ``generate``), aggregating rows;
+- :mod:`~specrl.evaluation.simulator`: trace replay, the oracle and the static grid;
+- :mod:`~specrl.evaluation.harness`: one scenario, every row, side by side;
+- :mod:`~specrl.evaluation.report`: results.json / results.md / TensorBoard;
+- :mod:`~specrl.evaluation.machine`: where and how a run ran.
+"""
+
+from specrl.evaluation.harness import Settings, evaluate_scenario, load_policies
+from specrl.evaluation.roster import Episode, episode_plan, make_controller
+
+__all__ = ["Episode", "Settings", "episode_plan", "evaluate_scenario", "load_policies", "make_controller"]

@@ -1,0 +1,374 @@
+"""One scenario, every controller, side by side: the simulator columns, then the real loop.
+
+Per scenario (:func:`evaluate_scenario`):
+
+1. Simulator (modeled time, when :mod:`specrl.evaluation.simulator` can load it): every
+   controller of the roster replayed on the held-out traces; the clairvoyant oracle; the
+   whole static (k, tau) grid, whose best setting becomes the "best static in hindsight" row.
+2. Real loop (the env's time, wall clock by default): the roster, that best static setting and
+   Hugging Face ``generate`` (plain and assisted) on the first held-out prompts. Every row plays
+   every episode in each repeat, in a seeded random order per episode so that machine noise
+   hits all alike; ``warmup`` untimed passes over the first episode come first.
+3. Ratios: speed-up over plain decoding (ours; HF rows over HF's plain ``generate``, timed the
+   same way) and ratio to the TCP heuristic (tau = 0), in both columns.
+
+Without a simulator the best static is the best of the statics run in the real loop (plain
+included), in hindsight on the same measurements; the report says so.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from specrl.controllers import LearnedController
+from specrl.controllers.base import Controller
+from specrl.envs.scenario import Scenario
+from specrl.envs.spec_decode import SpecDecodeEnv
+from specrl.evaluation import roster
+from specrl.evaluation.runs import EpisodeRecord, StepRecorder, aggregate, hf_episode, play, trajectory
+from specrl.evaluation.simulator import Simulator, SimulatorRun
+from specrl.hf_baseline import (
+    assistant_config,
+    confidence_threshold_variant,
+    resolved_assistant_settings,
+)
+from specrl.latency import LatencyModel
+from specrl.models import ModelPair
+
+PLAIN, TCP, BEST_STATIC, ORACLE = "plain", "tcp", "best-static", "oracle"
+HF_PLAIN, HF_ASSISTED = "hf-generate", "hf-generate-assisted"
+
+
+@dataclass
+class Settings:
+    """What :func:`evaluate_scenario` runs (``experiments/evaluate.py`` documents each option).
+
+    Attributes:
+        episodes: real-loop episodes: the first held-out prompts, round robin over the start
+            domains (:func:`~specrl.evaluation.roster.first_episodes`).
+        sim_prompts_per_domain: held-out traces per start domain in the simulator (raised to
+            cover ``episodes`` if needed, so the real-loop episodes are among the traces).
+        repeats: timed repeats of every real-loop row.
+        warmup: untimed passes of every row over the first episode before the repeats.
+        statics: static rows (roster names) run in both columns besides plain.
+        rules: rule-based rows (roster names).
+        hf: run Hugging Face ``generate`` (plain and assisted).
+        time: the real loop's time source, "wallclock" or "modeled".
+        seed: episode i of a scenario's plan resets with seed + i; also seeds the run order.
+        progress: show progress bars.
+    """
+
+    episodes: int = 1
+    sim_prompts_per_domain: int = 4
+    repeats: int = 3
+    warmup: int = 1
+    statics: tuple[str, ...] = ("static:2:0", "static:4:0")
+    rules: tuple[str, ...] = roster.RULES
+    hf: bool = True
+    time: str = "wallclock"
+    seed: int = 0
+    progress: bool = True
+
+
+@dataclass
+class ScenarioRun:
+    """Everything measured on one scenario; ``result`` is its JSON-ready summary."""
+
+    result: dict[str, Any]
+    real_records: dict[str, list[list[EpisodeRecord]]] = field(default_factory=dict)
+    sim_records: dict[str, list[EpisodeRecord]] = field(default_factory=dict)
+
+
+def hf_assistant(pair: ModelPair, k_max: int) -> tuple[Any, dict[str, Any]]:
+    """HF's assisted generation with its dynamic confidence threshold, k bounded by ``k_max``:
+    the draft's generation_config with ``num_assistant_tokens = k_max`` and the schedule
+    "constant" (the counterpart of our ``hf-confidence``), the threshold left at HF's default."""
+    config = assistant_config(
+        pair.draft.generation_config, num_assistant_tokens=k_max, num_assistant_tokens_schedule="constant"
+    )
+    settings = resolved_assistant_settings(config)
+    return config, settings | {"confidence_threshold": confidence_threshold_variant()}
+
+
+def controller_factories(
+    scenario: Scenario, settings: Settings, policies: dict[str, LearnedController]
+) -> dict[str, Callable[[], Controller]]:
+    """Roster name -> a function that makes a fresh controller for this scenario."""
+    names = [PLAIN, *(n for n in settings.statics if n != PLAIN), *settings.rules]
+    factories: dict[str, Callable[[], Controller]] = {
+        name: (lambda name=name: roster.make_controller(name, scenario.k_max)) for name in names
+    }
+    for name, policy in policies.items():
+        factories[name] = lambda policy=policy: policy  # stateless: one instance serves every run
+    return factories
+
+
+def evaluate_scenario(
+    scenario: Scenario,
+    pair: ModelPair,
+    latency: LatencyModel,
+    settings: Settings,
+    policies: dict[str, LearnedController],
+    simulator: Simulator | str,
+) -> ScenarioRun:
+    """Run one scenario's comparison (see the module doc); ``simulator`` is the loaded simulator or
+    the reason it is missing."""
+    scenario = scenario.with_overrides(split="heldout")
+    factories = controller_factories(scenario, settings, policies)
+    skipped = {
+        name: f"the policy picks k up to {p.k_max}, scenario '{scenario.name}' allows {scenario.k_max}"
+        for name, p in policies.items()
+        if p.k_max > scenario.k_max
+    }
+    for name in skipped:
+        del factories[name]
+    env = SpecDecodeEnv(scenario, pair=pair, time=settings.time, latency=latency)
+    start_domains = [d for d, weight in scenario.prompts.domains.items() if weight > 0]
+    per_domain = max(settings.sim_prompts_per_domain, math.ceil(settings.episodes / len(start_domains)))
+    plan = roster.episode_plan(scenario, env.prompt_sets, per_domain, settings.seed)
+    episodes = roster.first_episodes(plan, settings.episodes)
+
+    bounds, sim_records = None, {}
+    if isinstance(simulator, Simulator):
+        bounds, sim_records = run_simulator(
+            simulator, scenario, pair, latency, factories, per_domain, settings
+        )
+    best_from_sim = (
+        roster.static_name(bounds["best_static"]["k"], bounds["best_static"]["tau"]) if bounds else None
+    )
+    real, hf_settings = run_real_loop(env, episodes, factories, best_from_sim, settings)
+
+    real_rows = {
+        name: aggregate(repeats, "hf" if name in (HF_PLAIN, HF_ASSISTED) else "ours")
+        for name, repeats in real.items()
+    }
+    # Without a simulator: the best of the statics measured in the real loop, in hindsight.
+    best_name = best_from_sim or max(
+        (n for n in real_rows if n == PLAIN or n.startswith("static:")),
+        key=lambda n: real_rows[n]["tokens_per_s"],
+    )
+    sim_rows = {name: aggregate([records]) for name, records in sim_records.items()}
+    rows = build_rows(real_rows, sim_rows, bounds, best_name, list(factories), policies)
+    add_ratios(rows, settings.time)
+    result = {
+        "name": scenario.name,
+        "description": scenario.description,
+        "temperature": scenario.sampling.temperature,
+        "k_max": scenario.k_max,
+        "tau_grid": list(scenario.tau_grid),
+        "max_new_tokens": scenario.max_new_tokens,
+        "shift": [{"after_tokens": s.after_tokens, "domain": s.domain} for s in scenario.shift],
+        "real_time": settings.time,
+        "episodes": [{"domain": e.domain, "prompt_index": e.prompt_index, "seed": e.seed} for e in episodes],
+        "simulator": simulator_summary(simulator, bounds, len(sim_records.get(PLAIN, []))),
+        "hf_assistant": hf_settings,
+        "rows": rows,
+        "skipped": skipped,
+        "trajectories": {
+            name: trajectory(repeats[0][0])
+            for name, repeats in real.items()
+            if scenario.shift and repeats[0][0].steps
+        },
+    }
+    return ScenarioRun(result, real, sim_records)
+
+
+def run_simulator(
+    simulator: Simulator,
+    scenario: Scenario,
+    pair: ModelPair,
+    latency: LatencyModel,
+    factories: dict[str, Callable[[], Controller]],
+    per_domain: int,
+    settings: Settings,
+) -> tuple[dict[str, Any], dict[str, list[EpisodeRecord]]]:
+    """The bounds, then every controller (and the best static setting) on the held-out traces."""
+    session = SimulatorRun(simulator, scenario, pair, latency, per_domain, settings.seed, settings.progress)
+    bounds = session.bounds()
+    best = roster.static_name(bounds["best_static"]["k"], bounds["best_static"]["tau"])
+    factories = {best: lambda: roster.make_controller(best, scenario.k_max)} | factories
+    return bounds, {name: session.play(make()) for name, make in factories.items()}
+
+
+def run_real_loop(
+    env: SpecDecodeEnv,
+    episodes: list[roster.Episode],
+    factories: dict[str, Callable[[], Controller]],
+    best_static: str | None,
+    settings: Settings,
+) -> tuple[dict[str, list[list[EpisodeRecord]]], dict[str, Any] | None]:
+    """Every controller (and ``best_static``), then HF generate, interleaved on the episodes."""
+    scenario, pair = env.scenario, env.pair
+    if best_static is not None:
+        factories = {best_static: lambda: roster.make_controller(best_static, scenario.k_max)} | factories
+    recorder = StepRecorder(env)
+    controllers = {name: make() for name, make in factories.items()}
+    runners: dict[str, Callable[[roster.Episode], EpisodeRecord]] = {
+        name: (lambda episode, controller=controller: play(recorder, controller, episode))
+        for name, controller in controllers.items()
+    }
+    hf_settings = None
+    if settings.hf:
+        assistant, hf_settings = hf_assistant(pair, scenario.k_max)
+        runners[HF_PLAIN] = lambda e: hf_episode(pair, scenario, env.prompt_sets, e, None)
+        runners[HF_ASSISTED] = lambda e: hf_episode(pair, scenario, env.prompt_sets, e, assistant)
+    return run_interleaved(runners, episodes, settings, scenario.name), hf_settings
+
+
+def run_interleaved(
+    runners: dict[str, Callable[[roster.Episode], EpisodeRecord]],
+    plan: list[roster.Episode],
+    settings: Settings,
+    name: str,
+) -> dict[str, list[list[EpisodeRecord]]]:
+    """``warmup`` untimed passes over the first episode, then ``repeats`` passes over the plan,
+    every row on every episode, rows shuffled (seeded) per episode. Returns row -> repeat -> episodes."""
+    order = random.Random(settings.seed)
+    results: dict[str, list[list[EpisodeRecord]]] = {row: [] for row in runners}
+    total = len(runners) * (settings.warmup + settings.repeats * len(plan))
+    with tqdm(
+        total=total, desc=f"{name} real loop", unit="ep", disable=not settings.progress, dynamic_ncols=True
+    ) as bar:
+        for _ in range(settings.warmup):
+            for run in runners.values():
+                run(plan[0])
+                bar.update()
+        for _ in range(settings.repeats):
+            for rows in results.values():
+                rows.append([])
+            for episode in plan:
+                for row in order.sample(list(runners), len(runners)):
+                    results[row][-1].append(runners[row](episode))
+                    bar.update()
+    return results
+
+
+def build_rows(
+    real_rows: dict[str, dict],
+    sim_rows: dict[str, dict],
+    bounds: dict | None,
+    best_name: str,
+    names: list[str],
+    policies: dict[str, LearnedController],
+) -> dict[str, dict[str, Any]]:
+    """The table rows in order: plain, statics, best static, rules, learned, HF, oracle.
+
+    A static that ran only because it is the best in hindsight appears once, as ``best-static``.
+    """
+
+    def row(name: str, kind: str, label: str, **extra: Any) -> dict[str, Any]:
+        return {"label": label, "kind": kind, "real": real_rows.get(name), "sim": sim_rows.get(name), **extra}
+
+    rows: dict[str, dict[str, Any]] = {}
+    for name in names:
+        if name == PLAIN:
+            rows[name] = row(name, "plain", roster.label(name))
+        elif name.startswith("static:"):
+            rows[name] = row(name, "static", roster.label(name))
+    k, tau = (0, 0.0) if best_name == PLAIN else roster.parse_static(best_name)
+    chosen_by = "the simulator, over the whole grid" if bounds else "hindsight over the real-loop statics"
+    rows[BEST_STATIC] = row(
+        best_name,
+        "best-static",
+        f"best static in hindsight (k={k}, tau={tau:g})",
+        setting={"k": k, "tau": tau, "name": best_name, "chosen_by": chosen_by},
+    )
+    for name in names:
+        if name in roster.RULES:
+            rows[name] = row(name, "rule", roster.label(name))
+        elif name in policies:
+            rows[name] = row(
+                name,
+                "learned",
+                f"learned policy ({policies[name].policy.folder})",
+                policy_pair=policies[name].pair,
+            )
+    if HF_PLAIN in real_rows:
+        rows[HF_PLAIN] = row(HF_PLAIN, "hf", "HF generate (plain, wall clock incl. prefill)")
+        rows[HF_ASSISTED] = row(HF_ASSISTED, "hf", "HF generate, assisted (wall clock incl. prefill)")
+    if bounds is not None:
+        rows[ORACLE] = {
+            "label": "clairvoyant oracle (simulator only)",
+            "kind": "oracle",
+            "real": None,
+            "sim": dict(bounds["oracle"]),
+        }
+    return rows
+
+
+def add_ratios(rows: dict[str, dict[str, Any]], real_time: str) -> None:
+    """Per column: ``speedup`` over plain (HF rows: over HF plain generate) and ``ratio_to_tcp``.
+
+    HF rows are always timed by the wall clock: with a modeled real loop (``real_time``) their
+    ratio to TCP would compare two clocks, so it is None.
+    """
+    for column in ("real", "sim"):
+
+        def reference(name: str, column: str = column) -> float | None:
+            cell = rows.get(name, {}).get(column)
+            return cell["tokens_per_s"] if cell and cell["tokens_per_s"] > 0 else None
+
+        plain, hf_plain, tcp = reference(PLAIN), reference(HF_PLAIN), reference(TCP)
+        for row in rows.values():
+            cell = row.get(column)
+            if cell is None:
+                continue
+            base = hf_plain if row["kind"] == "hf" else plain
+            cell["speedup"] = cell["tokens_per_s"] / base if base else None
+            comparable = row["kind"] != "hf" or real_time == "wallclock"
+            cell["ratio_to_tcp"] = cell["tokens_per_s"] / tcp if tcp and comparable else None
+
+
+def simulator_summary(simulator: Simulator | str, bounds: dict | None, traces: int) -> dict:
+    """The simulator's part of a scenario result: available or why not, bounds, the static grid."""
+    if bounds is None:
+        return {
+            "available": False,
+            "reason": simulator if isinstance(simulator, str) else "not run",
+            "best_static_from": "real loop",
+        }
+    return {
+        "available": True,
+        "reason": None,
+        "traces": traces,
+        "best_static_from": "simulator",
+        "best_static": bounds["best_static"],
+        "oracle": bounds["oracle"],
+        "static_grid": bounds["static_grid"],
+    }
+
+
+def load_policies(
+    folders: list[Path], pair_name: str
+) -> tuple[dict[str, LearnedController], dict[str, str], list[str]]:
+    """The learned policies that load, the reason for each that does not, and pair warnings.
+
+    A missing folder or an invalid policy is a data absence, reported, not an error: the row is
+    skipped and the report says why.
+    """
+    from specrl.export import PolicyError
+
+    policies, skipped, warnings = {}, {}, []
+    for folder in folders:
+        if not Path(folder).is_dir():
+            skipped[str(folder)] = (
+                f"no policy folder '{folder}' (train and export one: python experiments/train_ppo.py)"
+            )
+            continue
+        try:
+            policy = LearnedController.load(folder)
+        except PolicyError as error:
+            skipped[str(folder)] = str(error)
+            continue
+        policies[policy.name] = policy
+        warning = policy.pair_warning(pair_name)
+        if warning:
+            warnings.append(warning)
+    return policies, skipped, warnings

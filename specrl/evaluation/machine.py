@@ -1,0 +1,108 @@
+"""Where and how a benchmark ran: machine, versions, git state, the command. Recorded in every report."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import transformers
+from transformers.utils import is_sklearn_available
+
+import specrl
+from specrl.hf_baseline import confidence_threshold_variant
+from specrl.models import ModelPair
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def warn_if_busy(pair: ModelPair) -> None:
+    """Oversubscribed CPU threads (torch's pool spinning next to other jobs) slow small models 10-100x."""
+    if pair.device.type != "cpu" or not hasattr(os, "getloadavg"):
+        return
+    load, cpus, threads = os.getloadavg()[0], os.cpu_count() or 1, torch.get_num_threads()
+    if threads > 1 and load + threads > cpus + 0.5:
+        print(
+            f"WARNING: the machine is busy (load {load:.1f} on {cpus} CPUs) and torch uses {threads} "
+            "threads; oversubscribed threads can make small models 10-100x slower and the numbers "
+            "meaningless. Consider --threads 1.",
+            file=sys.stderr,
+        )
+
+
+def git_state() -> dict:
+    """The repository's commit and whether the working tree has changes (None where git fails)."""
+
+    def git(*cmd: str) -> str | None:
+        try:
+            return subprocess.run(
+                ["git", *cmd], cwd=REPO, capture_output=True, text=True, timeout=10, check=True
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    status = git("status", "--porcelain")
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
+
+
+def loadavg() -> list[float] | None:
+    return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+
+
+def machine_info(pair: ModelPair) -> dict:
+    """Platform, CPU/GPU, library versions, the HF threshold variant, load average and git state."""
+    info = {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "specrl": specrl.__version__,
+        "device": str(pair.device),
+        "dtype": str(pair.dtype).removeprefix("torch."),
+        "sklearn_available": is_sklearn_available(),
+        "hf_confidence_threshold": confidence_threshold_variant(),
+        "loadavg_start": loadavg(),
+        "git": git_state(),
+    }
+    if pair.device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(pair.device)
+    return info
+
+
+def pair_info(pair: ModelPair) -> dict:
+    """The pair's name, vocabulary, context window and parameter counts."""
+    return {
+        "name": pair.name,
+        "context_length": pair.context_length,
+        "vocab_size": pair.vocab_size,
+        "parameters": {
+            role: sum(p.numel() for p in model.parameters())
+            for role, model in (("target", pair.target), ("draft", pair.draft))
+        },
+    }
+
+
+def describe_machine(machine: dict) -> str:
+    """One line for a report: device, dtype, CPUs, versions."""
+    device = machine.get("gpu") or machine["device"]
+    return (
+        f"{device} ({machine['dtype']}), {machine['cpu_count']} CPUs ({machine['processor']}), "
+        f"torch {machine['torch']}, transformers {machine['transformers']}, Python {machine['python']}"
+    )
+
+
+def command_line() -> str:
+    """The command that is running, with the environment variables that change its results."""
+    env = " ".join(
+        f"{k}={shlex.quote(os.environ[k])}"
+        for k in ("SPECRL_HOME", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+        if k in os.environ
+    )
+    return f"{env + ' ' if env else ''}python {shlex.join(sys.argv)}"

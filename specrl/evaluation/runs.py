@@ -1,0 +1,227 @@
+"""Playing episodes and summarising them: the real loop (our engine through the env), Hugging
+Face ``generate`` on the same prompts, and the aggregate of a row (tokens/sec, acceptance,
+latency spread).
+
+Definitions used in every report:
+
+- tokens/sec of a repeat: the tokens of all its episodes over their decode seconds (the env's:
+  draft + verify, prefill excluded; HF rows: the whole ``generate`` call, prefill included);
+  a row's figure is the median over repeats.
+- acceptance rate: accepted / proposed draft tokens, over all repeats.
+- mean accepted length: tokens emitted per verification (accepted + the bonus or corrected
+  token); HF rows: new tokens per target forward.
+- mean k, mean tau: asked for per step.
+- per-token latency: each token a step emits is charged the step's seconds / the tokens it
+  emitted; the spread of that distribution (std, coefficient of variation, percentiles), in ms.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from specrl.controllers.base import Controller
+from specrl.envs.rollout import EpisodeSummary, run_episode
+from specrl.envs.scenario import Scenario
+from specrl.envs.spec_decode import SHIFT_SEPARATOR
+from specrl.evaluation.roster import Episode
+from specrl.hf_baseline import hf_generate
+from specrl.models import ModelPair
+
+#: Bin edges of the per-step acceptance-fraction histogram (accepted / proposed, steps that proposed).
+ACCEPTANCE_BINS = tuple(round(0.1 * i, 1) for i in range(11))
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """The scalars of one env step."""
+
+    tokens: int
+    seconds: float
+    proposed: int
+    accepted: int
+    k: int
+    tau: float
+    domain: str
+    position: int  # tokens generated in the episode before this step
+
+
+@dataclass
+class EpisodeRecord:
+    """One played episode: its totals and, for our engine, its steps."""
+
+    summary: EpisodeSummary
+    steps: list[StepRecord] = field(default_factory=list)
+
+
+class StepRecorder(gym.Wrapper):
+    """Keeps the :class:`StepRecord` of every step of the current episode (``self.steps``)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.steps: list[StepRecord] = []
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        self.steps = []
+        return self.env.reset(**kwargs)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self.steps.append(
+            StepRecord(
+                info["tokens"],
+                info["seconds"],
+                info["proposed"],
+                info["accepted"],
+                info["k"],
+                info["tau"],
+                info["domain"],
+                info["episode_tokens"] - info["tokens"],
+            )
+        )
+        return observation, reward, terminated, truncated, info
+
+
+def play(
+    recorder: StepRecorder, controller: Controller, episode: Episode, options: dict | None = None
+) -> EpisodeRecord:
+    """One episode of ``controller`` in the recorded env (reset with the episode's seed and options)."""
+    summary = run_episode(recorder, controller, seed=episode.seed, options=options or episode.options)
+    return EpisodeRecord(summary, recorder.steps)
+
+
+def hf_episode(
+    pair: ModelPair,
+    scenario: Scenario,
+    prompt_sets: dict[str, list[str]],
+    episode: Episode,
+    assistant: Any,
+) -> EpisodeRecord:
+    """The episode's prompt through HF ``generate``, segment by segment like the env's domain shift.
+
+    Each segment runs up to the scenario's next shift point (or ``max_new_tokens``) with EOS
+    ignored; at a shift, a held-out prompt of the new domain (index: the episode's prompt index,
+    wrapped) is appended after the env's separator. The context is cut to leave room for the
+    remaining budget, as :class:`~specrl.envs.SpecDecodeEnv` does at a shift. ``steps`` counts target
+    forwards (prefill and first verification are one).
+    """
+    context = pair.encode(prompt_sets[episode.domain][episode.prompt_index])
+    ends = [shift.after_tokens for shift in scenario.shift] + [scenario.max_new_tokens]
+    sampling = scenario.sampling
+    summary = EpisodeSummary(domain=episode.domain, prompt_index=episode.prompt_index)
+    for segment, end in enumerate(ends):
+        if segment:
+            shift = scenario.shift[segment - 1]
+            texts = prompt_sets[shift.domain]
+            context = context + pair.encode(SHIFT_SEPARATOR + texts[episode.prompt_index % len(texts)])
+        room = pair.context_length - (scenario.max_new_tokens - summary.tokens)
+        context = context[-max(1, room) :]
+        run = hf_generate(
+            pair,
+            context,
+            end - summary.tokens,
+            sampling.temperature,
+            episode.seed + segment,
+            assistant,
+            sampling.top_k,
+            sampling.top_p,
+        )
+        context = context + run.ids
+        summary.tokens += len(run.ids)
+        summary.seconds += run.seconds
+        summary.steps += run.target_forwards
+    return EpisodeRecord(summary)
+
+
+# ---- one row's aggregate ------------------------------------------------------------------------
+
+
+def spread(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, float] | None:
+    """Mean, std, coefficient of variation and percentiles (p10, p50, p90, p99) of ``values``,
+    each value counted ``weights`` times; None if empty."""
+    if weights is not None:
+        values = np.repeat(values, weights)
+    if values.size == 0:
+        return None
+    mean, std = float(values.mean()), float(values.std())
+    p10, p50, p90, p99 = (float(v) for v in np.percentile(values, [10, 50, 90, 99]))
+    return {
+        "mean": mean,
+        "std": std,
+        "cv": std / mean if mean > 0 else 0.0,
+        "p10": p10,
+        "p50": p50,
+        "p90": p90,
+        "p99": p99,
+    }
+
+
+def throughput(records: list[EpisodeRecord]) -> float:
+    seconds = sum(r.summary.seconds for r in records)
+    return sum(r.summary.tokens for r in records) / seconds if seconds > 0 else 0.0
+
+
+def aggregate(repeats: list[list[EpisodeRecord]], engine: str = "ours") -> dict[str, Any]:
+    """A row's numbers from its episodes (``repeats[r][e]``); ``engine`` "hf" leaves the
+    per-step quantities out (None)."""
+    per_repeat = [throughput(records) for records in repeats]
+    records = [r for records in repeats for r in records]
+    total = EpisodeSummary()
+    for r in records:
+        for key in ("tokens", "seconds", "steps", "proposed", "accepted", "k_sum", "tau_sum"):
+            setattr(total, key, getattr(total, key) + getattr(r.summary, key))
+    row: dict[str, Any] = {
+        "tokens_per_s": statistics.median(per_repeat) if per_repeat else 0.0,
+        "tokens_per_s_repeats": per_repeat,
+        "tokens": total.tokens,
+        "seconds": total.seconds,
+        "steps": total.steps,
+        "mean_accepted_length": total.tokens / total.steps if total.steps else 0.0,
+        "episodes": len(records),
+    }
+    if engine == "hf":
+        return row | {
+            "acceptance_rate": None,
+            "mean_k": None,
+            "mean_tau": None,
+            "latency_ms_per_token": None,
+            "step_ms": None,
+            "step_acceptance_histogram": None,
+        }
+    steps = [s for r in records for s in r.steps]
+    tokens = np.array([s.tokens for s in steps], dtype=np.int64)
+    seconds = np.array([s.seconds for s in steps], dtype=np.float64)
+    emitting = tokens > 0
+    fractions = [s.accepted / s.proposed for s in steps if s.proposed]
+    counts, _ = np.histogram(fractions, bins=ACCEPTANCE_BINS)
+    return row | {
+        "acceptance_rate": total.acceptance_rate if total.proposed else None,
+        "proposed": total.proposed,
+        "accepted": total.accepted,
+        "mean_k": total.mean_k,
+        "mean_tau": total.mean_tau,
+        "latency_ms_per_token": spread(1000 * seconds[emitting] / tokens[emitting], tokens[emitting]),
+        "step_ms": spread(1000 * seconds),
+        "step_acceptance_histogram": {"edges": list(ACCEPTANCE_BINS), "counts": counts.tolist()},
+    }
+
+
+def trajectory(record: EpisodeRecord) -> dict[str, list]:
+    """k, tau, domain, proposed and accepted of each step against the tokens generated before it."""
+    steps = record.steps
+    return {
+        "position": [s.position for s in steps],
+        "k": [s.k for s in steps],
+        "tau": [s.tau for s in steps],
+        "domain": [s.domain for s in steps],
+        "proposed": [s.proposed for s in steps],
+        "accepted": [s.accepted for s in steps],
+    }
+
+
+Runner = Callable[[Episode], EpisodeRecord]

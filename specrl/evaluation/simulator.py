@@ -1,0 +1,110 @@
+"""The simulator columns: controllers replayed on held-out traces, the clairvoyant oracle and the
+best static (k, tau) in hindsight, all under the scenario's latency model (modeled time).
+
+The trace-replay simulator (``specrl.envs.trace_replay``), the traces (``specrl.traces``) and
+the bounds (``specrl.oracle``) are separate modules; :func:`load_simulator` imports them and,
+when one is missing, returns why, so that a report says which columns it lacks and for what
+reason instead of dropping them silently.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from specrl.controllers.base import Controller
+from specrl.envs.scenario import Scenario
+from specrl.evaluation.roster import Episode
+from specrl.evaluation.runs import EpisodeRecord, StepRecorder, play
+from specrl.latency import LatencyModel
+from specrl.models import ModelPair
+
+SIMULATOR_MODULES = ("specrl.traces", "specrl.envs.trace_replay", "specrl.oracle")
+
+
+@dataclass
+class Simulator:
+    """The imported simulator modules."""
+
+    traces: ModuleType
+    trace_replay: ModuleType
+    oracle: ModuleType
+
+
+def load_simulator() -> Simulator | str:
+    """The simulator modules, or the reason they cannot be used (a missing module, named)."""
+    modules = []
+    for name in SIMULATOR_MODULES:
+        try:
+            modules.append(importlib.import_module(name))
+        except ImportError as error:
+            return f"{name} is not available ({type(error).__name__}: {error})"
+    return Simulator(*modules)
+
+
+class SimulatorRun:
+    """One scenario in the simulator: its held-out traces, replayed under the latency model.
+
+    The traces are the first ``prompts_per_domain`` held-out prompts of each start domain,
+    trace i recorded with reset seed ``seed + i`` (collected and cached on first use), so the
+    real-loop episodes of :func:`specrl.evaluation.roster.episode_plan` are among them.
+    """
+
+    def __init__(
+        self,
+        simulator: Simulator,
+        scenario: Scenario,
+        pair: ModelPair,
+        latency: LatencyModel,
+        prompts_per_domain: int,
+        seed: int,
+        progress: bool = True,
+    ) -> None:
+        self.simulator, self.scenario, self.latency, self.seed = simulator, scenario, latency, seed
+        self.traces = simulator.traces.cached_traces(
+            scenario, "heldout", pair, prompts_per_domain=prompts_per_domain, seed=seed, progress=progress
+        )
+        self.env = simulator.trace_replay.TraceReplayEnv(
+            scenario, split="heldout", pair=pair, traces=self.traces, latency=latency
+        )
+        self.recorder = StepRecorder(self.env)
+        indices = self.traces.arrays["trace_prompt_index"]
+        self.episodes = [
+            Episode(domain, int(index), seed + i)
+            for i, (domain, index) in enumerate(zip(self.traces.domains, indices, strict=True))
+        ]
+
+    def play(self, controller: Controller) -> list[EpisodeRecord]:
+        """``controller`` on every trace (trace i reset with the seed it was recorded with)."""
+        return [
+            play(self.recorder, controller, episode, options={"trace_index": i})
+            for i, episode in enumerate(self.episodes)
+        ]
+
+    def bounds(self) -> dict[str, Any]:
+        """The clairvoyant oracle over all traces, and the static grid with its best setting.
+
+        Both use one acceptance realisation per trace, drawn with seed ``seed + i`` for trace i:
+        the draws :meth:`play` resets trace i with (``TraceReplayEnv`` draws them first thing after
+        ``reset(seed=...)``), so with sampling every controller and both bounds see the same
+        outcomes, and the oracle bounds each controller trace by trace.
+        """
+        oracle, scenario = self.simulator.oracle, self.scenario
+        window = int(self.traces.meta["context_window"])
+        total = oracle.Bound(0, 0.0)
+        for i, trace in enumerate(self.traces.traces):
+            accepts = oracle.realisations(trace, 1, self.seed + i)[0]
+            total += oracle.clairvoyant(trace, accepts, self.latency, scenario.k_max, window)
+        tau_grid = tuple(scenario.tau_grid)
+        best = oracle.best_static(self.traces, self.latency, tau_grid, count=1, seed=self.seed)
+        setting = {"k": int(best.k), "tau": float(best.tau), "tokens_per_s": float(best.tokens_per_s)}
+        return {
+            "oracle": {"tokens": total.tokens, "seconds": total.seconds, "tokens_per_s": total.tokens_per_s},
+            "best_static": setting,
+            "static_grid": [
+                {"k": int(k), "tau": float(tau), "tokens_per_s": float(value)}
+                for (k, tau), value in sorted(best.table.items())
+            ],
+        }

@@ -1,0 +1,133 @@
+"""The two bounds every comparison carries, computed on traces with modeled time.
+
+- **Clairvoyant optimum** (:func:`clairvoyant`): knowing every acceptance outcome in
+  advance, the minimum modeled time to emit a trace, by dynamic programming over positions:
+  T(j) = min_k [ seconds of the step at j with k + T(j + tokens it emits) ], T(end) = 0, per
+  segment. Only tau = 0 is searched: a tau cut after i proposals gives the same outcome as
+  k = i and costs one more draft forward, so it never helps a controller that knows the
+  outcomes. No controller can emit the trace faster; its tokens/sec is an upper bound.
+- **Best static (k, tau) in hindsight** (:func:`best_static`): every (k, tau) of the grid
+  replayed unchanged over all traces; the one with the highest throughput.
+
+Throughput over many traces is total tokens / total seconds. With sampling, acceptance is
+random: both bounds are computed on the same ``realisations`` per trace (seeded draws, each
+with the law of the real loop), and a controller is compared on the same draws.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specrl.envs.replay import replay_step
+from specrl.latency import LatencyModel
+from specrl.traces import Trace, TraceSet
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Tokens emitted and modeled seconds spent."""
+
+    tokens: int
+    seconds: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def __add__(self, other: Bound) -> Bound:
+        return Bound(self.tokens + other.tokens, self.seconds + other.seconds)
+
+
+@dataclass(frozen=True)
+class StaticBound:
+    """The best static setting and the throughput of every setting on the grid."""
+
+    k: int
+    tau: float
+    tokens_per_s: float
+    table: dict[tuple[int, float], float] = field(default_factory=dict)
+
+
+def realisations(trace: Trace, count: int, seed: int) -> list[list[list[bool]]]:
+    """``count`` acceptance realisations of ``trace`` (per segment, per position). Greedy
+    traces have one: the outcome is deterministic."""
+    greedy = all(p in (0.0, 1.0) for s in trace.segments for p in s.accept_prob)
+    rng = np.random.default_rng(seed)
+    count = 1 if greedy else count
+    return [
+        [(rng.random(len(s.accept_prob)) < np.asarray(s.accept_prob)).tolist() for s in trace.segments]
+        for _ in range(count)
+    ]
+
+
+def clairvoyant(
+    trace: Trace, accepts: list[list[bool]], latency: LatencyModel, k_max: int, context_window: int
+) -> Bound:
+    """The minimum modeled time to emit ``trace`` given its acceptance outcomes ``accepts``."""
+    total = Bound(0, 0.0)
+    for segment, segment_accepts in zip(trace.segments, accepts, strict=True):
+        best = [0.0] * (segment.end + 1)  # best[j]: fastest way to finish from position j
+        for j in range(segment.end - 1, -1, -1):
+            options = []
+            for k in range(k_max + 1):
+                step = replay_step(segment, j, k, 0.0, segment_accepts, context_window)
+                draft, verify = latency.step_seconds(
+                    segment.prompt_length + j, len(step.confidences), step.proposed
+                )
+                options.append(draft + verify + best[j + step.emitted])
+                if step.k < k:  # clipped by the room left: larger k are the same step
+                    break
+            best[j] = min(options)
+        total += Bound(segment.end, best[0])
+    return total
+
+
+def static_run(
+    trace: Trace, accepts: list[list[bool]], latency: LatencyModel, k: int, tau: float, context_window: int
+) -> Bound:
+    """Tokens and modeled seconds of ``trace`` decoded with the same (k, tau) every step."""
+    total = Bound(0, 0.0)
+    for segment, segment_accepts in zip(trace.segments, accepts, strict=True):
+        position, seconds = 0, 0.0
+        while position < segment.end:
+            step = replay_step(segment, position, k, tau, segment_accepts, context_window)
+            draft, verify = latency.step_seconds(
+                segment.prompt_length + position, len(step.confidences), step.proposed
+            )
+            seconds += draft + verify
+            position += step.emitted
+        total += Bound(segment.end, seconds)
+    return total
+
+
+def clairvoyant_bound(traces: TraceSet, latency: LatencyModel, *, count: int = 4, seed: int = 0) -> Bound:
+    """The clairvoyant optimum summed over every trace and realisation."""
+    window = int(traces.meta["context_window"])
+    total = Bound(0, 0.0)
+    for index, trace in enumerate(traces.traces):
+        for accepts in realisations(trace, count, seed + index):
+            total += clairvoyant(trace, accepts, latency, traces.k_max, window)
+    return total
+
+
+def best_static(
+    traces: TraceSet, latency: LatencyModel, tau_grid: Sequence[float], *, count: int = 4, seed: int = 0
+) -> StaticBound:
+    """Every static (k, tau), k in 0..k_max and tau on the grid, over every trace and realisation."""
+    window = int(traces.meta["context_window"])
+    draws = [(trace, realisations(trace, count, seed + index)) for index, trace in enumerate(traces.traces)]
+    table = {}
+    for k, tau in itertools.product(range(traces.k_max + 1), tau_grid):
+        if k == 0 and tau != tau_grid[0]:
+            continue  # tau does nothing without drafting
+        total = Bound(0, 0.0)
+        for trace, accepts_list in draws:
+            for accepts in accepts_list:
+                total += static_run(trace, accepts, latency, k, tau, window)
+        table[(k, float(tau))] = total.tokens_per_s
+    (k, tau), best = max(table.items(), key=lambda item: item[1])
+    return StaticBound(k=k, tau=tau, tokens_per_s=best, table=table)

@@ -1,0 +1,302 @@
+"""Pieces of PPO training on the trace-replay simulator: the scenario mix, evaluation on
+held-out traces, and the SB3 callbacks that log ``specdec/`` scalars and keep checkpoints.
+
+``experiments/train_ppo.py`` reads top to bottom with these.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import TensorBoardOutputFormat
+from stable_baselines3.common.vec_env import VecEnv
+
+from specrl.controllers.base import Controller
+from specrl.envs import EpisodeSummary, Scenario, TraceReplayEnv, VecTraceReplay, run_episode
+from specrl.io import write_text_atomic
+from specrl.latency import LatencyModel
+from specrl.traces import TraceSet
+
+# ---- the scenario mix as one VecEnv -------------------------------------------------------
+
+
+class ScenarioMix(VecEnv):
+    """Several :class:`VecTraceReplay` (one per scenario) stepped as one SB3 VecEnv."""
+
+    def __init__(self, parts: Sequence[VecTraceReplay]) -> None:
+        self.parts = list(parts)
+        self.bounds = np.cumsum([0] + [p.num_envs for p in self.parts])
+        self.render_mode = None
+        first = self.parts[0]
+        super().__init__(int(self.bounds[-1]), first.observation_space, first.action_space)
+        self._actions: np.ndarray | None = None
+
+    def reset(self) -> np.ndarray:
+        for index, part in enumerate(self.parts):
+            if self._seeds[0] is not None:
+                part.seed(self._seeds[0] + 1000 * index)
+        self._reset_seeds()
+        return np.concatenate([part.reset() for part in self.parts])
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._actions = np.asarray(actions)
+
+    def step_wait(self):
+        results = [
+            part.step(self._actions[lo:hi])
+            for part, lo, hi in zip(self.parts, self.bounds[:-1], self.bounds[1:], strict=True)
+        ]
+        observations, rewards, dones, infos = zip(*results, strict=True)
+        for part, part_infos in zip(self.parts, infos, strict=True):
+            for info in part_infos:
+                if info:
+                    info["scenario"] = part.scenario.name
+        return (
+            np.concatenate(observations),
+            np.concatenate(rewards),
+            np.concatenate(dones),
+            [info for part_infos in infos for info in part_infos],
+        )
+
+    def close(self) -> None:
+        pass
+
+    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
+        return [getattr(self, attr_name)] * len(self._get_indices(indices))
+
+    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
+        setattr(self, attr_name, value)
+
+    def env_method(self, method_name: str, *args: Any, indices: Any = None, **kwargs: Any) -> list[Any]:
+        return [getattr(self, method_name)(*args, **kwargs)] * len(self._get_indices(indices))
+
+    def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
+        return [False] * len(self._get_indices(indices))
+
+
+# ---- evaluation on held-out traces ----------------------------------------------------------
+
+
+@dataclass
+class SimResult:
+    """A controller's totals over a trace set (modeled time)."""
+
+    tokens: float = 0.0
+    seconds: float = 0.0
+    steps: float = 0.0
+    proposed: float = 0.0
+    accepted: float = 0.0
+    k_sum: float = 0.0
+    tau_sum: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return self.tokens / self.steps if self.steps else 0.0
+
+    @property
+    def k_mean(self) -> float:
+        return self.k_sum / self.steps if self.steps else 0.0
+
+    @property
+    def tau_mean(self) -> float:
+        return self.tau_sum / self.steps if self.steps else 0.0
+
+    def add(self, summary: EpisodeSummary) -> None:
+        self.tokens += summary.tokens
+        self.seconds += summary.seconds
+        self.steps += summary.steps
+        self.proposed += summary.proposed
+        self.accepted += summary.accepted
+        self.k_sum += summary.k_sum
+        self.tau_sum += summary.tau_sum
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            **asdict(self),
+            "tokens_per_s": self.tokens_per_s,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length,
+            "k_mean": self.k_mean,
+            "tau_mean": self.tau_mean,
+        }
+
+
+def evaluate_controller(
+    controller: Controller,
+    scenario: Scenario,
+    traces: TraceSet,
+    latency: LatencyModel,
+    repeats: int = 1,
+    seed: int = 0,
+) -> SimResult:
+    """A controller over every trace (``repeats`` acceptance draws each, for sampling)."""
+    env = TraceReplayEnv(scenario, traces=traces, latency=latency)
+    result = SimResult()
+    for repeat in range(1 if traces.greedy else repeats):
+        for index in range(len(traces)):
+            result.add(
+                run_episode(
+                    env, controller, seed=seed + 7919 * repeat + index, options={"trace_index": index}
+                )
+            )
+    return result
+
+
+def evaluate_policy(
+    predict: Callable[[np.ndarray], np.ndarray],
+    scenario: Scenario,
+    traces: TraceSet,
+    latency: LatencyModel,
+    repeats: int = 1,
+    seed: int = 0,
+) -> SimResult:
+    """A batch policy (observations (N, 19) -> actions (N, 2)) over every trace at once."""
+    result = SimResult()
+    for repeat in range(1 if traces.greedy else repeats):
+        env = VecTraceReplay(scenario, traces, latency, num_envs=len(traces), seed=seed + repeat)
+        observations = env.start_traces(range(len(traces)))
+        live = np.ones(len(traces), dtype=bool)
+        while live.any():
+            observations, _, dones, infos = env.step(predict(observations))
+            for row in np.flatnonzero(dones & live):
+                info = infos[row]
+                result.tokens += info["episode_tokens"]
+                result.seconds += info["episode_seconds"]
+                for key in ("steps", "proposed", "accepted", "k_sum", "tau_sum"):
+                    setattr(result, key, getattr(result, key) + info[key])
+            live &= ~dones
+    return result
+
+
+# ---- callbacks ------------------------------------------------------------------------------
+
+
+def tensorboard_writer(logger: Any):
+    """The SummaryWriter behind SB3's tensorboard output (for text and histograms)."""
+    for output in logger.output_formats:
+        if isinstance(output, TensorBoardOutputFormat):
+            return output.writer
+    return None
+
+
+class SpecdecMetrics(BaseCallback):
+    """Logs ``specdec/`` scalars of finished training episodes and histograms of k and tau."""
+
+    def __init__(self, tau_grid: Sequence[float], histogram_every: int = 20) -> None:
+        super().__init__()
+        self.tau_grid = np.asarray(tau_grid)
+        self.histogram_every = histogram_every
+        self.episodes: list[dict[str, Any]] = []
+        self.actions: list[np.ndarray] = []
+        self.rollouts = 0
+
+    def _on_step(self) -> bool:
+        self.episodes += [info for info in self.locals["infos"] if "episode_tokens" in info]
+        if self.rollouts % self.histogram_every == 0:
+            self.actions.append(np.asarray(self.locals["actions"]).reshape(-1, 2))
+        return True
+
+    def _on_rollout_end(self) -> None:
+        self.rollouts += 1
+        if self.episodes:
+            total = {
+                key: sum(e[key] for e in self.episodes)
+                for key in (
+                    "episode_tokens",
+                    "episode_seconds",
+                    "steps",
+                    "proposed",
+                    "accepted",
+                    "k_sum",
+                    "tau_sum",
+                )
+            }
+            self.logger.record("specdec/tokens_per_s", total["episode_tokens"] / total["episode_seconds"])
+            self.logger.record("specdec/acceptance_rate", total["accepted"] / max(1.0, total["proposed"]))
+            self.logger.record("specdec/mean_accepted_len", total["episode_tokens"] / total["steps"])
+            self.logger.record("specdec/k_mean", total["k_sum"] / total["steps"])
+            self.logger.record("specdec/tau_mean", total["tau_sum"] / total["steps"])
+            self.logger.record("specdec/episodes", len(self.episodes))
+            self.episodes = []
+        writer = tensorboard_writer(self.logger)
+        if self.actions and writer is not None:
+            actions = np.concatenate(self.actions)
+            writer.add_histogram("specdec/k", actions[:, 0], self.num_timesteps)
+            writer.add_histogram("specdec/tau", self.tau_grid[actions[:, 1]], self.num_timesteps)
+            self.actions = []
+
+
+class HeldOutEvaluation(BaseCallback):
+    """Every ``every`` env steps: the deterministic policy on held-out traces of each scenario
+    in the simulator, against TCP on the same traces; keeps the best model."""
+
+    def __init__(
+        self,
+        evaluate: Callable[[Callable], dict[str, Any]],
+        every: int,
+        best_path: Path,
+        state: dict[str, Any],
+    ) -> None:
+        super().__init__()
+        self.evaluate, self.every, self.best_path, self.state = evaluate, every, best_path, state
+        self.last = 0
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps - self.last >= self.every:
+            self.last = self.num_timesteps
+            self.run()
+        return True
+
+    def run(self) -> float:
+        report = self.evaluate(lambda obs: self.model.predict(obs, deterministic=True)[0])
+        for name, value in report["scalars"].items():
+            self.logger.record(f"specdec/eval/{name}", value)
+        ratio = report["ratio_vs_tcp"]
+        self.logger.record("specdec/ratio_vs_tcp", ratio)
+        if ratio > self.state.get("best_ratio_vs_tcp", -np.inf):
+            self.state.update(best_ratio_vs_tcp=ratio, best_timesteps=self.num_timesteps)
+            self.model.save(self.best_path)
+        self.logger.dump(self.num_timesteps)
+        return ratio
+
+
+class Checkpoints(BaseCallback):
+    """Saves the model and the run state every ``every`` env steps (atomically)."""
+
+    def __init__(self, save: Callable[[], None], every: int) -> None:
+        super().__init__()
+        self.save, self.every, self.last = save, every, 0
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps - self.last >= self.every:
+            self.last = self.num_timesteps
+            self.save()
+        return True
+
+
+def save_state(path: Path, state: dict[str, Any]) -> None:
+    write_text_atomic(path, json.dumps({**state, "saved": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=2))
+
+
+def hyperparameter_table(values: dict[str, Any]) -> str:
+    """A markdown table of the run's settings, for TensorBoard's text tab."""
+    rows = "\n".join(
+        f"| {key} | {json.dumps(value) if not isinstance(value, str) else value} |"
+        for key, value in values.items()
+    )
+    return "| parameter | value |\n|---|---|\n" + rows

@@ -1,0 +1,228 @@
+"""The evaluation harness: a smoke run of experiments/evaluate.py on the tiny pair, and its parts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+from stable_baselines3 import PPO
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from specrl.envs import Scenario
+from specrl.envs.rollout import EpisodeSummary
+from specrl.envs.scenario import PromptSpec
+from specrl.evaluation import roster
+from specrl.evaluation.harness import add_ratios
+from specrl.evaluation.report import PER_SCENARIO_HEADING, readme_block
+from specrl.evaluation.runs import EpisodeRecord, StepRecord, aggregate
+from specrl.evaluation.simulator import Simulator, load_simulator
+from specrl.export import export_policy
+from specrl.features import N_FEATURES
+from specrl.plots import shift_controllers
+
+REPO = Path(__file__).resolve().parent.parent
+SCENARIOS = ("code", "code_to_math_t1")
+OURS = {
+    "plain",
+    "static:2:0",
+    "static:4:0",
+    "best-static",
+    "tcp",
+    "tcp-tau0.25",
+    "hf-heuristic",
+    "hf-confidence",
+}
+HF = {"hf-generate", "hf-generate-assisted"}
+LEARNED = "learned:toy"
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class SpacesOnly(gym.Env):
+    """specrl's observation and action spaces, for building an (untrained) PPO policy."""
+
+    observation_space = spaces.Box(0.0, 1.0, (N_FEATURES,), np.float32)
+    action_space = spaces.MultiDiscrete([9, 10])
+
+
+def random_policy(folder: Path) -> Path:
+    """An exported PPO policy with a random action head (its actions vary with the observation)."""
+    model = PPO("MlpPolicy", DummyVecEnv([SpacesOnly]), seed=0, device="cpu")
+    with torch.no_grad():
+        head = model.policy.action_net.weight
+        head.copy_(torch.randn(head.shape, generator=torch.Generator().manual_seed(0)))
+    return export_policy(
+        model,
+        folder,
+        k_max=8,
+        tau_grid=[i / 10 for i in range(10)],
+        scenarios=["code"],
+        pair="specrl-zoo-tiny",
+        onnx=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def smoke(tiny_home, tmp_path_factory):
+    """One tiny evaluation run: two scenarios (greedy; temperature 1 with a code -> math shift),
+    one episode, one repeat, modeled time under the constant latency model, a learned policy and
+    a missing one."""
+    out = tmp_path_factory.mktemp("evaluate") / "run"
+    policy = random_policy(out.parent / "toy")
+    options = (
+        "--preset tiny --device cpu --sim-prompts-per-domain 1 --repeats 1 --warmup 0 --max-new-tokens 72"
+    )
+    options += " --time modeled --latency constant --no-progress"
+    policies = ["--policy", str(out.parent / "no-such-policy"), "--policy", str(policy)]
+    results = load_script("evaluate").main(
+        [*options.split(), "--scenarios", *SCENARIOS, *policies, "--out", str(out)]
+    )
+    return out, results
+
+
+def test_smoke_run_writes_json_markdown_plots_and_tensorboard_with_a_row_per_controller(smoke):
+    out, results = smoke
+    assert json.loads((out / "results.json").read_text()) == results
+    for key in (
+        "command",
+        "machine",
+        "config",
+        "pair",
+        "hf_confidence_threshold",
+        "simulator",
+        "scenarios",
+        "summary",
+        "skipped_policies",
+        "notes",
+    ):
+        assert key in results
+    simulated = results["simulator"]["available"]
+    expected = OURS | HF | {LEARNED} | ({"oracle"} if simulated else set())
+    markdown = (out / "results.md").read_text()
+    for name in SCENARIOS:
+        result = results["scenarios"][name]
+        assert set(result["rows"]) == expected
+        for row_name, row in result["rows"].items():
+            assert (row["real"] is None) == (row_name == "oracle")
+            assert (row["sim"] is None) == (row["kind"] == "hf" or not simulated)
+            assert f"| {row['label']} |" in markdown
+        plain = result["rows"]["plain"]["real"]
+        assert plain["speedup"] == pytest.approx(1.0) and plain["mean_k"] == 0
+        assert plain["mean_accepted_length"] == 1
+        assert result["rows"]["static:4:0"]["real"]["mean_k"] == 4
+        tcp = result["rows"]["tcp"]["real"]
+        assert tcp["ratio_to_tcp"] == pytest.approx(1.0)
+        assert set(tcp["latency_ms_per_token"]) >= {"std", "cv", "p50", "p90"}
+        assert result["rows"]["hf-generate-assisted"]["real"]["ratio_to_tcp"] is None  # wall clock vs modeled
+        assert result["hf_assistant"]["confidence_threshold"] == results["hf_confidence_threshold"]
+        assert name in results["summary"]["speedup_real"]["tcp"]
+    assert results["scenarios"]["code"]["rows"][LEARNED]["kind"] == "learned"
+    shift = results["scenarios"]["code_to_math_t1"]
+    assert shift["trajectories"]["tcp"]["k"] and shift["trajectories"][LEARNED]["k"]
+    assert shift_controllers(shift) == ["tcp", LEARNED]
+    assert "no-such-policy" in next(iter(results["skipped_policies"]))
+    assert "no-such-policy" in markdown and "## Summary" in markdown and PER_SCENARIO_HEADING in markdown
+    readme = load_script("update_readme").evaluation_markdown(out)
+    assert readme.startswith("Command: `") and "Speed-up over plain" in readme and "### code" not in readme
+    for png in ("tokens_per_s.png", "acceptance.png", "shift_code_to_math_t1.png"):
+        assert (out / png).read_bytes().startswith(b"\x89PNG")
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    assert "eval/code/tcp/tokens_per_s_real" in tags
+    assert "eval/code/tcp-tau0.25/speedup_over_plain_real" in tags
+    assert "eval/code_to_math_t1/tcp/shift_k" in tags
+    assert events.Scalars("eval/code/plain/speedup_over_plain_real")[0].value == pytest.approx(1.0)
+
+
+def test_the_oracle_bounds_every_controller_and_the_greedy_replay_matches_the_real_loop(smoke):
+    _, results = smoke
+    if not results["simulator"]["available"]:
+        pytest.skip(f"simulator not available: {results['simulator']['reason']}")
+    for name in SCENARIOS:
+        rows = results["scenarios"][name]["rows"]
+        oracle = rows["oracle"]["sim"]["tokens_per_s"]
+        for row_name, row in rows.items():
+            if row["sim"] is not None:
+                assert oracle >= row["sim"]["tokens_per_s"] * (1 - 1e-9), row_name
+    # Greedy, modeled time, the same latency model and the same episode: the replay is the real loop.
+    for row_name, row in results["scenarios"]["code"]["rows"].items():
+        if row["sim"] is not None and row["real"] is not None:
+            assert row["sim"]["tokens_per_s"] == pytest.approx(row["real"]["tokens_per_s"]), row_name
+
+
+# ---- the parts ---------------------------------------------------------------------------------
+
+
+def test_roster_names_and_errors():
+    assert roster.make_controller("plain", 8).act(None).k == 0
+    assert roster.make_controller("static:3:0.2", 8).act(None).tau == pytest.approx(0.2)
+    assert roster.static_name(4, 0.0) == "static:4:0" and roster.static_name(0, 0.0) == "plain"
+    for bad in ("static:9", "static:x", "static:1:2:3", "nonsense"):
+        with pytest.raises(roster.ControllerNameError):
+            roster.make_controller(bad, 8)
+
+
+def test_episode_plan_is_the_trace_collection_order_and_the_real_loop_takes_the_first_round_robin():
+    scenario = Scenario(prompts=PromptSpec({"code": 1.0, "prose": 0.0, "math": 2.0}))
+    sets = {"code": ["a", "b", "c"], "prose": ["d"], "math": ["e"]}
+    plan = roster.episode_plan(scenario, sets, per_domain=2, seed=10)
+    expected = [("code", 0, 10), ("code", 1, 11), ("math", 0, 12)]
+    assert [(e.domain, e.prompt_index, e.seed) for e in plan] == expected
+    assert plan[0].options == {"domain": "code", "prompt_index": 0}
+    assert roster.first_episodes(plan, 2) == [plan[0], plan[2]]
+
+
+def test_aggregate_charges_each_token_its_steps_seconds_per_token():
+    steps = [StepRecord(4, 0.020, 3, 3, 3, 0.0, "code", 0), StepRecord(1, 0.010, 3, 0, 3, 0.0, "code", 4)]
+    summary = EpisodeSummary(tokens=5, seconds=0.030, steps=2, proposed=6, accepted=3, k_sum=6)
+    row = aggregate([[EpisodeRecord(summary, steps)]])
+    assert row["tokens_per_s"] == pytest.approx(5 / 0.030)
+    assert row["mean_accepted_length"] == 2.5 and row["acceptance_rate"] == 0.5 and row["mean_k"] == 3
+    latency = row["latency_ms_per_token"]  # per token: 5, 5, 5, 5, 10 ms
+    assert latency["mean"] == pytest.approx(6.0) and latency["std"] == pytest.approx(2.0)
+    assert row["step_acceptance_histogram"]["counts"] == [1, 0, 0, 0, 0, 0, 0, 0, 0, 1]
+    assert aggregate([[EpisodeRecord(summary)]], "hf")["acceptance_rate"] is None
+
+
+def test_ratios_use_the_matching_reference():
+    def cell(tps: float) -> dict:
+        return {"tokens_per_s": tps}
+
+    rows = {
+        "plain": {"kind": "plain", "real": cell(100), "sim": cell(50)},
+        "tcp": {"kind": "rule", "real": cell(200), "sim": None},
+        "hf-generate": {"kind": "hf", "real": cell(80), "sim": None},
+        "hf-generate-assisted": {"kind": "hf", "real": cell(120), "sim": None},
+    }
+    add_ratios(rows, "wallclock")
+    assert rows["tcp"]["real"]["speedup"] == 2 and rows["plain"]["real"]["ratio_to_tcp"] == 0.5
+    assert rows["hf-generate-assisted"]["real"]["speedup"] == pytest.approx(1.5)  # over HF's plain generate
+    assert rows["hf-generate-assisted"]["real"]["ratio_to_tcp"] == pytest.approx(0.6)
+    assert rows["plain"]["sim"]["ratio_to_tcp"] is None  # no TCP in the simulator column
+    add_ratios(rows, "modeled")
+    assert rows["hf-generate-assisted"]["real"]["ratio_to_tcp"] is None
+
+
+def test_readme_block_is_the_summary_without_title_or_per_scenario_tables():
+    md = f"# Evaluation: x\n\nCommand: `c`\n\n## Summary\n\n| a |\n\n{PER_SCENARIO_HEADING}\n\n### code\n"
+    assert readme_block(md) == "Command: `c`\n\n| a |\n"
+
+
+def test_load_simulator_names_what_is_missing_or_loads():
+    simulator = load_simulator()
+    assert isinstance(simulator, Simulator) or "specrl." in simulator
