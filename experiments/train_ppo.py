@@ -75,6 +75,7 @@ DEFAULT_SCENARIOS = [
 
 
 def parse_args() -> argparse.Namespace:
+    """The command line (every flag documented by ``--help``)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -101,19 +102,42 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--policies-dir", default=str(REPO / "policies"), help="folder of exported policies")
     parser.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run saved in RUN_DIR")
     parser.add_argument(
+        "--eval-scenarios",
+        nargs="*",
+        default=["mixed", "mixed_t1"],
+        help="scenarios added to the final held-out comparison (the training ones are always in it)",
+    )
+    parser.add_argument(
         "--validate-scenarios",
         nargs="*",
-        default=["code", "prose", "math"],
+        default=["code", "prose", "math", "mixed"],
         help="scenarios validated in the real loop (wall clock); none to skip",
     )
     parser.add_argument(
-        "--validate-prompts", type=int, default=4, help="held-out prompts per validated scenario"
+        "--validate-prompts", type=int, default=3, help="held-out prompts per domain of a validated scenario"
     )
     parser.add_argument("--validate-repeats", type=int, default=3, help="repeats (the median is reported)")
     parser.add_argument(
         "--sim-repeats", type=int, default=4, help="acceptance draws per trace for sampled scenarios"
     )
-    return parser.parse_args()
+    args = parser.parse_args()
+    for flag in (
+        "total_timesteps",
+        "n_envs",
+        "eval_freq",
+        "validate_prompts",
+        "validate_repeats",
+        "sim_repeats",
+    ):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be a positive integer, got {value}")
+    if args.resume and not (Path(args.resume) / "state.json").is_file():
+        parser.error(
+            f"--resume {args.resume}: no state.json there; give a run folder written by this script "
+            "(runs/<scenario>__<exp>__<seed>__<time>)"
+        )
+    return args
 
 
 class Progress(Checkpoints):
@@ -142,10 +166,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
 
     # 1. The pair, its latency on this machine, the traces.
-    scenarios = [load_scenario(name) for name in args.scenarios]
-    if args.preset:
-        scenarios = [replace(s, pair=replace(s.pair, preset=args.preset)) for s in scenarios]
-    scenarios = [s.with_overrides(time="modeled") for s in scenarios]
+    scenarios = load_scenarios(args.scenarios, args.preset)
     pair = scenarios[0].pair.load()
     k_max, tau_grid = scenarios[0].k_max, tuple(scenarios[0].tau_grid)
     if any(s.k_max != k_max or tuple(s.tau_grid) != tau_grid for s in scenarios):
@@ -163,6 +184,8 @@ def main() -> None:
     if args.resume:
         run_dir = Path(args.resume)
         state = json.loads((run_dir / "state.json").read_text())
+        if (run_dir / "progress.csv").is_file():  # SB3's CSV output starts a new file: keep the old one
+            (run_dir / "progress.csv").rename(run_dir / f"progress-until-{state['timesteps']}.csv")
     else:
         label = scenarios[0].name if len(scenarios) == 1 else "mix"
         run_dir = Path(args.runs_dir) / f"{label}__{args.exp_name}__{args.seed}__{int(time.time())}"
@@ -176,12 +199,14 @@ def main() -> None:
         ]
     )
     mix.seed(args.seed)
+    normalize = bool(budget.get("normalize_observations", False))
     if args.resume:
         venv = VecNormalize.load(str(run_dir / "vecnormalize.pkl"), mix)
         model = PPO.load(run_dir / "checkpoint.zip", env=venv, device=args.device)
     else:
-        # Rewards are normalised (scenarios differ in scale); observations already lie in [0, 1].
-        venv = VecNormalize(mix, norm_obs=False, norm_reward=True, gamma=hyper["gamma"])
+        # Rewards are normalised: scenarios differ in scale. Observations lie in [0, 1] already;
+        # normalising them too is an option of the YAML (the statistics are baked into the export).
+        venv = VecNormalize(mix, norm_obs=normalize, norm_reward=True, gamma=hyper["gamma"])
         model = PPO("MlpPolicy", venv, seed=args.seed, device=args.device, verbose=0, **hyper)
     model.set_logger(configure(str(run_dir), ["csv", "tensorboard"]))
     writer = tensorboard_writer(model.logger)
@@ -220,7 +245,16 @@ def main() -> None:
         venv.save(str(run_dir / "vecnormalize.pkl"))
         save_state(run_dir / "state.json", {**state, "timesteps": model.num_timesteps})
 
-    evaluation = HeldOutEvaluation(evaluate, budget["eval_freq"], run_dir / "best.zip", state)
+    def save_best() -> None:
+        model.save(run_dir / "best.zip")
+        venv.save(str(run_dir / "best_vecnormalize.pkl"))  # the observation statistics of that moment
+
+    evaluation = HeldOutEvaluation(
+        lambda: evaluate(policy_predict(model, venv if normalize else None)),
+        budget["eval_freq"],
+        save_best,
+        state,
+    )
     callbacks = [
         SpecdecMetrics(tau_grid),
         evaluation,
@@ -243,22 +277,26 @@ def main() -> None:
     evaluation.init_callback(model)
     evaluation.run()  # the final model competes with the best checkpoint
     best = PPO.load(run_dir / "best.zip", device=args.device)
+    best_normalizer = VecNormalize.load(str(run_dir / "best_vecnormalize.pkl"), mix) if normalize else None
     print(f"best held-out ratio vs TCP {state['best_ratio_vs_tcp']:.3f} at {state['best_timesteps']} steps")
 
     # 3. The comparison on held-out traces (simulator, modeled time).
-    report = evaluate(lambda obs: best.predict(obs, deterministic=True)[0])
+    predict = policy_predict(best, best_normalizer)
+    report = evaluate(predict)
     rows = {}
-    for s in scenarios:
-        traces, repeats = heldout[s.name], args.sim_repeats
+    for s in scenarios + [
+        e for e in load_scenarios(args.eval_scenarios, args.preset) if e.name not in heldout
+    ]:
+        traces, repeats = heldout.get(s.name) or cached_traces(s, "heldout", pair), args.sim_repeats
         static = best_static(traces, latency, tau_grid, count=repeats)
         rows[s.name] = {
             "plain": evaluate_controller(StaticController(0), s, traces, latency, repeats).tokens_per_s,
-            "tcp": tcp[s.name].tokens_per_s,
+            "tcp": evaluate_controller(TCPController(), s, traces, latency, repeats).tokens_per_s,
             "hf-heuristic": evaluate_controller(
                 HFHeuristicController(), s, traces, latency, repeats
             ).tokens_per_s,
             f"best static (k={static.k}, tau={static.tau})": static.tokens_per_s,
-            "ppo": report["results"][s.name].tokens_per_s,
+            "ppo": evaluate_policy(predict, s, traces, latency, repeats).tokens_per_s,
             "oracle": clairvoyant_bound(traces, latency, count=repeats).tokens_per_s,
             "_best_static": (static.k, static.tau),
         }
@@ -269,6 +307,7 @@ def main() -> None:
     export_policy(
         best,
         folder,
+        obs_normalizer=best_normalizer,
         k_max=k_max,
         tau_grid=tau_grid,
         scenarios=args.scenarios,
@@ -284,7 +323,7 @@ def main() -> None:
         command=command,
     )
     observations = np.random.default_rng(0).random((2000, mix.observation_space.shape[0])).astype(np.float32)
-    verify_parity(best, folder, observations)
+    verify_parity(best, folder, observations, obs_normalizer=best_normalizer)
     print(f"\nexported {folder} (parity with the SB3 policy checked on 2,000 observations)")
     real_table = validate_real(args, pair, latency, folder, rows) if args.validate_scenarios else ""
     text = (
@@ -300,6 +339,21 @@ def main() -> None:
     write_text_atomic(run_dir / "results.md", text)
     write_text_atomic(folder / "results.md", text)
     print("\n" + text)
+
+
+def load_scenarios(names: list[str], preset: str | None) -> list:
+    """Scenarios by name, on ``preset``'s pair if given, with modeled time."""
+    scenarios = [load_scenario(name) for name in names]
+    if preset:
+        scenarios = [replace(s, pair=replace(s.pair, preset=preset)) for s in scenarios]
+    return [s.with_overrides(time="modeled") for s in scenarios]
+
+
+def policy_predict(model: PPO, normalizer: VecNormalize | None):
+    """observations (N, 19) -> deterministic actions (N, 2), through the training normalisation."""
+    if normalizer is None:
+        return lambda observations: model.predict(observations, deterministic=True)[0]
+    return lambda observations: model.predict(normalizer.normalize_obs(observations), deterministic=True)[0]
 
 
 def comparison_table(rows: dict[str, dict]) -> str:
@@ -351,21 +405,22 @@ def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict]) -> s
             "static": StaticController(k, tau),
             "ppo": learned,
         }
-        domain = next(iter(scenario.prompts.domains))
-        jobs.append((name, env, controllers, domain))
+        episodes = [
+            {"domain": domain, "prompt_index": index}
+            for domain, weight in scenario.prompts.domains.items()
+            if weight > 0
+            for index in range(args.validate_prompts)
+        ]
+        jobs.append((name, env, controllers, episodes))
     rng = np.random.default_rng(args.seed)
-    for name, env, controllers, domain in jobs:
-        run_episode(
-            env, controllers["plain"], seed=0, options={"domain": domain, "prompt_index": 0}
-        )  # warm-up
+    for name, env, controllers, episodes in jobs:
+        run_episode(env, controllers["plain"], seed=0, options=episodes[0])  # warm-up
         throughput = {c: [] for c in controllers}
         for _repeat in tqdm(range(args.validate_repeats), desc=f"real loop {name}"):
             totals = {c: [0, 0.0] for c in controllers}
-            for index in range(args.validate_prompts):
+            for index, options in enumerate(episodes):
                 for c in rng.permutation(list(controllers)):
-                    summary = run_episode(
-                        env, controllers[c], seed=index, options={"domain": domain, "prompt_index": index}
-                    )
+                    summary = run_episode(env, controllers[c], seed=index, options=options)
                     totals[c][0] += summary.tokens
                     totals[c][1] += summary.seconds
             for c, (tokens, seconds) in totals.items():

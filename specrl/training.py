@@ -242,18 +242,19 @@ class SpecdecMetrics(BaseCallback):
 
 
 class HeldOutEvaluation(BaseCallback):
-    """Every ``every`` env steps: the deterministic policy on held-out traces of each scenario
-    in the simulator, against TCP on the same traces; keeps the best model."""
+    """Every ``every`` env steps: ``evaluate()`` (the deterministic policy on held-out traces of
+    each scenario in the simulator, against TCP on the same traces); ``save_best()`` when the
+    ratio to TCP is the best so far."""
 
     def __init__(
         self,
-        evaluate: Callable[[Callable], dict[str, Any]],
+        evaluate: Callable[[], dict[str, Any]],
         every: int,
-        best_path: Path,
+        save_best: Callable[[], None],
         state: dict[str, Any],
     ) -> None:
         super().__init__()
-        self.evaluate, self.every, self.best_path, self.state = evaluate, every, best_path, state
+        self.evaluate, self.every, self.save_best, self.state = evaluate, every, save_best, state
         self.last = 0
 
     def _on_step(self) -> bool:
@@ -263,14 +264,14 @@ class HeldOutEvaluation(BaseCallback):
         return True
 
     def run(self) -> float:
-        report = self.evaluate(lambda obs: self.model.predict(obs, deterministic=True)[0])
+        report = self.evaluate()
         for name, value in report["scalars"].items():
             self.logger.record(f"specdec/eval/{name}", value)
         ratio = report["ratio_vs_tcp"]
         self.logger.record("specdec/ratio_vs_tcp", ratio)
         if ratio > self.state.get("best_ratio_vs_tcp", -np.inf):
             self.state.update(best_ratio_vs_tcp=ratio, best_timesteps=self.num_timesteps)
-            self.model.save(self.best_path)
+            self.save_best()
         self.logger.dump(self.num_timesteps)
         return ratio
 

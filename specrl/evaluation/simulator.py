@@ -2,18 +2,19 @@
 best static (k, tau) in hindsight, all under the scenario's latency model (modeled time).
 
 The trace-replay simulator (``specrl.envs.trace_replay``), the traces (``specrl.traces``) and
-the bounds (``specrl.oracle``) are separate modules; :func:`load_simulator` imports them and,
-when one is missing, returns why, so that a report says which columns it lacks and for what
-reason instead of dropping them silently.
+the bounds (``specrl.oracle``) are separate modules, gathered here so that the harness takes
+one object (or, with ``--no-sim``, the reason the columns are absent).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+import specrl.envs.trace_replay
+import specrl.oracle
+import specrl.traces
 from specrl.controllers.base import Controller
 from specrl.envs.scenario import Scenario
 from specrl.evaluation.roster import Episode
@@ -21,27 +22,19 @@ from specrl.evaluation.runs import EpisodeRecord, StepRecorder, play
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 
-SIMULATOR_MODULES = ("specrl.traces", "specrl.envs.trace_replay", "specrl.oracle")
-
 
 @dataclass
 class Simulator:
-    """The imported simulator modules."""
+    """The simulator modules."""
 
     traces: ModuleType
     trace_replay: ModuleType
     oracle: ModuleType
 
 
-def load_simulator() -> Simulator | str:
-    """The simulator modules, or the reason they cannot be used (a missing module, named)."""
-    modules = []
-    for name in SIMULATOR_MODULES:
-        try:
-            modules.append(importlib.import_module(name))
-        except ImportError as error:
-            return f"{name} is not available ({type(error).__name__}: {error})"
-    return Simulator(*modules)
+def load_simulator() -> Simulator:
+    """The simulator modules."""
+    return Simulator(specrl.traces, specrl.envs.trace_replay, specrl.oracle)
 
 
 class SimulatorRun:

@@ -1,0 +1,151 @@
+"""experiments/train_ppo.py end to end on the tiny pair: it trains, logs specdec/ scalars to
+TensorBoard, exports a policy that loads and decodes, and an interrupted run resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+import specrl
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = [
+    "--preset",
+    "tiny",
+    "--scenarios",
+    "code",
+    "code_t1",
+    "--n-envs",
+    "8",
+    "--eval-freq",
+    "1024",
+    "--eval-scenarios",
+    "--sim-repeats",
+    "1",
+]
+
+
+def train(
+    tiny_home, tmp_path, *extra: str, wait: bool = True
+) -> subprocess.Popen | subprocess.CompletedProcess:
+    home, _ = tiny_home
+    env = {**os.environ, "SPECRL_HOME": str(home), "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable,
+        str(REPO / "experiments" / "train_ppo.py"),
+        *TINY,
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--policies-dir",
+        str(tmp_path / "policies"),
+        *extra,
+    ]
+    if wait:
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def scalar_tags(run_dir: Path) -> set[str]:
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    return set(events.Tags()["scalars"])
+
+
+def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tmp_path):
+    done = train(
+        tiny_home,
+        tmp_path,
+        "--total-timesteps",
+        "2048",
+        "--validate-scenarios",
+        "code",
+        "--validate-prompts",
+        "1",
+        "--validate-repeats",
+        "1",
+        "--policy-name",
+        "smoke",
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "| code_t1 |" in done.stdout and "PPO / best static" in done.stdout
+    assert "Real loop on held-out prompts" in done.stdout
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    tags = scalar_tags(run_dir)
+    for name in (
+        "tokens_per_s",
+        "acceptance_rate",
+        "mean_accepted_len",
+        "k_mean",
+        "tau_mean",
+        "ratio_vs_tcp",
+    ):
+        assert f"specdec/{name}" in tags
+    assert "train/policy_gradient_loss" in tags  # SB3's own scalars are there too
+    folder = tmp_path / "policies" / "smoke"
+    metadata = json.loads((folder / "metadata.json").read_text())
+    assert metadata["pair"] == "specrl-zoo-tiny" and metadata["scenarios"] == ["code", "code_t1"]
+    assert "train_ppo.py" in metadata["command"]
+    _, pair = tiny_home
+    controller = specrl.LearnedController.load(folder)
+    out = specrl.SpeculativeDecoder(pair, controller).generate(
+        pair.prompts["heldout"]["code"][0], max_new_tokens=24
+    )
+    plain = specrl.SpeculativeDecoder(pair, specrl.StaticController(0)).generate(
+        pair.prompts["heldout"]["code"][0], max_new_tokens=24
+    )
+    assert out.token_ids == plain.token_ids and out.stats.steps >= 1
+
+
+def test_an_interrupted_run_saves_a_checkpoint_and_resumes_the_step_count(tiny_home, tmp_path):
+    process = train(tiny_home, tmp_path, "--total-timesteps", "100000000", "--validate-scenarios", wait=False)
+    runs = tmp_path / "runs"
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(runs.glob("*/progress.csv")):
+        time.sleep(0.5)
+    time.sleep(2)  # a few rollouts in
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, output[-3000:]
+    assert "checkpoint saved" in output and "--resume" in output
+    (run_dir,) = runs.iterdir()
+    interrupted_at = json.loads((run_dir / "state.json").read_text())["timesteps"]
+    assert interrupted_at > 0 and (run_dir / "checkpoint.zip").is_file()
+
+    resumed = train(
+        tiny_home,
+        tmp_path,
+        "--resume",
+        str(run_dir),
+        "--total-timesteps",
+        str(interrupted_at + 1024),
+        "--validate-scenarios",
+        "--policy-name",
+        "resumed",
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    final = json.loads((run_dir / "state.json").read_text())["timesteps"]
+    assert interrupted_at + 1024 <= final < interrupted_at + 1024 + 8 * 128 * 2  # one more rollout at most
+    steps = [
+        int(float(line.split(",")[header_index("time/total_timesteps", run_dir)]))
+        for line in (run_dir / "progress.csv").read_text().splitlines()[1:]
+        if line.split(",")[header_index("time/total_timesteps", run_dir)]
+    ]
+    assert steps == sorted(steps) and steps[-1] > interrupted_at  # the count continued, not restarted
+
+
+def header_index(name: str, run_dir: Path) -> int:
+    return (run_dir / "progress.csv").read_text().splitlines()[0].split(",").index(name)
+
+
+@pytest.mark.parametrize("bad", [["--total-timesteps", "-5"]])
+def test_a_negative_budget_is_refused(tiny_home, tmp_path, bad):
+    done = train(tiny_home, tmp_path, *bad, "--validate-scenarios")
+    assert done.returncode != 0 and "--total-timesteps" in (done.stdout + done.stderr)
