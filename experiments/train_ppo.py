@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import shlex
 import statistics
 import sys
@@ -327,14 +329,15 @@ def main() -> None:
     print(f"\nexported {folder} (parity with the SB3 policy checked on 2,000 observations)")
     real_table = validate_real(args, pair, latency, folder, rows) if args.validate_scenarios else ""
     text = (
-        f"## Held-out traces, simulator (modeled time), tokens/s\n\n{sim_table}\n"
+        f"#### Held-out traces, simulator (modeled time), tokens/s\n\n{sim_table}\n"
         + (
-            f"\n## Real loop on held-out prompts (wall clock, median of {args.validate_repeats} repeats), "
+            f"\n#### Real loop on held-out prompts (wall clock, median of {args.validate_repeats} repeats), "
             f"tokens/s\n\n{real_table}\n"
             if real_table
             else ""
         )
-        + f"\nCommand: `{command}`\n"
+        + f"\nCommand: `{command}`. Machine: {platform.machine()}, {os.cpu_count()} logical CPUs, torch "
+        f"{torch.__version__} ({latency.device}).\n"
     )
     write_text_atomic(run_dir / "results.md", text)
     write_text_atomic(folder / "results.md", text)

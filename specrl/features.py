@@ -125,12 +125,6 @@ class GenerationSettings:
         )
 
 
-def _clip01(value: float) -> float:
-    """Clip to [0, 1]; NaN (from a broken step result) becomes 0 (``max`` keeps its first
-    argument when the comparison with NaN is false)."""
-    return min(1.0, max(0.0, value))
-
-
 def _rate(numerators: Iterable[float], denominators: Iterable[float]) -> float:
     """sum(numerators) / sum(denominators), 0 when the denominator is 0."""
     denominator = sum(denominators)
@@ -234,11 +228,16 @@ class FeatureTracker:
     def vector(self) -> np.ndarray:
         """The observation now: float32 array of shape (N_FEATURES,), every entry in [0, 1]."""
         settings = self.settings
-        features = [_clip01(value) for value in self.history]
-        # Clipping keeps the declared range whatever happens (k > 16, a custom context
-        # window smaller than the prompt).
-        features.append(_clip01(self.context_length / settings.context_window))
-        features.append(_clip01(self.generated / settings.max_new_tokens))
-        features.append(_clip01(settings.temperature / TEMPERATURE_NORM))
-        features.append(_clip01(math.log2(max(1, settings.batch_size)) / BATCH_LOG2_NORM))
-        return np.array(features, dtype=np.float32)
+        features = np.array(
+            [
+                *self.history,
+                self.context_length / settings.context_window,
+                self.generated / settings.max_new_tokens,
+                settings.temperature / TEMPERATURE_NORM,
+                math.log2(max(1, settings.batch_size)) / BATCH_LOG2_NORM,
+            ],
+            dtype=np.float32,
+        )
+        # Clipping keeps the declared range whatever happens (k > 16, a custom context window
+        # smaller than the prompt); fmax/fmin also turn NaN, from a broken step result, into 0.
+        return np.fmin(np.fmax(features, FEATURE_LOW), FEATURE_HIGH)

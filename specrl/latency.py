@@ -167,6 +167,9 @@ class LatencyModel:
         self.measurement = dict(measurement or {})
         self._grid = np.array(contexts, dtype=np.float64)
         self._tables: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._rows: dict[
+            int, tuple[float, list[float]]
+        ] = {}  # context -> (draft, target by n): see step_seconds
 
     def __repr__(self) -> str:
         return (
@@ -237,9 +240,21 @@ class LatencyModel:
         """
         if draft_forwards < 0 or proposed < 0:
             raise ValueError(f"draft_forwards and proposed must be >= 0, got {draft_forwards}, {proposed}")
-        return draft_forwards * self.draft_seconds(context_length), self.target_seconds(
-            proposed + 1, context_length
+        # Simulators call this tens of thousands of times a second: the values at a context
+        # length are computed once (by the same vectorised path as the other methods) and kept.
+        row = self._rows.get(context_length)
+        if row is None:
+            self._check_context(context_length)
+            n = np.arange(self.n_max + 1)
+            targets = self._target(n, np.array([context_length]))[:, 0].tolist()
+            row = self._rows[context_length] = (self.draft_seconds(context_length), targets)
+        draft, targets = row
+        verify = (
+            targets[proposed + 1]
+            if proposed < self.n_max
+            else self.target_seconds(proposed + 1, context_length)
         )
+        return draft_forwards * draft, verify
 
     def seconds(self, result: StepResult) -> tuple[float, float]:
         """(draft seconds, verify seconds) of an engine step: :meth:`step_seconds` of its counts."""
