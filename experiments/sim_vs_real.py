@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from specrl.controllers import HFHeuristicController, StaticController, TCPController
-from specrl.envs import SpecDecodeEnv, load_scenario
+from specrl.envs import EpisodeSummary, SpecDecodeEnv, load_scenario
 from specrl.io import write_text_atomic
 from specrl.latency import calibrated
 from specrl.traces import TraceSet, cached_traces
-from specrl.training import SimResult, evaluate_controller
+from specrl.training import evaluate_controller
 
 CONTROLLERS = {
     "static k=1": lambda: StaticController(1),
@@ -54,9 +54,9 @@ def subset(traces: TraceSet, count: int) -> TraceSet:
 
 def run_real(
     env: SpecDecodeEnv, controller, traces: TraceSet, latency, repeats: int
-) -> tuple[SimResult, SimResult]:
+) -> tuple[EpisodeSummary, EpisodeSummary]:
     """(modeled, wall-clock) totals of the controller over the traces' episodes."""
-    modeled, wallclock = SimResult(), SimResult()
+    modeled, wallclock = EpisodeSummary(), EpisodeSummary()
     for repeat in range(1 if traces.greedy else repeats):
         for trace in traces.traces:
             observation, _ = env.reset(

@@ -9,17 +9,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import TensorBoardOutputFormat
-from stable_baselines3.common.vec_env import VecEnv
 
 from specrl.controllers.base import Controller
-from specrl.envs import EpisodeSummary, Scenario, TraceReplayEnv, VecTraceReplay, run_episode
+from specrl.envs import EpisodeSummary, Scenario, TraceReplayEnv, run_episode
+from specrl.envs.vec_replay import InProcessVecEnv, VecTraceReplay
 from specrl.io import write_text_atomic
 from specrl.latency import LatencyModel
 from specrl.traces import TraceSet
@@ -27,7 +26,7 @@ from specrl.traces import TraceSet
 # ---- the scenario mix as one VecEnv -------------------------------------------------------
 
 
-class ScenarioMix(VecEnv):
+class ScenarioMix(InProcessVecEnv):
     """Several :class:`VecTraceReplay` (one per scenario) stepped as one SB3 VecEnv."""
 
     def __init__(self, parts: Sequence[VecTraceReplay]) -> None:
@@ -44,9 +43,6 @@ class ScenarioMix(VecEnv):
                 part.seed(self._seeds[0] + 1000 * index)
         self._reset_seeds()
         return np.concatenate([part.reset() for part in self.parts])
-
-    def step_async(self, actions: np.ndarray) -> None:
-        self._actions = np.asarray(actions)
 
     def step_wait(self):
         results = [
@@ -65,75 +61,8 @@ class ScenarioMix(VecEnv):
             [info for part_infos in infos for info in part_infos],
         )
 
-    def close(self) -> None:
-        pass
-
-    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
-        return [getattr(self, attr_name)] * len(self._get_indices(indices))
-
-    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
-        setattr(self, attr_name, value)
-
-    def env_method(self, method_name: str, *args: Any, indices: Any = None, **kwargs: Any) -> list[Any]:
-        return [getattr(self, method_name)(*args, **kwargs)] * len(self._get_indices(indices))
-
-    def env_is_wrapped(self, wrapper_class: type, indices: Any = None) -> list[bool]:
-        return [False] * len(self._get_indices(indices))
-
 
 # ---- evaluation on held-out traces ----------------------------------------------------------
-
-
-@dataclass
-class SimResult:
-    """A controller's totals over a trace set (modeled time)."""
-
-    tokens: float = 0.0
-    seconds: float = 0.0
-    steps: float = 0.0
-    proposed: float = 0.0
-    accepted: float = 0.0
-    k_sum: float = 0.0
-    tau_sum: float = 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.proposed if self.proposed else 0.0
-
-    @property
-    def mean_accepted_length(self) -> float:
-        return self.tokens / self.steps if self.steps else 0.0
-
-    @property
-    def k_mean(self) -> float:
-        return self.k_sum / self.steps if self.steps else 0.0
-
-    @property
-    def tau_mean(self) -> float:
-        return self.tau_sum / self.steps if self.steps else 0.0
-
-    def add(self, summary: EpisodeSummary) -> None:
-        self.tokens += summary.tokens
-        self.seconds += summary.seconds
-        self.steps += summary.steps
-        self.proposed += summary.proposed
-        self.accepted += summary.accepted
-        self.k_sum += summary.k_sum
-        self.tau_sum += summary.tau_sum
-
-    def to_dict(self) -> dict[str, float]:
-        return {
-            **asdict(self),
-            "tokens_per_s": self.tokens_per_s,
-            "acceptance_rate": self.acceptance_rate,
-            "mean_accepted_length": self.mean_accepted_length,
-            "k_mean": self.k_mean,
-            "tau_mean": self.tau_mean,
-        }
 
 
 def evaluate_controller(
@@ -143,10 +72,10 @@ def evaluate_controller(
     latency: LatencyModel,
     repeats: int = 1,
     seed: int = 0,
-) -> SimResult:
+) -> EpisodeSummary:
     """A controller over every trace (``repeats`` acceptance draws each, for sampling)."""
     env = TraceReplayEnv(scenario, traces=traces, latency=latency)
-    result = SimResult()
+    result = EpisodeSummary()
     for repeat in range(1 if traces.greedy else repeats):
         for index in range(len(traces)):
             result.add(
@@ -164,9 +93,9 @@ def evaluate_policy(
     latency: LatencyModel,
     repeats: int = 1,
     seed: int = 0,
-) -> SimResult:
+) -> EpisodeSummary:
     """A batch policy (observations (N, 19) -> actions (N, 2)) over every trace at once."""
-    result = SimResult()
+    result = EpisodeSummary()
     for repeat in range(1 if traces.greedy else repeats):
         env = VecTraceReplay(scenario, traces, latency, num_envs=len(traces), seed=seed + repeat)
         observations = env.start_traces(range(len(traces)))
@@ -175,10 +104,18 @@ def evaluate_policy(
             observations, _, dones, infos = env.step(predict(observations))
             for row in np.flatnonzero(dones & live):
                 info = infos[row]
-                result.tokens += info["episode_tokens"]
-                result.seconds += info["episode_seconds"]
-                for key in ("steps", "proposed", "accepted", "k_sum", "tau_sum"):
-                    setattr(result, key, getattr(result, key) + info[key])
+                result.add(
+                    EpisodeSummary(
+                        tokens=info["episode_tokens"],
+                        seconds=info["episode_seconds"],
+                        steps=info["steps"],
+                        proposed=info["proposed"],
+                        accepted=info["accepted"],
+                        k_sum=info["k_sum"],
+                        tau_sum=info["tau_sum"],
+                        episode_return=info["episode_return"],
+                    )
+                )
             live &= ~dones
     return result
 

@@ -21,7 +21,6 @@ from specrl.evaluation import roster
 from specrl.evaluation.harness import add_ratios
 from specrl.evaluation.report import PER_SCENARIO_HEADING, readme_block
 from specrl.evaluation.runs import EpisodeRecord, StepRecord, aggregate
-from specrl.evaluation.simulator import Simulator, load_simulator
 from specrl.export import export_policy
 from specrl.features import N_FEATURES
 from specrl.plots import shift_controllers
@@ -221,8 +220,3 @@ def test_ratios_use_the_matching_reference():
 def test_readme_block_is_the_summary_without_title_or_per_scenario_tables():
     md = f"# Evaluation: x\n\nCommand: `c`\n\n## Summary\n\n| a |\n\n{PER_SCENARIO_HEADING}\n\n### code\n"
     assert readme_block(md) == "Command: `c`\n\n| a |\n"
-
-
-def test_load_simulator_names_what_is_missing_or_loads():
-    simulator = load_simulator()
-    assert isinstance(simulator, Simulator) or "specrl." in simulator

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -12,7 +12,8 @@ from specrl.controllers.base import Controller
 
 @dataclass
 class EpisodeSummary:
-    """Totals of one episode. Seconds are the env's (wall-clock or modeled), decode only."""
+    """Totals of one episode, or of many added together (``add``). Seconds are the env's
+    (wall-clock or modeled), decode only."""
 
     tokens: int = 0
     seconds: float = 0.0
@@ -41,9 +42,39 @@ class EpisodeSummary:
     def mean_tau(self) -> float:
         return self.tau_sum / self.steps if self.steps else 0.0
 
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens per iteration, the bonus/correction token included."""
+        return self.tokens / self.steps if self.steps else 0.0
 
-def run_episode(env: gym.Env, controller: Controller, seed: int | None = None,
-                options: dict[str, Any] | None = None) -> EpisodeSummary:
+    def add(self, other: EpisodeSummary) -> None:
+        """Accumulate another episode's totals (throughput over many is total / total)."""
+        for name in (
+            "tokens",
+            "seconds",
+            "steps",
+            "proposed",
+            "accepted",
+            "k_sum",
+            "tau_sum",
+            "episode_return",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            **asdict(self),
+            "tokens_per_s": self.tokens_per_s,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length,
+            "mean_k": self.mean_k,
+            "mean_tau": self.mean_tau,
+        }
+
+
+def run_episode(
+    env: gym.Env, controller: Controller, seed: int | None = None, options: dict[str, Any] | None = None
+) -> EpisodeSummary:
     """Reset ``env``, then let ``controller`` act on its observations until the episode ends.
 
     The controller's ``act`` gets the observation vector and returns an Action (or an index

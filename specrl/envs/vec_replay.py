@@ -13,13 +13,14 @@ once per episode, so this has the law of the single env's draws at reset).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv
 
+from specrl.envs.reward import step_reward
 from specrl.envs.scenario import Scenario
 from specrl.features import (
     BATCH_LOG2_NORM,
@@ -35,6 +36,28 @@ from specrl.features import (
 )
 from specrl.latency import LatencyModel
 from specrl.traces import TraceSet, with_scenario
+
+
+class ReplayedSteps(NamedTuple):
+    """One replayed step of every episode: arrays of shape (num_envs,), the vectorised
+    counterpart of :class:`specrl.envs.replay.ReplayedStep` plus what the features need."""
+
+    k_asked: np.ndarray
+    tau: np.ndarray
+    forwards: np.ndarray  # draft forwards (the tau-stopped one included)
+    proposed: np.ndarray
+    accepted: np.ndarray
+    emitted: np.ndarray
+    confidence_sum: np.ndarray
+    confidence_min: np.ndarray
+    entropy_sum: np.ndarray
+    probability_sum: np.ndarray  # acceptance_probs of the proposals, summed
+    accepted_confidence: np.ndarray  # confidences of accepted proposals, summed
+    rejected_confidence: np.ndarray  # confidence of the first rejected proposal
+    stopped: np.ndarray
+    draft_seconds: np.ndarray
+    verify_seconds: np.ndarray
+    context: np.ndarray  # context length before the step
 
 
 class _Rings:
@@ -66,7 +89,32 @@ def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     return np.divide(numerator, denominator, out=np.zeros_like(numerator), where=denominator > 0)
 
 
-class VecTraceReplay(VecEnv):
+class InProcessVecEnv(VecEnv):
+    """A VecEnv whose episodes all live in this object (no sub-envs, no processes): the
+    attribute and method plumbing of SB3's interface applies to the object itself."""
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._actions = np.asarray(actions)
+
+    def close(self) -> None:
+        pass
+
+    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
+        return [getattr(self, attr_name)] * len(self._get_indices(indices))
+
+    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
+        setattr(self, attr_name, value)
+
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any
+    ) -> list:
+        return [getattr(self, method_name)(*method_args, **method_kwargs)] * len(self._get_indices(indices))
+
+    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: Any = None) -> list[bool]:
+        return [False] * len(self._get_indices(indices))
+
+
+class VecTraceReplay(InProcessVecEnv):
     """``num_envs`` trace-replay episodes of one scenario, reset automatically when they end.
 
     Spaces, reward and episode logic are those of :class:`~specrl.envs.TraceReplayEnv`. The
@@ -205,9 +253,6 @@ class VecTraceReplay(VecEnv):
         self._start(np.arange(self.num_envs), np.asarray(traces, dtype=np.int64))
         return self.observations()
 
-    def step_async(self, actions: np.ndarray) -> None:
-        self._actions = np.asarray(actions)
-
     def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         actions = self._actions
         if actions is None or actions.shape != (self.num_envs, 2):
@@ -229,9 +274,9 @@ class VecTraceReplay(VecEnv):
         rewards, dones, infos = self._step(k, self.tau_grid[tau_index])
         return self.observations(), rewards, dones, infos
 
-    def _step(self, k: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+    def _replay(self, k: np.ndarray, tau: np.ndarray) -> ReplayedSteps:
+        """``replay_step`` for every episode at once."""
         n = self.num_envs
-        rows = np.arange(n)
         k_asked = k
         segment, position = self.segment, self.position
         base = self.segment_offset[segment] + position  # flat index of each episode's position
@@ -280,10 +325,7 @@ class VecTraceReplay(VecEnv):
         context = self.segment_prompt[segment] + position
         draft_seconds = self.draft_table[context] * forwards
         verify_seconds = self.target_table[proposed + 1, context]
-        seconds = draft_seconds + verify_seconds
-        rewards = (emitted - self.reference_tokens_per_s * seconds) / self.scale
-        self._update_features(
-            rows,
+        return ReplayedSteps(
             k_asked,
             tau,
             forwards,
@@ -301,11 +343,20 @@ class VecTraceReplay(VecEnv):
             verify_seconds,
             context,
         )
+
+    def _step(self, k: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        n = self.num_envs
+        segment = self.segment.copy()  # the segment each episode stepped in
+        step = self._replay(k, tau)
+        emitted, proposed, accepted = step.emitted, step.proposed, step.accepted
+        seconds = step.draft_seconds + step.verify_seconds
+        rewards = step_reward(emitted, seconds, self.reference_tokens_per_s, self.scale)
+        self._update_features(step)
         self.position += emitted
         self.episode_tokens += emitted
         self.episode_seconds += seconds
         self.episode_return += rewards
-        self.episode_counts += np.stack([np.ones(n), proposed, accepted, k_asked, tau])
+        self.episode_counts += np.stack([np.ones(n), proposed, accepted, step.k_asked, step.tau])
         # segments and episodes that end
         ended = self.position >= self.segment_end[segment]
         last = self.segment == self.trace_first[self.trace] + self.trace_segments[self.trace] - 1
@@ -339,27 +390,26 @@ class VecTraceReplay(VecEnv):
             self._start(done_rows)
         return rewards.astype(np.float32), dones, infos
 
-    def _update_features(
-        self,
-        rows,
-        k_asked,
-        tau,
-        forwards,
-        proposed,
-        accepted,
-        emitted,
-        confidence_sum,
-        confidence_min,
-        entropy_sum,
-        probability_sum,
-        accepted_confidence,
-        rejected_confidence,
-        stopped,
-        draft_seconds,
-        verify_seconds,
-        context,
-    ) -> None:
+    def _update_features(self, step: ReplayedSteps) -> None:
         """FeatureTracker.update for every episode at once (same definitions, same order)."""
+        (
+            k_asked,
+            tau,
+            forwards,
+            proposed,
+            accepted,
+            emitted,
+            confidence_sum,
+            confidence_min,
+            entropy_sum,
+            probability_sum,
+            accepted_confidence,
+            rejected_confidence,
+            stopped,
+            draft_seconds,
+            verify_seconds,
+            context,
+        ) = step
         history = self.history
         self.generated += emitted
         self.context_length = context + emitted
@@ -398,7 +448,8 @@ class VecTraceReplay(VecEnv):
             sums = self.accepted.sums[:, accepting]
             history[accepting, 12] = _ratio(sums[0], sums[1])
         self.timings.push(
-            rows, np.stack([np.where(drafted, draft_seconds, 0.0), forwards.astype(float), verify_seconds])
+            np.arange(self.num_envs),
+            np.stack([np.where(drafted, draft_seconds, 0.0), forwards.astype(float), verify_seconds]),
         )
         draft_s, draft_n, verify_s = self.timings.sums
         per_verify = _ratio(verify_s, self.timings.count.astype(float))
@@ -411,22 +462,3 @@ class VecTraceReplay(VecEnv):
         history[:, 6] = tau
         history[:, 7] = stopped
         history[:, 14] = np.where(self.steps_since_draft < 0, 1.0, self.steps_since_draft / K_NORM)
-
-    # ---- the rest of the VecEnv interface ---------------------------------------------------
-
-    def close(self) -> None:
-        pass
-
-    def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
-        return [getattr(self, attr_name)] * len(self._get_indices(indices))
-
-    def set_attr(self, attr_name: str, value: Any, indices: Any = None) -> None:
-        setattr(self, attr_name, value)
-
-    def env_method(
-        self, method_name: str, *method_args: Any, indices: Any = None, **method_kwargs: Any
-    ) -> list:
-        return [getattr(self, method_name)(*method_args, **method_kwargs)] * len(self._get_indices(indices))
-
-    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: Any = None) -> list[bool]:
-        return [False] * len(self._get_indices(indices))
