@@ -210,18 +210,6 @@ def main() -> None:
         # normalising them too is an option of the YAML (the statistics are baked into the export).
         venv = VecNormalize(mix, norm_obs=normalize, norm_reward=True, gamma=hyper["gamma"])
         model = PPO("MlpPolicy", venv, seed=args.seed, device=args.device, verbose=0, **hyper)
-    model.set_logger(configure(str(run_dir), ["csv", "tensorboard"]))
-    writer = tensorboard_writer(model.logger)
-    settings = {
-        **budget,
-        **hyper,
-        "scenarios": args.scenarios,
-        "pair": pair.name,
-        "seed": args.seed,
-        "latency_device": latency.device,
-        "command": command,
-    }
-    writer.add_text("hyperparameters", hyperparameter_table(settings))
 
     # Held-out evaluation in the simulator: the policy against TCP on the same traces.
     tcp = {
@@ -263,6 +251,18 @@ def main() -> None:
         Checkpoints(save_checkpoint, budget["checkpoint_freq"]),
         Progress(budget["total_timesteps"], state["timesteps"]),
     ]
+    model.set_logger(configure(str(run_dir), ["csv", "tensorboard"]))
+    writer = tensorboard_writer(model.logger)
+    settings = {
+        **budget,
+        **hyper,
+        "scenarios": args.scenarios,
+        "pair": pair.name,
+        "seed": args.seed,
+        "latency_device": latency.device,
+        "command": command,
+    }
+    writer.add_text("hyperparameters", hyperparameter_table(settings))
     remaining = budget["total_timesteps"] - state["timesteps"]
     print(f"run folder {run_dir}; training {remaining} env steps on {mix.num_envs} replayed episodes")
     try:
@@ -274,6 +274,7 @@ def main() -> None:
             f"\ninterrupted at {model.num_timesteps} steps; checkpoint saved. Continue with:\n"
             f"  python experiments/train_ppo.py --resume {run_dir}"
         )
+        model.logger.close()
         return
     save_checkpoint()
     evaluation.init_callback(model)
@@ -341,6 +342,7 @@ def main() -> None:
     )
     write_text_atomic(run_dir / "results.md", text)
     write_text_atomic(folder / "results.md", text)
+    model.logger.close()
     print("\n" + text)
 
 

@@ -50,7 +50,9 @@ def train(
     ]
     if wait:
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Output goes to a file, not a pipe nobody reads while the run goes on.
+    log = (tmp_path / "train.log").open("w")
+    return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
 
 
 def scalar_tags(run_dir: Path) -> set[str]:
@@ -107,12 +109,16 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
 def test_an_interrupted_run_saves_a_checkpoint_and_resumes_the_step_count(tiny_home, tmp_path):
     process = train(tiny_home, tmp_path, "--total-timesteps", "100000000", "--validate-scenarios", wait=False)
     runs = tmp_path / "runs"
+
+    def rollouts_logged() -> int:  # SB3 writes a CSV row after every rollout
+        return max((len(p.read_text().splitlines()) - 1 for p in runs.glob("*/progress.csv")), default=0)
+
     deadline = time.time() + 300
-    while time.time() < deadline and not list(runs.glob("*/progress.csv")):
-        time.sleep(0.5)
-    time.sleep(2)  # a few rollouts in
+    while time.time() < deadline and rollouts_logged() < 2 and process.poll() is None:
+        time.sleep(0.2)
     process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=120)
+    process.wait(timeout=300)
+    output = (tmp_path / "train.log").read_text()
     assert process.returncode == 0, output[-3000:]
     assert "checkpoint saved" in output and "--resume" in output
     (run_dir,) = runs.iterdir()
