@@ -14,7 +14,7 @@ With no arguments, on the embedded default pair:
    loop (wall clock, held-out prompts, medians over repeats).
 
 TensorBoard: ``tensorboard --logdir runs`` (scalars under specdec/, SB3's under train/ and
-rollout/, hyperparameters under TEXT, histograms of k and tau). Ctrl-C saves a checkpoint;
+rollout/, hyperparameters under TEXT, histograms of k and tau). Ctrl-C (or SIGTERM) saves a checkpoint;
 ``--resume runs/<run>`` continues it.
 
     python experiments/train_ppo.py                                   # the default run
@@ -29,6 +29,7 @@ import json
 import os
 import platform
 import shlex
+import signal
 import statistics
 import sys
 import time
@@ -157,8 +158,21 @@ class Progress(Checkpoints):
         self.bar.close()
 
 
+def interrupt_on_signals() -> None:
+    """Ctrl-C (SIGINT) and SIGTERM raise KeyboardInterrupt, which saves a checkpoint. Set
+    explicitly: a process started in the background by a script inherits SIGINT ignored, and a
+    scheduler stops jobs with SIGTERM."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def main() -> None:
     args = parse_args()
+    interrupt_on_signals()
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     config = yaml.safe_load(Path(args.config).read_text())
     hyper, budget = dict(config["ppo"]), dict(config["train"])

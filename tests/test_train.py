@@ -50,9 +50,17 @@ def train(
     ]
     if wait:
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    # Output goes to a file, not a pipe nobody reads while the run goes on.
+    # Output goes to a file, not a pipe nobody reads while the run goes on. SIGINT starts out
+    # ignored, as in a job a script started in the background: the script must still stop on it.
     log = (tmp_path / "train.log").open("w")
-    return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        command,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
 
 
 def scalar_tags(run_dir: Path) -> set[str]:
@@ -106,7 +114,8 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
     assert out.token_ids == plain.token_ids and out.stats.steps >= 1
 
 
-def test_an_interrupted_run_saves_a_checkpoint_and_resumes_the_step_count(tiny_home, tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_saves_a_checkpoint_and_resumes_the_step_count(tiny_home, tmp_path, stop):
     process = train(tiny_home, tmp_path, "--total-timesteps", "100000000", "--validate-scenarios", wait=False)
     runs = tmp_path / "runs"
 
@@ -116,7 +125,7 @@ def test_an_interrupted_run_saves_a_checkpoint_and_resumes_the_step_count(tiny_h
     deadline = time.time() + 300
     while time.time() < deadline and rollouts_logged() < 2 and process.poll() is None:
         time.sleep(0.2)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(stop)
     process.wait(timeout=300)
     output = (tmp_path / "train.log").read_text()
     assert process.returncode == 0, output[-3000:]
