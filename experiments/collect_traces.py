@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import replace
 
 from specrl.envs import load_scenario, shipped_scenarios
-from specrl.traces import DEFAULT_PROMPTS_PER_DOMAIN, cache_key, cached_traces, trace_dirs
+from specrl.traces import DEFAULT_PROMPTS_PER_DOMAIN, cache_key, cache_parts, cached_traces, trace_dirs
 
 # Scenarios whose traces are the union of others' (same prompts, same settings): not recorded twice.
 JOINED = {"mixed", "mixed_t1"}
@@ -58,9 +57,7 @@ def main() -> None:
     splits = ("train", "heldout") if args.split == "both" else (args.split,)
     pair = None
     for name in names:
-        scenario = load_scenario(name)
-        if args.preset:
-            scenario = replace(scenario, pair=replace(scenario.pair, preset=args.preset))
+        scenario = load_scenario(name).with_overrides(preset=args.preset)
         pair = pair or scenario.pair.load()
         for split in splits:
             start = time.perf_counter()
@@ -69,16 +66,7 @@ def main() -> None:
             )
             if args.ship:
                 n = args.prompts_per_domain or DEFAULT_PROMPTS_PER_DOMAIN[split]
-                domains = [d for d, w in scenario.prompts.domains.items() if w > 0]
-                scenarios = (
-                    [scenario]
-                    if scenario.shift or len(domains) == 1
-                    else [
-                        replace(scenario, name=d, prompts=replace(scenario.prompts, domains={d: 1.0}))
-                        for d in domains
-                    ]
-                )
-                for part in scenarios:
+                for part in cache_parts(scenario):
                     part_traces = cached_traces(part, split, pair, prompts_per_domain=n, seed=args.seed)
                     part_traces.save(trace_dirs(pair)[0] / (cache_key(part, split, n, args.seed) + ".npz"))
             tokens = sum(t.tokens for t in traces.traces)

@@ -18,7 +18,6 @@ import json
 import platform
 import shlex
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -101,9 +100,7 @@ def main() -> None:
     rows = []
     pair = latency = None
     for name in args.scenarios:
-        scenario = load_scenario(name).with_overrides(split="heldout", time="modeled")
-        if args.preset:
-            scenario = replace(scenario, pair=replace(scenario.pair, preset=args.preset))
+        scenario = load_scenario(name).with_overrides(split="heldout", time="modeled", preset=args.preset)
         pair = pair or scenario.pair.load()
         latency = latency or calibrated(pair, k_max=scenario.k_max)
         traces = subset(cached_traces(scenario, "heldout", pair), args.prompts)

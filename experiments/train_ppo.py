@@ -33,7 +33,6 @@ import signal
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -362,10 +361,7 @@ def main() -> None:
 
 def load_scenarios(names: list[str], preset: str | None) -> list:
     """Scenarios by name, on ``preset``'s pair if given, with modeled time."""
-    scenarios = [load_scenario(name) for name in names]
-    if preset:
-        scenarios = [replace(s, pair=replace(s.pair, preset=preset)) for s in scenarios]
-    return [s.with_overrides(time="modeled") for s in scenarios]
+    return [load_scenario(name).with_overrides(time="modeled", preset=preset) for name in names]
 
 
 def policy_predict(model: PPO, normalizer: VecNormalize | None):
@@ -408,9 +404,7 @@ def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict]) -> s
     ]
     jobs = []
     for name in args.validate_scenarios:
-        scenario = load_scenario(name)
-        if args.preset:
-            scenario = replace(scenario, pair=replace(scenario.pair, preset=args.preset))
+        scenario = load_scenario(name).with_overrides(preset=args.preset)
         env = SpecDecodeEnv(scenario, pair=pair, split="heldout", time="wallclock", latency=latency)
         if name in rows:
             k, tau = rows[name]["_best_static"]

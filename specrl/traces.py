@@ -517,6 +517,15 @@ def trace_dirs(pair: ModelPair) -> list[Path]:
     return dirs
 
 
+def cache_parts(scenario: Any) -> list[Any]:
+    """The scenarios whose trace files make up ``scenario``'s: itself, or, for several domains
+    without a shift, one single-domain scenario per domain (so ``mixed`` reuses ``code``'s)."""
+    domains = [d for d, w in scenario.prompts.domains.items() if w > 0]
+    if scenario.shift or len(domains) == 1:
+        return [scenario]
+    return [replace(scenario, name=d, prompts=replace(scenario.prompts, domains={d: 1.0})) for d in domains]
+
+
 def cached_traces(
     scenario: Any,
     split: str,
@@ -532,11 +541,8 @@ def cached_traces(
     joins the traces of each domain."""
     if prompts_per_domain is None:
         prompts_per_domain = DEFAULT_PROMPTS_PER_DOMAIN[split]
-    domains = [d for d, w in scenario.prompts.domains.items() if w > 0]
-    if not scenario.shift and len(domains) > 1:
-        parts = [
-            replace(scenario, name=d, prompts=replace(scenario.prompts, domains={d: 1.0})) for d in domains
-        ]
+    parts = cache_parts(scenario)
+    if parts != [scenario]:
         return TraceSet.concatenate(
             [
                 cached_traces(

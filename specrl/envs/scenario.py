@@ -150,8 +150,9 @@ class RewardSpec:
         if self.time not in TIME_MODES:
             raise ValueError(f"reward.time must be one of {TIME_MODES}, got {self.time!r}")
         if self.reference_tokens_per_s is not None and not self.reference_tokens_per_s > 0:
-            raise ValueError(f"reward.reference_tokens_per_s must be > 0 (or null), "
-                             f"got {self.reference_tokens_per_s!r}")
+            raise ValueError(
+                f"reward.reference_tokens_per_s must be > 0 (or null), got {self.reference_tokens_per_s!r}"
+            )
         if not self.scale > 0:
             raise ValueError(f"reward.scale must be > 0, got {self.scale!r}")
 
@@ -182,8 +183,10 @@ class Scenario:
             raise ValueError(f"k_max must be >= 1 (the action k runs over 0..k_max), got {self.k_max}")
         grid = tuple(self.tau_grid)
         if not grid or any(not 0.0 <= tau <= 1.0 for tau in grid) or list(grid) != sorted(set(grid)):
-            raise ValueError(f"tau_grid must be a non-empty, strictly increasing list of values in [0, 1], "
-                             f"got {list(grid)}")
+            raise ValueError(
+                f"tau_grid must be a non-empty, strictly increasing list of values in [0, 1], "
+                f"got {list(grid)}"
+            )
         last = 0
         for shift in self.shift:
             if not last < shift.after_tokens < self.max_new_tokens:
@@ -193,8 +196,10 @@ class Scenario:
                 )
             last = shift.after_tokens
         if self.latency not in LATENCY_SOURCES and not self.latency.endswith(".json"):
-            raise ValueError(f"latency must be one of {LATENCY_SOURCES} or the path of a latency .json file "
-                             f"(written by experiments/calibrate.py), got {self.latency!r}")
+            raise ValueError(
+                f"latency must be one of {LATENCY_SOURCES} or the path of a latency .json file "
+                f"(written by experiments/calibrate.py), got {self.latency!r}"
+            )
 
     def latency_model(self, pair: ModelPair, progress: bool = True) -> LatencyModel:
         """The latency model of ``latency`` for ``pair``: profiled and cached, constant, or read.
@@ -212,13 +217,17 @@ class Scenario:
             return specrl.latency.calibrated(pair, k_max=self.k_max, progress=progress)
         model = LatencyModel.load(self.latency)
         if model.pair != pair.name:
-            raise ScenarioError(f"{self._origin()}: latency file '{self.latency}' was measured for pair "
-                                f"'{model.pair}', not '{pair.name}'; calibrate this pair (experiments/"
-                                "calibrate.py) or set latency: calibrated")
+            raise ScenarioError(
+                f"{self._origin()}: latency file '{self.latency}' was measured for pair "
+                f"'{model.pair}', not '{pair.name}'; calibrate this pair (experiments/"
+                "calibrate.py) or set latency: calibrated"
+            )
         if model.kind == "measured" and model.n_max < self.k_max + 1:
-            raise ScenarioError(f"{self._origin()}: latency file '{self.latency}' covers verifies of up to "
-                                f"{model.n_max} tokens but k_max = {self.k_max} needs {self.k_max + 1}; "
-                                f"re-run experiments/calibrate.py with --k-max {self.k_max}")
+            raise ScenarioError(
+                f"{self._origin()}: latency file '{self.latency}' covers verifies of up to "
+                f"{model.n_max} tokens but k_max = {self.k_max} needs {self.k_max + 1}; "
+                f"re-run experiments/calibrate.py with --k-max {self.k_max}"
+            )
         return model
 
     def reference_throughput(self, latency: LatencyModel | None) -> float:
@@ -227,8 +236,9 @@ class Scenario:
         if self.reward.reference_tokens_per_s is not None:
             return self.reward.reference_tokens_per_s
         if latency is None:
-            raise ValueError("reward.reference_tokens_per_s is null, so rho comes from the latency model: "
-                             "pass one")
+            raise ValueError(
+                "reward.reference_tokens_per_s is null, so rho comes from the latency model: pass one"
+            )
         return latency.plain_tokens_per_s
 
     @property
@@ -242,9 +252,13 @@ class Scenario:
         names = [d for d, weight in self.prompts.domains.items() if weight > 0]
         return names + [s.domain for s in self.shift if s.domain not in names]
 
-    def with_overrides(self, split: str | None = None, time: str | None = None) -> Scenario:
-        """A copy with the prompt split and/or the time source replaced."""
+    def with_overrides(
+        self, split: str | None = None, time: str | None = None, preset: str | None = None
+    ) -> Scenario:
+        """A copy with the prompt split, the time source and/or the embedded pair preset replaced."""
         scenario = self
+        if preset is not None:
+            scenario = replace(scenario, pair=replace(scenario.pair, preset=preset))
         if split is not None:
             scenario = replace(scenario, prompts=replace(scenario.prompts, split=split))
         if time is not None:
@@ -257,8 +271,10 @@ class Scenario:
         if self.prompts.file:
             path = Path(self.prompts.file)
             if not path.is_file():
-                raise ScenarioError(f"{self._origin()}: prompts.file '{path}' does not exist; give a JSON or "
-                                    "YAML file {split: {domain: [text, ...]}}")
+                raise ScenarioError(
+                    f"{self._origin()}: prompts.file '{path}' does not exist; give a JSON or "
+                    "YAML file {split: {domain: [text, ...]}}"
+                )
             sets = yaml.safe_load(path.read_text())  # JSON is YAML
         else:
             sets = pair.prompts
@@ -270,8 +286,9 @@ class Scenario:
         split = self.prompts.split
         if not isinstance(sets, Mapping) or not isinstance(sets.get(split), Mapping):
             available = sorted(sets) if isinstance(sets, Mapping) else []
-            raise ScenarioError(f"{self._origin()}: the {where} has no '{split}' prompts (it has "
-                                f"{available})")
+            raise ScenarioError(
+                f"{self._origin()}: the {where} has no '{split}' prompts (it has {available})"
+            )
         result = {}
         for domain in self.domains:
             texts = sets[split].get(domain)
@@ -383,8 +400,9 @@ def _leaves(data: dict[str, Any], cls: type, prefix: str, source: str) -> dict[s
             continue
         annotation = str(f.type).replace(" ", "")
         optional = annotation.endswith("|None")
-        out[f.name] = _typed(data[f.name], kinds[annotation.removesuffix("|None")], prefix + f.name, source,
-                             optional)
+        out[f.name] = _typed(
+            data[f.name], kinds[annotation.removesuffix("|None")], prefix + f.name, source, optional
+        )
     return out
 
 
@@ -412,10 +430,13 @@ def _parse(data: Any, source: str, base_dir: Path) -> Scenario:
         if "domains" in section:
             domains = section["domains"]
             if not isinstance(domains, Mapping):
-                raise ScenarioError(f"{source}: 'prompts.domains' must map domain names to weights, "
-                                    f"e.g. {{code: 1.0}}, got {domains!r}")
-            prompts["domains"] = {str(d): _typed(w, float, f"prompts.domains.{d}", source)
-                                  for d, w in domains.items()}
+                raise ScenarioError(
+                    f"{source}: 'prompts.domains' must map domain names to weights, "
+                    f"e.g. {{code: 1.0}}, got {domains!r}"
+                )
+            prompts["domains"] = {
+                str(d): _typed(w, float, f"prompts.domains.{d}", source) for d, w in domains.items()
+            }
         kwargs["prompts"] = PromptSpec(**prompts)
     if "sampling" in top:
         section = _mapping(top["sampling"], SamplingConfig, "sampling", source)
@@ -439,15 +460,18 @@ def _parse(data: Any, source: str, base_dir: Path) -> Scenario:
     if "shift" in top:
         shifts = top["shift"] or []
         if not isinstance(shifts, list):
-            raise ScenarioError(f"{source}: 'shift' must be a list like "
-                                f"[{{after_tokens: 64, domain: math}}], got {shifts!r}")
+            raise ScenarioError(
+                f"{source}: 'shift' must be a list like [{{after_tokens: 64, domain: math}}], got {shifts!r}"
+            )
         parsed = []
         for i, item in enumerate(shifts):
             section = _mapping(item, DomainShift, f"shift[{i}]", source)
             missing = [f.name for f in fields(DomainShift) if f.name not in section]
             if missing:
-                raise ScenarioError(f"{source}: 'shift[{i}]' is missing {missing}; write e.g. "
-                                    "{after_tokens: 64, domain: math}")
+                raise ScenarioError(
+                    f"{source}: 'shift[{i}]' is missing {missing}; write e.g. "
+                    "{after_tokens: 64, domain: math}"
+                )
             parsed.append(DomainShift(**_leaves(section, DomainShift, f"shift[{i}].", source)))
         kwargs["shift"] = tuple(parsed)
     return Scenario(**kwargs, source=source)

@@ -392,73 +392,58 @@ class VecTraceReplay(InProcessVecEnv):
 
     def _update_features(self, step: ReplayedSteps) -> None:
         """FeatureTracker.update for every episode at once (same definitions, same order)."""
-        (
-            k_asked,
-            tau,
-            forwards,
-            proposed,
-            accepted,
-            emitted,
-            confidence_sum,
-            confidence_min,
-            entropy_sum,
-            probability_sum,
-            accepted_confidence,
-            rejected_confidence,
-            stopped,
-            draft_seconds,
-            verify_seconds,
-            context,
-        ) = step
         history = self.history
-        self.generated += emitted
-        self.context_length = context + emitted
-        drafted = forwards > 0
+        self.generated += step.emitted
+        self.context_length = step.context + step.emitted
+        drafted = step.forwards > 0
         self.steps_since_draft = np.where(
             drafted, 0, np.where(self.steps_since_draft >= 0, self.steps_since_draft + 1, -1)
         )
-        safe = np.maximum(forwards, 1)
-        history[:, 8] = np.where(drafted, confidence_sum / safe, history[:, 8])
-        history[:, 9] = np.where(drafted, confidence_min, history[:, 9])
-        history[:, 10] = np.where(drafted, entropy_sum / safe / self.log_vocab, history[:, 10])
-        proposing = np.flatnonzero(proposed > 0)
+        safe = np.maximum(step.forwards, 1)
+        history[:, 8] = np.where(drafted, step.confidence_sum / safe, history[:, 8])
+        history[:, 9] = np.where(drafted, step.confidence_min, history[:, 9])
+        history[:, 10] = np.where(drafted, step.entropy_sum / safe / self.log_vocab, history[:, 10])
+        proposing = np.flatnonzero(step.proposed > 0)
         if len(proposing):
             self.proposing_long.push(
-                proposing, np.stack([accepted[proposing], proposed[proposing]]).astype(float)
+                proposing, np.stack([step.accepted[proposing], step.proposed[proposing]]).astype(float)
             )
             self.proposing_short.push(
                 proposing,
-                np.stack([accepted[proposing], proposed[proposing], probability_sum[proposing]]).astype(
-                    float
-                ),
+                np.stack(
+                    [step.accepted[proposing], step.proposed[proposing], step.probability_sum[proposing]]
+                ).astype(float),
             )
             long, short = self.proposing_long.sums[:, proposing], self.proposing_short.sums[:, proposing]
             history[proposing, 0] = _ratio(short[0], short[1])
             history[proposing, 1] = _ratio(long[0], long[1])
             history[proposing, 2] = _ratio(short[2], short[1])
-        rejecting = np.flatnonzero(accepted < proposed)
+        rejecting = np.flatnonzero(step.accepted < step.proposed)
         if len(rejecting):
-            self.rejected.push(rejecting, rejected_confidence[rejecting][None])
+            self.rejected.push(rejecting, step.rejected_confidence[rejecting][None])
             history[rejecting, 11] = self.rejected.sums[0, rejecting] / self.rejected.count[rejecting]
-        accepting = np.flatnonzero(accepted > 0)
+        accepting = np.flatnonzero(step.accepted > 0)
         if len(accepting):
             self.accepted.push(
-                accepting, np.stack([accepted_confidence[accepting], accepted[accepting].astype(float)])
+                accepting,
+                np.stack([step.accepted_confidence[accepting], step.accepted[accepting].astype(float)]),
             )
             sums = self.accepted.sums[:, accepting]
             history[accepting, 12] = _ratio(sums[0], sums[1])
         self.timings.push(
             np.arange(self.num_envs),
-            np.stack([np.where(drafted, draft_seconds, 0.0), forwards.astype(float), verify_seconds]),
+            np.stack(
+                [np.where(drafted, step.draft_seconds, 0.0), step.forwards.astype(float), step.verify_seconds]
+            ),
         )
         draft_s, draft_n, verify_s = self.timings.sums
         per_verify = _ratio(verify_s, self.timings.count.astype(float))
         history[:, 13] = np.where(
             (draft_n > 0) & (verify_s > 0), _ratio(_ratio(draft_s, draft_n), per_verify), 0.0
         )
-        history[:, 3] = proposed / K_NORM
-        history[:, 4] = accepted / K_NORM
-        history[:, 5] = k_asked / K_NORM
-        history[:, 6] = tau
-        history[:, 7] = stopped
+        history[:, 3] = step.proposed / K_NORM
+        history[:, 4] = step.accepted / K_NORM
+        history[:, 5] = step.k_asked / K_NORM
+        history[:, 6] = step.tau
+        history[:, 7] = step.stopped
         history[:, 14] = np.where(self.steps_since_draft < 0, 1.0, self.steps_since_draft / K_NORM)
