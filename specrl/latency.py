@@ -256,6 +256,17 @@ class LatencyModel:
         )
         return draft_forwards * draft, verify
 
+    def step_seconds_array(
+        self, context_lengths: np.ndarray, draft_forwards: np.ndarray, proposed: np.ndarray, context_window: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`step_seconds` for arrays of steps at once (the vectorised simulator's path).
+
+        ``context_window`` bounds the context lengths (dense tables up to it are cached).
+        Returns (draft seconds, verify seconds), arrays shaped like the inputs.
+        """
+        target, draft = self.tables(context_window, max(self.n_max, int(proposed.max(initial=0)) + 1))
+        return draft[context_lengths] * draft_forwards, target[proposed + 1, context_lengths]
+
     def seconds(self, result: StepResult) -> tuple[float, float]:
         """(draft seconds, verify seconds) of an engine step: :meth:`step_seconds` of its counts."""
         return self.step_seconds(result.context_length, result.draft_forwards, result.proposed)

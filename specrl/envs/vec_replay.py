@@ -152,7 +152,6 @@ class VecTraceReplay(InProcessVecEnv):
         self.constant_features = np.array(
             [min(1.0, self.scenario.sampling.temperature / TEMPERATURE_NORM), 0.0 / BATCH_LOG2_NORM]
         )
-        self.target_table, self.draft_table = latency.tables(self.context_window, self.k_max + 1)
         a = traces.arrays
         self.confidence, self.entropy = a["confidence"].astype(np.float64), a["entropy"].astype(np.float64)
         self.accept_prob, self.accepted_ap = (
@@ -323,8 +322,9 @@ class VecTraceReplay(InProcessVecEnv):
         accepted = np.where(rejected >= 0, rejected, proposed)
         emitted = np.minimum(accepted + 1, self.segment_end[segment] - position)
         context = self.segment_prompt[segment] + position
-        draft_seconds = self.draft_table[context] * forwards
-        verify_seconds = self.target_table[proposed + 1, context]
+        draft_seconds, verify_seconds = self.latency.step_seconds_array(
+            context, forwards, proposed, self.context_window
+        )
         return ReplayedSteps(
             k_asked,
             tau,
