@@ -1,4 +1,5 @@
-"""The latency model: interpolation, tables, the step formula, the file format, the cache, wiring."""
+"""The latency model: interpolation, tables, the step formula, the loop fit, the file format, the
+cache, the wiring into the envs (greedy vs sampled)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import prompts
+from conftest import prompts, scenario
 
 import specrl
 import specrl.latency
+from specrl.engine.sampling import SamplingConfig
 from specrl.envs import (
     CostModel,
     PromptSpec,
@@ -21,22 +23,45 @@ from specrl.envs import (
     Scenario,
     ScenarioError,
     SpecDecodeEnv,
+    TraceReplayEnv,
+    VecTraceReplay,
     load_scenario,
 )
 from specrl.latency import (
     LATENCY_FORMAT_VERSION,
     LatencyError,
     LatencyModel,
+    StepRecords,
     calibrated,
     default_contexts,
     device_key,
+    fit_records,
     heldout_contexts,
     latency_path,
+    learn,
     profile,
+    record_loop,
 )
+from specrl.traces import collect_traces
 
 REPO = Path(__file__).resolve().parent.parent
 GRID = [8, 40, 100]
+# A file as format version 1 wrote it (isolated profile, one draft cost, no sampled tables).
+OLD_FILE = {
+    "format": "specrl-latency",
+    "version": 1,
+    "kind": "measured",
+    "pair": "p",
+    "device": "d",
+    "dtype": "float32",
+    "batch_size": 1,
+    "contexts": [16, 32],
+    "new_tokens": [1, 2],
+    "target_seconds": [[0.010, 0.011], [0.012, 0.013]],
+    "draft_seconds": [0.001, 0.0011],
+    "fit_error": None,
+    "measurement": {},
+}
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +86,52 @@ def quick_profile(calls: list):
     def run(pair, *, k_max=8, contexts=None, repeats=5, progress=True):
         calls.append(k_max)
         return profile(pair, k_max=k_max, contexts=[8, 40], repeats=1, progress=False)
+
+    return run
+
+
+def true_costs(context: np.ndarray, n: np.ndarray, forwards: np.ndarray, sampled: np.ndarray):
+    """Known costs of the synthetic loop: the first draft forward costs twice the next ones;
+    sampling adds 15% to a verify and 0.3 ms to every draft forward; all linear in the context."""
+    first = 2e-3 + 2e-6 * context + 0.3e-3 * sampled
+    following = 1e-3 + 1e-6 * context + 0.3e-3 * sampled
+    draft = np.where(forwards > 0, first + (forwards - 1) * following, 0.0)
+    verify = (10e-3 + 1e-3 * (n - 1) + 4e-6 * context) * np.where(sampled, 1.15, 1.0)
+    return draft, verify
+
+
+def synthetic_records(
+    k_max: int = 8, steps: int = 6000, seed: int = 0, noise: float = 0.03, preempted: float = 0.003
+) -> StepRecords:
+    """Steps as record_loop gives them, timed by :func:`true_costs` with multiplicative noise and
+    a fraction ``preempted`` of verifies preempted (+0.2 s)."""
+    rng = np.random.default_rng(seed)
+    sampled = rng.random(steps) < 0.5
+    context = rng.integers(20, 400, steps)
+    k = rng.integers(0, k_max + 1, steps)
+    stopped = (k > 0) & (rng.random(steps) < 0.3)  # a tau cut: one forward more than proposals
+    forwards = np.where(stopped, rng.integers(1, np.maximum(k, 1) + 1), k)
+    proposed = np.where(stopped, forwards - 1, k)
+    draft, verify = true_costs(context, proposed + 1, forwards, sampled)
+    draft = draft * (1 + noise * rng.standard_normal(steps))
+    verify = verify * (1 + noise * rng.standard_normal(steps)) + 0.2 * (rng.random(steps) < preempted)
+    columns = {"sampled": sampled, "context": context, "draft_forwards": forwards, "proposed": proposed}
+    columns |= {"k": k, "draft_seconds": draft, "verify_seconds": verify, "episode": np.arange(steps) // 20}
+    return StepRecords.from_dict(columns)
+
+
+@pytest.fixture(scope="module")
+def loop_model(pair) -> LatencyModel:
+    """A loop model fitted to synthetic records (k_max 8, no preemptions), for the random pair."""
+    return learn(pair, k_max=8, records=synthetic_records(preempted=0.0), progress=False)
+
+
+def quick_learn(calls: list):
+    """A stand-in for ``learn`` that records its calls and fits synthetic steps (no timing)."""
+
+    def run(pair, *, k_max=8, progress=True, **kwargs):
+        calls.append(k_max)
+        return learn(pair, k_max=k_max, records=synthetic_records(k_max, steps=1500), progress=False)
 
     return run
 
@@ -118,7 +189,7 @@ def test_tables_equal_the_scalar_methods_exactly_and_are_cached(measured, pair):
 
 
 def test_profile_measures_the_grid_and_reports_heldout_error(measured, pair):
-    assert measured.kind == "measured" and measured.pair == pair.name
+    assert measured.kind == "profiled" and measured.pair == pair.name
     assert measured.device == device_key("cpu") and measured.dtype == "float32"
     assert measured.contexts == tuple(GRID) and measured.n_max == 4
     table = measured.target_table
@@ -170,6 +241,144 @@ def test_device_key_is_stable_and_filename_safe():
     assert key == device_key("cpu") and re.fullmatch(r"cpu-[a-z0-9.-]+-\d+threads", key)
 
 
+# ---- the loop model: fit, views, the vectorised path ---------------------------------------------
+
+
+def test_fit_recovers_first_and_next_draft_forwards_and_the_sampling_cost():
+    grid, costs = fit_records(synthetic_records(), k_max=8, context_window=1000)
+    knots = np.array(grid[:-1])
+    assert grid[-1] == 1000 and len(knots) == 5 and 20 <= knots[0] < knots[-1] < 400
+    n = np.arange(1, 10)[:, None]
+    for mode, sampled in (("greedy", False), ("sampled", True)):
+        tables = costs[mode]
+        flags = np.full(len(knots), sampled)
+        first, _ = true_costs(knots, np.ones_like(knots), np.ones_like(knots), flags)
+        two, verify = true_costs(knots[None, :], n, np.full((9, len(knots)), 2), flags[None, :])
+        assert tables["draft_first_seconds"][:-1] == pytest.approx(first, rel=0.03)
+        assert tables["draft_next_seconds"][:-1] == pytest.approx(two[0] - first, rel=0.03)
+        assert np.asarray(tables["target_seconds"])[:, :-1] == pytest.approx(verify, rel=0.02)
+        # Beyond the data the cost continues linearly (the truth is linear in the context).
+        _, at_window = true_costs(np.array([1000]), n, np.ones((9, 1)), np.array([sampled]))
+        assert np.asarray(tables["target_seconds"])[:, -1:] == pytest.approx(at_window, rel=0.05)
+    # The first forward after a verify is dearer than the next ones; sampling costs extra.
+    greedy, sampled = costs["greedy"], costs["sampled"]
+    assert (greedy["draft_first_seconds"] > 1.6 * greedy["draft_next_seconds"]).all()
+    ratio = np.asarray(sampled["target_seconds"]) / np.asarray(greedy["target_seconds"])
+    assert ratio[:, :-1].mean() == pytest.approx(1.15, rel=0.01) and (abs(ratio - 1.15) < 0.05).all()
+
+
+def test_loop_fit_is_monotone_and_reports_its_heldout_error(loop_model):
+    for mode in ("greedy", "sampled"):
+        costs = loop_model.costs[mode]
+        assert (np.diff(costs.target, axis=0) >= 0).all() and (np.diff(costs.target, axis=1) >= 0).all()
+        assert (np.diff(costs.draft_first) >= 0).all() and (np.diff(costs.draft_next) >= 0).all()
+    error = loop_model.fit_error
+    assert error["method"] == "loop" and error["steps"] == 6000 // 5
+    for mode in ("greedy", "sampled"):
+        assert set(error[mode]["step_by_k"]) == {str(k) for k in range(9)}
+        assert abs(error[mode]["step"]) < 0.02 and abs(error[mode]["draft"]) < 0.03
+    assert error["max"] < 0.05
+    assert loop_model.kind == "loop" and loop_model.measurement["steps"] == 6000
+    assert "Held-out fit error" in loop_model.to_markdown() and "**sampled**" in loop_model.to_markdown()
+
+
+def test_fit_refuses_records_without_a_mode_or_a_verify_size():
+    records = synthetic_records(steps=600)
+    with pytest.raises(LatencyError, match="no sampled steps recorded"):
+        fit_records(records.select(~records.sampled), k_max=8)
+    with pytest.raises(LatencyError, match=r"verify n = 9 tokens: record more steps"):
+        fit_records(records.select(records.proposed < 8), k_max=8)
+
+
+def test_for_sampling_gives_cached_views_that_share_the_tables(loop_model):
+    greedy = loop_model.for_sampling(SamplingConfig())
+    sampled = loop_model.for_sampling(SamplingConfig(temperature=0.7, top_k=5))
+    assert greedy is loop_model and loop_model.for_sampling(None) is loop_model
+    assert sampled.mode == "sampled" and sampled is loop_model.for_sampling(SamplingConfig(temperature=1.0))
+    assert sampled.for_sampling(SamplingConfig()) is loop_model
+    assert sampled.target_table is loop_model.costs["sampled"].target
+    assert sampled.target_seconds(3, 200) > loop_model.target_seconds(3, 200)
+    assert sampled.plain_tokens_per_s < loop_model.plain_tokens_per_s
+    assert sampled.to_dict() == loop_model.to_dict()  # a file holds both modes
+
+
+def test_step_seconds_prices_the_first_draft_forward_apart(loop_model):
+    for view in (loop_model, loop_model.for_sampling(SamplingConfig(temperature=1.0))):
+        first, following = view.draft_seconds(150), view.draft_seconds(150, 2) - view.draft_seconds(150)
+        assert first > following > 0
+        assert view.step_seconds(150, 5, 4) == (view.draft_seconds(150, 5), view.target_seconds(5, 150))
+        assert view.draft_seconds(150, 5) == pytest.approx(first + 4 * following)
+        assert view.step_seconds(150, 0, 0) == (0.0, view.target_seconds(1, 150))
+        assert view.draft_seconds(150, 0) == 0.0
+
+
+@pytest.mark.parametrize("mode", ["greedy", "sampled"])
+def test_step_seconds_array_equals_step_seconds_element_by_element(loop_model, mode):
+    view = loop_model.for_sampling(SamplingConfig(temperature=float(mode == "sampled")))
+    rng = np.random.default_rng(3)
+    window = 1023
+    contexts = rng.integers(0, window + 1, 3000)
+    forwards = rng.integers(0, 12, 3000)
+    proposed = np.minimum(forwards, rng.integers(0, 12, 3000))  # past n_max too
+    draft, verify = view.step_seconds_array(contexts, forwards, proposed, window)
+    steps = zip(contexts.tolist(), forwards.tolist(), proposed.tolist(), strict=True)
+    expected = [view.step_seconds(c, f, p) for c, f, p in steps]
+    assert draft.tolist() == [d for d, _ in expected] and verify.tolist() == [v for _, v in expected]
+    following = view.draft_next_seconds_table(window)[200]
+    assert following == pytest.approx(view.draft_seconds(200, 2) - view.draft_seconds(200))
+
+
+def test_record_loop_times_both_modes_and_every_k(pair):
+    records = record_loop(pair, k_max=3, steps=80, warmup_steps=6, max_new_tokens=24, progress=False)
+    assert len(records) == 80 and records.sampled.sum() == 40
+    for sampled in (False, True):
+        mine = records.select(records.sampled == sampled)
+        assert set(mine.k.tolist()) == {0, 1, 2, 3}
+    assert (records.proposed <= records.k).all() and (records.proposed <= records.draft_forwards).all()
+    assert (records.draft_forwards <= records.proposed + 1).all() and (
+        records.draft_forwards <= records.k
+    ).all()
+    drafted = records.draft_forwards > 0
+    assert (records.draft_seconds[drafted] > 0).all() and (records.verify_seconds > 0).all()
+    assert (records.context >= 1).all() and len(np.unique(records.episode)) >= 4
+    assert StepRecords.from_dict(json.loads(json.dumps(records.to_dict()))).to_dict() == records.to_dict()
+
+
+def test_learn_fits_the_recorded_loop(pair):
+    model = learn(pair, k_max=2, steps=240, warmup_steps=10, max_new_tokens=24, progress=False)
+    assert model.kind == "loop" and model.n_max == 3 and model.contexts[-1] == pair.context_length - 1
+    assert model.measurement["steps"] == 240 and model.measurement["sampled_steps"] == 120
+    assert set(model.fit_error) >= {"greedy", "sampled", "max"}
+    assert model.for_sampling(SamplingConfig(temperature=1.0)).mode == "sampled"
+
+
+# ---- the envs pick the model of their sampling -----------------------------------------------------
+
+
+def test_envs_price_sampled_scenarios_with_the_sampled_model(pair, prompt_file, loop_model):
+    prompts = PromptSpec(file=prompt_file)
+    sampled = scenario(prompt_file, temperature=1.0, max_new_tokens=12, prompts=prompts)
+    greedy = scenario(prompt_file, max_new_tokens=12, prompts=prompts)
+    sampled_view = loop_model.for_sampling(sampled.sampling)
+    traces = collect_traces(pair, sampled, "train", progress=False)
+    envs = [
+        TraceReplayEnv(sampled, traces=traces, latency=loop_model),
+        VecTraceReplay(sampled, traces, loop_model, num_envs=2, seed=0),
+        SpecDecodeEnv(sampled, pair=pair, split="train", latency=loop_model),
+    ]
+    for env in envs:
+        assert env.latency is sampled_view
+        assert env.reference_tokens_per_s == sampled_view.plain_tokens_per_s != loop_model.plain_tokens_per_s
+    replay = envs[0]
+    replay.reset(seed=0)
+    _, _, _, _, info = replay.step(np.array([4, 0]))
+    result = info["step_result"]
+    assert info["seconds"] == sum(sampled_view.seconds(result)) != sum(loop_model.seconds(result))
+    assert SpecDecodeEnv(greedy, pair=pair, split="train", latency=sampled_view).latency is loop_model
+    greedy_traces = collect_traces(pair, greedy, "train", progress=False)
+    assert TraceReplayEnv(greedy, traces=greedy_traces, latency=sampled_view).latency is loop_model
+
+
 # ---- the file --------------------------------------------------------------------------------------
 
 
@@ -187,13 +396,25 @@ def test_save_and_load_round_trip(measured, tmp_path):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d.update(version=99), r"latency format version 99, but this specrl reads version 1"),
-        (lambda d: d.pop("draft_seconds"), r"missing key\(s\) \['draft_seconds'\]"),
+        (lambda d: d.update(version=99), r"latency format version 99, but this specrl reads version 2"),
+        (lambda d: d.pop("sampled"), r"missing key\(s\) \['sampled'\]"),
+        (lambda d: d["sampled"].pop("draft_next_seconds"), r"'sampled' must hold"),
+        (lambda d: d.update(kind="guessed"), r"kind must be one of"),
         (lambda d: d.update(format="other"), r"not a specrl latency file"),
         (lambda d: d.update(batch_size=4), r"batch_size 4 is not supported"),
-        (lambda d: d.update(draft_seconds=[0.1]), r"draft_seconds must have one value per context \(3\)"),
+        (
+            lambda d: d["greedy"].update(draft_first_seconds=[0.1]),
+            r"draft_first_seconds must have one value per context \(3\)",
+        ),
+        (
+            lambda d: d["sampled"]["target_seconds"].pop(),
+            r"the sampled target_seconds must have the greedy one's shape",
+        ),
         (lambda d: d.update(contexts=[8, 8, 100]), r"strictly increasing"),
-        (lambda d: d["target_seconds"][0].__setitem__(0, -1.0), r"target_seconds must be finite and > 0"),
+        (
+            lambda d: d["sampled"]["target_seconds"][0].__setitem__(0, -1.0),
+            r"target_seconds must be finite and > 0",
+        ),
         (lambda d: d.update(new_tokens=[1, 2]), r"'new_tokens' must be \[1, \.\.\., n_max\]"),
     ],
 )
@@ -207,6 +428,34 @@ def test_invalid_files_raise_latency_error_naming_file_and_problem(measured, tmp
     assert str(path) in str(error.value) and "calibrate.py" in str(error.value)
 
 
+def test_an_old_format_file_is_refused_with_a_clear_message(tmp_path):
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(OLD_FILE))
+    with pytest.raises(LatencyError) as error:
+        LatencyModel.load(path)
+    message = str(error.value)
+    assert str(path) in message and "format version 1" in message and "reads version 2" in message
+    assert "calibrate.py" in message
+
+
+def test_loop_model_file_round_trips_both_modes(loop_model, tmp_path):
+    path = tmp_path / "loop.json"
+    loop_model.for_sampling(SamplingConfig(temperature=1.0)).save(path)
+    loaded = LatencyModel.load(path)
+    assert loaded.to_dict() == loop_model.to_dict() and loaded.mode == "greedy"
+    for temperature in (0.0, 1.0):
+        mine = loaded.for_sampling(SamplingConfig(temperature=temperature))
+        theirs = loop_model.for_sampling(SamplingConfig(temperature=temperature))
+        assert np.array_equal(mine.tables(1023, 9)[0], theirs.tables(1023, 9)[0])
+        assert np.array_equal(mine.draft_next_seconds_table(1023), theirs.draft_next_seconds_table(1023))
+    data = json.loads(path.read_text())
+    assert data["version"] == 2 and set(data["sampled"]) == {
+        "target_seconds",
+        "draft_first_seconds",
+        "draft_next_seconds",
+    }
+
+
 def test_missing_and_corrupt_files_raise_latency_error(tmp_path):
     with pytest.raises(LatencyError, match=r"'.*nothing\.json' does not exist.*calibrate\.py"):
         LatencyModel.load(tmp_path / "nothing.json")
@@ -218,27 +467,55 @@ def test_missing_and_corrupt_files_raise_latency_error(tmp_path):
 # ---- the cache ---------------------------------------------------------------------------------------
 
 
-def test_calibrated_profiles_once_then_reads_the_cache(pair, tmp_path, monkeypatch):
+def test_calibrated_learns_once_then_reads_the_cache(pair, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECRL_HOME", str(tmp_path))
     calls = []
-    monkeypatch.setattr(specrl.latency, "profile", quick_profile(calls))
+    monkeypatch.setattr(specrl.latency, "learn", quick_learn(calls))
+    monkeypatch.setattr(specrl.latency, "profile", no_profile)  # the loop is the default
     first = calibrated(pair, k_max=2, progress=False)
     path = latency_path(pair)
     assert calls == [2] and path.is_file() and path.parent == tmp_path / "latency"
-    assert device_key(pair.device) in path.name and "float32" in path.name
-    monkeypatch.setattr(specrl.latency, "profile", no_profile)
+    assert device_key(pair.device) in path.name and "float32" in path.name and first.kind == "loop"
+    monkeypatch.setattr(specrl.latency, "learn", no_profile)
     again = calibrated(pair, k_max=2, progress=False)
     assert again.to_dict() == first.to_dict()
     assert calibrated(pair, k_max=1, progress=False).to_dict() == first.to_dict()  # covers fewer n too
 
-    monkeypatch.setattr(specrl.latency, "profile", quick_profile(calls))
+    monkeypatch.setattr(specrl.latency, "learn", quick_learn(calls))
     calibrated(pair, k_max=4, progress=False)  # the cache covers n <= 3 only: measured again
     calibrated(pair, k_max=4, recalibrate=True, progress=False)
     path.write_text("{")
-    with pytest.warns(UserWarning, match="not valid JSON.*profiling again"):
+    with pytest.warns(UserWarning, match="not valid JSON.*measuring again"):
         calibrated(pair, k_max=4, progress=False)
     assert calls == [2, 4, 4, 4]
     assert LatencyModel.load(path).n_max == 5
+
+
+def test_calibrated_replaces_an_old_format_file_with_a_warning(pair, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECRL_HOME", str(tmp_path))
+    path = latency_path(pair)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(OLD_FILE))
+    calls = []
+    monkeypatch.setattr(specrl.latency, "learn", quick_learn(calls))
+    with pytest.warns(
+        UserWarning, match=r"format version 1 \(an isolated profile.*reads version 2.*measuring again"
+    ):
+        model = calibrated(pair, k_max=2, progress=False)
+    assert calls == [2] and LatencyModel.load(path).to_dict() == model.to_dict()
+
+
+def test_calibrated_profile_method_is_cached_apart(pair, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECRL_HOME", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(specrl.latency, "profile", quick_profile(calls))
+    monkeypatch.setattr(specrl.latency, "learn", no_profile)
+    model = calibrated(pair, k_max=2, progress=False, method="profile")
+    assert calls == [2] and model.kind == "profiled"
+    assert latency_path(pair, "profile").is_file() and not latency_path(pair).exists()
+    assert latency_path(pair, "profile").name.endswith("__profiled.json")
+    with pytest.raises(ValueError, match="method must be one of"):
+        calibrated(pair, method="guess")
 
 
 # ---- the scenario key and the env ----------------------------------------------------------------------
@@ -259,6 +536,7 @@ def test_scenario_latency_key_constant_path_and_calibrated(pair, measured, tmp_p
     scenario = load_scenario(tmp_path / "s.yaml")
     assert scenario.latency == str(tmp_path / "models" / "lat.json")  # relative to the file
     assert scenario.latency_model(pair).to_dict() == measured.to_dict()
+    assert replace(scenario, sampling=SamplingConfig(temperature=1.0)).latency_model(pair).mode == "sampled"
     with pytest.raises(ScenarioError, match=r"covers verifies of up to 4 tokens but k_max = 8 needs 9"):
         replace(scenario, k_max=8).latency_model(pair)
     LatencyModel.from_dict({**measured.to_dict(), "pair": "other"}).save(tmp_path / "models" / "lat.json")
@@ -270,8 +548,12 @@ def test_scenario_latency_key_constant_path_and_calibrated(pair, measured, tmp_p
 
     monkeypatch.setenv("SPECRL_HOME", str(tmp_path / "home"))
     calls = []
-    monkeypatch.setattr(specrl.latency, "profile", quick_profile(calls))
-    assert Scenario(k_max=2).latency_model(pair, progress=False).n_max == 3 and calls == [2]
+    monkeypatch.setattr(specrl.latency, "learn", quick_learn(calls))
+    monkeypatch.setattr(specrl.latency, "profile", no_profile)
+    learned = Scenario(k_max=2).latency_model(pair, progress=False)
+    assert learned.n_max == 3 and learned.kind == "loop" and calls == [2]
+    t1 = Scenario(k_max=2, sampling=SamplingConfig(temperature=1.0))
+    assert t1.latency_model(pair, progress=False).mode == "sampled" and calls == [2]  # cached
     with pytest.raises(ValueError, match=r"latency must be one of \('calibrated', 'constant'\) or the path"):
         Scenario(latency="fast")
 

@@ -24,10 +24,11 @@ place defaults live. Every key, with its default::
     shift: []                      # e.g. [{after_tokens: 64, domain: math}]: see SpecDecodeEnv
 
 ``latency`` chooses the :class:`~specrl.latency.LatencyModel` behind ``modeled`` time and the
-default rho: ``calibrated`` profiles the pair on its device once and caches the result
-(:func:`specrl.latency.calibrated`); ``constant`` uses the three ``cost_model`` constants
-(no dependence on the context length or device; fast, for tests); a path (relative to the
-scenario file) reads a file written by ``experiments/calibrate.py``.
+default rho: ``calibrated`` learns it from the pair's decoding loop on its device once and caches
+the result (:func:`specrl.latency.calibrated`); ``constant`` uses the three ``cost_model``
+constants (no dependence on the context length or device; fast, for tests); a path (relative to
+the scenario file) reads a file written by ``experiments/calibrate.py`` (``--method profile``
+writes the fallback that times forwards in isolation: it misses loop effects and sampling cost).
 
 Errors name the file, the key and the fix: ``ScenarioError``.
 """
@@ -202,7 +203,8 @@ class Scenario:
             )
 
     def latency_model(self, pair: ModelPair, progress: bool = True) -> LatencyModel:
-        """The latency model of ``latency`` for ``pair``: profiled and cached, constant, or read.
+        """The latency model of ``latency`` for ``pair`` (learned from the loop and cached;
+        constant; or read), as the view for this scenario's sampling (greedy or sampled).
 
         Raises:
             ScenarioError: a latency file measured for another pair, or for fewer tokens per
@@ -214,15 +216,16 @@ class Scenario:
             device = device_key(pair.device)
             return LatencyModel.from_cost_model(self.cost_model, pair=pair.name, device=device, dtype=dtype)
         if self.latency == "calibrated":
-            return specrl.latency.calibrated(pair, k_max=self.k_max, progress=progress)
-        model = LatencyModel.load(self.latency)
+            model = specrl.latency.calibrated(pair, k_max=self.k_max, progress=progress)
+            return model.for_sampling(self.sampling)
+        model = LatencyModel.load(self.latency).for_sampling(self.sampling)
         if model.pair != pair.name:
             raise ScenarioError(
                 f"{self._origin()}: latency file '{self.latency}' was measured for pair "
                 f"'{model.pair}', not '{pair.name}'; calibrate this pair (experiments/"
                 "calibrate.py) or set latency: calibrated"
             )
-        if model.kind == "measured" and model.n_max < self.k_max + 1:
+        if model.kind != "constant" and model.n_max < self.k_max + 1:
             raise ScenarioError(
                 f"{self._origin()}: latency file '{self.latency}' covers verifies of up to "
                 f"{model.n_max} tokens but k_max = {self.k_max} needs {self.k_max + 1}; "
@@ -232,14 +235,15 @@ class Scenario:
 
     def reference_throughput(self, latency: LatencyModel | None) -> float:
         """rho of the reward (tokens/s): ``reward.reference_tokens_per_s``, else the latency
-        model's plain-decoding throughput (then ``latency`` is required)."""
+        model's plain-decoding throughput under this scenario's sampling (then ``latency`` is
+        required)."""
         if self.reward.reference_tokens_per_s is not None:
             return self.reward.reference_tokens_per_s
         if latency is None:
             raise ValueError(
                 "reward.reference_tokens_per_s is null, so rho comes from the latency model: pass one"
             )
-        return latency.plain_tokens_per_s
+        return latency.for_sampling(self.sampling).plain_tokens_per_s
 
     @property
     def needs_latency(self) -> bool:

@@ -137,7 +137,7 @@ class SpecDecodeEnv(gym.Env):
         self.prompt_sets = self.scenario.prompt_sets(self.pair)
         if latency is None and self.scenario.needs_latency:
             latency = self.scenario.latency_model(self.pair)
-        self.latency = latency
+        self.latency = latency.for_sampling(self.scenario.sampling) if latency else None
         self.reference_tokens_per_s = self.scenario.reference_throughput(self.latency)
         self.tau_grid = tuple(self.scenario.tau_grid)
         self.action_space = spaces.MultiDiscrete([self.scenario.k_max + 1, len(self.tau_grid)])

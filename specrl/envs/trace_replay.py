@@ -109,7 +109,7 @@ class TraceReplayEnv(gym.Env):
         if traces is None:
             traces = cached_traces(self.scenario, self.scenario.prompts.split, pair)
         self.traces = with_scenario(traces, self.scenario)
-        self.latency = latency if latency is not None else self.scenario.latency_model(pair)
+        self.latency = (latency or self.scenario.latency_model(pair)).for_sampling(self.scenario.sampling)
         self.reference_tokens_per_s = self.scenario.reference_throughput(self.latency)
         self.context_window = int(traces.meta["context_window"])
         self.settings = GenerationSettings(

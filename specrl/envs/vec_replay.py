@@ -140,7 +140,7 @@ class VecTraceReplay(InProcessVecEnv):
     ) -> None:
         self.scenario = scenario.with_overrides(time="modeled")
         self.trace_set = with_scenario(traces, self.scenario)
-        self.latency = latency
+        self.latency = latency.for_sampling(self.scenario.sampling)  # greedy or sampled step costs
         self.k_max = self.scenario.k_max
         self.tau_grid = np.asarray(self.scenario.tau_grid, dtype=np.float64)
         self.reference_tokens_per_s = self.scenario.reference_throughput(self.latency)
