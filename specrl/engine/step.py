@@ -44,15 +44,17 @@ def speculative_step(
     length = tokens.shape[1]
     start = clock.now()
 
-    # 1. Draft up to k tokens, stopping before one whose confidence max q is below tau.
+    # 1. Draft up to k tokens, stopping before one whose confidence max q is below tau or
+    #    that the action's per-token stop rule rejects.
     drafted, q_of_drafted, confidences, entropies = [], [], [], []
     stopped_by_tau = False
     pending = tokens[:, draft.length :]  # tokens the draft has not seen yet, >= 1
-    for _ in range(k):
+    for i in range(k):
         q = sampling.probs(draft.feed(pending)[:, -1])  # (B, V)
-        confidences.append(q.max(-1).values.item())
-        entropies.append(entropy(q).item())
-        if confidences[-1] < action.tau:
+        c_i, h_i = q.max(-1).values.item(), entropy(q).item()  # confidence, entropy (nats)
+        confidences.append(c_i)
+        entropies.append(h_i)
+        if c_i < action.tau or (action.stop is not None and action.stop(i, c_i, h_i)):
             stopped_by_tau = True
             break
         x = sampling.choose(q, generator)  # (B,)

@@ -3,6 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class StopRule(Protocol):
+    """A per-token stop decision, asked inside the draft loop after each drafted token.
+
+    Called with the drafted token's signals, already computed by the draft forward (no
+    extra model call): its ``position`` in the draft (0 for the first token), the draft's
+    ``confidence`` max_v q(v) and the ``entropy`` of q (nats). True stops drafting: that
+    token is not proposed (its draft forward has been paid), exactly as the tau cut. A rule
+    that needs the step's observation is given it by its controller in ``act``. The
+    trace-replay simulator calls the same rule with the recorded signals, so the decision
+    replays exactly.
+    """
+
+    def __call__(self, position: int, confidence: float, entropy: float) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -10,19 +27,27 @@ class Action:
     """How far to speculate in one iteration.
 
     Attributes:
-        k: most draft tokens to propose (0 = a plain target step).
+        k: most draft tokens to propose (0 = a plain target step): the cap.
         tau: confidence cut in [0, 1]; drafting stops before a token whose draft
             probability max_v q(v) is below tau.
+        stop: an optional :class:`StopRule` asked after each drafted token (after the tau
+            cut); None drafts up to k unless tau stops it. Not part of equality.
     """
 
     k: int
     tau: float = 0.0
+    stop: StopRule | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 0:
             raise ValueError(f"Action.k must be an int >= 0, got {self.k!r}")
         if not 0.0 <= float(self.tau) <= 1.0:
             raise ValueError(f"Action.tau must lie in [0, 1], got {self.tau!r}")
+        if self.stop is not None and not callable(self.stop):
+            raise ValueError(
+                f"Action.stop must be a StopRule, called as stop(position, confidence, entropy) -> bool; "
+                f"got {self.stop!r}"
+            )
 
 
 @dataclass
@@ -32,17 +57,18 @@ class StepResult:
     Attributes:
         action: the action the controller asked for.
         k: the k actually used (clipped by the context window and remaining budget).
-        proposed: m, draft tokens proposed (m <= k; fewer when tau stopped drafting).
+        proposed: m, draft tokens proposed (m <= k; fewer when tau or the stop rule stopped drafting).
         accepted: a, proposed tokens the target accepted (a <= m).
         emitted: tokens appended to the output, a + 1 (fewer if EOS or the budget cut it).
         draft_seconds: device-synchronised time spent drafting.
         verify_seconds: device-synchronised time of the target forward, acceptance and rollback.
         confidences: max_v q_i(v) of every drafted position, including the one that stopped
-            drafting under tau (so len is m or m + 1).
+            drafting under tau or the stop rule (so len is m or m + 1).
         entropies: entropy (nats) of q_i at the same positions.
         accepted_mask: per proposed position, whether it was accepted (a leading run of True).
         acceptance_probs: per proposed position, min(1, p_i(x_i) / q_i(x_i)) (greedy: 0 or 1).
-        stopped_by_tau: drafting ended because a confidence fell below tau.
+        stopped_by_tau: drafting ended early, before k: a confidence fell below tau or the
+            action's stop rule said stop (the name predates stop rules; feature 7 reads it).
         context_length: sequence length (prompt + generated) before the step.
         tokens: the emitted token ids.
     """

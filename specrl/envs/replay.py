@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from specrl.engine.types import StopRule
 from specrl.traces import Segment
 
 
@@ -31,9 +32,16 @@ def room(segment: Segment, position: int, context_window: int) -> int:
 
 
 def replay_step(
-    segment: Segment, position: int, k: int, tau: float, accepts: list[bool], context_window: int
+    segment: Segment,
+    position: int,
+    k: int,
+    tau: float,
+    accepts: list[bool],
+    context_window: int,
+    stop: StopRule | None = None,
 ) -> ReplayedStep:
-    """The step at ``position`` of ``segment`` with action (k, tau).
+    """The step at ``position`` of ``segment`` with action (k, tau) and the optional per-token
+    ``stop`` rule, asked with each drafted token's recorded signals as the engine asks it.
 
     ``accepts[j]`` is the realised acceptance of a proposal at position j: greedy, whether the
     draft's argmax is the target's token; sampled, one Bernoulli(accept_prob[j]) draw per
@@ -54,7 +62,7 @@ def replay_step(
             entropy = segment.off_entropy[row][i - rejected]
         confidences.append(confidence)
         entropies.append(entropy)
-        if confidence < tau:
+        if confidence < tau or (stop is not None and stop(i, confidence, entropy)):
             stopped = True
             break
         if rejected < 0 and accepts[j]:

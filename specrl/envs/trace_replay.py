@@ -166,6 +166,7 @@ class TraceReplayEnv(gym.Env):
             engine_action.tau,
             self.accepts[self.segment_index],
             self.context_window,
+            engine_action.stop,
         )
         draft_seconds, verify_seconds = self.latency.step_seconds(
             context_length, len(step.confidences), step.proposed

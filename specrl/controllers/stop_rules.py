@@ -1,0 +1,303 @@
+"""Training-free and predictor-based per-token stop rules from the literature, as controllers.
+
+Both draft up to a cap ``k`` and decide after every drafted token whether to keep drafting,
+through the engine's per-token hook (:class:`specrl.engine.types.StopRule`), from signals the
+draft forward already computed. The trace-replay simulator asks the same rule with the recorded
+signals, so both replay exactly.
+
+- :class:`AdaEDLController`: AdaEDL (Agrawal, Jeon and Lee, "AdaEDL: Early Draft Stopping for
+  Speculative Decoding of Large Language Models via an Entropy-based Lower Bound on Token
+  Acceptance Probability", 2024, arXiv:2410.18351). Stop when the entropy-based lower bound on
+  the token's acceptance probability, ``1 - sqrt(gamma * H(q))``, falls below ``lambda``;
+  ``lambda`` follows the running rejection rate.
+- :class:`SpecDecPPController`: a SpecDec++-style rule (Huang, Guo and Wang, "SpecDec++:
+  Boosting Speculative Decoding via Adaptive Candidate Lengths", COLM 2025, arXiv:2405.19715).
+  SpecDec++ trains an acceptance-prediction head and stops when the predicted chance of a
+  rejection crosses a threshold. Here the predictor is :class:`AcceptancePredictor`, a logistic
+  regression on the draft's confidence and entropy fitted on train traces
+  (:func:`specrl.tuning.fit_acceptance_predictor`). Two forms, both tuned on validation traces
+  (:func:`specrl.tuning.tune_specdecpp`): ``cumulative=False`` stops when the predicted
+  acceptance probability of the next draft token falls below ``threshold``; ``cumulative=True``
+  (the paper's criterion) stops when the predicted probability that every token drafted so far
+  is accepted, the product of the per-token predictions, falls below ``threshold``, i.e. when
+  the chance of a rejection among them exceeds ``1 - threshold``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specrl.engine.types import Action, StepResult
+from specrl.io import write_text_atomic
+
+PREDICTOR_FORMAT = "specrl-acceptance-predictor"
+PREDICTOR_FORMAT_VERSION = 1
+PREDICTOR_FEATURES = ("bias", "confidence", "log_confidence", "entropy")
+
+
+# ---- AdaEDL ---------------------------------------------------------------------------------
+
+
+class EntropyBound:
+    """AdaEDL's stop rule: stop when ``1 - sqrt(gamma * entropy) < lam``.
+
+    For a draft distribution q and any target p, the acceptance probability of a token drawn
+    from q is ``1 - TV(p, q)``; AdaEDL bounds it from below by ``1 - sqrt(gamma * H(q))``.
+    """
+
+    def __init__(self, gamma: float, lam: float) -> None:
+        self.gamma, self.lam = gamma, lam
+
+    def __call__(self, position: int, confidence: float, entropy: float) -> bool:
+        return 1.0 - math.sqrt(self.gamma * max(entropy, 0.0)) < self.lam
+
+
+class AdaEDLController:
+    """AdaEDL: draft up to ``k`` tokens, stop early on the entropy bound (see the module doc).
+
+    ``lambda`` starts at ``lambda_init`` and, after every step that proposed tokens, moves
+    toward that step's rejection rate: ``lambda <- beta * lambda + (1 - beta) * (1 - a / m)``,
+    so a draft that is often rejected stops earlier. This adaptation is our reading of the
+    paper's "adaptive" threshold; ``gamma`` is the one parameter we tune (on validation).
+
+    Args:
+        k: the cap on draft tokens per step.
+        gamma: scale of the entropy in the bound (> 0).
+        lambda_init: the threshold before any step has been seen, in [0, 1].
+        beta: smoothing of the threshold's moving average, in [0, 1).
+    """
+
+    def __init__(self, k: int = 8, gamma: float = 0.5, lambda_init: float = 0.3, beta: float = 0.9) -> None:
+        if gamma <= 0:
+            raise ValueError(f"AdaEDL gamma must be > 0, got {gamma}")
+        if not 0.0 <= lambda_init <= 1.0 or not 0.0 <= beta < 1.0:
+            raise ValueError(
+                f"AdaEDL needs lambda_init in [0, 1] and beta in [0, 1), got {lambda_init}, {beta}"
+            )
+        self.k, self.gamma, self.lambda_init, self.beta = k, gamma, lambda_init, beta
+        self.rule = EntropyBound(gamma, lambda_init)
+        self.action = Action(k, 0.0, stop=self.rule)
+
+    def reset(self) -> None:
+        self.rule.lam = self.lambda_init
+
+    def act(self, observation: Any) -> Action:
+        return self.action
+
+    def observe(self, result: StepResult) -> None:
+        if result.proposed:
+            rejection_rate = 1.0 - result.accepted / result.proposed
+            self.rule.lam = self.beta * self.rule.lam + (1.0 - self.beta) * rejection_rate
+
+    @property
+    def name(self) -> str:
+        return f"adaedl:k={self.k},gamma={self.gamma:g}"
+
+    def __repr__(self) -> str:
+        return (
+            f"AdaEDLController(k={self.k}, gamma={self.gamma}, lambda_init={self.lambda_init}, "
+            f"beta={self.beta})"
+        )
+
+
+# ---- SpecDec++-style ------------------------------------------------------------------------
+
+
+class PredictorError(ValueError):
+    """An acceptance-predictor file is missing, corrupt or of another format version."""
+
+
+class AcceptancePredictor:
+    """P(a drafted token is accepted | its draft signals), a logistic regression.
+
+    Inputs: the draft's confidence max_v q(v) and the entropy of q (nats), the signals the
+    engine hands a :class:`~specrl.engine.types.StopRule`. Features, in this order:
+    ``PREDICTOR_FEATURES`` = (1, confidence, log confidence, entropy).
+
+    Attributes:
+        weights: (4,) coefficients of the features.
+        metadata: where it was fitted (pair, scenarios, split, sample count, fit quality).
+    """
+
+    def __init__(self, weights: Sequence[float], metadata: dict[str, Any] | None = None) -> None:
+        weights = [float(w) for w in weights]
+        if len(weights) != len(PREDICTOR_FEATURES) or not all(math.isfinite(w) for w in weights):
+            raise PredictorError(
+                f"an acceptance predictor needs {len(PREDICTOR_FEATURES)} finite weights "
+                f"{PREDICTOR_FEATURES}, got {weights}"
+            )
+        self.weights = tuple(weights)
+        self.metadata = dict(metadata or {})
+
+    @staticmethod
+    def features(confidence: np.ndarray, entropy: np.ndarray) -> np.ndarray:
+        """(N, 4) design matrix of the signals."""
+        confidence = np.asarray(confidence, dtype=np.float64)
+        entropy = np.asarray(entropy, dtype=np.float64)
+        return np.stack(
+            [
+                np.ones_like(confidence),
+                confidence,
+                np.log(np.maximum(confidence, 1e-6)),
+                np.maximum(entropy, 0.0),
+            ],
+            axis=1,
+        )
+
+    def probability(self, confidence: float, entropy: float) -> float:
+        """Predicted acceptance probability of one token (scalar math: the engine's hot path)."""
+        w0, w1, w2, w3 = self.weights
+        z = w0 + w1 * confidence + w2 * math.log(max(confidence, 1e-6)) + w3 * max(entropy, 0.0)
+        return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
+
+    def probabilities(self, confidence: np.ndarray, entropy: np.ndarray) -> np.ndarray:
+        """Vectorised :meth:`probability`."""
+        z = self.features(confidence, entropy) @ np.asarray(self.weights)
+        return 1.0 / (1.0 + np.exp(-np.clip(z, -700, 700)))
+
+    @classmethod
+    def fit(
+        cls,
+        confidence: np.ndarray,
+        entropy: np.ndarray,
+        target: np.ndarray,
+        l2: float = 1e-6,
+        iterations: int = 50,
+        metadata: dict[str, Any] | None = None,
+    ) -> AcceptancePredictor:
+        """Maximum-likelihood fit by iteratively reweighted least squares (Newton's method).
+
+        ``target`` may be soft: a sampled trace's acceptance probability min(1, q/p) is the
+        expected outcome of the accept test, so cross-entropy with soft targets is the right
+        loss for it; a greedy trace's targets are 0 or 1.
+        """
+        x = cls.features(confidence, entropy)
+        y = np.clip(np.asarray(target, dtype=np.float64), 0.0, 1.0)
+        if len(y) < len(PREDICTOR_FEATURES) or len(x) != len(y):
+            raise ValueError(
+                f"fitting needs matching signals and targets, at least 4; got {len(x)}, {len(y)}"
+            )
+        w = np.zeros(x.shape[1])
+        penalty = l2 * len(y) * np.eye(x.shape[1])
+        penalty[0, 0] = 0.0  # the bias is not shrunk
+        for _ in range(iterations):
+            p = 1.0 / (1.0 + np.exp(-np.clip(x @ w, -700, 700)))
+            gradient = x.T @ (p - y) + penalty @ w
+            hessian = (x * (p * (1 - p))[:, None]).T @ x + penalty + 1e-9 * np.eye(len(w))
+            step = np.linalg.solve(hessian, gradient)
+            w -= step
+            if np.abs(step).max() < 1e-8:
+                break
+        p = 1.0 / (1.0 + np.exp(-np.clip(x @ w, -700, 700)))
+        eps = 1e-12
+        log_loss = float(-np.mean(y * np.log(p + eps) + (1 - y) * np.log(1 - p + eps)))
+        base = float(np.clip(y.mean(), eps, 1 - eps))
+        base_loss = float(-(base * math.log(base) + (1 - base) * math.log(1 - base)))
+        fit = {"samples": int(len(y)), "log_loss": log_loss, "log_loss_of_base_rate": base_loss}
+        return cls(w.tolist(), {**(metadata or {}), "fit": fit})
+
+    # ---- files ----------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": PREDICTOR_FORMAT,
+            "version": PREDICTOR_FORMAT_VERSION,
+            "features": list(PREDICTOR_FEATURES),
+            "weights": list(self.weights),
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>") -> AcceptancePredictor:
+        if not isinstance(data, dict) or data.get("format") != PREDICTOR_FORMAT:
+            raise PredictorError(f"{source} is not an acceptance predictor (format {PREDICTOR_FORMAT!r})")
+        if data.get("version") != PREDICTOR_FORMAT_VERSION or data.get("features") != list(
+            PREDICTOR_FEATURES
+        ):
+            raise PredictorError(
+                f"{source} has predictor format version {data.get('version')} with features "
+                f"{data.get('features')}; this specrl reads version {PREDICTOR_FORMAT_VERSION} with "
+                f"{list(PREDICTOR_FEATURES)}: refit it (specrl.tuning.fit_acceptance_predictor)"
+            )
+        return cls(data["weights"], data.get("metadata"))
+
+    def save(self, path: str | Path) -> None:
+        write_text_atomic(Path(path), json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> AcceptancePredictor:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError as error:
+            raise PredictorError(f"no acceptance predictor at {path}: fit one first") from error
+        except json.JSONDecodeError as error:
+            raise PredictorError(f"{path} is not valid JSON ({error}); refit it") from error
+        return cls.from_dict(data, str(path))
+
+    def __repr__(self) -> str:
+        return f"AcceptancePredictor(weights={[round(w, 4) for w in self.weights]})"
+
+
+class AcceptanceThreshold:
+    """Stop rule: stop when the predicted acceptance probability of the drafted token
+    (``cumulative=False``), or of all tokens drafted so far in this step (``cumulative=True``,
+    the product of the per-token predictions), falls below ``threshold``."""
+
+    def __init__(self, predictor: AcceptancePredictor, threshold: float, cumulative: bool = False) -> None:
+        self.predictor, self.threshold, self.cumulative = predictor, threshold, cumulative
+        self.survival = 1.0  # predicted P(every token drafted so far in this step is accepted)
+
+    def __call__(self, position: int, confidence: float, entropy: float) -> bool:
+        probability = self.predictor.probability(confidence, entropy)
+        if not self.cumulative:
+            return probability < self.threshold
+        self.survival = probability if position == 0 else self.survival * probability
+        return self.survival < self.threshold
+
+
+class SpecDecPPController:
+    """SpecDec++-style: draft up to ``k``, stop when the predicted acceptance probability of the
+    next token (or, ``cumulative``, of every token drafted so far) is below ``threshold`` (see
+    the module doc). Stateless between steps.
+
+    Args:
+        predictor: the fitted :class:`AcceptancePredictor`.
+        threshold: in [0, 1]; 0 never stops early (a static k).
+        k: the cap on draft tokens per step.
+        cumulative: the paper's criterion (product over the step) instead of the next token's.
+    """
+
+    def __init__(
+        self, predictor: AcceptancePredictor, threshold: float = 0.5, k: int = 8, cumulative: bool = False
+    ) -> None:
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"SpecDec++ threshold must lie in [0, 1], got {threshold}")
+        self.predictor, self.threshold, self.k, self.cumulative = predictor, threshold, k, cumulative
+        self.action = Action(k, 0.0, stop=AcceptanceThreshold(predictor, threshold, cumulative))
+
+    def reset(self) -> None:
+        """Nothing to forget."""
+
+    def act(self, observation: Any) -> Action:
+        return self.action
+
+    def observe(self, result: StepResult) -> None:
+        """Ignored: the rule looks at the drafted token only."""
+
+    @property
+    def name(self) -> str:
+        form = ",cumulative" if self.cumulative else ""
+        return f"specdec++:k={self.k},threshold={self.threshold:g}{form}"
+
+    def __repr__(self) -> str:
+        return (
+            f"SpecDecPPController({self.predictor!r}, threshold={self.threshold}, k={self.k}, "
+            f"cumulative={self.cumulative})"
+        )

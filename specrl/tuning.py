@@ -1,0 +1,146 @@
+"""Fit and tune the rule baselines in the trace-replay simulator, never on test traces.
+
+The SpecDec++-style rule needs an acceptance predictor (fitted on *train* traces) and a
+threshold; AdaEDL needs its entropy scale gamma. Both are chosen here by throughput in the
+simulator (modeled time) on *validation* traces (DESIGN.md section 4b): the same footing as a
+learned policy whose checkpoint is selected on validation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specrl.controllers.base import Controller
+from specrl.controllers.stop_rules import AcceptancePredictor, AdaEDLController, SpecDecPPController
+from specrl.envs.scenario import Scenario
+from specrl.latency import LatencyModel
+from specrl.traces import TraceSet
+from specrl.training import evaluate_controller
+
+SPECDECPP_THRESHOLDS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+ADAEDL_GAMMAS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5)
+CAPS = (4, 6, 8)
+
+
+def on_trajectory_signals(traces: TraceSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(confidence, entropy, acceptance probability) at every emitted position of every trace.
+
+    Positions past a segment's end (stored after an EOS) are left out: no step proposes there.
+    """
+    a = traces.arrays
+    keep = np.concatenate(
+        [
+            np.arange(int(offset), int(offset) + int(end))
+            for offset, end in zip(a["segment_offset"], a["segment_end"], strict=True)
+        ]
+        or [np.zeros(0, dtype=np.int64)]
+    )
+    return a["confidence"][keep], a["entropy"][keep], a["accept_prob"][keep]
+
+
+def fit_acceptance_predictor(train_traces: Iterable[TraceSet]) -> AcceptancePredictor:
+    """A logistic regression of acceptance on the draft's signals over all given train traces."""
+    sets = list(train_traces)
+    if any(t.meta.get("split") != "train" for t in sets):
+        raise ValueError(
+            "the acceptance predictor is fitted on train traces only; got splits "
+            f"{sorted({str(t.meta.get('split')) for t in sets})}"
+        )
+    signals = [on_trajectory_signals(t) for t in sets]
+    confidence, entropy, target = (np.concatenate(column) for column in zip(*signals, strict=True))
+    return AcceptancePredictor.fit(
+        confidence,
+        entropy,
+        target,
+        metadata={
+            "pair": sets[0].meta.get("pair"),
+            "scenarios": sorted({str(t.meta.get("scenario")) for t in sets}),
+            "split": "train",
+        },
+    )
+
+
+@dataclass
+class Tuned:
+    """The best setting of a rule on validation traces and the whole grid it was chosen from."""
+
+    name: str
+    setting: dict[str, Any]
+    tokens_per_s: float
+    grid: list[dict[str, Any]]
+    controller: Controller
+
+
+def tune_controller(
+    name: str,
+    make: Callable[..., Controller],
+    grid: Sequence[dict[str, Any]],
+    scenario: Scenario,
+    validation: TraceSet,
+    latency: LatencyModel,
+    repeats: int = 1,
+    seed: int = 0,
+) -> Tuned:
+    """The setting of ``grid`` (keyword arguments of ``make``) with the highest throughput over
+    the ``validation`` traces in the simulator; every setting sees the same acceptance draws."""
+    if validation.meta.get("split") == "test":
+        raise ValueError("rules are tuned on validation (or train) traces, never on test traces")
+    results = []
+    for setting in grid:
+        summary = evaluate_controller(make(**setting), scenario, validation, latency, repeats, seed)
+        results.append({**setting, "tokens_per_s": summary.tokens_per_s})
+    best = max(range(len(grid)), key=lambda i: results[i]["tokens_per_s"])
+    return Tuned(name, dict(grid[best]), results[best]["tokens_per_s"], results, make(**grid[best]))
+
+
+def tune_specdecpp(
+    predictor: AcceptancePredictor,
+    scenario: Scenario,
+    validation: TraceSet,
+    latency: LatencyModel,
+    repeats: int = 1,
+    thresholds: Sequence[float] = SPECDECPP_THRESHOLDS,
+    caps: Sequence[int] = CAPS,
+) -> Tuned:
+    """SpecDec++'s threshold, cap k and form (per token or cumulative), chosen on validation traces."""
+    grid = [
+        {"threshold": t, "k": k, "cumulative": cumulative}
+        for cumulative in (False, True)
+        for k in caps
+        if k <= scenario.k_max
+        for t in thresholds
+    ]
+    return tune_controller(
+        "specdec++",
+        lambda threshold, k, cumulative: SpecDecPPController(predictor, threshold, k, cumulative),
+        grid,
+        scenario,
+        validation,
+        latency,
+        repeats,
+    )
+
+
+def tune_adaedl(
+    scenario: Scenario,
+    validation: TraceSet,
+    latency: LatencyModel,
+    repeats: int = 1,
+    gammas: Sequence[float] = ADAEDL_GAMMAS,
+    caps: Sequence[int] = CAPS,
+) -> Tuned:
+    """AdaEDL's gamma and cap k, chosen on validation traces."""
+    grid = [{"gamma": g, "k": k} for k in caps if k <= scenario.k_max for g in gammas]
+    return tune_controller(
+        "adaedl",
+        lambda gamma, k: AdaEDLController(k=k, gamma=gamma),
+        grid,
+        scenario,
+        validation,
+        latency,
+        repeats,
+    )
