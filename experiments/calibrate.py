@@ -1,29 +1,49 @@
-"""Profile a (target, draft) pair's forward latencies on this device; save the latency model.
+"""Measure a (target, draft) pair's latency on this device; save the latency model.
 
-Runs :func:`specrl.latency.profile` (target forwards over 1..k_max + 1 new tokens and
-one-token draft forwards at a grid of context lengths, KV cache, medians over repeats,
-interleaved, warm-up excluded; held-out midpoints measured for the fit error) and writes:
+``--method loop`` (the default, what ``latency: calibrated`` uses): :func:`specrl.latency.learn`
+runs the engine's own decoding loop on the pair's train prompts, greedy and at temperature 1
+interleaved step by step, actions covering k = 0..k_max and a few tau cuts, warm-up excluded;
+it fits the first and the following draft forwards and the verify per sampling mode, and
+reports the error on held-out episodes. ``--method profile``: :func:`specrl.latency.profile`
+times target forwards over 1..k_max + 1 new tokens and one-token draft forwards in isolation
+at a grid of context lengths (KV cache, medians over repeats, interleaved, warm-up excluded;
+held-out midpoints for the fit error); the fallback, since it misses what the loop adds between
+forwards and the cost of sampling. Writes:
 
-  <out>.json   the latency model (the cache path that scenarios' ``latency: calibrated``
-               reads, unless --out is given; give that path as ``latency: PATH`` instead)
-  <out>.md     target ms by n x context, draft ms by context, held-out fit error (also printed)
+  <out>.json   the latency model (the cache path that ``latency: calibrated`` reads, or its
+               ``__profiled`` sibling, unless --out is given; give that path as ``latency: PATH``)
+  <out>.md     per sampling mode: verify ms by n x context, draft ms (first, next) by context;
+               the held-out fit error (also printed)
+  <out>.steps.json  (loop, with --save-steps) the recorded steps, to refit without measuring
 
 Measure on a quiet machine: other processes on the cores inflate and scatter the times.
 
     python experiments/calibrate.py                                    # default pair -> the cache
-    python experiments/calibrate.py --force --repeats 9                # measure again, more repeats
-    python experiments/calibrate.py --out results/latency/small-cpu.json
-    python experiments/calibrate.py --preset tiny --repeats 2 --contexts 16 64 --out /tmp/t.json  # smoke
+    python experiments/calibrate.py --force --steps 6000               # measure again, more steps
+    python experiments/calibrate.py --out results/latency/small-cpu.json --save-steps
+    python experiments/calibrate.py --method profile --out results/latency/small-cpu-profiled.json
+    python experiments/calibrate.py --preset tiny --steps 400 --out /tmp/t.json       # smoke
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import time
 from pathlib import Path
 
 import specrl
 from specrl.io import write_text_atomic
-from specrl.latency import LatencyError, LatencyModel, latency_path, profile
+from specrl.latency import (
+    METHODS,
+    LatencyError,
+    LatencyModel,
+    StepRecords,
+    latency_path,
+    learn,
+    profile,
+    record_loop,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -33,7 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--preset",
         default=None,
-        help="embedded pair to profile: small (the default when no --target is given) or tiny",
+        help="embedded pair to measure: small (the default when no --target is given) or tiny",
     )
     parser.add_argument("--target", default=None, help="HF id or local path of a target, with --draft")
     parser.add_argument("--draft", default=None, help="HF id or local path of the draft, with --target")
@@ -42,13 +62,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--dtype", default=None, help="float32, bfloat16, ... (default: bf16 on GPU, fp32 on CPU)"
     )
     parser.add_argument(
+        "--method",
+        choices=METHODS,
+        default="loop",
+        help="loop: learn from the decoding loop (default); profile: time forwards in isolation",
+    )
+    parser.add_argument(
         "--k-max",
         type=int,
         default=8,
         help="largest k to model: target forwards over 1..K+1 tokens are timed (default 8)",
     )
     parser.add_argument(
-        "--repeats", type=int, default=5, help="timed passes; every cell is the median over them (default 5)"
+        "--steps", type=int, default=3000, help="loop: timed steps, both modes together (default 3000)"
+    )
+    parser.add_argument(
+        "--save-steps", action="store_true", help="loop: also write the recorded steps (<out>.steps.json)"
+    )
+    parser.add_argument(
+        "--from-steps",
+        type=Path,
+        default=None,
+        help="loop: refit steps saved by --save-steps instead of measuring",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="profile: timed passes; every cell is the median over them (default 5)",
     )
     parser.add_argument(
         "--contexts",
@@ -56,7 +97,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         nargs="+",
         default=None,
         metavar="N",
-        help="context lengths of the grid (default: 16, 32, 64, ... doubling, then the "
+        help="profile: context lengths of the grid (default: 16, 32, 64, ... doubling, then the "
         "window minus K+1, at most 4096); midpoints are measured for the fit error",
     )
     parser.add_argument(
@@ -76,15 +117,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("give --target and --draft together")
     if args.target is not None and args.preset is not None:
         parser.error("give either --preset or --target and --draft")
-    if args.k_max < 1 or args.repeats < 1:
-        parser.error("--k-max and --repeats must be >= 1")
+    if args.k_max < 1 or args.repeats < 1 or args.steps < 1:
+        parser.error("--k-max, --repeats and --steps must be >= 1")
+    if args.method == "profile" and (args.save_steps or args.from_steps):
+        parser.error("--save-steps and --from-steps go with --method loop")
     return args
+
+
+def measure(pair, args: argparse.Namespace, path: Path) -> LatencyModel:
+    """The model by ``args.method``: learned from the loop (recorded now or read back), or profiled."""
+    started = time.perf_counter()
+    if args.method == "profile":
+        model = profile(pair, k_max=args.k_max, contexts=args.contexts, repeats=args.repeats)
+    else:
+        if args.from_steps is not None:
+            records = StepRecords.from_dict(json.loads(args.from_steps.read_text()))
+            print(f"refitting {len(records)} steps from {args.from_steps}")
+        else:
+            records = record_loop(pair, k_max=args.k_max, steps=args.steps)
+            if args.save_steps:
+                steps_path = path.with_name(path.stem + ".steps.json")
+                write_text_atomic(steps_path, json.dumps(records.to_dict()))
+                print(f"wrote the recorded steps to {steps_path}")
+        model = learn(pair, k_max=args.k_max, records=records)
+    print(f"measured and fitted in {time.perf_counter() - started:.0f} s")
+    return model
 
 
 def main(argv: list[str] | None = None) -> LatencyModel:
     args = parse_args(argv)
     pair = specrl.load_pair(args.target, args.draft, preset=args.preset, device=args.device, dtype=args.dtype)
-    path = args.out or latency_path(pair)
+    path = args.out or latency_path(pair, args.method)
     model = None
     if path.is_file() and not args.force:
         try:
@@ -93,7 +156,7 @@ def main(argv: list[str] | None = None) -> LatencyModel:
         except LatencyError as error:
             print(f"{error}\nmeasuring again")
     if model is None:
-        model = profile(pair, k_max=args.k_max, contexts=args.contexts, repeats=args.repeats)
+        model = measure(pair, args, path)
         model.save(path)
     markdown = model.to_markdown()
     write_text_atomic(path.with_suffix(".md"), markdown)

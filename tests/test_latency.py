@@ -584,33 +584,40 @@ def test_env_modeled_seconds_and_rho_come_from_the_injected_model(pair, measured
 # ---- the script ----------------------------------------------------------------------------------------
 
 
-def test_calibrate_script_writes_json_and_markdown(pair, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def calibrate_script():
     spec = importlib.util.spec_from_file_location("calibrate", REPO / "experiments/calibrate.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_calibrate_script_profiles_on_request(calibrate_script, pair, tmp_path, capsys):
     target, draft = pair.name.split("+")
     out = tmp_path / "lat.json"
-    args = [
-        "--target",
-        target,
-        "--draft",
-        draft,
-        "--device",
-        "cpu",
-        "--k-max",
-        "2",
-        "--repeats",
-        "1",
-        "--contexts",
-        "8",
-        "40",
-        "--out",
-        str(out),
-    ]
-    model = script.main(args)
+    args = ["--target", target, "--draft", draft, "--device", "cpu", "--k-max", "2", "--method", "profile"]
+    args += ["--repeats", "1", "--contexts", "8", "40", "--out", str(out)]
+    model = calibrate_script.main(args)
     assert LatencyModel.load(out).to_dict() == model.to_dict() and model.n_max == 3
+    assert model.kind == "profiled"
     table = out.with_suffix(".md").read_text()
     assert "| n \\ context | 8 | 40 |" in table and "Held-out fit error (relative, at contexts [24])" in table
     assert table in capsys.readouterr().out
-    again = script.main(args)  # exists: reported, not measured again
+    again = calibrate_script.main(args)  # exists: reported, not measured again
     assert again.to_dict() == model.to_dict() and "exists; reporting it" in capsys.readouterr().out
+
+
+def test_calibrate_script_learns_from_the_loop_and_refits_saved_steps(
+    calibrate_script, pair, tmp_path, capsys
+):
+    target, draft = pair.name.split("+")
+    out = tmp_path / "loop.json"
+    args = ["--target", target, "--draft", draft, "--device", "cpu", "--k-max", "2", "--out", str(out)]
+    model = calibrate_script.main([*args, "--steps", "200", "--save-steps"])
+    assert model.kind == "loop" and LatencyModel.load(out).to_dict() == model.to_dict()
+    steps = tmp_path / "loop.steps.json"
+    assert len(StepRecords.from_dict(json.loads(steps.read_text()))) == 200
+    assert "**sampled**" in out.with_suffix(".md").read_text()
+    refit = calibrate_script.main([*args, "--force", "--from-steps", str(steps)])
+    assert refit.costs["sampled"].target.tolist() == model.costs["sampled"].target.tolist()
+    assert "refitting 200 steps" in capsys.readouterr().out
