@@ -6,8 +6,11 @@ would cap training at the speed of one core's interpreter. A test steps this and
 ``TraceReplayEnv`` with the same actions on the same greedy traces and requires identical
 observations and rewards, so the two cannot drift apart.
 
-Sampled acceptance is drawn when a position is proposed (each position is proposed at most
-once per episode, so this has the law of the single env's draws at reset).
+Sampled acceptance is realised when an episode starts, one uniform per stored position of its
+trace, drawn exactly as :class:`~specrl.envs.TraceReplayEnv` draws them at reset: an episode
+started with a seed (:meth:`VecTraceReplay.start_traces`) sees the very acceptance outcomes of
+the single env reset with that seed, so controllers and policies evaluated on the same seeds
+share their random draws (common random numbers).
 """
 
 from __future__ import annotations
@@ -165,6 +168,16 @@ class VecTraceReplay(InProcessVecEnv):
         self.segment_offset, self.segment_prompt = a["segment_offset"], a["segment_prompt_length"]
         self.segment_budget, self.segment_end = a["segment_budget"], a["segment_end"]
         self.trace_first, self.trace_segments = a["trace_first_segment"], a["trace_segments"]
+        # A trace's segments are stored one after the other: its positions are one flat range.
+        stored = a["segment_stored"]
+        self.trace_start = self.segment_offset[self.trace_first]
+        self.trace_stored = np.array(
+            [stored[f : f + c].sum() for f, c in zip(self.trace_first, self.trace_segments, strict=True)],
+            dtype=np.int64,
+        )
+        last = self.trace_first + self.trace_segments - 1
+        if not np.array_equal(self.segment_offset[last] + stored[last], self.trace_start + self.trace_stored):
+            raise ValueError(f"the traces of {traces.source} do not store each trace's segments contiguously")
         weights = self.scenario.prompts.domains
         domains = traces.domains
         self.domain_names = [d for d in dict.fromkeys(domains) if weights.get(d, 0) > 0]
@@ -204,15 +217,24 @@ class VecTraceReplay(InProcessVecEnv):
         self.rejected = _Rings(n, CONFIDENCE_WINDOW, 1)
         self.accepted = _Rings(n, CONFIDENCE_WINDOW, 2)  # confidence sum, count
         self.timings = _Rings(n, COST_WINDOW, 3)  # draft seconds, draft forwards, verify seconds
+        # per episode and position of its trace: the uniform its acceptance is decided by
+        self.uniforms = np.zeros((n, max(1, int(self.trace_stored.max(initial=1)))))
 
-    def _start(self, rows: np.ndarray, traces: np.ndarray | None = None) -> None:
-        """Begin new episodes in ``rows`` (drawing their traces unless given)."""
+    def _start(
+        self, rows: np.ndarray, traces: np.ndarray | None = None, seeds: Sequence[int] | None = None
+    ) -> None:
+        """Begin new episodes in ``rows`` (drawing their traces unless given) and realise their
+        acceptance outcomes, from ``seeds`` (one per row, as the single env's reset seed) if given."""
         if traces is None:
             domains = self.rng.choice(len(self.domain_names), size=len(rows), p=self.domain_probabilities)
             traces = np.array(
                 [self.traces_of[d][self.rng.integers(len(self.traces_of[d]))] for d in domains],
                 dtype=np.int64,
             )
+        for i, (row, trace) in enumerate(zip(rows, traces, strict=True)):
+            rng = self.rng if seeds is None else np.random.default_rng(seeds[i])
+            stored = self.trace_stored[trace]
+            self.uniforms[row, :stored] = rng.random(stored)  # TraceReplayEnv's draws, segment by segment
         self.trace[rows] = traces
         self.segment[rows] = self.trace_first[traces]
         self.position[rows] = 0
@@ -247,9 +269,12 @@ class VecTraceReplay(InProcessVecEnv):
         self._start(np.arange(self.num_envs))
         return self.observations()
 
-    def start_traces(self, traces: Sequence[int]) -> np.ndarray:
-        """Reset every episode to the given trace indices (evaluation over a trace set)."""
-        self._start(np.arange(self.num_envs), np.asarray(traces, dtype=np.int64))
+    def start_traces(self, traces: Sequence[int], seeds: Sequence[int] | None = None) -> np.ndarray:
+        """Reset every episode to the given trace indices (evaluation over a trace set). With
+        ``seeds``, episode i realises the acceptance outcomes of ``TraceReplayEnv.reset(seed=seeds[i])``."""
+        if seeds is not None and len(seeds) != self.num_envs:
+            raise ValueError(f"expected one seed per episode ({self.num_envs}), got {len(seeds)}")
+        self._start(np.arange(self.num_envs), np.asarray(traces, dtype=np.int64), seeds)
         return self.observations()
 
     def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
@@ -285,6 +310,7 @@ class VecTraceReplay(InProcessVecEnv):
         )
         k = np.minimum(k, room - 1)
         rejected = np.full(n, -1, dtype=np.int64)
+        rows = np.arange(n)
         drafting = k > 0
         forwards = np.zeros(n, dtype=np.int64)
         proposed = np.zeros(n, dtype=np.int64)
@@ -309,7 +335,10 @@ class VecTraceReplay(InProcessVecEnv):
             cut = drafting & (c < tau)
             stopped |= cut
             drafting &= ~cut
-            accept = drafting & on & (self.rng.random(n) < self.accept_prob[flat])
+            uniform = self.uniforms[
+                rows, np.minimum(flat - self.trace_start[self.trace], self.uniforms.shape[1] - 1)
+            ]
+            accept = drafting & on & (uniform < self.accept_prob[flat])
             reject_now = drafting & on & ~accept
             rejected = np.where(reject_now, i, rejected)
             rejected_confidence = np.where(reject_now, c, rejected_confidence)
