@@ -36,16 +36,23 @@ Two ways to measure, same model:
   prompts, but it prices long drafts too high (every draft forward is priced as a first one)
   and misses sampling (the sampled tables equal the greedy ones).
 
-The loop fit, robust and monotone: each group of steps (a mode and n for the verify; a mode
-for the draft) is winsorised at median + 8 MAD (an occasional preemption of the process must
-not move a cell; ordinary jitter stays, since the real loop's wall clock contains it too);
-then least squares over the steps with the model's own piecewise-linear basis in the context
-(knots at quantiles of the recorded contexts) gives each knot's value: means, not medians,
-because a run's time is the sum of its steps. A weak ridge pulls knots with little data to
-the group's mean. The verify table is then made monotone by isotonic regression
-(pool-adjacent-violators) along n, then along the context; the draft rows along the context.
-Beyond the recorded contexts the cost is extended linearly to the context window with each
-group's least-squares slope (clipped at >= 0; attention over the cache grows linearly).
+The loop fit, robust and (where noise is the question) monotone. Each group of steps (a mode
+and n for the verify; a mode and a draft length for the draft) is winsorised at median + 8 MAD:
+an occasional preemption of the process must not move a cost, while ordinary jitter stays,
+since the real loop's wall clock contains it too. Then least squares over the steps, means and
+not medians, because a run's time is the sum of its steps: the verify as an intercept per n
+plus a context slope growing linearly in n (attention reads the cache once per new token);
+the draft as first + (forwards - 1) * next, each a line in the context; every slope >= 0.
+Lines in the context, not a table per context bin: over the recorded contexts (a prompt plus
+up to 192 tokens) the cost is linear within the noise, a line uses every step for every
+context, and it continues to the context window (the grid's last point) where no step was
+recorded. The verify intercepts are made non-decreasing in n by isotonic regression
+(pool-adjacent-violators) with one exception: a decrease larger than 3 standard errors is
+kept. Isotonic pooling exists so that noise cannot make more tokens look cheaper (a policy
+would exploit it); but on CPUs a verify over, e.g., 5 tokens can really be cheaper than over 3
+(the matrix kernels change at vector widths), and pooling a real dip misprices both sizes by
+several percent (``fit_records(significance=math.inf)`` pools every violation). The table's
+context points are quantiles of the recorded contexts (where the data were) and the window.
 Held-out error: the fit is repeated without every fifth episode and its predicted totals are
 compared with those episodes' measured ones (per mode, and per action k: what a static
 controller would see); ``fit_error`` keeps the numbers.
@@ -934,12 +941,14 @@ class StepRecords:
         return StepRecords(**{f.name: getattr(self, f.name)[mask] for f in dataclasses.fields(self)})
 
 
-def calibration_actions(k_max: int, taus: Sequence[float] = (0.3, 0.6, 0.9)) -> list[Action]:
-    """One cycle of the recording's actions: every k = 0..k_max at tau 0 (so every verify
-    size n = k + 1 occurs), and k = 1..k_max once more with a tau cut cycling over ``taus``
-    (so tau-stopped drafts, with a forward more than proposals, occur too)."""
+def calibration_actions(k_max: int, taus: Sequence[float] = (0.3, 0.6)) -> list[Action]:
+    """One cycle of the recording's actions: every k = 0..k_max at tau 0 (so every verify size
+    n = k + 1 occurs as often), and every second k once more with a tau cut cycling over
+    ``taus`` (so tau-stopped drafts, a forward more than proposals, occur too; not more often,
+    since most of them stop early and verify one or two tokens)."""
     actions = [Action(k, 0.0) for k in range(k_max + 1)]
-    actions += [Action(k, taus[(k - 1) % len(taus)]) for k in range(1, k_max + 1)] if taus else []
+    if taus:
+        actions += [Action(k, taus[i % len(taus)]) for i, k in enumerate(range(2, k_max + 1, 2))]
     return actions
 
 
@@ -992,6 +1001,7 @@ def record_loop(
     rng = np.random.default_rng(seed)
     prompts = _calibration_prompts(pair, rng, room=max_new_tokens)
     samplings = (SamplingConfig(), SamplingConfig(temperature=temperature))
+    cycle = calibration_actions(k_max)
     cycles: list[list[Action]] = [[], []]
     live: list[Generation | None] = [None, None]
     episodes = [0, 0]
@@ -1011,7 +1021,7 @@ def record_loop(
             )
             episodes[mode], started = started, started + 1
         if not cycles[mode]:
-            cycles[mode] = [calibration_actions(k_max)[i] for i in rng.permutation(2 * k_max + 1)]
+            cycles[mode] = [cycle[i] for i in rng.permutation(len(cycle))]
         result = generation.step(cycles[mode].pop())
         if done >= warmup_steps:
             recorded.append((result, bool(mode), episodes[mode]))
@@ -1019,22 +1029,6 @@ def record_loop(
         bar.update(1)
     bar.close()
     return StepRecords.from_steps(recorded)
-
-
-def _hat_basis(grid: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """(L, C) weights of piecewise-linear interpolation between ``grid`` knots at ``x`` (clamped):
-    the model's own interpolation, so a least-squares fit in this basis fits the model itself."""
-    x = np.clip(x.astype(np.float64), grid[0], grid[-1])
-    basis = np.zeros((len(x), len(grid)))
-    if len(grid) == 1:
-        basis[:, 0] = 1.0
-        return basis
-    right = np.clip(np.searchsorted(grid, x, side="right"), 1, len(grid) - 1)
-    weight = (x - grid[right - 1]) / (grid[right] - grid[right - 1])
-    rows = np.arange(len(x))
-    basis[rows, right - 1] = 1.0 - weight
-    basis[rows, right] += weight
-    return basis
 
 
 def _winsorize(values: np.ndarray, spread: float = 8.0) -> np.ndarray:
@@ -1046,20 +1040,99 @@ def _winsorize(values: np.ndarray, spread: float = 8.0) -> np.ndarray:
     return np.minimum(values, median + spread * max(mad, 0.01 * median))
 
 
-def _ridge_lstsq(design: np.ndarray, y: np.ndarray, prior: np.ndarray, weight: float = 1.0) -> np.ndarray:
-    """Least squares of ``design @ b ~ y`` with ``weight`` pseudo-observations of b = ``prior``:
-    a knot without data gets the prior; one with data hardly moves."""
-    lhs = np.vstack([design, np.sqrt(weight) * np.eye(design.shape[1])])
-    rhs = np.concatenate([y, np.sqrt(weight) * prior])
-    return np.linalg.lstsq(lhs, rhs, rcond=None)[0]
+def _nonnegative_lstsq(columns: list[np.ndarray], y: np.ndarray, slopes: Sequence[int]) -> np.ndarray:
+    """Least squares of y on ``columns``, the coefficients at indices ``slopes`` kept >= 0 (a
+    negative one is fixed at 0 and the rest refitted: a longer context cannot be cheaper)."""
+    keep = list(range(len(columns)))
+    while True:
+        coef = np.zeros(len(columns))
+        coef[keep] = np.linalg.lstsq(np.stack([columns[i] for i in keep], 1), y, rcond=None)[0]
+        negative = [i for i in slopes if i in keep and coef[i] < 0]
+        if not negative:
+            return coef
+        keep.remove(negative[0])
 
 
-def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """(intercept, slope >= 0) of the least-squares line through (x, y); slope 0 for one x."""
-    if len(x) < 2 or np.ptp(x) == 0:
-        return float(np.mean(y)) if len(y) else 0.0, 0.0
-    slope, intercept = np.polyfit(x.astype(np.float64), y, 1)
-    return float(intercept), max(0.0, float(slope))
+def _tolerant_isotonic(groups: Sequence[np.ndarray], z: float) -> np.ndarray:
+    """One value per group (its mean), made non-decreasing where noise could explain a decrease.
+
+    Pool adjacent violators, as isotonic regression does (a pooled block's value is the mean
+    of all its samples), unless the later group is lower by more than ``z`` standard errors of
+    the difference: such a decrease is the hardware's (CPU kernels change at vector widths),
+    not noise, and pooling it would misprice both. ``z`` = inf pools every violation.
+    """
+    blocks: list[tuple[int, np.ndarray]] = []  # (groups pooled, their samples)
+    for samples in groups:
+        block = (1, samples)
+        while blocks:
+            count, previous = blocks[-1]
+            gap = previous.mean() - block[1].mean()
+            noise = np.sqrt(previous.var(ddof=1) / len(previous) + block[1].var(ddof=1) / len(block[1]))
+            if gap <= 0 or gap > z * noise:
+                break
+            blocks.pop()
+            block = (count + block[0], np.concatenate([previous, block[1]]))
+        blocks.append(block)
+    return np.array([samples.mean() for count, samples in blocks for _ in range(count)])
+
+
+def _verify_lines(
+    n: np.ndarray, context: np.ndarray, seconds: np.ndarray, n_max: int, z: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(intercepts (n_max,), slopes (n_max,)) of verify seconds = a_n + (b0 + b1 (n - 1)) * ctx.
+
+    Least squares over all steps of a mode: an intercept per n, and a context slope that grows
+    linearly with n (attention reads the cache once per new token), b0, b1 >= 0. The
+    intercepts are then made non-decreasing in n by :func:`_tolerant_isotonic` over the
+    steps' residuals; with slopes growing in n, the rows are then ordered at every context.
+    """
+    x = context.astype(np.float64)
+    columns = [(n == m).astype(np.float64) for m in range(1, n_max + 1)] + [x, (n - 1) * x]
+    coef = _nonnegative_lstsq(columns, seconds, slopes=(n_max, n_max + 1))
+    slopes = coef[n_max] + coef[n_max + 1] * np.arange(n_max)
+    residual = seconds - slopes[n - 1] * x  # each step's cost at context 0
+    intercepts = _tolerant_isotonic([residual[n == m] for m in range(1, n_max + 1)], z)
+    return intercepts, slopes
+
+
+def _draft_lines(
+    context: np.ndarray, forwards: np.ndarray, seconds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Least squares of draft seconds = first(ctx) + (forwards - 1) * next(ctx), each a line in
+    the context with a slope >= 0; returns the (intercept, slope) of first and of next."""
+    x, extra = context.astype(np.float64), forwards - 1.0
+    coef = _nonnegative_lstsq([np.ones(len(x)), x, extra, extra * x], seconds, slopes=(1, 3))
+    return coef[:2], coef[2:]
+
+
+def _fit_mode(
+    records: StepRecords, grid: np.ndarray, n_max: int, significance: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(target (n_max, C), draft first (C,), draft next (C,)) of one mode's steps on ``grid``."""
+    verify_n = records.proposed + 1
+    for n in range(1, n_max + 1):
+        if (verify_n == n).sum() < 3:
+            raise LatencyError(
+                f"only {int((verify_n == n).sum())} recorded step(s) verify n = {n} tokens: record more steps"
+            )
+    rows = verify_n <= n_max
+    seconds = np.empty(int(rows.sum()))
+    for n in range(1, n_max + 1):  # winsorised per n: a long verify is not an outlier of short ones
+        seconds[verify_n[rows] == n] = _winsorize(records.verify_seconds[rows][verify_n[rows] == n])
+    intercepts, slopes = _verify_lines(verify_n[rows], records.context[rows], seconds, n_max, significance)
+    target = intercepts[:, None] + slopes[:, None] * grid[None, :]
+
+    rows = records.draft_forwards > 0
+    if rows.sum() < 4 or len(np.unique(records.draft_forwards[rows])) < 2:
+        raise LatencyError("the recorded steps need drafts of at least two lengths: record more steps")
+    forwards = records.draft_forwards[rows]
+    # Winsorise per draft length: a long draft is not an outlier of short ones.
+    seconds = np.empty(len(forwards))
+    for count in np.unique(forwards):
+        seconds[forwards == count] = _winsorize(records.draft_seconds[rows][forwards == count])
+    first, following = _draft_lines(records.context[rows], forwards, seconds)
+    draft = [np.maximum(line[0] + line[1] * grid, 0.0) for line in (first, following)]
+    return target, draft[0], draft[1]
 
 
 def fit_grid(contexts: np.ndarray, knots: int = 5) -> list[int]:
@@ -1070,79 +1143,40 @@ def fit_grid(contexts: np.ndarray, knots: int = 5) -> list[int]:
     return sorted({int(round(q)) for q in quantiles})
 
 
-def _fit_mode(
-    records: StepRecords, grid: np.ndarray, n_max: int, end: int | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(target (n_max, C'), draft first (C',), draft next (C',)) of one mode's steps; C' = C + 1
-    with the linear extension to context ``end`` appended when given."""
-    columns = len(grid) + (end is not None)
-    target = np.zeros((n_max, columns))
-    verify_n = records.proposed + 1
-    for n in range(1, n_max + 1):
-        rows = verify_n == n
-        if rows.sum() < 2:
-            raise LatencyError(
-                f"only {int(rows.sum())} recorded step(s) verify n = {n} tokens: record more steps"
-            )
-        x, y = records.context[rows], _winsorize(records.verify_seconds[rows])
-        intercept, slope = _line(x, y)
-        values = _isotonic(_ridge_lstsq(_hat_basis(grid, x), y, intercept + slope * grid))
-        target[n - 1] = (
-            np.append(values, values[-1] + slope * (end - grid[-1])) if end is not None else values
-        )
-    # Monotone in n, then in context (isotonic keeps the order in n; the running max only
-    # removes rounding-level violations of it).
-    target = np.apply_along_axis(_isotonic, 0, target)
-    target = np.maximum.accumulate(np.apply_along_axis(_isotonic, 1, target), axis=0)
-
-    rows = records.draft_forwards > 0
-    if rows.sum() < 4 or len(np.unique(records.draft_forwards[rows])) < 2:
-        raise LatencyError("the recorded steps need drafts of at least two lengths: record more steps")
-    x, forwards = records.context[rows].astype(np.float64), records.draft_forwards[rows]
-    # Winsorise per draft length: a long draft is not an outlier of short ones.
-    y = np.empty(len(x))
-    for count in np.unique(forwards):
-        y[forwards == count] = _winsorize(records.draft_seconds[rows][forwards == count])
-    extra = forwards - 1.0
-    # The straight-line model (first, next each linear in the context) gives the prior of the
-    # knots and the slopes of the extension.
-    line = np.linalg.lstsq(np.stack([np.ones(len(x)), x, extra, extra * x], 1), y, rcond=None)[0]
-    prior = np.concatenate([line[0] + line[1] * grid, line[2] + line[3] * grid])
-    basis = _hat_basis(grid, x)
-    solution = _ridge_lstsq(np.hstack([basis, extra[:, None] * basis]), y, prior)
-    draft = []
-    for values, slope in zip(np.split(solution, 2), (line[1], line[3]), strict=True):
-        values = _isotonic(np.maximum(values, 0.0))
-        if end is not None:
-            values = np.append(values, values[-1] + max(0.0, slope) * (end - grid[-1]))
-        draft.append(values)
-    return target, draft[0], draft[1]
-
-
 def fit_records(
-    records: StepRecords, *, k_max: int, context_window: int | None = None, knots: int = 5
+    records: StepRecords,
+    *,
+    k_max: int,
+    context_window: int | None = None,
+    knots: int = 5,
+    significance: float = 3.0,
 ) -> tuple[list[int], dict[str, dict[str, Any]]]:
     """Fit the loop model to recorded steps (the module doc says how).
 
     Args:
         records: steps of both modes (:func:`record_loop`).
         k_max: verifies over 1..k_max + 1 tokens are tabulated; each needs recorded steps.
-        context_window: extend the fit linearly up to this context (None: clamp after the data).
-        knots: context knots, at quantiles of the recorded contexts.
+        context_window: the grid ends at this context (the lines continue to it); None: the
+            grid ends at the last knot and the model is clamped after it.
+        knots: context knots, at quantiles of the recorded contexts (the fit is linear in the
+            context, so they only say where the data were; the table shows them).
+        significance: a verify over more tokens may cost less than over fewer only when the
+            difference exceeds this many standard errors (math.inf: strictly monotone in n).
 
     Returns:
         The context grid and mode -> the three ``*_seconds`` tables of the file format.
     """
     grid = fit_grid(records.context, knots)
-    end = context_window if context_window is not None and context_window > grid[-1] else None
+    if context_window is not None and context_window > grid[-1]:
+        grid.append(int(context_window))
     costs = {}
     for mode in MODES:
         mine = records.select(records.sampled == (mode == "sampled"))
         if len(mine) == 0:
             raise LatencyError(f"no {mode} steps recorded: record both modes")
-        tables = _fit_mode(mine, np.array(grid, dtype=np.float64), k_max + 1, end)
+        tables = _fit_mode(mine, np.array(grid, dtype=np.float64), k_max + 1, significance)
         costs[mode] = dict(zip(_COST_KEYS, tables, strict=True))
-    return grid + ([end] if end is not None else []), costs
+    return grid, costs
 
 
 def _model_of_fit(grid: list[int], costs: Mapping[str, Mapping[str, Any]], **info: Any) -> LatencyModel:

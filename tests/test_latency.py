@@ -282,6 +282,16 @@ def test_loop_fit_is_monotone_and_reports_its_heldout_error(loop_model):
     assert "Held-out fit error" in loop_model.to_markdown() and "**sampled**" in loop_model.to_markdown()
 
 
+def test_monotone_in_n_pools_noise_but_keeps_a_real_dip():
+    jitter = np.tile([-1.0, 1.0], 20)  # mean 0, standard deviation 1: a standard error of 0.16
+    noisy = [10 + jitter, 9.8 + jitter, 12 + jitter]  # n = 2 looks 0.2 cheaper: noise
+    pooled = specrl.latency._tolerant_isotonic(noisy, 3.0)
+    assert pooled.tolist() == pytest.approx([9.9, 9.9, 12.0])
+    real = [10 + 0.1 * jitter, 8 + 0.1 * jitter]  # 2 lower, at a standard error of 0.02: real
+    assert specrl.latency._tolerant_isotonic(real, 3.0).tolist() == pytest.approx([10.0, 8.0])
+    assert len(set(specrl.latency._tolerant_isotonic(real, np.inf).tolist())) == 1  # strict: pooled
+
+
 def test_fit_refuses_records_without_a_mode_or_a_verify_size():
     records = synthetic_records(steps=600)
     with pytest.raises(LatencyError, match="no sampled steps recorded"):
