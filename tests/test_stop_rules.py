@@ -19,10 +19,11 @@ from specrl.controllers.stop_rules import (
     EntropyBound,
     PredictorError,
     SpecDecPPController,
+    stop_rule_table,
 )
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import Action, StepResult
-from specrl.envs import SpecDecodeEnv, TraceReplayEnv
+from specrl.envs import InvalidActionError, SpecDecodeEnv, TraceReplayEnv, VecTraceReplay
 from specrl.traces import TraceSet
 from specrl.tuning import fit_acceptance_predictor, on_trajectory_signals, tune_controller
 
@@ -270,3 +271,73 @@ def test_tuning_picks_the_fastest_setting_of_the_grid_and_never_looks_at_test(
 def test_on_trajectory_signals_skip_positions_past_the_end(greedy_traces):
     confidence, entropy, target = on_trajectory_signals(greedy_traces)
     assert len(confidence) == len(entropy) == len(target) == int(greedy_traces.arrays["segment_end"].sum())
+
+
+# ---- the per-token stop dimension of the envs' action space ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def predictor(greedy_traces):
+    return fit_acceptance_predictor_on(greedy_traces)
+
+
+def test_the_stop_dimension_exists_only_with_a_predictor(shifted, greedy_traces, latency, predictor):
+    plain = TraceReplayEnv(shifted, traces=greedy_traces, latency=latency)
+    with_stop = TraceReplayEnv(shifted, traces=greedy_traces, latency=latency, predictor=predictor)
+    assert list(plain.action_space.nvec) == [9, 10]
+    assert list(with_stop.action_space.nvec) == [9, 10, len(shifted.stop_grid)]
+    vec = VecTraceReplay(shifted, greedy_traces, latency, num_envs=2, predictor=predictor)
+    assert vec.action_space == with_stop.action_space
+    with_stop.reset(seed=0)
+    with pytest.raises(InvalidActionError, match="stop_index"):
+        with_stop.step(np.array([3, 0, len(shifted.stop_grid)]))
+    plain.reset(seed=0)
+    with pytest.raises(InvalidActionError):
+        plain.step(np.array([3, 0, 1]))
+    rules = stop_rule_table(predictor, shifted.stop_grid)
+    assert rules[0] is None and all(
+        r.cumulative and r.threshold == h for r, h in zip(rules[1:], shifted.stop_grid[1:], strict=True)
+    )
+
+
+def test_stop_indices_replay_exactly_single_and_vectorised(
+    close_pair, shifted, greedy_traces, latency, predictor
+):
+    """Random [k, tau_index, stop_index] actions: the real env, the single replay and the
+    vectorised replay take the same steps."""
+    n = len(greedy_traces)
+    split = greedy_traces.meta["split"]
+    real = SpecDecodeEnv(shifted, pair=close_pair, split=split, latency=latency, predictor=predictor)
+    singles = [
+        TraceReplayEnv(shifted, traces=greedy_traces, latency=latency, predictor=predictor) for _ in range(n)
+    ]
+    vec = VecTraceReplay(shifted, greedy_traces, latency, num_envs=n, seed=0, predictor=predictor)
+    vec.start_traces(range(n), seeds=list(range(n)))
+    for i, env in enumerate(singles):
+        env.reset(seed=i, options={"trace_index": i})
+    rng = np.random.default_rng(3)
+    sizes = vec.action_space.nvec
+    live = np.ones(n, dtype=bool)
+    stopped = 0
+    while live.any():
+        actions = np.stack([rng.integers(0, sizes) for _ in range(n)])
+        actions[:, 1] = 0  # tau 0: every early stop is the stop rule's
+        vec_observations, vec_rewards, vec_dones, _ = vec.step(actions)
+        for i in np.flatnonzero(live):
+            observation, reward, done, _, info = singles[i].step(actions[i])
+            stopped += info["step_result"].stopped_by_tau
+            assert bool(vec_dones[i]) == done and vec_rewards[i] == pytest.approx(reward, rel=1e-5, abs=1e-5)
+            if done:
+                live[i] = False
+            else:
+                np.testing.assert_allclose(vec_observations[i], observation, atol=1e-5)
+    assert stopped > 5
+    trace = greedy_traces.traces[0]
+    real.reset(seed=trace.seed, options={"domain": trace.domain, "prompt_index": trace.prompt_index})
+    singles[0].reset(seed=0, options={"trace_index": 0})
+    done = False
+    while not done:
+        action = rng.integers(0, sizes)
+        _, _, done, _, real_info = real.step(action)
+        _, _, _, _, sim_info = singles[0].step(action)
+        assert outcome(real_info["step_result"]) == outcome(sim_info["step_result"])

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from specrl.engine.types import Action, StepResult
+from specrl.engine.types import Action, StepResult, StopRule
 from specrl.io import write_text_atomic
 
 PREDICTOR_FORMAT = "specrl-acceptance-predictor"
@@ -301,3 +301,15 @@ class SpecDecPPController:
             f"SpecDecPPController({self.predictor!r}, threshold={self.threshold}, k={self.k}, "
             f"cumulative={self.cumulative})"
         )
+
+
+def stop_rule_table(
+    predictor: AcceptancePredictor | None, grid: Sequence[float]
+) -> tuple[StopRule | None, ...]:
+    """The per-token stop rule of each stop index of an action: index i stops drafting when the
+    predicted probability that every token drafted so far in the step is accepted falls below
+    ``grid[i]`` (cumulative :class:`AcceptanceThreshold`); a threshold of 0 is no rule (None).
+    Without a predictor there is one index, no rule."""
+    if predictor is None:
+        return (None,)
+    return tuple(None if h == 0 else AcceptanceThreshold(predictor, h, cumulative=True) for h in grid)

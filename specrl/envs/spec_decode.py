@@ -10,9 +10,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from specrl.controllers.stop_rules import AcceptancePredictor, stop_rule_table
 from specrl.engine.generation import Generation
 from specrl.engine.types import Action
-from specrl.envs.actions import to_engine_action
+from specrl.envs.actions import make_action_space, to_engine_action
 from specrl.envs.reward import step_reward
 from specrl.envs.scenario import Scenario, load_scenario
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, FEATURE_NAMES, FeatureTracker, GenerationSettings
@@ -111,6 +112,8 @@ class SpecDecodeEnv(gym.Env):
     - ``time``: overrides the scenario's time source ("wallclock" or "modeled").
     - ``latency``: a :class:`~specrl.latency.LatencyModel` to use instead of the scenario's
       (``env.latency``; None when neither modeled time nor rho needs one).
+    - ``predictor``: an :class:`~specrl.controllers.stop_rules.AcceptancePredictor`; adds the
+      per-token stop dimension ``len(stop_grid)`` to the action space (``stop_rule_table``).
 
     ## Version History
 
@@ -126,6 +129,7 @@ class SpecDecodeEnv(gym.Env):
         split: str | None = None,
         time: str | None = None,
         latency: LatencyModel | None = None,
+        predictor: AcceptancePredictor | None = None,
         render_mode: str | None = None,
     ) -> None:
         if render_mode is not None:
@@ -140,7 +144,9 @@ class SpecDecodeEnv(gym.Env):
         self.latency = latency.for_sampling(self.scenario.sampling) if latency else None
         self.reference_tokens_per_s = self.scenario.reference_throughput(self.latency)
         self.tau_grid = tuple(self.scenario.tau_grid)
-        self.action_space = spaces.MultiDiscrete([self.scenario.k_max + 1, len(self.tau_grid)])
+        self.predictor = predictor
+        self.stop_rules = stop_rule_table(predictor, self.scenario.stop_grid)
+        self.action_space = make_action_space(self.scenario, predictor)
         self.observation_space = spaces.Box(FEATURE_LOW, FEATURE_HIGH, (len(FEATURE_NAMES),), np.float32)
         self.generation: Generation | None = None
         self.features: FeatureTracker | None = None
@@ -149,7 +155,7 @@ class SpecDecodeEnv(gym.Env):
 
     def to_engine_action(self, action: Any) -> Action:
         """``[k, tau_index]`` (or an :class:`Action`) -> the engine's Action; refuses invalid ones."""
-        return to_engine_action(action, self.scenario.k_max, self.tau_grid)
+        return to_engine_action(action, self.scenario.k_max, self.tau_grid, self.stop_rules)
 
     # ---- the episode ---------------------------------------------------------------------
 
@@ -163,8 +169,10 @@ class SpecDecodeEnv(gym.Env):
             raise ValueError(f"unknown reset option(s) {unknown}; known: {list(RESET_OPTIONS)}")
         domain = options.get("domain") or self._draw_domain()
         if domain not in self.prompt_sets:
-            raise ValueError(f"reset option domain={domain!r} is not one of this scenario's domains "
-                             f"{list(self.prompt_sets)}")
+            raise ValueError(
+                f"reset option domain={domain!r} is not one of this scenario's domains "
+                f"{list(self.prompt_sets)}"
+            )
         texts = self.prompt_sets[domain]
         index = options.get("prompt_index")
         if index is None:
@@ -238,11 +246,17 @@ class SpecDecodeEnv(gym.Env):
 
     def _generation(self, prompt_ids: list[int]) -> Generation:
         """The engine generation of the current segment, up to its token budget."""
-        shifts_left = self.scenario.shift[self.segment:]
+        shifts_left = self.scenario.shift[self.segment :]
         end = shifts_left[0].after_tokens if shifts_left else self.scenario.max_new_tokens
         budget = end - self.episode_tokens
-        return Generation(self.pair, prompt_ids, budget, self.scenario.sampling,
-                          self.generation_seed + self.segment, self.scenario.stop_at_eos)
+        return Generation(
+            self.pair,
+            prompt_ids,
+            budget,
+            self.scenario.sampling,
+            self.generation_seed + self.segment,
+            self.scenario.stop_at_eos,
+        )
 
     def _shift_domain(self) -> None:
         """Append a prompt of the next shift's domain to the text so far and keep decoding."""
@@ -256,6 +270,6 @@ class SpecDecodeEnv(gym.Env):
         self.segment += 1
         self.domain = shift.domain
         room = self.pair.context_length - (self.scenario.max_new_tokens - self.episode_tokens)
-        context = context[-max(1, room):]
+        context = context[-max(1, room) :]
         self.generation = self._generation(context)
         self.features.set_context_length(len(context))

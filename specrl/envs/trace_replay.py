@@ -9,8 +9,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from specrl.controllers.stop_rules import AcceptancePredictor, stop_rule_table
 from specrl.engine.types import StepResult
-from specrl.envs.actions import to_engine_action
+from specrl.envs.actions import make_action_space, to_engine_action
 from specrl.envs.replay import replay_step
 from specrl.envs.reward import step_reward
 from specrl.envs.scenario import Scenario, load_scenario
@@ -44,8 +45,9 @@ class TraceReplayEnv(gym.Env):
 
     ## Action Space
 
-    ``MultiDiscrete([k_max + 1, len(tau_grid)])`` as in ``SpecDecodeEnv`` (also a
-    :class:`specrl.Action`); invalid actions raise :class:`InvalidActionError`.
+    ``MultiDiscrete([k_max + 1, len(tau_grid)])`` as in ``SpecDecodeEnv``, with a third dimension
+    ``len(stop_grid)`` (the per-token stop threshold) when an acceptance ``predictor`` is given (also
+    a :class:`specrl.Action`); invalid actions raise :class:`InvalidActionError`.
 
     ## Observation Space
 
@@ -82,6 +84,8 @@ class TraceReplayEnv(gym.Env):
     - ``latency``: a :class:`LatencyModel` (default: the scenario's, see ``latency:``).
     - ``pair``: a loaded :class:`ModelPair`, only needed when traces or latency are not given.
     - ``split``: "train" or "heldout" (default: the scenario's).
+    - ``predictor``: an :class:`~specrl.controllers.stop_rules.AcceptancePredictor`; adds the
+      per-token stop dimension to the action space (``stop_rule_table``).
 
     ## Version History
 
@@ -97,6 +101,7 @@ class TraceReplayEnv(gym.Env):
         latency: LatencyModel | None = None,
         pair: ModelPair | None = None,
         split: str | None = None,
+        predictor: AcceptancePredictor | None = None,
         render_mode: str | None = None,
     ) -> None:
         if render_mode is not None:
@@ -119,7 +124,9 @@ class TraceReplayEnv(gym.Env):
             temperature=self.scenario.sampling.temperature,
         )
         self.tau_grid = tuple(self.scenario.tau_grid)
-        self.action_space = spaces.MultiDiscrete([self.scenario.k_max + 1, len(self.tau_grid)])
+        self.predictor = predictor
+        self.stop_rules = stop_rule_table(predictor, self.scenario.stop_grid)
+        self.action_space = make_action_space(self.scenario, predictor)
         self.observation_space = spaces.Box(FEATURE_LOW, FEATURE_HIGH, (N_FEATURES,), np.float32)
         weights = self.scenario.prompts.domains
         self.domains = [d for d in dict.fromkeys(traces.domains) if weights.get(d, 0) > 0]
@@ -157,7 +164,7 @@ class TraceReplayEnv(gym.Env):
         segment = self.trace.segments[self.segment_index]
         if self.position >= segment.end:
             raise RuntimeError("the episode is over; call reset() to start a new one")
-        engine_action = to_engine_action(action, self.scenario.k_max, self.tau_grid)
+        engine_action = to_engine_action(action, self.scenario.k_max, self.tau_grid, self.stop_rules)
         context_length = segment.prompt_length + self.position
         step = replay_step(
             segment,

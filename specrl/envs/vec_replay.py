@@ -23,6 +23,8 @@ import numpy as np
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv
 
+from specrl.controllers.stop_rules import AcceptancePredictor
+from specrl.envs.actions import make_action_space
 from specrl.envs.reward import step_reward
 from specrl.envs.scenario import Scenario
 from specrl.features import (
@@ -140,6 +142,7 @@ class VecTraceReplay(InProcessVecEnv):
         latency: LatencyModel,
         num_envs: int = 64,
         seed: int | None = None,
+        predictor: AcceptancePredictor | None = None,
     ) -> None:
         self.scenario = scenario.with_overrides(time="modeled")
         self.trace_set = with_scenario(traces, self.scenario)
@@ -164,6 +167,15 @@ class VecTraceReplay(InProcessVecEnv):
         self.off_confidence = a["off_confidence"].astype(np.float64)
         self.off_entropy = a["off_entropy"].astype(np.float64)
         self.off_ap = a["off_ap"].astype(np.float64)
+        # The per-token stop rule of the third action dimension (stop_rule_table), vectorised:
+        # predicted acceptance probabilities at every stored position, on and off the trajectory.
+        self.predictor = predictor
+        self.stop_grid = np.asarray(self.scenario.stop_grid if predictor else (0.0,), dtype=np.float64)
+        if predictor is not None:
+            self.on_probability = predictor.probabilities(self.confidence, self.entropy)
+            self.off_probability = predictor.probabilities(
+                self.off_confidence.ravel(), self.off_entropy.ravel()
+            ).reshape(self.off_confidence.shape)
         self.last_position = max(0, len(self.confidence) - 1)
         self.segment_offset, self.segment_prompt = a["segment_offset"], a["segment_prompt_length"]
         self.segment_budget, self.segment_end = a["segment_budget"], a["segment_end"]
@@ -191,7 +203,7 @@ class VecTraceReplay(InProcessVecEnv):
             np.array([i for i, d in enumerate(domains) if d == name]) for name in self.domain_names
         ]
         observation_space = spaces.Box(FEATURE_LOW, FEATURE_HIGH, (N_FEATURES,), np.float32)
-        action_space = spaces.MultiDiscrete([self.k_max + 1, len(self.tau_grid)])
+        action_space = make_action_space(self.scenario, predictor)
         self.render_mode = None
         super().__init__(num_envs, observation_space, action_space)
         self.rng = np.random.default_rng(seed)
@@ -278,28 +290,30 @@ class VecTraceReplay(InProcessVecEnv):
         return self.observations()
 
     def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
-        actions = self._actions
-        if actions is None or actions.shape != (self.num_envs, 2):
-            raise ValueError(
-                f"expected actions of shape ({self.num_envs}, 2) [k, tau_index], got "
-                f"{None if actions is None else actions.shape}"
-            )
-        k, tau_index = actions[:, 0].astype(np.int64), actions[:, 1].astype(np.int64)
+        actions, sizes = self._actions, self.action_space.nvec
+        widths = {2, len(sizes)}  # [k, tau_index] means stop index 0
         if (
-            (k < 0).any()
-            or (k > self.k_max).any()
-            or (tau_index < 0).any()
-            or (tau_index >= len(self.tau_grid)).any()
+            actions is None
+            or actions.ndim != 2
+            or actions.shape[0] != self.num_envs
+            or actions.shape[1] not in widths
         ):
             raise ValueError(
-                f"actions out of range: k must lie in 0..{self.k_max} and tau_index in "
-                f"0..{len(self.tau_grid) - 1}"
+                f"expected actions of shape ({self.num_envs}, {len(sizes)}) "
+                f"[k, tau_index{', stop_index' if len(sizes) == 3 else ''}], got "
+                f"{None if actions is None else actions.shape}"
             )
-        rewards, dones, infos = self._step(k, self.tau_grid[tau_index])
+        actions = actions.astype(np.int64)
+        if (actions < 0).any() or (actions >= sizes[: actions.shape[1]]).any():
+            raise ValueError(f"actions out of range: each column must lie in 0..{list(sizes - 1)}")
+        stop_index = actions[:, 2] if actions.shape[1] == 3 else np.zeros(self.num_envs, dtype=np.int64)
+        rewards, dones, infos = self._step(
+            actions[:, 0], self.tau_grid[actions[:, 1]], self.stop_grid[stop_index]
+        )
         return self.observations(), rewards, dones, infos
 
-    def _replay(self, k: np.ndarray, tau: np.ndarray) -> ReplayedSteps:
-        """``replay_step`` for every episode at once."""
+    def _replay(self, k: np.ndarray, tau: np.ndarray, stop: np.ndarray) -> ReplayedSteps:
+        """``replay_step`` for every episode at once, with the per-token stop thresholds ``stop``."""
         n = self.num_envs
         k_asked = k
         segment, position = self.segment, self.position
@@ -318,6 +332,7 @@ class VecTraceReplay(InProcessVecEnv):
         entropy_sum, probability_sum = np.zeros(n), np.zeros(n)
         accepted_confidence, rejected_confidence = np.zeros(n), np.zeros(n)
         stopped = np.zeros(n, dtype=bool)
+        survival = np.ones(n)  # predicted P(every token drafted so far is accepted)
         for i in range(self.k_max):
             drafting &= i < k
             if not drafting.any():
@@ -332,7 +347,11 @@ class VecTraceReplay(InProcessVecEnv):
             confidence_sum += np.where(drafting, c, 0.0)
             entropy_sum += np.where(drafting, e, 0.0)
             confidence_min = np.where(drafting, np.minimum(confidence_min, c), confidence_min)
-            cut = drafting & (c < tau)
+            if self.predictor is not None:
+                survival *= np.where(on, self.on_probability[flat], self.off_probability[row, column])
+                cut = drafting & ((c < tau) | (survival < stop))
+            else:
+                cut = drafting & (c < tau)
             stopped |= cut
             drafting &= ~cut
             uniform = self.uniforms[
@@ -373,10 +392,12 @@ class VecTraceReplay(InProcessVecEnv):
             context,
         )
 
-    def _step(self, k: np.ndarray, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+    def _step(
+        self, k: np.ndarray, tau: np.ndarray, stop: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
         n = self.num_envs
         segment = self.segment.copy()  # the segment each episode stepped in
-        step = self._replay(k, tau)
+        step = self._replay(k, tau, stop)
         emitted, proposed, accepted = step.emitted, step.proposed, step.accepted
         seconds = step.draft_seconds + step.verify_seconds
         rewards = step_reward(emitted, seconds, self.reference_tokens_per_s, self.scale)
