@@ -1,11 +1,22 @@
-"""Fidelity of the trace-replay simulator: the same controllers on the same held-out episodes
+"""Fidelity of the trace-replay simulator: the same controllers on the same test episodes
 in the simulator and in the real loop.
 
 For each scenario and controller: tokens/sec and acceptance rate in the simulator
-(TraceReplayEnv), in the real env (SpecDecodeEnv) with the latency model's time, and in the
-real env with measured wall-clock time. One real run gives both real columns: its step
-results carry the measured seconds, and the latency model prices the same steps. Greedy
-episodes replay exactly; sampled ones agree in distribution (more episodes, seeds differ).
+(TraceReplayEnv), in the real env (SpecDecodeEnv) with measured wall-clock time, and the same
+real steps priced by the latency model ("real modeled"). The gaps split the simulator's error:
+
+- sim / wall clock - 1: what the simulator gets wrong about the real loop, the number we publish;
+- real modeled / wall clock - 1: the latency model's error on identical steps;
+- sim / real modeled - 1: the acceptance process (0 for greedy, which replays exactly; sampling
+  noise for temperature > 0, where the simulator averages ``--sim-repeats`` draws per trace and
+  the real loop runs ``--repeats`` seeds).
+
+The scenario's latency model (``latency: calibrated``: learned from the loop, see
+specrl/latency.py) prices the simulator; ``--baseline profile`` also prices it with the
+isolated-forward profile (the model before the loop-learned one) against the same real runs,
+so before and after are compared on one measurement. Real runs interleave the controllers per
+episode (the same prompt and seed for each in turn), after an untimed warm-up, so machine
+noise spreads over them alike.
 
     python experiments/sim_vs_real.py                     # default pair, results/sim_vs_real.{json,md}
     python experiments/sim_vs_real.py --preset tiny --prompts 2 --scenarios code   # smoke
@@ -15,9 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +38,7 @@ import numpy as np
 from specrl.controllers import HFHeuristicController, StaticController, TCPController
 from specrl.envs import EpisodeSummary, SpecDecodeEnv, load_scenario
 from specrl.io import write_text_atomic
-from specrl.latency import calibrated
+from specrl.latency import LatencyModel, calibrated
 from specrl.traces import TraceSet, cached_traces
 from specrl.training import evaluate_controller
 
@@ -39,6 +52,7 @@ CONTROLLERS = {
     "tcp tau=0.25": TCPController.with_confidence_cut,
     "hf-heuristic": HFHeuristicController,
 }
+SPLIT = "test"
 
 
 def subset(traces: TraceSet, count: int) -> TraceSet:
@@ -51,34 +65,127 @@ def subset(traces: TraceSet, count: int) -> TraceSet:
     return TraceSet.from_traces(keep, traces.meta)
 
 
+def add_step(totals: EpisodeSummary, result, seconds: float) -> None:
+    totals.tokens += result.emitted
+    totals.seconds += seconds
+    totals.steps += 1
+    totals.proposed += result.proposed
+    totals.accepted += result.accepted
+
+
 def run_real(
-    env: SpecDecodeEnv, controller, traces: TraceSet, latency, repeats: int
-) -> tuple[EpisodeSummary, EpisodeSummary]:
-    """(modeled, wall-clock) totals of the controller over the traces' episodes."""
-    modeled, wallclock = EpisodeSummary(), EpisodeSummary()
+    env: SpecDecodeEnv, traces: TraceSet, repeats: int
+) -> dict[str, tuple[EpisodeSummary, EpisodeSummary]]:
+    """label -> (modeled, wall-clock) totals of each controller over the traces' episodes.
+
+    The controllers take turns on each episode (same prompt, same seed), so slow phases of the
+    machine hit them alike. ``env.latency`` (the scenario's sampling mode) prices the modeled column.
+    """
+    totals = {label: (EpisodeSummary(), EpisodeSummary()) for label in CONTROLLERS}
     for repeat in range(1 if traces.greedy else repeats):
         for trace in traces.traces:
-            observation, _ = env.reset(
-                seed=trace.seed + 100_000 * repeat,
-                options={"domain": trace.domain, "prompt_index": trace.prompt_index},
-            )
-            controller.reset()
-            done = False
-            while not done:
-                observation, _, done, _, info = env.step(controller.act(observation))
-                result = info["step_result"]
-                controller.observe(result)
-                draft, verify = latency.seconds(result)
-                for totals, seconds in ((modeled, draft + verify), (wallclock, result.seconds)):
-                    totals.tokens += result.emitted
-                    totals.seconds += seconds
-                    totals.steps += 1
-                    totals.proposed += result.proposed
-                    totals.accepted += result.accepted
-    return modeled, wallclock
+            for label, make in CONTROLLERS.items():
+                controller = make()
+                observation, _ = env.reset(
+                    seed=trace.seed + 100_000 * repeat,
+                    options={"domain": trace.domain, "prompt_index": trace.prompt_index},
+                )
+                controller.reset()
+                done = False
+                modeled, wallclock = totals[label]
+                while not done:
+                    observation, _, done, _, info = env.step(controller.act(observation))
+                    result = info["step_result"]
+                    controller.observe(result)
+                    add_step(modeled, result, sum(env.latency.seconds(result)))
+                    add_step(wallclock, result, result.seconds)
+    return totals
 
 
-def main() -> None:
+def warm_up(env: SpecDecodeEnv, traces: TraceSet) -> None:
+    """One untimed episode per controller (caches, allocator, branch predictors)."""
+    trace = traces.traces[0]
+    for make in CONTROLLERS.values():
+        controller = make()
+        observation, _ = env.reset(
+            seed=0, options={"domain": trace.domain, "prompt_index": trace.prompt_index}
+        )
+        controller.reset()
+        done = False
+        while not done:
+            observation, _, done, _, info = env.step(controller.act(observation))
+            controller.observe(info["step_result"])
+
+
+def gap(a: float, b: float) -> float:
+    return a / b - 1 if b > 0 else float("nan")
+
+
+def table(rows: list[dict], baseline: bool) -> list[str]:
+    header = (
+        "| scenario | controller | sim tok/s | real wall-clock tok/s | **sim / wall** | modeled / wall "
+        "| sim / modeled |"
+    )
+    if baseline:
+        header += " profiled sim / wall |"
+    header += " sim accept | real accept |"
+    lines = [header, "|---" * (header.count("|") - 1) + "|"]
+    for row in rows:
+        sim, modeled, wall = (row[k]["tokens_per_s"] for k in ("sim", "real_modeled", "real_wallclock"))
+        cells = [
+            row["scenario"],
+            row["controller"],
+            f"{sim:.1f}",
+            f"{wall:.1f}",
+            f"**{gap(sim, wall):+.1%}**",
+            f"{gap(modeled, wall):+.1%}",
+            f"{gap(sim, modeled):+.1%}",
+        ]
+        if baseline:
+            cells.append(f"{gap(row['sim_baseline']['tokens_per_s'], wall):+.1%}")
+        cells += [f"{row['sim']['acceptance_rate']:.3f}", f"{row['real_wallclock']['acceptance_rate']:.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def worst_gaps(rows: list[dict], baseline: bool) -> dict[str, dict[str, float]]:
+    """Per scenario, the largest |gap| over controllers of each comparison."""
+    result: dict[str, dict[str, float]] = {}
+    for row in rows:
+        wall = row["real_wallclock"]["tokens_per_s"]
+        gaps = {
+            "sim_wall": gap(row["sim"]["tokens_per_s"], wall),
+            "modeled_wall": gap(row["real_modeled"]["tokens_per_s"], wall),
+            "sim_modeled": gap(row["sim"]["tokens_per_s"], row["real_modeled"]["tokens_per_s"]),
+        }
+        if baseline:
+            gaps["profiled_sim_wall"] = gap(row["sim_baseline"]["tokens_per_s"], wall)
+        entry = result.setdefault(row["scenario"], {})
+        for key, value in gaps.items():
+            entry[key] = max(entry.get(key, 0.0), abs(value))
+    return result
+
+
+def rankings(rows: list[dict]) -> dict[str, dict]:
+    """Per scenario: whether the simulator orders the controllers as the real loop does."""
+    by_scenario: dict[str, list] = {}
+    for row in rows:
+        by_scenario.setdefault(row["scenario"], []).append(
+            (row["controller"], *(row[k]["tokens_per_s"] for k in ("sim", "real_modeled", "real_wallclock")))
+        )
+    result = {}
+    for scenario, entries in by_scenario.items():
+        order = [[e[0] for e in sorted(entries, key=lambda e: -e[i])] for i in (1, 2, 3)]
+        ranks = [np.argsort(np.argsort([-e[i] for e in entries])) for i in (1, 3)]
+        result[scenario] = {
+            "modeled": order[0] == order[1],
+            "wallclock": order[0] == order[2],
+            "spearman_wallclock": float(np.corrcoef(*ranks)[0, 1]),
+        }
+    return result
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -88,91 +195,124 @@ def main() -> None:
     parser.add_argument(
         "--scenarios",
         nargs="+",
-        default=["code", "prose", "math", "code_to_math", "code_t1"],
+        default=["code", "prose", "math", "code_t1", "prose_t1"],
         help="scenario names or YAML paths",
     )
-    parser.add_argument("--prompts", type=int, default=6, help="held-out traces (episodes) per domain")
-    parser.add_argument("--repeats", type=int, default=4, help="episodes per trace for sampled scenarios")
+    parser.add_argument("--prompts", type=int, default=6, help="test traces (episodes) per domain")
+    parser.add_argument(
+        "--repeats", type=int, default=4, help="real episodes per trace for sampled scenarios"
+    )
+    parser.add_argument(
+        "--sim-repeats",
+        type=int,
+        default=32,
+        help="simulated acceptance draws per trace for sampled scenarios",
+    )
+    parser.add_argument(
+        "--latency", default=None, help="a latency .json file instead of the calibrated (loop) model"
+    )
+    parser.add_argument(
+        "--baseline",
+        choices=["profile", "none"],
+        default="profile",
+        help="also price the simulator with the isolated-forward profile (default) or not",
+    )
     parser.add_argument("--out", default="results/sim_vs_real", help="output stem (.json and .md are added)")
-    args = parser.parse_args()
-    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    return parser.parse_args()
 
+
+def main() -> None:
+    args = parse_args()
+    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    started, load_before = time.perf_counter(), os.getloadavg()[0]
     rows = []
-    pair = latency = None
+    pair = latency = profiled = None
     for name in args.scenarios:
-        scenario = load_scenario(name).with_overrides(split="heldout", time="modeled", preset=args.preset)
-        pair = pair or scenario.pair.load()
-        latency = latency or calibrated(pair, k_max=scenario.k_max)
-        traces = subset(cached_traces(scenario, "heldout", pair), args.prompts)
-        env = SpecDecodeEnv(scenario, pair=pair, split="heldout", time="wallclock", latency=latency)
-        env.reset(seed=0)  # warm-up
-        for label, make in CONTROLLERS.items():
-            sim = evaluate_controller(make(), scenario, traces, latency, repeats=args.repeats)
-            modeled, wallclock = run_real(env, make(), traces, latency, args.repeats)
-            rows.append(
-                {
-                    "scenario": name,
-                    "controller": label,
-                    "sim": sim.to_dict(),
-                    "real_modeled": modeled.to_dict(),
-                    "real_wallclock": wallclock.to_dict(),
-                }
+        scenario = load_scenario(name).with_overrides(split=SPLIT, time="modeled", preset=args.preset)
+        if pair is None:
+            pair = scenario.pair.load()
+            latency = (
+                LatencyModel.load(args.latency) if args.latency else calibrated(pair, k_max=scenario.k_max)
             )
+            if args.baseline == "profile":
+                profiled = calibrated(pair, k_max=scenario.k_max, method="profile")
+        traces = subset(cached_traces(scenario, SPLIT, pair), args.prompts)
+        env = SpecDecodeEnv(scenario, pair=pair, split=SPLIT, time="wallclock", latency=latency)
+        warm_up(env, traces)
+        real = run_real(env, traces, args.repeats)
+        for label, make in CONTROLLERS.items():
+            sim = evaluate_controller(make(), scenario, traces, latency, repeats=args.sim_repeats)
+            modeled, wallclock = real[label]
+            row = {
+                "scenario": name,
+                "controller": label,
+                "sim": sim.to_dict(),
+                "real_modeled": modeled.to_dict(),
+                "real_wallclock": wallclock.to_dict(),
+            }
+            if profiled is not None:
+                baseline = evaluate_controller(make(), scenario, traces, profiled, repeats=args.sim_repeats)
+                row["sim_baseline"] = baseline.to_dict()
+            rows.append(row)
             print(
-                f"{name:>14} {label:>20}: sim {sim.tokens_per_s:7.1f}  "
-                f"real modeled {modeled.tokens_per_s:7.1f}  "
-                f"wall clock {wallclock.tokens_per_s:7.1f} tokens/s",
+                f"{name:>10} {label:>20}: sim {sim.tokens_per_s:7.1f}  real modeled "
+                f"{modeled.tokens_per_s:7.1f}  wall clock {wallclock.tokens_per_s:7.1f} tokens/s "
+                f"(sim / wall {gap(sim.tokens_per_s, wallclock.tokens_per_s):+.1%})",
                 flush=True,
             )
 
-    lines = [
-        "| scenario | controller | sim tok/s | real (modeled) tok/s | gap | real (wall clock) tok/s | gap "
-        "| sim accept | real accept |",
-        "|---" * 9 + "|",
+    with_baseline = profiled is not None
+    worst = worst_gaps(rows, with_baseline)
+    order = rankings(rows)
+    titles = ["scenario"] + [
+        f"max \\|{name} - 1\\|" for name in ("sim / wall", "modeled / wall", "sim / modeled")
     ]
-    worst, rankings = 0.0, {}
-    for row in rows:
-        sim, modeled, wall = (row[k]["tokens_per_s"] for k in ("sim", "real_modeled", "real_wallclock"))
-        gap, wall_gap = sim / modeled - 1, sim / wall - 1
-        worst = max(worst, abs(gap))
-        rankings.setdefault(row["scenario"], []).append((row["controller"], sim, modeled, wall))
-        lines.append(
-            f"| {row['scenario']} | {row['controller']} | {sim:.1f} | {modeled:.1f} | {gap:+.1%} | "
-            f"{wall:.1f} | {wall_gap:+.1%} | {row['sim']['acceptance_rate']:.3f} | "
-            f"{row['real_modeled']['acceptance_rate']:.3f} |"
-        )
-    same_order = {}
-    for scenario, entries in rankings.items():
-        order = [[e[0] for e in sorted(entries, key=lambda e: -e[i])] for i in (1, 2, 3)]
-        same_order[scenario] = {
-            "modeled": order[0] == order[1],
-            "wallclock": order[0] == order[2],
-            "spearman_wallclock": float(
-                np.corrcoef(
-                    np.argsort(np.argsort([-e[1] for e in entries])),
-                    np.argsort(np.argsort([-e[3] for e in entries])),
-                )[0, 1]
-            ),
-        }
-    modeled_ranks = ", ".join(f"{s}: {v['modeled']}" for s, v in same_order.items())
-    wall_ranks = ", ".join(f"{s}: {v['spearman_wallclock']:.2f}" for s, v in same_order.items())
-    summary = (
-        f"Largest |sim / real (modeled) - 1|: {worst:.1%}. Same ranking as the real env with modeled "
-        f"time: {modeled_ranks}. With wall-clock time (Spearman rank correlation): {wall_ranks}."
-    )
+    titles += ["profiled: max \\|sim / wall - 1\\|"] if with_baseline else []
+    summary = ["| " + " | ".join(titles) + " |", "|---" * len(titles) + "|"]
+    for scenario, entry in worst.items():
+        cells = [scenario] + [f"{entry[k]:.1%}" for k in ("sim_wall", "modeled_wall", "sim_modeled")]
+        cells += [f"{entry['profiled_sim_wall']:.1%}"] if with_baseline else []
+        summary.append("| " + " | ".join(cells) + " |")
+    overall = max(entry["sim_wall"] for entry in worst.values())
+    ranks = ", ".join(f"{s}: {v['spearman_wallclock']:.2f}" for s, v in order.items())
     machine = f"{platform.processor() or platform.machine()}, {latency.device}"
-    text = "\n".join(lines) + f"\n\n{summary}\n\nMachine: {machine}. Command: `{command}`\n"
-    write_text_atomic(Path(args.out).with_suffix(".md"), text)
+    text = "\n".join(
+        [
+            f"Simulator vs real loop, pair `{pair.name}`, {SPLIT} prompts ({args.prompts} per domain; "
+            f"sampled scenarios: {args.repeats} real seeds and {args.sim_repeats} simulated draws per "
+            "trace). "
+            f"Latency model: {latency.kind}.",
+            "",
+            *summary,
+            "",
+            f"Largest |sim / wall clock - 1| over all rows: {overall:.1%}. Rank correlation of the "
+            f"controllers (simulator vs wall clock, Spearman): {ranks}.",
+            "",
+            *table(rows, with_baseline),
+            "",
+            f"Machine: {machine}; load average {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at "
+            f"the end (2 cores: above ~0.5 other processes were competing). Command: `{command}` "
+            f"({time.perf_counter() - started:.0f} s).",
+        ]
+    )
+    write_text_atomic(Path(args.out).with_suffix(".md"), text + "\n")
     write_text_atomic(
         Path(args.out).with_suffix(".json"),
         json.dumps(
             {
                 "rows": rows,
-                "ranking": same_order,
-                "worst_modeled_gap": worst,
+                "worst": worst,
+                "worst_sim_wall_gap": overall,
+                "ranking": order,
                 "command": command,
-                "latency_device": latency.device,
+                "latency": {
+                    "kind": latency.kind,
+                    "device": latency.device,
+                    "measurement": latency.measurement,
+                },
+                "baseline": None if profiled is None else {"kind": profiled.kind, "device": profiled.device},
                 "pair": pair.name,
+                "split": SPLIT,
             },
             indent=2,
         ),
