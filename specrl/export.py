@@ -3,8 +3,9 @@
 A policy folder (``policies/<name>/``) describes itself::
 
     policy.pt         TorchScript module: observations (B, 19) float32 -> actions (B, 2) int64
-                      [k, tau_index], the deterministic action (argmax per dimension), with the
-                      VecNormalize observation statistics baked in when training used them
+                      [k, tau_index], or (B, 3) [k, tau_index, stop_index] for a policy that also
+                      sets the per-token stop rule, the deterministic action (argmax per dimension),
+                      with the VecNormalize observation statistics baked in when training used them
     policy.onnx       the same function as ONNX (input "observation", output "action"), written
                       when the ``onnx`` package is installed at export; metadata says whether
     metadata.json     format and feature versions, feature names, action mapping, normalisation,
@@ -19,8 +20,12 @@ unpickles: ``policy.pt`` is opened by ``torch.jit.load`` after its checksum matc
 ``sb3_model.zip`` and ``vecnormalize.pkl`` are pickles, for training only: load them
 (``PPO.load``, ``VecNormalize.load``) only from folders you trust.
 
-The action mapping is the envs' (:meth:`specrl.envs.SpecDecodeEnv.to_engine_action`):
-``[k, tau_index] -> Action(k, tau_grid[tau_index])``, k in 0..k_max.
+The action mapping is the envs' (:func:`specrl.envs.actions.to_engine_action`):
+``[k, tau_index] -> Action(k, tau_grid[tau_index])``, k in 0..k_max; with a stop dimension,
+``stop_index`` picks the per-token stop rule of
+:func:`specrl.controllers.stop_rules.stop_rule_table` from the metadata's ``stop_grid`` and the
+acceptance predictor stored beside it (``action.stop_predictor``), so the folder carries both
+decisions.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from specrl.controllers.stop_rules import AcceptancePredictor, PredictorError
 from specrl.features import FEATURE_NAMES, FEATURE_VERSION, N_FEATURES
 
 if TYPE_CHECKING:  # online loading must not import stable-baselines3
@@ -81,8 +87,8 @@ class PolicyModule(nn.Module):
 
     Args:
         policy_net: SB3's ``mlp_extractor.policy_net`` (observations -> latent).
-        action_net: SB3's ``action_net`` (latent -> the concatenated logits of both dimensions).
-        n_k: size of the k dimension (k_max + 1); the rest of the logits are the tau indices.
+        action_net: SB3's ``action_net`` (latent -> the concatenated logits of every dimension).
+        sizes: the size of each action dimension (k_max + 1, the tau grid's, the stop grid's).
         mean: (19,) float64 VecNormalize mean, or None for no normalisation.
         std: (19,) float64 ``sqrt(var + epsilon)``, with ``mean``.
         clip: VecNormalize's ``clip_obs``, with ``mean``.
@@ -92,7 +98,7 @@ class PolicyModule(nn.Module):
         self,
         policy_net: nn.Module,
         action_net: nn.Linear,
-        n_k: int,
+        sizes: Sequence[int],
         mean: np.ndarray | None = None,
         std: np.ndarray | None = None,
         clip: float = 0.0,
@@ -100,7 +106,8 @@ class PolicyModule(nn.Module):
         super().__init__()
         self.policy_net = policy_net
         self.action_net = action_net
-        self.n_k = int(n_k)
+        # where each dimension's logits start and end in the action net's output
+        self.bounds: list[int] = np.concatenate([[0], np.cumsum([int(n) for n in sizes])]).tolist()
         self.normalize = mean is not None
         # Float64 like VecNormalize's numpy statistics, so normalised inputs match SB3's exactly.
         shape = (N_FEATURES,)
@@ -113,18 +120,19 @@ class PolicyModule(nn.Module):
         self.clip = float(clip)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        """(B, 19) float32 observations -> (B, 2) int64 ``[k, tau_index]``."""
+        """(B, 19) float32 observations -> (B, D) int64 ``[k, tau_index(, stop_index)]``."""
         x = observations
         if self.normalize:
             x = ((x.to(torch.float64) - self.mean) / self.std).clamp(-self.clip, self.clip).to(torch.float32)
-        logits = self.action_net(self.policy_net(x))  # (B, n_k + n_tau)
+        logits = self.action_net(self.policy_net(x))  # (B, sum of the dimensions' sizes)
         # SB3's deterministic action is the argmax of softmax(logits) per dimension; softmax is
         # monotone, so the argmax of the logits is the same action without two softmaxes, which
         # cost about half of a decision's time. (They could differ only where two probabilities
         # round to one float, the level at which batch-1 and batched matmuls already differ.)
-        k = logits[:, : self.n_k].argmax(dim=1)
-        tau_index = logits[:, self.n_k :].argmax(dim=1)
-        return torch.stack([k, tau_index], dim=1)
+        actions = [
+            logits[:, self.bounds[i] : self.bounds[i + 1]].argmax(dim=1) for i in range(len(self.bounds) - 1)
+        ]
+        return torch.stack(actions, dim=1)
 
 
 def _normalizer_stats(obs_normalizer: VecNormalize | None) -> dict[str, Any]:
@@ -156,8 +164,8 @@ def build_module(model: PPO, obs_normalizer: VecNormalize | None = None) -> Poli
     # FlattenExtractor on (B, 19) observations is the identity, so it is left out.
     policy_net = copy.deepcopy(policy.mlp_extractor.policy_net).cpu().float()
     action_net = _fresh_linear(policy.action_net).cpu().float()
-    n_k = int(policy.action_space.nvec[0])
-    return PolicyModule(policy_net, action_net, n_k, **_normalizer_stats(obs_normalizer)).eval()
+    sizes = [int(n) for n in policy.action_space.nvec]
+    return PolicyModule(policy_net, action_net, sizes, **_normalizer_stats(obs_normalizer)).eval()
 
 
 # ---- metadata checks shared by writer and reader ---------------------------------------------
@@ -186,6 +194,28 @@ def check_action_mapping(k_max: Any, tau_grid: Any) -> tuple[int, tuple[float, .
     return int(k_max), grid
 
 
+def check_stop_dimension(stop_grid: Any, predictor: Any) -> tuple[float, ...] | None:
+    """Validate the optional stop dimension: a grid starting at 0 (never stop), strictly
+    increasing in [0, 1], with the acceptance predictor it applies; both or neither.
+
+    Returns:
+        The stop grid as a tuple of floats, or None for a policy without the dimension.
+
+    Raises:
+        ValueError: naming the bad value.
+    """
+    if stop_grid is None and predictor is None:
+        return None
+    if stop_grid is None or predictor is None:
+        raise ValueError("a stop dimension needs both stop_grid and its acceptance predictor")
+    if not isinstance(stop_grid, (list, tuple)) or len(stop_grid) < 2:
+        raise ValueError(f"stop_grid must list at least two thresholds, got {stop_grid!r}")
+    grid = tuple(float(h) for h in stop_grid)
+    if grid[0] != 0.0 or any(not 0.0 <= h <= 1.0 for h in grid) or list(grid) != sorted(set(grid)):
+        raise ValueError(f"stop_grid must start at 0 and increase strictly within [0, 1], got {list(grid)}")
+    return grid
+
+
 def sha256(path: Path) -> str:
     """Hex sha256 of a file's bytes."""
     digest = hashlib.sha256()
@@ -198,15 +228,23 @@ def sha256(path: Path) -> str:
 # ---- writing ---------------------------------------------------------------------------------
 
 
-def _check_model_spaces(model: PPO, k_max: int, tau_grid: tuple[float, ...]) -> None:
+def _action_sizes(k_max: int, tau_grid: tuple[float, ...], stop_grid: tuple[float, ...] | None) -> list[int]:
+    return [k_max + 1, len(tau_grid)] + ([len(stop_grid)] if stop_grid else [])
+
+
+def _check_model_spaces(
+    model: PPO, k_max: int, tau_grid: tuple[float, ...], stop_grid: tuple[float, ...] | None
+) -> None:
     from gymnasium import spaces
 
     action_space, observation_space = model.action_space, model.observation_space
-    expected = [k_max + 1, len(tau_grid)]
+    expected = _action_sizes(k_max, tau_grid, stop_grid)
     if not isinstance(action_space, spaces.MultiDiscrete) or list(action_space.nvec) != expected:
+        stop = f" and a stop grid of {len(stop_grid)} values" if stop_grid else ""
         raise PolicyError(
             f"the model's action space is {action_space}, but k_max={k_max} and a tau grid of "
-            f"{len(tau_grid)} values need MultiDiscrete({expected}); pass the scenario's k_max and tau_grid"
+            f"{len(tau_grid)} values{stop} need MultiDiscrete({expected}); pass the scenario's k_max and "
+            "tau_grid (and stop_grid with the predictor for a policy that stops per token)"
         )
     if observation_space.shape != (N_FEATURES,):
         raise PolicyError(
@@ -292,6 +330,8 @@ def export_policy(
     k_max: int,
     tau_grid: Sequence[float],
     obs_normalizer: VecNormalize | None = None,
+    stop_grid: Sequence[float] | None = None,
+    predictor: AcceptancePredictor | None = None,
     scenarios: list[str],
     pair: str,
     evaluation: dict | None = None,
@@ -311,6 +351,9 @@ def export_policy(
         tau_grid: the scenario's tau grid (the action's tau index points into it).
         obs_normalizer: the VecNormalize the model was trained behind, if any; its observation
             statistics are baked into ``policy.pt`` (reward normalisation is irrelevant here).
+        stop_grid: the scenario's stop grid, for a model whose action has the third (per-token
+            stop) dimension; with ``predictor``.
+        predictor: the acceptance predictor the training envs applied the stop grid with.
         scenarios: names or paths of the training scenarios.
         pair: name of the model pair trained on (``ModelPair.name``).
         evaluation: results to record as JSON (whatever the trainer measured; numpy values allowed).
@@ -330,9 +373,10 @@ def export_policy(
     folder = Path(folder)
     try:
         k_max, grid = check_action_mapping(k_max, list(tau_grid))
+        stops = check_stop_dimension(None if stop_grid is None else list(stop_grid), predictor)
     except ValueError as error:
         raise PolicyError(f"bad action mapping: {error}") from None
-    _check_model_spaces(model, k_max, grid)
+    _check_model_spaces(model, k_max, grid, stops)
     _check_replaceable(folder)
     if isinstance(scenarios, str) or not all(isinstance(s, str) for s in scenarios):
         raise PolicyError(f"scenarios must be a list of names or paths, got {scenarios!r}")
@@ -361,9 +405,10 @@ def export_policy(
             "feature_names": list(FEATURE_NAMES),
             "action": {
                 "type": "multidiscrete",
-                "layout": ["k", "tau_index"],
+                "layout": ["k", "tau_index"] + (["stop_index"] if stops else []),
                 "k_max": k_max,
                 "tau_grid": list(grid),
+                **({"stop_grid": list(stops), "stop_predictor": predictor.to_dict()} if stops else {}),
             },
             "observation_normalized": normalized,
             "scenarios": list(scenarios),
@@ -393,11 +438,13 @@ class ExportedPolicy:
 
     Attributes:
         folder: where it was loaded from.
-        module: the TorchScript module, (B, 19) float32 -> (B, 2) int64 ``[k, tau_index]``.
+        module: the TorchScript module, (B, 19) float32 -> (B, D) int64 ``[k, tau_index(, stop_index)]``.
         metadata: the parsed ``metadata.json``.
         k_max: the largest k the policy picks.
         tau_grid: tau values the tau index points into.
         pair: name of the model pair it was trained on.
+        stop_grid: the per-token stop thresholds the stop index points into, or None (D = 2).
+        predictor: the acceptance predictor they apply to, or None.
     """
 
     folder: Path
@@ -406,9 +453,11 @@ class ExportedPolicy:
     k_max: int
     tau_grid: tuple[float, ...]
     pair: str
+    stop_grid: tuple[float, ...] | None = None
+    predictor: AcceptancePredictor | None = None
 
     def predict(self, observations: np.ndarray) -> np.ndarray:
-        """Deterministic actions of a batch: (B, 19) observations -> (B, 2) int64 ``[k, tau_index]``."""
+        """Deterministic actions of a batch: (B, 19) observations -> (B, D) int64 actions."""
         with torch.inference_mode():
             return self.module(torch.as_tensor(np.asarray(observations, dtype=np.float32))).numpy()
 
@@ -435,8 +484,11 @@ def _read_metadata(folder: Path) -> dict[str, Any]:
     return metadata
 
 
-def _check_metadata(metadata: dict[str, Any], path: Path) -> tuple[int, tuple[float, ...]]:
-    """Refuse metadata this specrl cannot serve; return the action mapping."""
+def _check_metadata(
+    metadata: dict[str, Any], path: Path
+) -> tuple[int, tuple[float, ...], tuple[float, ...] | None, AcceptancePredictor | None]:
+    """Refuse metadata this specrl cannot serve; return the action mapping (k_max, tau grid,
+    stop grid and acceptance predictor, the last two None without a stop dimension)."""
     if metadata.get("format") != FORMAT_NAME or metadata.get("format_version") != FORMAT_VERSION:
         raise PolicyError(
             f"{path}: unknown format {metadata.get('format')!r} version {metadata.get('format_version')!r}; "
@@ -462,9 +514,14 @@ def _check_metadata(metadata: dict[str, Any], path: Path) -> tuple[int, tuple[fl
             f"{path}: 'action' must be {{'type': 'multidiscrete', 'k_max': ..., 'tau_grid': ...}}"
         )
     try:
-        return check_action_mapping(action.get("k_max"), action.get("tau_grid"))
-    except ValueError as error:
+        k_max, tau_grid = check_action_mapping(action.get("k_max"), action.get("tau_grid"))
+        predictor = action.get("stop_predictor")
+        if predictor is not None:
+            predictor = AcceptancePredictor.from_dict(predictor, f"{path} action.stop_predictor")
+        stop_grid = check_stop_dimension(action.get("stop_grid"), predictor)
+    except (ValueError, PredictorError) as error:
         raise PolicyError(f"{path}: bad action mapping: {error}; re-export the policy") from None
+    return k_max, tau_grid, stop_grid, predictor
 
 
 def _check_files(folder: Path, metadata: dict[str, Any]) -> None:
@@ -490,7 +547,7 @@ def _check_files(folder: Path, metadata: dict[str, Any]) -> None:
             )
 
 
-def _load_module(path: Path, k_max: int, n_tau: int) -> torch.jit.ScriptModule:
+def _load_module(path: Path, sizes: list[int]) -> torch.jit.ScriptModule:
     """``torch.jit.load`` the verified file and probe it with zeros: shape, dtype and range of the actions."""
     try:
         module = torch.jit.load(str(path), map_location="cpu").eval()
@@ -506,27 +563,22 @@ def _load_module(path: Path, k_max: int, n_tau: int) -> torch.jit.ScriptModule:
             raise PolicyError(
                 f"{path} fails on a ({batch}, {N_FEATURES}) probe ({error}); re-export the policy"
             ) from None
+        width = len(sizes)
         if (
             not isinstance(actions, torch.Tensor)
-            or actions.shape != (batch, 2)
+            or actions.shape != (batch, width)
             or actions.dtype != torch.int64
         ):
             got = (
                 (tuple(actions.shape), actions.dtype) if isinstance(actions, torch.Tensor) else type(actions)
             )
             raise PolicyError(
-                f"{path} returns {got} on a ({batch}, {N_FEATURES}) probe, expected ({batch}, 2) int64 "
-                "[k, tau_index]; re-export the policy"
+                f"{path} returns {got} on a ({batch}, {N_FEATURES}) probe, expected ({batch}, {width}) int64 "
+                f"actions (the layout of {METADATA_FILE}); re-export the policy"
             )
-        k, tau_index = actions[:, 0], actions[:, 1]
-        if (
-            int(k.min()) < 0
-            or int(k.max()) > k_max
-            or int(tau_index.min()) < 0
-            or int(tau_index.max()) >= n_tau
-        ):
+        if int(actions.min()) < 0 or (actions >= torch.tensor(sizes)).any():
             raise PolicyError(
-                f"{path} returns actions outside k in 0..{k_max}, tau_index in 0..{n_tau - 1} of "
+                f"{path} returns actions outside 0..{[n - 1 for n in sizes]} (k, tau_index, stop_index) of "
                 f"{METADATA_FILE}; re-export the policy"
             )
     return module
@@ -538,17 +590,18 @@ def load_policy(folder: str | Path) -> ExportedPolicy:
     Checks, in order: the folder and ``metadata.json`` exist and parse; the format version is
     known; the feature version and names equal this specrl's; the action mapping is valid; every
     file listed in the metadata matches its sha256 (``policy.pt`` must be there); the TorchScript
-    module loads and maps (B, 19) float32 to (B, 2) int64 actions within the mapping.
+    module loads and maps (B, 19) float32 to (B, D) int64 actions within the mapping.
 
     Raises:
         PolicyError: naming the file at fault and the fix.
     """
     folder = Path(folder)
     metadata = _read_metadata(folder)
-    k_max, tau_grid = _check_metadata(metadata, folder / METADATA_FILE)
+    k_max, tau_grid, stop_grid, predictor = _check_metadata(metadata, folder / METADATA_FILE)
     _check_files(folder, metadata)
-    module = _load_module(folder / POLICY_FILE, k_max, len(tau_grid))
-    return ExportedPolicy(folder, module, metadata, k_max, tau_grid, str(metadata.get("pair", "")))
+    module = _load_module(folder / POLICY_FILE, _action_sizes(k_max, tau_grid, stop_grid))
+    pair = str(metadata.get("pair", ""))
+    return ExportedPolicy(folder, module, metadata, k_max, tau_grid, pair, stop_grid, predictor)
 
 
 # ---- parity ----------------------------------------------------------------------------------
@@ -605,7 +658,7 @@ def verify_parity(
         raise ValueError(f"observations must have shape (N, {N_FEATURES}), got {observations.shape}")
     model_input = obs_normalizer.normalize_obs(observations) if obs_normalizer is not None else observations
     expected, _ = model.predict(model_input, deterministic=True)
-    expected = np.asarray(expected, dtype=np.int64).reshape(len(observations), 2)
+    expected = np.asarray(expected, dtype=np.int64).reshape(len(observations), len(model.action_space.nvec))
     policy = load_policy(folder)
     _assert_same(expected, policy.predict(observations), observations, f"{policy.folder / POLICY_FILE}")
     onnx_checked = bool(policy.metadata.get("onnx")) and importlib.util.find_spec("onnxruntime") is not None

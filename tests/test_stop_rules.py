@@ -3,15 +3,18 @@ SpecDec++-style rule do what their papers say; the predictor fit and the tuning 
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 import torch
 from conftest import prompts, reference_greedy
+from stable_baselines3 import PPO
 from test_engine import chi_square_p_value, exact_two_token_law
 
 import specrl
+from specrl.controllers import LearnedController
 from specrl.controllers.stop_rules import (
     AcceptancePredictor,
     AcceptanceThreshold,
@@ -24,6 +27,7 @@ from specrl.controllers.stop_rules import (
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import Action, StepResult
 from specrl.envs import InvalidActionError, SpecDecodeEnv, TraceReplayEnv, VecTraceReplay
+from specrl.export import PolicyError, export_policy, verify_parity
 from specrl.traces import TraceSet
 from specrl.tuning import fit_acceptance_predictor, on_trajectory_signals, tune_controller
 
@@ -341,3 +345,45 @@ def test_stop_indices_replay_exactly_single_and_vectorised(
         _, _, done, _, real_info = real.step(action)
         _, _, _, _, sim_info = singles[0].step(action)
         assert outcome(real_info["step_result"]) == outcome(sim_info["step_result"])
+
+
+# ---- export and online use of a policy with the stop dimension -------------------------------------
+
+
+def test_a_policy_with_a_stop_dimension_exports_loads_and_runs_both_decisions(
+    tmp_path, shifted, greedy_traces, latency, predictor, pair
+):
+    vec = VecTraceReplay(shifted, greedy_traces, latency, num_envs=4, seed=0, predictor=predictor)
+    model = PPO("MlpPolicy", vec, n_steps=32, batch_size=64, n_epochs=1, seed=0, device="cpu")
+    model.learn(128)
+    with torch.no_grad():  # SB3's head starts near-uniform: re-draw it so actions vary
+        weight = model.policy.action_net.weight
+        weight.copy_(torch.randn(weight.shape, generator=torch.Generator().manual_seed(0)) * 5)
+    folder = tmp_path / "stopper"
+    common = dict(k_max=8, tau_grid=shifted.tau_grid, scenarios=["words"], pair=pair.name)
+    with pytest.raises(PolicyError, match="both stop_grid and its acceptance predictor"):
+        export_policy(model, folder, stop_grid=shifted.stop_grid, **common)
+    with pytest.raises(PolicyError, match="MultiDiscrete"):
+        export_policy(model, folder, **common)  # the model has a third dimension
+    export_policy(model, folder, stop_grid=shifted.stop_grid, predictor=predictor, **common)
+    observations = np.random.default_rng(0).random((500, 19), dtype=np.float32)
+    verify_parity(model, folder, observations)
+    controller = LearnedController.load(folder)
+    assert controller.stop_grid == tuple(shifted.stop_grid)
+    assert controller.policy.predictor.weights == predictor.weights
+    actions = controller.policy.predict(observations)
+    assert actions.shape == (500, 3) and len(set(actions[:, 2])) > 1
+    for observation, (k, tau_index, stop_index) in zip(observations[:50], actions[:50], strict=True):
+        action = controller.act(observation)
+        assert (action.k, action.tau) == (k, shifted.tau_grid[tau_index])
+        h = shifted.stop_grid[stop_index]
+        assert (action.stop is None) == (h == 0) and (h == 0 or action.stop.threshold == h)
+    # online: the greedy output is still the target's
+    prompt = prompts(1, pair.vocab_size, seed=3)[0]
+    out = specrl.SpeculativeDecoder(pair, controller).generate(prompt, max_new_tokens=24, stop_at_eos=False)
+    assert out.token_ids == reference_greedy(pair.target, prompt, 24)
+    metadata = json.loads((folder / "metadata.json").read_text())
+    metadata["action"]["stop_grid"] = [0.5, 0.7]
+    (folder / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(PolicyError, match="stop_grid must start at 0"):
+        LearnedController.load(folder)

@@ -1,4 +1,5 @@
-"""A trained policy as a controller: the exported TorchScript module picks (k, tau) every iteration."""
+"""A trained policy as a controller: the exported TorchScript module picks (k, tau) every iteration,
+and, for a policy with a stop dimension, the per-token stop rule the engine asks inside the draft loop."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from specrl.controllers.stop_rules import stop_rule_table
 from specrl.engine.types import Action, StepResult
 from specrl.export import ExportedPolicy, load_policy
 from specrl.features import N_FEATURES
@@ -16,10 +18,14 @@ from specrl.features import N_FEATURES
 class LearnedController:
     """Acts with an exported PPO policy (``policies/<name>/``, see :mod:`specrl.export`).
 
-    The policy maps the observation vector of :mod:`specrl.features` to ``[k, tau_index]``, the
-    same mapping as the envs (:func:`specrl.envs.actions.to_engine_action`):
-    ``Action(k, tau_grid[tau_index])``. It is stateless: the features
-    carry the history, so :meth:`reset` and :meth:`observe` do nothing.
+    The policy maps the observation vector of :mod:`specrl.features` to ``[k, tau_index]`` or
+    ``[k, tau_index, stop_index]``, the same mapping as the envs
+    (:func:`specrl.envs.actions.to_engine_action`): ``Action(k, tau_grid[tau_index], stop=rule)``,
+    where ``rule`` is the per-token stop rule of ``stop_grid[stop_index]`` over the policy's own
+    acceptance predictor (:func:`~specrl.controllers.stop_rules.stop_rule_table`). So both decisions
+    run: the step's cap and cut, chosen from the observation, and the stop after each drafted token,
+    from that token's signals and its position (through the running product). It is stateless:
+    the features carry the history, so :meth:`reset` and :meth:`observe` do nothing.
 
     Inference runs on CPU under ``torch.inference_mode()`` with a preallocated (1, 19) input and
     a precomputed table of actions, so a decision allocates almost nothing; the global torch
@@ -53,7 +59,12 @@ class LearnedController:
         self._module = policy.module
         self._input = torch.zeros(1, N_FEATURES)  # (1, 19), reused by every act
         self._input_row = self._input.numpy()[0]  # a numpy view of the same memory
-        self._actions = tuple(tuple(Action(k, tau) for tau in self.tau_grid) for k in range(self.k_max + 1))
+        self.stop_grid = policy.stop_grid
+        rules = stop_rule_table(policy.predictor, policy.stop_grid or (0.0,))
+        self._actions = tuple(
+            tuple(tuple(Action(k, tau, stop=rule) for rule in rules) for tau in self.tau_grid)
+            for k in range(self.k_max + 1)
+        )
 
     @classmethod
     def load(cls, folder: str | Path) -> LearnedController:
@@ -90,8 +101,8 @@ class LearnedController:
             )
         self._input_row[:] = observation
         with torch.inference_mode():
-            k, tau_index = self._module(self._input)[0].tolist()
-        return self._actions[k][tau_index]
+            k, tau_index, *stop_index = self._module(self._input)[0].tolist()
+        return self._actions[k][tau_index][stop_index[0] if stop_index else 0]
 
     def observe(self, result: StepResult) -> None:
         """Ignored: the next observation already reflects the result."""
