@@ -1,6 +1,6 @@
 """Decoding throughput, side by side: our engine against Hugging Face ``generate``.
 
-What it measures, in ONE run on one (target, draft) pair and the held-out prompts of
+What it measures, in ONE run on one (target, draft) pair and the test prompts of
 each domain (code, prose, math), for every temperature asked for (greedy and 1 by default):
 
   (a) ours plain        plain autoregressive decoding with our engine (StaticController(0));
@@ -90,11 +90,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     pair.add_argument("--dtype", default=None,
                       help="torch dtype name, e.g. float32 or bfloat16; unset: bf16 on GPU, fp32 on CPU")
     pair.add_argument("--prompts", type=Path, default=None,
-                      help="JSON prompts file, {domain: [text]} or a zoo prompts.json ({'heldout': {...}}); "
+                      help="JSON prompts file, {domain: [text]} or a zoo prompts.json ({'test': {...}}); "
                            "required for --target/--draft pairs, overrides the embedded pair's prompts")
     work = parser.add_argument_group("workload")
     work.add_argument("--domains", nargs="+", default=list(DOMAINS), help="prompt domains to run")
-    work.add_argument("--prompts-per-domain", type=int, default=4, help="held-out prompts per domain")
+    work.add_argument("--prompts-per-domain", type=int, default=4, help="test prompts per domain")
     work.add_argument("--max-new-tokens", type=int, default=128,
                       help="tokens every configuration generates per prompt (EOS does not stop)")
     work.add_argument("--k-values", type=int, nargs="+", default=list(range(1, 9)),
@@ -190,15 +190,15 @@ class Prompt:
 def load_prompt_texts(pair: specrl.ModelPair, path: Path | None) -> dict[str, list[str]]:
     if path is not None:
         data = json.loads(path.read_text())
-        return data.get("heldout", data)
-    if pair.prompts.get("heldout"):
-        return pair.prompts["heldout"]
+        return data.get("test", data)
+    if pair.prompts.get("test"):
+        return pair.prompts["test"]
     raise SystemExit("this pair has no embedded prompts: pass --prompts FILE (JSON {domain: [text]}, or a "
                      "zoo prompts.json such as $SPECRL_HOME/zoo/<preset>-seed0/prompts.json)")
 
 
 def select_prompts(pair: specrl.ModelPair, args: argparse.Namespace) -> list[Prompt]:
-    """The first N held-out prompts of each domain, tokenized once; tails kept if too long."""
+    """The first N test prompts of each domain, tokenized once; tails kept if too long."""
     texts = load_prompt_texts(pair, args.prompts)
     room = pair.context_length - args.max_new_tokens - max(args.k_values) - 2
     if room < 1:
@@ -419,7 +419,7 @@ def render_markdown(report: dict) -> str:
     cfg, rows = report["config"], report["results"]
     columns = [*cfg["domains"], "all"]
     md = [f"# Decoding throughput: {report['pair']['name']}", "",
-          f"{cfg['max_new_tokens']} new tokens per prompt, {cfg['prompts_per_domain']} held-out prompts per "
+          f"{cfg['max_new_tokens']} new tokens per prompt, {cfg['prompts_per_domain']} test prompts per "
           f"domain, median of {cfg['repeats']} interleaved repeats after a warm-up; wall clock of the whole "
           f"generate call (prefill included). Cells: tokens/s (ratio vs ours plain in this run). "
           f"Device {report['machine']['device']} ({report['machine']['dtype']}), "

@@ -1,6 +1,6 @@
 """Speed of the trace-replay simulator: env steps per second, single env and vectorised.
 
-Replays the default pair's held-out traces (greedy code and temperature-1 prose) with random
+Replays the default pair's test traces (greedy code and temperature-1 prose) with random
 actions, in one process on one core, median of --repeats.
 The single env is stepped unwrapped (``TraceReplayEnv``: the gymnasium.make wrappers add a
 few microseconds per step) and through ``gymnasium.make``; the vectorised env
@@ -67,11 +67,11 @@ def main() -> None:
 
     rows = []
     for name in args.scenarios:
-        scenario = load_scenario(name).with_overrides(split="heldout", time="modeled")
+        scenario = load_scenario(name).with_overrides(split="test", time="modeled")
         pair = scenario.pair.load()
         latency = calibrated(pair, k_max=scenario.k_max)  # this machine's (default threads) model
         torch.set_num_threads(1)  # the replay itself is numpy and Python: one core
-        traces = cached_traces(scenario, "heldout", pair)
+        traces = cached_traces(scenario, "test", pair)
         single = TraceReplayEnv(scenario, traces=traces, latency=latency)
         made = gymnasium.make(TRACE_REPLAY_ID, scenario=scenario, traces=traces, latency=latency)
         results = {

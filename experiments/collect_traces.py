@@ -1,13 +1,16 @@
 """Record the acceptance traces the trace-replay simulator replays (specrl/traces.py).
 
-For each scenario and split: every prompt of the scenario's domains (up to
---prompts-per-domain) is decoded plainly by the target, then both models run teacher-forced
-over the result. Traces are cached under $SPECRL_HOME/traces/<pair>/ (train_ppo.py and
-evaluate.py collect what is missing on their own); --ship writes them into the package next
-to an embedded pair's weights instead, so a fresh install replays without collecting.
+For each scenario and prompt split (train, validation, test; a split the scenario's domains
+have no prompts in is skipped, e.g. train and validation of the test-only unseen domain):
+every prompt of the scenario's domains (up to --prompts-per-domain) is decoded plainly by the
+target, then both models run teacher-forced over the result. Traces are cached under
+$SPECRL_HOME/traces/<pair>/ (train_ppo.py and evaluate.py collect what is missing on their
+own); --ship writes them into the package next to an embedded pair's weights instead, so a
+fresh install replays without collecting. Traces already shipped or cached are loaded, not
+recorded again.
 
     python experiments/collect_traces.py                                  # every shipped scenario
-    python experiments/collect_traces.py --scenarios code code_t1 --split heldout
+    python experiments/collect_traces.py --scenarios code code_t1 --split test
     python experiments/collect_traces.py --preset small --ship             # what the package ships
 """
 
@@ -16,7 +19,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from specrl.envs import load_scenario, shipped_scenarios
+from specrl.envs import ScenarioError, load_scenario, shipped_scenarios
+from specrl.envs.scenario import SPLITS
 from specrl.traces import DEFAULT_PROMPTS_PER_DOMAIN, cache_key, cache_parts, cached_traces, trace_dirs
 
 # Scenarios whose traces are the union of others' (same prompts, same settings): not recorded twice.
@@ -37,7 +41,10 @@ def main() -> None:
         help="scenario names or YAML paths (default: every shipped scenario)",
     )
     parser.add_argument(
-        "--split", choices=("train", "heldout", "both"), default="both", help="prompt split(s) to record"
+        "--split",
+        choices=(*SPLITS, "all"),
+        default="all",
+        help="prompt split to record (default: all three, those the scenario has prompts in)",
     )
     parser.add_argument(
         "--prompts-per-domain",
@@ -54,12 +61,14 @@ def main() -> None:
     args = parser.parse_args()
 
     names = args.scenarios or [n for n in shipped_scenarios() if n not in JOINED]
-    splits = ("train", "heldout") if args.split == "both" else (args.split,)
     pair = None
     for name in names:
         scenario = load_scenario(name).with_overrides(preset=args.preset)
         pair = pair or scenario.pair.load()
-        for split in splits:
+        for split in SPLITS if args.split == "all" else (args.split,):
+            if args.split == "all" and not has_prompts(scenario, split, pair):
+                print(f"{name:>18} {split:>10}: no prompts in this split, skipped")
+                continue
             start = time.perf_counter()
             traces = cached_traces(
                 scenario, split, pair, prompts_per_domain=args.prompts_per_domain, seed=args.seed
@@ -71,9 +80,18 @@ def main() -> None:
                     part_traces.save(trace_dirs(pair)[0] / (cache_key(part, split, n, args.seed) + ".npz"))
             tokens = sum(t.tokens for t in traces.traces)
             print(
-                f"{name:>18} {split:>8}: {len(traces)} traces, {tokens} tokens "
+                f"{name:>18} {split:>10}: {len(traces)} traces, {tokens} tokens "
                 f"({time.perf_counter() - start:.0f} s)"
             )
+
+
+def has_prompts(scenario, split: str, pair) -> bool:
+    """Whether every domain of ``scenario`` has prompts in ``split``."""
+    try:
+        scenario.with_overrides(split=split).prompt_sets(pair)
+    except ScenarioError:
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""Evaluate every controller side by side on held-out prompts: simulator and real loop.
+"""Evaluate every controller side by side on test prompts: simulator and real loop.
 
-For each scenario (default: every shipped one, envs/*.yaml: code, prose, math, mixed and the
-code -> math shift, greedy and at temperature 1), in one process:
+For each scenario (default: every shipped one, envs/*.yaml: code, prose, math, mixed, the
+code -> math shift, C headers, Perl and the unseen license domain, greedy and at temperature 1),
+in one process:
 
   plain decoding (our engine, k = 0); static (k, tau) rows (--static), and in the simulator the
   whole grid with its best setting ("best static in hindsight", then also run in the real
@@ -11,7 +12,7 @@ code -> math shift, greedy and at temperature 1), in one process:
   threshold variant ran); the learned policies (--policy); the clairvoyant oracle
   (simulator only).
 
-Columns: tokens/sec in the simulator (modeled time, held-out traces) and in the real loop
+Columns: tokens/sec in the simulator (modeled time, test traces) and in the real loop
 (wall clock; median over repeats after warm-up, rows interleaved), speed-up over plain, ratio
 to TCP, acceptance rate, mean accepted length (bonus token included), mean k, mean tau, and the
 spread of per-token latency (does the confidence cut lower latency variance?). Definitions:
@@ -30,8 +31,12 @@ Run from the repository root:
     python experiments/update_readme.py EVALUATION --evaluation results/evaluate/<run>
 
 The defaults aim at minutes of real loop on a 2-core CPU (11 rows x 3 repeats x 1 episode per
-scenario); on first use the held-out traces and the pair's latency profile are collected and
+scenario); on first use missing traces and the pair's latency profile are collected and
 cached. Use a quiet machine: speed claims are the ratios, measured side by side.
+
+Prompt split (DESIGN.md section 4b): results are reported on ``test`` (the default; nothing is
+selected on it). ``--split validation`` runs the same comparison on validation prompts, for
+tuning; scenarios without prompts in that split (the test-only license domain) are skipped.
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ from specrl.evaluation.simulator import load_simulator
 from specrl.hf_baseline import confidence_threshold_variant
 from specrl.io import write_text_atomic
 from specrl.plots import write_plots
+from specrl.traces import DEFAULT_PROMPTS_PER_DOMAIN
+from specrl.zoo.build import PROMPTS, ensure_pair
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -117,15 +124,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--episodes",
         type=int,
         default=1,
-        help="real-loop episodes per scenario: the first held-out prompts, round robin over the start "
+        help="real-loop episodes per scenario: the first prompts of --split, round robin over the start "
         "domains (default 1; mixed needs 3 to visit code, prose and math)",
     )
     work.add_argument(
         "--sim-prompts-per-domain",
         type=int,
-        default=4,
-        help="held-out traces per start domain in the simulator, raised if needed so that the real-loop "
-        "episodes are among them (default 4; collected and cached on first use)",
+        default=None,
+        help="traces per start domain in the simulator, raised if needed so that the real-loop "
+        "episodes are among them (default: the shipped count of the split, "
+        f"{DEFAULT_PROMPTS_PER_DOMAIN['test']} for test; collected and cached on first use)",
+    )
+    work.add_argument(
+        "--split",
+        choices=("test", "validation"),
+        default="test",
+        help="prompt split evaluated on: test (reported; the default) or validation (for tuning)",
     )
     work.add_argument(
         "--max-new-tokens",
@@ -178,6 +192,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
+    if args.sim_prompts_per_domain is None:
+        args.sim_prompts_per_domain = DEFAULT_PROMPTS_PER_DOMAIN[args.split]
     if (args.target is None) != (args.draft is None):
         parser.error("give --target and --draft together")
     if args.target is not None and args.preset is not None:
@@ -199,6 +215,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def load_scenarios(args: argparse.Namespace) -> list[Scenario]:
+    """The scenarios to run, with the command line's overrides; of the shipped ones (no
+    --scenarios), those with prompts in --split."""
     scenarios = []
     for name in args.scenarios or shipped_scenarios():
         scenario = load_scenario(name)
@@ -221,6 +239,9 @@ def load_scenarios(args: argparse.Namespace) -> list[Scenario]:
                     dtype=args.dtype,
                 ),
             )
+        if not args.scenarios and not has_split(scenario, args.split):
+            print(f"skipping scenario {name}: its domains have no {args.split} prompts", file=sys.stderr)
+            continue
         scenarios.append(scenario)
     pairs = {s.pair for s in scenarios}
     if len(pairs) != 1:
@@ -229,6 +250,16 @@ def load_scenarios(args: argparse.Namespace) -> list[Scenario]:
             "pair (use --preset or --target/--draft)"
         )
     return scenarios
+
+
+def has_split(scenario: Scenario, split: str) -> bool:
+    """Whether the embedded pair's prompt sets give every domain of ``scenario`` prompts in ``split``."""
+    if scenario.prompts.file or scenario.pair.target is not None:
+        return True  # a prompts file or hub pair: its own error says what is missing
+    sets = json.loads(
+        (ensure_pair(scenario.pair.preset or "small", scenario.pair.seed) / PROMPTS).read_text()
+    )
+    return all(sets.get(split, {}).get(domain) for domain in scenario.domains)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -249,6 +280,7 @@ def main(argv: list[str] | None = None) -> dict:
     settings = Settings(
         episodes=args.episodes,
         sim_prompts_per_domain=args.sim_prompts_per_domain,
+        split=args.split,
         repeats=args.repeats,
         warmup=args.warmup,
         statics=tuple(args.static),

@@ -2,7 +2,7 @@
 
 Two measurements, one run:
 
-1. In a real decode. The pair decodes held-out prompts speculatively with the policy as the
+1. In a real decode. The pair decodes test prompts speculatively with the policy as the
    controller; every ``act`` call is timed where it happens (between two iterations), and the
    mean iteration time is the decode's draft + verify seconds (device-synchronised) per step.
 2. Alone. ``act`` is called ``--calls`` times on the observations the decode produced, after
@@ -36,7 +36,7 @@ from specrl.engine.types import Action, StepResult
 from specrl.export import PolicyError
 from specrl.io import write_text_atomic
 
-FALLBACK_PROMPT = "def fib(n):"  # for pairs without held-out prompt sets (hub pairs)
+FALLBACK_PROMPT = "def fib(n):"  # for pairs without embedded prompt sets (hub pairs)
 
 
 class TimedController:
@@ -74,7 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--device", help="device of the models (default: cuda if present); the policy runs on CPU"
     )
-    parser.add_argument("--prompts", type=int, default=2, help="held-out prompts per domain to decode")
+    parser.add_argument("--prompts", type=int, default=2, help="test prompts per domain to decode")
     parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens per generation")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0 = greedy)")
     parser.add_argument(
@@ -87,9 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def held_out_prompts(pair: specrl.ModelPair, per_domain: int) -> list[str]:
-    """The first ``per_domain`` held-out prompts of every domain, or one fixed prompt."""
-    heldout = pair.prompts.get("heldout", {})
-    prompts = [prompt for domain in sorted(heldout) for prompt in heldout[domain][:per_domain]]
+    """The first ``per_domain`` test prompts of every domain, or one fixed prompt."""
+    test = pair.prompts.get("test", {})
+    prompts = [prompt for domain in sorted(test) for prompt in test[domain][:per_domain]]
     return prompts or [FALLBACK_PROMPT]
 
 

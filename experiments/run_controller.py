@@ -40,6 +40,7 @@ from tqdm import tqdm
 import specrl
 from specrl.controllers import Controller
 from specrl.envs import EpisodeSummary, PairSpec, SpecDecodeEnv, load_scenario, run_episode, shipped_scenarios
+from specrl.envs.scenario import SPLITS
 from specrl.evaluation import roster
 from specrl.io import write_text_atomic
 
@@ -66,8 +67,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="episodes (prompts) per scenario and controller (default 8)")
     parser.add_argument("--warmup", type=int, default=1,
                         help="untimed warm-up episodes per scenario, not reported (default 1)")
-    parser.add_argument("--split", choices=("train", "heldout"), default="heldout",
-                        help="prompt split to draw from (default heldout: evaluation)")
+    parser.add_argument("--split", choices=SPLITS, default="test",
+                        help="prompt split to draw from (default test: reported results; validation "
+                             "for tuning, train for training prompts)")
     parser.add_argument("--time", choices=("wallclock", "modeled"), default=None,
                         help="time source of the tokens/sec (default: each scenario's own)")
     parser.add_argument("--max-new-tokens", type=int, default=None,

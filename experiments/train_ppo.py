@@ -6,12 +6,15 @@ With no arguments, on the embedded default pair:
    of this machine (cached) and loads or records the acceptance traces (shipped for the
    default pair, else collected and cached);
 2. trains PPO (stable-baselines3) on the vectorised trace-replay simulator over a mix of
-   scenarios (greedy and temperature 1; code, prose, math and code->math), evaluating on
-   held-out traces against the TCP heuristic every --eval-freq steps and keeping the best;
+   scenarios (greedy and temperature 1; code, prose, math and code->math)
+   on their train traces, evaluating on their validation traces against the TCP heuristic
+   every --eval-freq steps and keeping the best (checkpoint selection sees validation only);
 3. exports the best policy to policies/<name>/ (TorchScript + metadata, parity-checked);
-4. prints the comparison on held-out traces in the simulator (PPO vs TCP vs best static in
-   hindsight vs the HF heuristic vs the clairvoyant oracle), then validates in the real
-   loop (wall clock, held-out prompts, medians over repeats).
+4. prints the comparison on test traces in the simulator (PPO vs TCP vs best static in
+   hindsight vs the HF heuristic vs the clairvoyant oracle), the unseen license domain
+   included, then validates in the real loop (wall clock, test prompts, medians over repeats).
+
+Protocol (DESIGN.md section 4b): train on train, select on validation, report on test once.
 
 TensorBoard: ``tensorboard --logdir runs`` (scalars under specdec/, SB3's under train/ and
 rollout/, hyperparameters under TEXT, histograms of k and tau). Ctrl-C (or SIGTERM) saves a checkpoint;
@@ -45,7 +48,7 @@ from tqdm.auto import tqdm
 
 from specrl.controllers import HFHeuristicController, StaticController, TCPController
 from specrl.controllers.learned import LearnedController
-from specrl.envs import SpecDecodeEnv, VecTraceReplay, load_scenario, run_episode
+from specrl.envs import ScenarioError, SpecDecodeEnv, VecTraceReplay, load_scenario, run_episode
 from specrl.export import export_policy, verify_parity
 from specrl.io import write_text_atomic
 from specrl.latency import calibrated
@@ -53,9 +56,9 @@ from specrl.oracle import best_static, clairvoyant_bound
 from specrl.traces import cached_traces
 from specrl.training import (
     Checkpoints,
-    HeldOutEvaluation,
     ScenarioMix,
     SpecdecMetrics,
+    ValidationEvaluation,
     evaluate_controller,
     evaluate_policy,
     hyperparameter_table,
@@ -85,7 +88,7 @@ def parse_args() -> argparse.Namespace:
         "--scenarios",
         nargs="+",
         default=DEFAULT_SCENARIOS,
-        help="training scenarios (shipped names or YAML paths); envs are split evenly over them",
+        help="training scenarios (shipped names or YAML paths); envs are split as evenly as possible",
     )
     parser.add_argument(
         "--preset", default=None, help="embedded pair to use instead of the scenarios' (small, tiny)"
@@ -95,7 +98,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--n-envs", type=int, default=None, help="parallel replayed episodes (default: the YAML's)"
     )
-    parser.add_argument("--eval-freq", type=int, default=None, help="env steps between held-out evaluations")
+    parser.add_argument(
+        "--eval-freq", type=int, default=None, help="env steps between evaluations on validation traces"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of PPO and of the simulators")
     parser.add_argument("--device", default="cpu", help="device of the PPO networks (the MLP is tiny: cpu)")
     parser.add_argument("--exp-name", default="ppo", help="experiment name in the run folder's name")
@@ -106,8 +111,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--eval-scenarios",
         nargs="*",
-        default=["mixed", "mixed_t1"],
-        help="scenarios added to the final held-out comparison (the training ones are always in it)",
+        default=["mixed", "mixed_t1", "license", "license_t1"],
+        help="scenarios added to the final comparison on test traces (the training ones are always in it)",
     )
     parser.add_argument(
         "--validate-scenarios",
@@ -116,7 +121,7 @@ def parse_args() -> argparse.Namespace:
         help="scenarios validated in the real loop (wall clock); none to skip",
     )
     parser.add_argument(
-        "--validate-prompts", type=int, default=3, help="held-out prompts per domain of a validated scenario"
+        "--validate-prompts", type=int, default=3, help="test prompts per domain of a validated scenario"
     )
     parser.add_argument("--validate-repeats", type=int, default=3, help="repeats (the median is reported)")
     parser.add_argument(
@@ -193,7 +198,7 @@ def main() -> None:
         f"{latency.draft_seconds(256) * 1e3:.2f} ms; plain {latency.plain_tokens_per_s:.0f} tokens/s"
     )
     train = {s.name: cached_traces(s, "train", pair) for s in scenarios}
-    heldout = {s.name: cached_traces(s, "heldout", pair) for s in scenarios}
+    validation = {s.name: cached_traces(s, "validation", pair) for s in scenarios}  # selection only
 
     # 2. The run folder, the envs, the model (new or resumed).
     if args.resume:
@@ -206,11 +211,12 @@ def main() -> None:
         run_dir = Path(args.runs_dir) / f"{label}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir.mkdir(parents=True, exist_ok=True)
         state = {"timesteps": 0, "command": command}
-    per_scenario = max(1, budget["n_envs"] // len(scenarios))
     mix = ScenarioMix(
         [
-            VecTraceReplay(s, train[s.name], latency, num_envs=per_scenario, seed=args.seed + i)
-            for i, s in enumerate(scenarios)
+            VecTraceReplay(s, train[s.name], latency, num_envs=n, seed=args.seed + i)
+            for i, (s, n) in enumerate(
+                zip(scenarios, envs_per_scenario(budget["n_envs"], len(scenarios)), strict=True)
+            )
         ]
     )
     mix.seed(args.seed)
@@ -224,15 +230,14 @@ def main() -> None:
         venv = VecNormalize(mix, norm_obs=normalize, norm_reward=True, gamma=hyper["gamma"])
         model = PPO("MlpPolicy", venv, seed=args.seed, device=args.device, verbose=0, **hyper)
 
-    # Held-out evaluation in the simulator: the policy against TCP on the same traces.
-    tcp = {
-        s.name: evaluate_controller(TCPController(), s, heldout[s.name], latency, args.sim_repeats)
-        for s in scenarios
-    }
+    # Checkpoint selection in the simulator: the policy against TCP on the same validation traces.
+    tcp_validation = tcp_results(scenarios, validation, latency, args.sim_repeats)
 
-    def evaluate(predict) -> dict:
+    def evaluate(predict, traces: dict | None = None, tcp: dict | None = None) -> dict:
+        """The policy against TCP on ``traces`` (default: the validation traces)."""
+        traces, tcp = (validation, tcp_validation) if traces is None else (traces, tcp)
         results = {
-            s.name: evaluate_policy(predict, s, heldout[s.name], latency, args.sim_repeats) for s in scenarios
+            s.name: evaluate_policy(predict, s, traces[s.name], latency, args.sim_repeats) for s in scenarios
         }
         ratios = {name: r.tokens_per_s / tcp[name].tokens_per_s for name, r in results.items()}
         scalars = {f"{name}/tokens_per_s": r.tokens_per_s for name, r in results.items()}
@@ -252,7 +257,7 @@ def main() -> None:
         model.save(run_dir / "best.zip")
         venv.save(str(run_dir / "best_vecnormalize.pkl"))  # the observation statistics of that moment
 
-    evaluation = HeldOutEvaluation(
+    evaluation = ValidationEvaluation(
         lambda: evaluate(policy_predict(model, venv if normalize else None)),
         budget["eval_freq"],
         save_best,
@@ -294,16 +299,19 @@ def main() -> None:
     evaluation.run()  # the final model competes with the best checkpoint
     best = PPO.load(run_dir / "best.zip", device=args.device)
     best_normalizer = VecNormalize.load(str(run_dir / "best_vecnormalize.pkl"), mix) if normalize else None
-    print(f"best held-out ratio vs TCP {state['best_ratio_vs_tcp']:.3f} at {state['best_timesteps']} steps")
+    print(
+        f"best validation ratio vs TCP {state['best_ratio_vs_tcp']:.3f} at {state['best_timesteps']} steps "
+        "(the checkpoint kept)"
+    )
 
-    # 3. The comparison on held-out traces (simulator, modeled time).
+    # 3. The comparison on test traces (simulator, modeled time): reported, never selected on.
     predict = policy_predict(best, best_normalizer)
-    report = evaluate(predict)
+    test = {s.name: cached_traces(s, "test", pair) for s in scenarios}
+    report = evaluate(predict, test, tcp_results(scenarios, test, latency, args.sim_repeats))
     rows = {}
-    for s in scenarios + [
-        e for e in load_scenarios(args.eval_scenarios, args.preset) if e.name not in heldout
-    ]:
-        traces, repeats = heldout.get(s.name) or cached_traces(s, "heldout", pair), args.sim_repeats
+    compared = scenarios + [e for e in load_scenarios(args.eval_scenarios, args.preset) if e.name not in test]
+    for s in compared:
+        traces, repeats = test.get(s.name) or cached_traces(s, "test", pair), args.sim_repeats
         static = best_static(traces, latency, tau_grid, count=repeats)
         rows[s.name] = {
             "plain": evaluate_controller(StaticController(0), s, traces, latency, repeats).tokens_per_s,
@@ -329,10 +337,12 @@ def main() -> None:
         scenarios=args.scenarios,
         pair=pair.name,
         evaluation={
-            "sim_heldout_tokens_per_s": {
+            "protocol": "trained on train traces, checkpoint selected on validation traces, reported on test",
+            "sim_test_tokens_per_s": {
                 n: {k: v for k, v in r.items() if not k.startswith("_")} for n, r in rows.items()
             },
-            "ratio_vs_tcp_sim": report["ratio_vs_tcp"],
+            "ratio_vs_tcp_sim_test": report["ratio_vs_tcp"],
+            "ratio_vs_tcp_sim_validation": state["best_ratio_vs_tcp"],
             "training_steps": model.num_timesteps,
             "run_dir": str(run_dir),
         },
@@ -343,9 +353,12 @@ def main() -> None:
     print(f"\nexported {folder} (parity with the SB3 policy checked on 2,000 observations)")
     real_table = validate_real(args, pair, latency, folder, rows) if args.validate_scenarios else ""
     text = (
-        f"#### Held-out traces, simulator (modeled time), tokens/s\n\n{sim_table}\n"
+        "#### Test traces, simulator (modeled time), tokens/s\n\n"
+        f"Checkpoint selected on validation traces (ratio vs TCP {state['best_ratio_vs_tcp']:.3f} there); "
+        "these test traces are reported once; best static and oracle are in hindsight on them (bounds). "
+        f"{unseen_note(compared, pair)}\n\n{sim_table}\n"
         + (
-            f"\n#### Real loop on held-out prompts (wall clock, median of {args.validate_repeats} repeats), "
+            f"\n#### Real loop on test prompts (wall clock, median of {args.validate_repeats} repeats), "
             f"tokens/s\n\n{real_table}\n"
             if real_table
             else ""
@@ -357,6 +370,33 @@ def main() -> None:
     write_text_atomic(folder / "results.md", text)
     model.logger.close()
     print("\n" + text)
+
+
+def envs_per_scenario(n_envs: int, scenarios: int) -> list[int]:
+    """``n_envs`` replayed episodes split as evenly as possible (at least one per scenario)."""
+    base, extra = divmod(max(n_envs, scenarios), scenarios)
+    return [base + (i < extra) for i in range(scenarios)]
+
+
+def tcp_results(scenarios: list, traces: dict, latency, repeats: int) -> dict:
+    """TCP (the reference of the ratio) on each scenario's traces."""
+    return {
+        s.name: evaluate_controller(TCPController(), s, traces[s.name], latency, repeats) for s in scenarios
+    }
+
+
+def unseen_note(scenarios: list, pair) -> str:
+    """Which compared scenarios use a domain with no train prompts (the unseen test domain)."""
+    unseen = []
+    for scenario in scenarios:
+        try:
+            scenario.with_overrides(split="train").prompt_sets(pair)
+        except ScenarioError:
+            unseen.append(scenario.name)
+    if not unseen:
+        return ""
+    names = ", ".join(unseen)
+    return f"Unseen domain (no train or validation prompts; no training or selection saw it): {names}."
 
 
 def load_scenarios(names: list[str], preset: str | None) -> list:
@@ -396,7 +436,8 @@ def comparison_table(rows: dict[str, dict]) -> str:
 
 
 def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict]) -> str:
-    """PPO, TCP, plain and each scenario's best static setting in the real env, interleaved."""
+    """PPO, TCP, plain and each scenario's best static setting (in hindsight on its test traces)
+    in the real env on test prompts, interleaved."""
     learned = LearnedController.load(folder)
     lines = [
         "| scenario | plain | TCP | best static | PPO | PPO / TCP | PPO / best static |",
@@ -405,11 +446,11 @@ def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict]) -> s
     jobs = []
     for name in args.validate_scenarios:
         scenario = load_scenario(name).with_overrides(preset=args.preset)
-        env = SpecDecodeEnv(scenario, pair=pair, split="heldout", time="wallclock", latency=latency)
+        env = SpecDecodeEnv(scenario, pair=pair, split="test", time="wallclock", latency=latency)
         if name in rows:
             k, tau = rows[name]["_best_static"]
         else:
-            traces = cached_traces(scenario.with_overrides(time="modeled"), "heldout", pair)
+            traces = cached_traces(scenario.with_overrides(time="modeled"), "test", pair)
             static = best_static(traces, latency, scenario.tau_grid, count=args.sim_repeats)
             k, tau = static.k, static.tau
         controllers = {

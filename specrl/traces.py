@@ -422,7 +422,7 @@ def record_episode(env: Any, seed: int, options: dict[str, Any], generator: torc
 def collect_traces(
     pair: ModelPair,
     scenario: Any,
-    split: str = "heldout",
+    split: str = "test",
     *,
     prompts_per_domain: int | None = None,
     seed: int = 0,
@@ -482,7 +482,8 @@ def _slug(text: str) -> str:
 
 # Prompts per domain recorded by default: enough variety to train on, few enough that the
 # first run collects them in minutes on a CPU (a trace of the small pair takes seconds).
-DEFAULT_PROMPTS_PER_DOMAIN = {"train": 24, "heldout": 16}
+# Validation selects checkpoints and tunes; test is reported (DESIGN.md section 4b).
+DEFAULT_PROMPTS_PER_DOMAIN = {"train": 24, "validation": 8, "test": 8}
 
 
 def cache_key(scenario: Any, split: str, prompts_per_domain: int | None, seed: int) -> str:
@@ -539,6 +540,11 @@ def cached_traces(
     (with progress) and cached under ``$SPECRL_HOME/traces``. ``prompts_per_domain`` defaults
     to ``DEFAULT_PROMPTS_PER_DOMAIN[split]``. A scenario of several domains without a shift
     joins the traces of each domain."""
+    if split not in DEFAULT_PROMPTS_PER_DOMAIN:
+        raise TraceError(
+            f"unknown prompt split {split!r}: use one of {sorted(DEFAULT_PROMPTS_PER_DOMAIN)} "
+            "('heldout' became 'validation', for selection, and 'test', for reporting)"
+        )
     if prompts_per_domain is None:
         prompts_per_domain = DEFAULT_PROMPTS_PER_DOMAIN[split]
     parts = cache_parts(scenario)

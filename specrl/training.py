@@ -1,5 +1,6 @@
 """Pieces of PPO training on the trace-replay simulator: the scenario mix, evaluation on
-held-out traces, and the SB3 callbacks that log ``specdec/`` scalars and keep checkpoints.
+traces (validation traces select checkpoints, test traces are reported: DESIGN.md section 4b),
+and the SB3 callbacks that log ``specdec/`` scalars and keep checkpoints.
 
 ``experiments/train_ppo.py`` reads top to bottom with these.
 """
@@ -62,7 +63,7 @@ class ScenarioMix(InProcessVecEnv):
         )
 
 
-# ---- evaluation on held-out traces ----------------------------------------------------------
+# ---- evaluation on validation or test traces ------------------------------------------------
 
 
 def evaluate_controller(
@@ -178,10 +179,10 @@ class SpecdecMetrics(BaseCallback):
             self.actions = []
 
 
-class HeldOutEvaluation(BaseCallback):
-    """Every ``every`` env steps: ``evaluate()`` (the deterministic policy on held-out traces of
-    each scenario in the simulator, against TCP on the same traces); ``save_best()`` when the
-    ratio to TCP is the best so far."""
+class ValidationEvaluation(BaseCallback):
+    """Checkpoint selection. Every ``every`` env steps: ``evaluate()`` (the deterministic policy
+    on the validation traces of each scenario in the simulator, against TCP on the same traces;
+    never test traces); ``save_best()`` when the ratio to TCP is the best so far."""
 
     def __init__(
         self,

@@ -144,10 +144,11 @@ def close_pair(tmp_path_factory) -> specrl.ModelPair:
 
 @pytest.fixture(scope="session")
 def prompt_file(tmp_path_factory) -> str:
-    texts = [" ".join(f"w{i}" for i in ids) for ids in prompts(16, VOCAB, seed=4)]
+    texts = [" ".join(f"w{i}" for i in ids) for ids in prompts(20, VOCAB, seed=4)]
     sets = {
         "train": {"code": texts[:4], "math": texts[4:8]},
-        "heldout": {"code": texts[8:12], "math": texts[12:]},
+        "test": {"code": texts[8:12], "math": texts[12:16]},
+        "validation": {"code": texts[16:18], "math": texts[18:]},
     }
     path = tmp_path_factory.mktemp("prompts") / "prompts.json"
     path.write_text(json.dumps(sets))
@@ -181,4 +182,4 @@ def shifted(prompt_file) -> Scenario:
 
 @pytest.fixture(scope="session")
 def greedy_traces(close_pair, shifted) -> TraceSet:
-    return collect_traces(close_pair, shifted, "heldout", progress=False)
+    return collect_traces(close_pair, shifted, "test", progress=False)

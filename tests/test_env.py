@@ -45,7 +45,8 @@ def word_prompts(tmp_path_factory, pair) -> str:
     """Prompts of the random word-level pair, two domains, both splits, as a prompts file."""
     texts = [" ".join(f"w{i}" for i in ids) for ids in prompts(12, pair.vocab_size, seed=3)]
     sets = {"train": {"code": texts[:4], "math": texts[4:8]},
-            "heldout": {"code": texts[8:10], "math": texts[10:]}}
+            "validation": {"code": texts[8:9], "math": texts[10:11]},
+            "test": {"code": texts[9:10], "math": texts[11:]}}
     path = tmp_path_factory.mktemp("prompts") / "prompts.json"
     path.write_text(json.dumps(sets))
     return str(path)
@@ -189,16 +190,21 @@ def test_modeled_episodes_are_reproducible_for_a_seed(word_prompts, pair):
 
 def test_reset_draws_from_the_split_and_honours_options(word_prompts, pair):
     both = PromptSpec(domains={"code": 1, "math": 1}, file=word_prompts)
-    env = SpecDecodeEnv(words(word_prompts, prompts=both), pair=pair, split="heldout")
-    sets = json.loads(Path(word_prompts).read_text())["heldout"]
+    env = SpecDecodeEnv(words(word_prompts, prompts=both), pair=pair, split="train")
+    sets = json.loads(Path(word_prompts).read_text())["train"]
     seen = set()
     for seed in range(12):
         _, info = env.reset(seed=seed)
-        assert info["split"] == "heldout" and info["prompt"] in sets[info["domain"]]
+        assert info["split"] == "train" and info["prompt"] in sets[info["domain"]]
         seen.add(info["domain"])
     assert seen == {"code", "math"}
     _, info = env.reset(seed=0, options={"domain": "math", "prompt_index": 1})
     assert info["prompt"] == sets["math"][1]
+    for split in ("validation", "test"):
+        env = SpecDecodeEnv(words(word_prompts, prompts=both), pair=pair, split=split)
+        _, info = env.reset(seed=0, options={"domain": "math", "prompt_index": 0})
+        expected = json.loads(Path(word_prompts).read_text())[split]["math"][0]
+        assert info["split"] == split and info["prompt"] == expected
     with pytest.raises(ValueError, match="prompt_index=5 out of range"):
         env.reset(options={"domain": "math", "prompt_index": 5})
     with pytest.raises(ValueError, match="unknown reset option"):
@@ -226,7 +232,7 @@ def test_domain_shift_appends_a_prompt_of_the_new_domain_mid_episode(word_prompt
 
 def test_mixed_shipped_scenario_draws_every_domain_of_the_embedded_pair(tiny_home):
     _, pair = tiny_home
-    env = SpecDecodeEnv("mixed", pair=pair, split="heldout", latency=CONSTANT)
+    env = SpecDecodeEnv("mixed", pair=pair, split="test", latency=CONSTANT)
     domains = {env.reset(seed=seed)[1]["domain"] for seed in range(20)}
     assert domains == {"code", "prose", "math"}
 
@@ -257,7 +263,8 @@ def test_shipped_scenarios_cover_every_domain_greedy_and_at_temperature_1():
     ("shift: [{after_tokens: 64}]", r"'shift\[0\]' is missing \['domain'\]"),
     ("pair: {preset: tiny, target: a, draft: b}", r"either 'preset' or 'target' and 'draft'"),
     ("prompts: {domains: {code: -1}}", r"prompts\.domains\.code: a weight must be a number >= 0"),
-    ("prompts: {split: test}", r"prompts\.split must be one of"),
+    ("prompts: {split: testing}", r"prompts\.split must be one of \('train', 'validation', 'test'\)"),
+    ("prompts: {split: heldout}", r"split 'heldout' no longer exists.*write split: validation .* or test"),
     ("- just a list", r"the top level must be a mapping"),
     ("k_max: [1", r"not valid YAML"),
     ("latency: calibrate", r"latency must be one of \('calibrated', 'constant'\) or the path of a latency "

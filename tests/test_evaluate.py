@@ -127,6 +127,8 @@ def test_smoke_run_writes_json_markdown_plots_and_tensorboard_with_a_row_per_con
         assert result["hf_assistant"]["confidence_threshold"] == results["hf_confidence_threshold"]
         assert name in results["summary"]["speedup_real"]["tcp"]
     assert results["scenarios"]["code"]["rows"][LEARNED]["kind"] == "learned"
+    assert results["config"]["split"] == "test" and "Prompt split: test" in markdown  # reported on test
+    assert all(results["scenarios"][name]["split"] == "test" for name in SCENARIOS)
     shift = results["scenarios"]["code_to_math_t1"]
     assert shift["trajectories"]["tcp"]["k"] and shift["trajectories"][LEARNED]["k"]
     assert shift_controllers(shift) == ["tcp", LEARNED]

@@ -67,7 +67,7 @@ def test_the_dp_equals_brute_force_on_hand_made_segments(latency, pattern):
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_no_controller_beats_the_clairvoyant_optimum(close_pair, prompt_file, shifted, latency, temperature):
     the_scenario = shifted if temperature == 0 else scenario(prompt_file, temperature=1.0)
-    traces = collect_traces(close_pair, the_scenario, "heldout", progress=False)
+    traces = collect_traces(close_pair, the_scenario, "test", progress=False)
     env = TraceReplayEnv(the_scenario, traces=traces, latency=latency)
     window = int(traces.meta["context_window"])
     rng = np.random.default_rng(0)

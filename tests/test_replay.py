@@ -48,7 +48,7 @@ def test_traces_have_partial_acceptance_and_both_segments(greedy_traces):
 
 
 def test_greedy_replay_equals_the_real_env_step_by_step(close_pair, shifted, greedy_traces, latency):
-    real = SpecDecodeEnv(shifted, pair=close_pair, split="heldout", latency=latency)
+    real = SpecDecodeEnv(shifted, pair=close_pair, split="test", latency=latency)
     sim = TraceReplayEnv(shifted, traces=greedy_traces, latency=latency)
     rng = np.random.default_rng(0)
     steps = 0

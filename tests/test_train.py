@@ -83,10 +83,15 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
         "1",
         "--policy-name",
         "smoke",
+        "--eval-scenarios",
+        "license",
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "| code_t1 |" in done.stdout and "PPO / best static" in done.stdout
-    assert "Real loop on held-out prompts" in done.stdout
+    assert "Test traces, simulator" in done.stdout
+    assert "Checkpoint selected on validation traces" in done.stdout
+    assert "Real loop on test prompts" in done.stdout
+    assert "| license |" in done.stdout and "Unseen domain (no train or validation prompts" in done.stdout
     (run_dir,) = (tmp_path / "runs").iterdir()
     tags = scalar_tags(run_dir)
     for name in (
@@ -106,10 +111,10 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
     _, pair = tiny_home
     controller = specrl.LearnedController.load(folder)
     out = specrl.SpeculativeDecoder(pair, controller).generate(
-        pair.prompts["heldout"]["code"][0], max_new_tokens=24
+        pair.prompts["test"]["code"][0], max_new_tokens=24
     )
     plain = specrl.SpeculativeDecoder(pair, specrl.StaticController(0)).generate(
-        pair.prompts["heldout"]["code"][0], max_new_tokens=24
+        pair.prompts["test"]["code"][0], max_new_tokens=24
     )
     assert out.token_ids == plain.token_ids and out.stats.steps >= 1
 

@@ -8,8 +8,20 @@ import pytest
 import torch
 
 import specrl
+from specrl.envs import load_scenario, shipped_scenarios
+from specrl.traces import (
+    DEFAULT_PROMPTS_PER_DOMAIN,
+    TraceError,
+    TraceSet,
+    cache_key,
+    cache_parts,
+    cached_traces,
+)
 from specrl.zoo import build
-from specrl.zoo.corpus import build_corpus, math_document
+from specrl.zoo.build import shipped_dir
+from specrl.zoo.corpus import PROMPT_DOMAINS, SPLITS, build_corpus, math_document, split_evaluation
+
+SHIPPED_PROMPTS = json.loads((shipped_dir("small") / "prompts.json").read_text())
 
 
 def test_tiny_pair_builds_on_first_use_with_card_and_prompts(tiny_home):
@@ -21,17 +33,19 @@ def test_tiny_pair_builds_on_first_use_with_card_and_prompts(tiny_home):
         assert numbers["target_loss"] > 0 and 0 <= numbers["agreement"] <= 1, domain
     assert card["draft_trained_on"] == ["code", "prose"]
     assert card["parameters"]["target"] > card["parameters"]["draft"]
-    for split in ("train", "heldout"):
-        assert all(len(pair.prompts[split][d]) == 8 for d in ("code", "prose", "math"))
+    assert all(len(pair.prompts["train"][d]) == 8 for d in ("code", "prose", "math"))
+    for split in ("validation", "test"):  # 8 held-out prompts dealt into blocks of 4
+        assert all(len(pair.prompts[split][d]) == 4 for d in ("code", "prose", "math"))
     for domain in ("code", "prose", "math"):
-        assert not set(pair.prompts["train"][domain]) & set(pair.prompts["heldout"][domain])
+        splits = [set(pair.prompts[s][domain]) for s in ("train", "validation", "test")]
+        assert not (splits[0] & splits[1] or splits[0] & splits[2] or splits[1] & splits[2]), domain
     assert not list(pair_dir.parent.glob(".*")), "no temporary build directory is left behind"
 
 
 def test_tiny_pair_decodes_text(tiny_home):
     _, pair = tiny_home
     out = specrl.SpeculativeDecoder(pair, specrl.StaticController(3)).generate(
-        pair.prompts["heldout"]["code"][0], max_new_tokens=12, temperature=1.0, stop_at_eos=False
+        pair.prompts["test"]["code"][0], max_new_tokens=12, temperature=1.0, stop_at_eos=False
     )
     assert out.stats.new_tokens == 12 and isinstance(out.text, str) and out.text
 
@@ -59,6 +73,59 @@ def test_corpus_has_three_domains_and_heldout_files():
     assert "def " not in "".join(corpus.text["train"]["prose"])[:2000]
 
 
+def test_corpus_cuts_prompts_of_the_prompt_only_domains():
+    corpus = build_corpus(seed=0, max_files=40, prompts_per_domain=4, heldout_percent=20)
+    assert set(corpus.prompts) == set(SPLITS)
+    for name, source in PROMPT_DOMAINS.items():
+        if not source.files()[1]:
+            continue  # its files are absent on this machine: no prompts (documented)
+        assert {s for s in SPLITS if corpus.prompts[s].get(name)} == set(source.splits), name
+        assert name not in corpus.text["train"]  # never training text of the models
+    assert set(corpus.sources) >= {"code", "prose", "math", *PROMPT_DOMAINS}
+
+
+def test_held_out_prompts_are_dealt_into_test_and_validation_blocks():
+    dealt = split_evaluation(list(range(32)))
+    assert dealt["test"] == [*range(0, 8), *range(16, 24)]
+    assert dealt["validation"] == [*range(8, 16), *range(24, 32)]
+    assert split_evaluation(list(range(8))) == {"test": [0, 1, 2, 3], "validation": [4, 5, 6, 7]}
+
+
+def test_shipped_prompts_have_three_disjoint_splits_and_one_unseen_test_domain():
+    assert set(SHIPPED_PROMPTS) == {*SPLITS, "sources"}
+    domains = {d for split in SPLITS for d in SHIPPED_PROMPTS[split]}
+    assert set(SHIPPED_PROMPTS["sources"]) == domains
+    for domain in domains:
+        sets = [set(SHIPPED_PROMPTS[split].get(domain, [])) for split in SPLITS]
+        assert not (sets[0] & sets[1] or sets[0] & sets[2] or sets[1] & sets[2]), domain
+        assert len(sets[2]) >= DEFAULT_PROMPTS_PER_DOMAIN["test"], domain
+    unseen = [d for d in domains if d not in SHIPPED_PROMPTS["train"]]
+    assert unseen == ["license"] and "license" not in SHIPPED_PROMPTS["validation"]
+    assert {"c_header", "perl"} <= set(SHIPPED_PROMPTS["train"]) & set(SHIPPED_PROMPTS["validation"])
+
+
+def test_every_shipped_scenario_ships_its_traces_for_each_split_it_has_prompts_in():
+    folder = shipped_dir("small") / "traces"
+    for name in shipped_scenarios():
+        for part in cache_parts(load_scenario(name)):
+            for split in SPLITS:
+                if not all(SHIPPED_PROMPTS[split].get(d) for d in part.domains):
+                    continue
+                n = DEFAULT_PROMPTS_PER_DOMAIN[split]
+                path = folder / (cache_key(part, split, n, 0) + ".npz")
+                assert path.is_file(), f"{name}/{split}: no shipped {path.name}"
+                traces = TraceSet.load(path)
+                assert traces.meta["split"] == split and len(traces) == n * len(
+                    [d for d, w in part.prompts.domains.items() if w > 0]
+                ), path.name
+    assert not list(folder.glob("*__heldout__*")), "held-out files are split into validation and test"
+
+
+def test_the_retired_heldout_split_is_refused_naming_the_new_ones():
+    with pytest.raises(TraceError, match="'heldout' became 'validation'.*'test'"):
+        cached_traces(load_scenario("code"), "heldout", pair=None)
+
+
 def test_math_documents_are_correct_arithmetic():
     import random
 
@@ -79,6 +146,6 @@ def test_shipped_default_pair_loads_without_building(monkeypatch, tmp_path):
     assert pair.target.num_parameters() > 10 * pair.draft.num_parameters()
     assert pair.target.dtype == torch.float32  # stored as float16, computed in fp32 on CPU
     out = specrl.SpeculativeDecoder(pair, specrl.StaticController(4)).generate(
-        pair.prompts["heldout"]["code"][0], max_new_tokens=16, stop_at_eos=False
+        pair.prompts["test"]["code"][0], max_new_tokens=16, stop_at_eos=False
     )
     assert out.stats.new_tokens == 16 and out.stats.accepted > 0

@@ -8,7 +8,8 @@ place defaults live. Every key, with its default::
     pair: {preset: small}          # or {target: ID_OR_PATH, draft: ID_OR_PATH}; also seed, device, dtype
     prompts:
       domains: {code: 1.0}         # domain -> weight: each episode draws a domain, then a prompt
-      split: train                 # train | heldout (evaluate on heldout)
+      split: train                 # train | validation | test (DESIGN.md 4b: train on train,
+                                   # select checkpoints and tune on validation, report on test)
       file: null                   # JSON/YAML {split: {domain: [text, ...]}}; default: the pair's own
     sampling: {temperature: 0.0, top_k: 0, top_p: 1.0}
     max_new_tokens: 128            # tokens per episode
@@ -49,13 +50,16 @@ from specrl.engine.sampling import SamplingConfig
 from specrl.envs.cost_model import CostModel
 from specrl.latency import LatencyModel, device_key
 from specrl.models import ModelPair, load_pair
+from specrl.zoo.corpus import SPLITS
 
 # Shipped scenarios live in the repository's top-level envs/ folder (data, not code).
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "envs"
 DEFAULT_TAU_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 TIME_MODES = ("wallclock", "modeled")
 LATENCY_SOURCES = ("calibrated", "constant")  # or the path of a latency JSON file
-SPLITS = ("train", "heldout")
+# SPLITS: the disjoint prompt splits train, validation, test (DESIGN.md section 4b), defined
+# where the embedded pairs' prompts are cut (specrl.zoo.corpus) and imported here.
+RETIRED_SPLITS = {"heldout": "validation (checkpoint selection, tuning) or test (reported results)"}
 
 
 class ScenarioError(ValueError):
@@ -101,7 +105,8 @@ class PromptSpec:
     Attributes:
         domains: domain -> weight; an episode draws a domain with these weights, then a
             prompt uniformly from that domain's set.
-        split: "train" (for training) or "heldout" (for evaluation).
+        split: "train" (what PPO trains on), "validation" (checkpoint selection and tuning)
+            or "test" (reported results; nothing is selected on it).
         file: JSON or YAML file ``{split: {domain: [text, ...]}}`` (a relative path is read
             from the scenario file's folder); default: the embedded pair's own prompt sets.
     """
@@ -118,6 +123,11 @@ class PromptSpec:
                 raise ValueError(f"prompts.domains.{domain}: a weight must be a number >= 0, got {weight!r}")
         if sum(self.domains.values()) <= 0:
             raise ValueError("prompts.domains: the weights sum to 0; give at least one a positive weight")
+        if self.split in RETIRED_SPLITS:
+            raise ValueError(
+                f"prompts.split '{self.split}' no longer exists: the held-out prompts were divided into "
+                f"disjoint splits; write split: {RETIRED_SPLITS[self.split]}"
+            )
         if self.split not in SPLITS:
             raise ValueError(f"prompts.split must be one of {SPLITS}, got {self.split!r}")
 
@@ -289,9 +299,16 @@ class Scenario:
                 )
         split = self.prompts.split
         if not isinstance(sets, Mapping) or not isinstance(sets.get(split), Mapping):
-            available = sorted(sets) if isinstance(sets, Mapping) else []
+            splits = (*SPLITS, *RETIRED_SPLITS)
+            available = sorted(k for k in sets if k in splits) if isinstance(sets, Mapping) else []
+            hint = (
+                "; its 'heldout' prompts predate the validation/test splits: divide them into "
+                "'validation' and 'test' keys (specrl.zoo.corpus.split_evaluation does it the zoo's way)"
+                if "heldout" in available
+                else ""
+            )
             raise ScenarioError(
-                f"{self._origin()}: the {where} has no '{split}' prompts (it has {available})"
+                f"{self._origin()}: the {where} has no '{split}' prompts (it has {available}){hint}"
             )
         result = {}
         for domain in self.domains:

@@ -1,12 +1,14 @@
 """One scenario, every controller, side by side: the simulator columns, then the real loop.
 
-Per scenario (:func:`evaluate_scenario`):
+Everything runs on one prompt split, ``Settings.split``: ``test`` by default (DESIGN.md section
+4b: reported once, nothing selected on it; the best static and the oracle are bounds in
+hindsight), or ``validation`` for tuning. Per scenario (:func:`evaluate_scenario`):
 
 1. Simulator (modeled time, when :mod:`specrl.evaluation.simulator` can load it): every
-   controller of the roster replayed on the held-out traces; the clairvoyant oracle; the
+   controller of the roster replayed on the split's traces; the clairvoyant oracle; the
    whole static (k, tau) grid, whose best setting becomes the "best static in hindsight" row.
 2. Real loop (the env's time, wall clock by default): the roster, that best static setting and
-   Hugging Face ``generate`` (plain and assisted) on the first held-out prompts. Every row plays
+   Hugging Face ``generate`` (plain and assisted) on the split's first prompts. Every row plays
    every episode in each repeat, in a seeded random order per episode so that machine noise
    hits all alike; ``warmup`` untimed passes over the first episode come first.
 3. Ratios: speed-up over plain decoding (ours; HF rows over HF's plain ``generate``, timed the
@@ -51,10 +53,11 @@ class Settings:
     """What :func:`evaluate_scenario` runs (``experiments/evaluate.py`` documents each option).
 
     Attributes:
-        episodes: real-loop episodes: the first held-out prompts, round robin over the start
+        episodes: real-loop episodes: the first prompts of ``split``, round robin over the start
             domains (:func:`~specrl.evaluation.roster.first_episodes`).
-        sim_prompts_per_domain: held-out traces per start domain in the simulator (raised to
+        sim_prompts_per_domain: traces of ``split`` per start domain in the simulator (raised to
             cover ``episodes`` if needed, so the real-loop episodes are among the traces).
+        split: the prompt split: "test" (reported results) or "validation" (tuning).
         repeats: timed repeats of every real-loop row.
         warmup: untimed passes of every row over the first episode before the repeats.
         statics: static rows (roster names) run in both columns besides plain.
@@ -67,6 +70,7 @@ class Settings:
 
     episodes: int = 1
     sim_prompts_per_domain: int = 4
+    split: str = "test"
     repeats: int = 3
     warmup: int = 1
     statics: tuple[str, ...] = ("static:2:0", "static:4:0")
@@ -120,7 +124,7 @@ def evaluate_scenario(
 ) -> ScenarioRun:
     """Run one scenario's comparison (see the module doc); ``simulator`` is the loaded simulator or
     the reason it is missing."""
-    scenario = scenario.with_overrides(split="heldout")
+    scenario = scenario.with_overrides(split=settings.split)
     factories = controller_factories(scenario, settings, policies)
     skipped = {
         name: f"the policy picks k up to {p.k_max}, scenario '{scenario.name}' allows {scenario.k_max}"
@@ -166,6 +170,7 @@ def evaluate_scenario(
         "max_new_tokens": scenario.max_new_tokens,
         "shift": [{"after_tokens": s.after_tokens, "domain": s.domain} for s in scenario.shift],
         "real_time": settings.time,
+        "split": settings.split,
         "episodes": [{"domain": e.domain, "prompt_index": e.prompt_index, "seed": e.seed} for e in episodes],
         "simulator": simulator_summary(simulator, bounds, len(sim_records.get(PLAIN, []))),
         "hf_assistant": hf_settings,
@@ -189,7 +194,7 @@ def run_simulator(
     per_domain: int,
     settings: Settings,
 ) -> tuple[dict[str, Any], dict[str, list[EpisodeRecord]]]:
-    """The bounds, then every controller (and the best static setting) on the held-out traces."""
+    """The bounds, then every controller (and the best static setting) on the split's traces."""
     session = SimulatorRun(simulator, scenario, pair, latency, per_domain, settings.seed, settings.progress)
     bounds = session.bounds()
     best = roster.static_name(bounds["best_static"]["k"], bounds["best_static"]["tau"])

@@ -140,10 +140,11 @@ def scenario_table(result: dict) -> list[str]:
 def scenario_notes(result: dict) -> list[str]:
     sim = result["simulator"]
     notes = []
+    split = result.get("split", "held-out")  # results written before the validation/test splits
     if sim["available"]:
         best = sim["best_static"]
         notes.append(
-            f"Simulator: {sim['traces']} held-out traces, modeled time; best static over the "
+            f"Simulator: {sim['traces']} {split} traces, modeled time; best static over the "
             f"{len(sim['static_grid'])}-setting grid: k={best['k']}, tau={best['tau']:g} "
             f"({best['tokens_per_s']:.1f} tok/s); oracle {sim['oracle']['tokens_per_s']:.1f} tok/s."
         )
@@ -152,7 +153,7 @@ def scenario_notes(result: dict) -> list[str]:
             f"Simulator columns missing: {sim['reason']}. Best static: hindsight over the real-loop statics."
         )
     episodes = ", ".join(f"{e['domain']}#{e['prompt_index']}" for e in result["episodes"])
-    notes.append(f"Real loop ({result['real_time']} time): held-out episodes {episodes}.")
+    notes.append(f"Real loop ({result['real_time']} time): {split} episodes {episodes}.")
     if result.get("hf_assistant"):
         hf = result["hf_assistant"]
         notes.append(
@@ -176,13 +177,14 @@ def render_markdown(results: dict) -> str:
         f"Date: {results['date']}; git {results['machine']['git']['commit'] or '?'}"
         f"{' (dirty)' if results['machine']['git']['dirty'] else ''}",
         "",
-        f"Real loop: {config['episodes']} held-out episode(s) per scenario, median of "
+        f"Prompt split: {config.get('split', 'held-out')} (DESIGN.md section 4b). "
+        f"Real loop: {config['episodes']} episode(s) per scenario, median of "
         f"{config['repeats']} interleaved repeat(s) after {config['warmup']} warm-up pass(es) in the first "
         "scenario; "
         f"{config['time']} time of draft + verify (HF rows: wall clock of the whole generate call, prefill "
         f"included; their speed-up is over HF's plain generate). Simulator: "
         + (
-            f"{config['sim_prompts_per_domain']} held-out trace(s) per start domain, latency model "
+            f"{config['sim_prompts_per_domain']} trace(s) per start domain, latency model "
             f"{results['latency']}."
             if results["simulator"]["available"]
             else "not available (see below)."

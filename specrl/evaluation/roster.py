@@ -1,4 +1,4 @@
-"""The controllers a comparison runs, by name; and the held-out episodes it runs them on.
+"""The controllers a comparison runs, by name; and the test episodes it runs them on.
 
 Names (the command-line spelling of ``run_controller.py`` and ``evaluate.py``, and the keys of
 their JSON):
@@ -98,7 +98,8 @@ def label(name: str) -> str:
 
 @dataclass(frozen=True)
 class Episode:
-    """One held-out episode: the env's ``reset(seed=seed, options=options)``."""
+    """One evaluation episode (a prompt of the scenario's split, test in the harness): the
+    env's ``reset(seed=seed, options=options)``."""
 
     domain: str
     prompt_index: int

@@ -1,4 +1,4 @@
-"""The simulator columns: controllers replayed on held-out traces, the clairvoyant oracle and the
+"""The simulator columns: controllers replayed on test traces, the clairvoyant oracle and the
 best static (k, tau) in hindsight, all under the scenario's latency model (modeled time).
 
 The trace-replay simulator (``specrl.envs.trace_replay``), the traces (``specrl.traces``) and
@@ -38,9 +38,10 @@ def load_simulator() -> Simulator:
 
 
 class SimulatorRun:
-    """One scenario in the simulator: its held-out traces, replayed under the latency model.
+    """One scenario in the simulator: its traces of the scenario's prompt split (the harness
+    sets ``test``), replayed under the latency model.
 
-    The traces are the first ``prompts_per_domain`` held-out prompts of each start domain,
+    The traces are the first ``prompts_per_domain`` prompts of each start domain in that split,
     trace i recorded with reset seed ``seed + i`` (collected and cached on first use), so the
     real-loop episodes of :func:`specrl.evaluation.roster.episode_plan` are among them.
     """
@@ -56,11 +57,12 @@ class SimulatorRun:
         progress: bool = True,
     ) -> None:
         self.simulator, self.scenario, self.latency, self.seed = simulator, scenario, latency, seed
+        split = scenario.prompts.split
         self.traces = simulator.traces.cached_traces(
-            scenario, "heldout", pair, prompts_per_domain=prompts_per_domain, seed=seed, progress=progress
+            scenario, split, pair, prompts_per_domain=prompts_per_domain, seed=seed, progress=progress
         )
         self.env = simulator.trace_replay.TraceReplayEnv(
-            scenario, split="heldout", pair=pair, traces=self.traces, latency=latency
+            scenario, split=split, pair=pair, traces=self.traces, latency=latency
         )
         self.recorder = StepRecorder(self.env)
         indices = self.traces.arrays["trace_prompt_index"]

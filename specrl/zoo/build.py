@@ -5,7 +5,8 @@ Layout of a built pair (what ``specrl.load_pair`` reads)::
     <pair dir>/
       target/        save_pretrained: config, safetensors weights, tokenizer, generation config
       draft/         the same for the distilled draft
-      prompts.json   {"train": {domain: [prompt, ...]}, "heldout": {...}}
+      prompts.json   {"train": {domain: [prompt, ...]}, "validation": {...}, "test": {...},
+                      "sources": {domain: where its text comes from}} (specrl.zoo.corpus)
       card.json      preset, seed, sizes, held-out loss per domain, draft/target agreement
 
 The directory appears atomically: it is built under a temporary name and renamed.
@@ -62,14 +63,22 @@ def ensure_pair(preset: str = "small", seed: int = 0) -> Path:
         return shipped_dir(preset)
     target_dir = cached_dir(preset, seed)
     if not is_complete(target_dir):
-        print(f"specrl: building the embedded '{preset}' pair into {target_dir} "
-              "(first use only)", file=sys.stderr)
+        print(
+            f"specrl: building the embedded '{preset}' pair into {target_dir} (first use only)",
+            file=sys.stderr,
+        )
         build(preset, seed, target_dir)
     return target_dir
 
 
-def build(preset_name: str, seed: int, out_dir: Path, save_dtype: torch.dtype | None = None,
-          device: str | None = None, command: str | None = None) -> Path:
+def build(
+    preset_name: str,
+    seed: int,
+    out_dir: Path,
+    save_dtype: torch.dtype | None = None,
+    device: str | None = None,
+    command: str | None = None,
+) -> Path:
     """Build corpus, tokenizer, target and distilled draft; write them atomically to out_dir.
 
     Args:
@@ -95,8 +104,9 @@ def build(preset_name: str, seed: int, out_dir: Path, save_dtype: torch.dtype | 
     target = make_model(preset.target, preset, tokenizer, seed).to(train_device)
     target_losses = train(target, train_streams, preset, seed, desc=f"{preset_name} target")
     draft = make_model(preset.draft, preset, tokenizer, seed + 1).to(train_device)
-    draft_losses = train(draft, train_streams, preset, seed + 1, teacher=target,
-                         desc=f"{preset_name} draft (distil)")
+    draft_losses = train(
+        draft, train_streams, preset, seed + 1, teacher=target, desc=f"{preset_name} draft (distil)"
+    )
     quality = evaluate(target, draft, heldout_streams, preset)
 
     card = {
@@ -111,11 +121,15 @@ def build(preset_name: str, seed: int, out_dir: Path, save_dtype: torch.dtype | 
             "seconds": round(time.time() - started, 1),
         },
         "corpus": corpus.source,
-        "tokens": {split: {d: int(len(s[d])) for d in DOMAINS}
-                   for split, s in (("train", train_streams), ("heldout", heldout_streams))},
+        "tokens": {
+            split: {d: int(len(s[d])) for d in DOMAINS}
+            for split, s in (("train", train_streams), ("heldout", heldout_streams))
+        },
         "parameters": {"target": target.num_parameters(), "draft": draft.num_parameters()},
-        "final_train_loss": {"target": round(sum(target_losses[-20:]) / 20, 4),
-                             "draft": round(sum(draft_losses[-20:]) / 20, 4)},
+        "final_train_loss": {
+            "target": round(sum(target_losses[-20:]) / 20, 4),
+            "draft": round(sum(draft_losses[-20:]) / 20, 4),
+        },
         "heldout": quality,
         "draft_trained_on": [d for d, w in zip(DOMAINS, preset.mix_draft, strict=True) if w > 0],
     }
@@ -128,7 +142,7 @@ def build(preset_name: str, seed: int, out_dir: Path, save_dtype: torch.dtype | 
                 model = model.to(save_dtype)
             model.save_pretrained(tmp / name)
             tokenizer.save_pretrained(tmp / name)
-        (tmp / PROMPTS).write_text(json.dumps(corpus.prompts, indent=1))
+        (tmp / PROMPTS).write_text(json.dumps({**corpus.prompts, "sources": corpus.sources}, indent=1))
         (tmp / CARD).write_text(json.dumps(card, indent=2))
         if out_dir.exists():
             shutil.rmtree(out_dir)

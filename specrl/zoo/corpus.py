@@ -1,6 +1,6 @@
-"""Offline training text for the embedded pair: every Python install carries it.
+"""Offline text for the embedded pair: its training corpus and its prompt sets.
 
-Three domains:
+The models train on three domains (``DOMAINS``), text every Python install carries:
 
 * ``code``  - standard-library ``.py`` source files.
 * ``prose`` - the docstrings and comments of those same files.
@@ -9,6 +9,26 @@ Three domains:
 Files are split into train and held-out sets by a hash of their relative path, so the
 split is stable across machines with the same Python version. Held-out prompts are cut
 only from held-out files (and from math generated with a different seed).
+
+Prompts come in three disjoint splits per domain (``SPLITS``, the evaluation protocol of
+DESIGN.md section 4b): ``train`` (the traces PPO trains on), ``validation`` (checkpoint
+selection, tuning) and ``test`` (reported). The held-out prompts of a domain are cut as one
+list, then dealt into test and validation in alternating blocks (:func:`split_evaluation`).
+
+Three more domains are prompt-only (``PROMPT_DOMAINS``): neither model ever trains on them.
+Their text comes from files every Debian machine with a Python install has, read when the
+pair is built; the prompts are saved in the pair's ``prompts.json``, so nothing reads these
+files at run time:
+
+* ``c_header`` - C headers of the Python install (``sysconfig.get_paths()["include"]``):
+  train, validation and test prompts (a PPO training domain).
+* ``perl``     - the Perl modules of Debian's Essential package ``perl-base``
+  (``/usr/lib/<multiarch>/perl-base/**/*.pm``): train, validation and test (a PPO training domain).
+* ``license``  - the license texts of Debian's Essential package ``base-files``
+  (``/usr/share/common-licenses``): **test prompts only**, the unseen test domain that no
+  training, distillation, PPO training or checkpoint selection sees.
+
+A prompt-only domain whose files are absent on the building machine gets no prompts.
 """
 
 from __future__ import annotations
@@ -19,28 +39,40 @@ import io
 import random
 import sysconfig
 import tokenize
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DOMAINS = ("code", "prose", "math")
+DOMAINS = ("code", "prose", "math")  # what the pair's models train on
+SPLITS = ("train", "validation", "test")  # prompt splits: see the module doc
+EVALUATION_BLOCK = 8  # held-out prompts are dealt into test and validation in blocks of this size
+LIMITS = {"code": (120, 400), "prose": (80, 300), "math": (40, 160)}  # prompt length (chars) per domain
 
 
 @dataclass
 class Corpus:
-    """Raw text per domain and split: ``text[split][domain]`` is a list of documents."""
+    """Raw text per domain and split: ``text[split][domain]`` is a list of documents;
+    ``prompts[split][domain]`` the prompt sets; ``sources[domain]`` where a domain's text is from."""
 
     text: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     prompts: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
     source: str = ""
+
+
+# Where each domain's text comes from (saved as "sources" in a pair's prompts.json).
+TRAINING_SOURCES = {
+    "code": "Python standard-library .py files (sysconfig.get_paths()['stdlib'])",
+    "prose": "docstrings and comments of the Python standard-library .py files",
+    "math": "procedurally generated arithmetic (specrl.zoo.corpus.math_document, seeded)",
+}
 
 
 def stdlib_files(limit: int | None = None) -> list[Path]:
     """The stdlib ``.py`` files outside site-packages, sorted for determinism."""
     root = Path(sysconfig.get_paths()["stdlib"])
     files = sorted(
-        p
-        for p in root.rglob("*.py")
-        if "site-packages" not in p.parts and "dist-packages" not in p.parts
+        p for p in root.rglob("*.py") if "site-packages" not in p.parts and "dist-packages" not in p.parts
     )
     if not limit or limit >= len(files):
         return files
@@ -119,15 +151,137 @@ def prompt_from(document: str, rng: random.Random, min_chars: int, max_chars: in
     return None
 
 
-def build_corpus(
-    seed: int, max_files: int | None, prompts_per_domain: int, heldout_percent: int
-) -> Corpus:
-    """Read the stdlib, split it, generate math, and cut prompt sets.
+def split_evaluation(prompts: list[str], block: int = EVALUATION_BLOCK) -> dict[str, list[str]]:
+    """Held-out prompts dealt into ``test`` and ``validation`` in alternating blocks.
+
+    Blocks of ``min(block, len(prompts) // 2)`` prompts (at least 1), the first block to
+    test: with 64 prompts, test gets 0-7, 16-23, 32-39, 48-55 and validation 8-15, 24-31, ...
+    The first prompts of each split are the ones traces are recorded for, so a held-out
+    list whose first 16 prompts were recorded keeps all 16 traces (8 test, 8 validation).
+    """
+    size = max(1, min(block, len(prompts) // 2))
+    splits: dict[str, list[str]] = {"test": [], "validation": []}
+    for start in range(0, len(prompts), size):
+        splits["test" if (start // size) % 2 == 0 else "validation"].extend(prompts[start : start + size])
+    return splits
+
+
+def cut_prompts(
+    docs: list[str], count: int, rng: random.Random, limits: tuple[int, int], exclude: Collection[str] = ()
+) -> list[str]:
+    """Up to ``count`` distinct prompts cut from random documents (none of ``exclude``)."""
+    chosen: list[str] = []
+    attempts = 0
+    while docs and len(chosen) < count and attempts < 50 * count:
+        attempts += 1
+        prompt = prompt_from(rng.choice(docs), rng, *limits)
+        if prompt and prompt not in chosen and prompt not in exclude:
+            chosen.append(prompt)
+    return chosen
+
+
+# ---- prompt-only domains ---------------------------------------------------------------------
+
+
+def python_headers() -> tuple[Path, list[Path]]:
+    """The C headers of this Python install (``sysconfig``'s include folder), sorted."""
+    root = Path(sysconfig.get_paths()["include"])
+    return root, sorted(root.rglob("*.h")) if root.is_dir() else []
+
+
+def perl_base_modules() -> tuple[Path, list[Path]]:
+    """The ``.pm`` modules of Debian's Essential ``perl-base`` package, sorted."""
+    roots = sorted(Path("/usr/lib").glob("*/perl-base"))
+    root = roots[0] if roots else Path("/usr/lib/perl-base")
+    return root, sorted(root.rglob("*.pm")) if root.is_dir() else []
+
+
+def common_licenses() -> tuple[Path, list[Path]]:
+    """The license texts of Debian's ``base-files`` (symlinks such as GPL -> GPL-3 skipped)."""
+    root = Path("/usr/share/common-licenses")
+    files = sorted(p for p in root.iterdir() if p.is_file() and not p.is_symlink()) if root.is_dir() else []
+    return root, files
+
+
+@dataclass(frozen=True)
+class PromptSource:
+    """A prompt-only domain: where its files are, which splits it has, how long its prompts are.
+
+    Attributes:
+        description: where the text comes from (saved in ``prompts.json``).
+        files: returns the source folder and its files (sorted; empty when absent).
+        splits: ``SPLITS`` (a training domain) or ``("test",)`` (the unseen test domain).
+        limits: minimum and maximum prompt length in characters.
+        heldout_percent: share of files (by path hash) held out for validation and test
+            prompts, for a domain with a train split.
+    """
+
+    description: str
+    files: Callable[[], tuple[Path, list[Path]]]
+    splits: tuple[str, ...]
+    limits: tuple[int, int]
+    heldout_percent: int = 30
+
+
+PROMPT_DOMAINS: dict[str, PromptSource] = {
+    "c_header": PromptSource(
+        "C headers of the Python install (sysconfig.get_paths()['include'], **/*.h); PPO training domain",
+        python_headers,
+        SPLITS,
+        (120, 400),
+    ),
+    "perl": PromptSource(
+        "Perl modules of Debian's Essential package perl-base (/usr/lib/<multiarch>/perl-base/**/*.pm); "
+        "PPO training domain",
+        perl_base_modules,
+        SPLITS,
+        (120, 400),
+    ),
+    "license": PromptSource(
+        "license texts of Debian's Essential package base-files (/usr/share/common-licenses); the unseen "
+        "test domain: test prompts only, seen by no training, distillation or selection",
+        common_licenses,
+        ("test",),
+        (80, 300),
+    ),
+}
+
+
+def read_texts(paths: list[Path]) -> list[str]:
+    """The UTF-8 texts of ``paths`` (unreadable files skipped), each once."""
+    texts: dict[str, None] = {}
+    for path in paths:
+        try:
+            texts[path.read_text(encoding="utf-8")] = None
+        except (UnicodeDecodeError, OSError):
+            continue
+    return list(texts)
+
+
+def source_prompts(name: str, source: PromptSource, seed: int, count: int) -> dict[str, list[str]]:
+    """A prompt-only domain's prompts per split: ``count`` train prompts from train files and
+    ``count`` held-out ones (dealt into validation and test) from held-out files; a test-only
+    domain cuts ``count // 2`` test prompts (the size of the others' test split) from every file."""
+    root, paths = source.files()
+    rng = random.Random(f"{seed}:{name}")
+    if source.splits == ("test",):
+        return {"test": cut_prompts(read_texts(paths), max(1, count // 2), rng, source.limits)}
+    held = [is_heldout(str(p.relative_to(root)), source.heldout_percent) for p in paths]
+    train_docs = read_texts([p for p, h in zip(paths, held, strict=True) if not h])
+    heldout_docs = read_texts([p for p, h in zip(paths, held, strict=True) if h])
+    train = cut_prompts(train_docs, count, rng, source.limits)
+    heldout = cut_prompts(heldout_docs, count, rng, source.limits, exclude=set(train))
+    return {"train": train, **split_evaluation(heldout)}
+
+
+def build_corpus(seed: int, max_files: int | None, prompts_per_domain: int, heldout_percent: int) -> Corpus:
+    """Read the stdlib, split it, generate math, and cut prompt sets (see the module doc).
 
     Args:
         seed: seeds math generation and prompt cutting.
         max_files: use only the first N stdlib files (tiny preset); None for all.
-        prompts_per_domain: prompts per domain in each of ``train`` and ``heldout``.
+        prompts_per_domain: prompts per domain in ``train``, and in ``validation`` and
+            ``test`` together.
         heldout_percent: share of files (by path hash) held out of training.
     """
     root = Path(sysconfig.get_paths()["stdlib"])
@@ -148,19 +302,22 @@ def build_corpus(
     corpus.text["train"]["math"] = [math_document(train_rng) for _ in range(n_math)]
     corpus.text["heldout"]["math"] = [math_document(heldout_rng) for _ in range(max(8, n_math // 20))]
     corpus.source = f"{len(files)} stdlib files under {root}"
+    corpus.sources = {**TRAINING_SOURCES, **{name: s.description for name, s in PROMPT_DOMAINS.items()}}
 
     cut_rng = random.Random(seed + 7)
-    limits = {"code": (120, 400), "prose": (80, 300), "math": (40, 160)}
-    for split in ("train", "heldout"):
-        corpus.prompts[split] = {}
-        for domain in DOMAINS:
-            docs = corpus.text[split][domain]
-            chosen: list[str] = []
-            attempts = 0
-            while docs and len(chosen) < prompts_per_domain and attempts < 50 * prompts_per_domain:
-                attempts += 1
-                prompt = prompt_from(cut_rng.choice(docs), cut_rng, *limits[domain])
-                if prompt and prompt not in chosen:
-                    chosen.append(prompt)
-            corpus.prompts[split][domain] = chosen
+    cut = {
+        split: {
+            d: cut_prompts(corpus.text[split][d], prompts_per_domain, cut_rng, LIMITS[d]) for d in DOMAINS
+        }
+        for split in ("train", "heldout")  # this order of cuts is the shipped prompts'
+    }
+    corpus.prompts = {split: {} for split in SPLITS}
+    for domain in DOMAINS:
+        corpus.prompts["train"][domain] = cut["train"][domain]
+        for split, prompts in split_evaluation(cut["heldout"][domain]).items():
+            corpus.prompts[split][domain] = prompts
+    for name, source in PROMPT_DOMAINS.items():
+        for split, prompts in source_prompts(name, source, seed, prompts_per_domain).items():
+            if prompts:
+                corpus.prompts[split][name] = prompts
     return corpus
