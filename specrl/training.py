@@ -18,6 +18,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import TensorBoardOutputFormat
 
 from specrl.controllers.base import Controller
+from specrl.controllers.stop_rules import AcceptancePredictor
 from specrl.envs import EpisodeSummary, Scenario, TraceReplayEnv, run_episode
 from specrl.envs.vec_replay import InProcessVecEnv, VecTraceReplay
 from specrl.io import write_text_atomic
@@ -74,17 +75,24 @@ def evaluate_controller(
     repeats: int = 1,
     seed: int = 0,
 ) -> EpisodeSummary:
-    """A controller over every trace (``repeats`` acceptance draws each, for sampling)."""
+    """A controller over every trace (``repeats`` acceptance draws each, for sampling). Trace i of
+    repeat r is reset with seed :func:`episode_seed`, as :func:`evaluate_policy` starts it: both
+    see the same acceptance draws (common random numbers)."""
     env = TraceReplayEnv(scenario, traces=traces, latency=latency)
     result = EpisodeSummary()
     for repeat in range(1 if traces.greedy else repeats):
         for index in range(len(traces)):
             result.add(
                 run_episode(
-                    env, controller, seed=seed + 7919 * repeat + index, options={"trace_index": index}
+                    env, controller, seed=episode_seed(seed, repeat, index), options={"trace_index": index}
                 )
             )
     return result
+
+
+def episode_seed(seed: int, repeat: int, index: int) -> int:
+    """The reset seed of trace ``index`` in ``repeat``: one definition for every evaluation."""
+    return seed + 7919 * repeat + index
 
 
 def evaluate_policy(
@@ -94,12 +102,16 @@ def evaluate_policy(
     latency: LatencyModel,
     repeats: int = 1,
     seed: int = 0,
+    predictor: AcceptancePredictor | None = None,
 ) -> EpisodeSummary:
-    """A batch policy (observations (N, 19) -> actions (N, 2)) over every trace at once."""
+    """A batch policy (observations (N, 19) -> actions (N, 2), or (N, 3) with the per-token stop
+    dimension, applied with ``predictor``) over every trace at once, on the acceptance draws
+    :func:`evaluate_controller` uses for the same ``seed``."""
     result = EpisodeSummary()
     for repeat in range(1 if traces.greedy else repeats):
-        env = VecTraceReplay(scenario, traces, latency, num_envs=len(traces), seed=seed + repeat)
-        observations = env.start_traces(range(len(traces)))
+        env = VecTraceReplay(scenario, traces, latency, num_envs=len(traces), predictor=predictor)
+        seeds = [episode_seed(seed, repeat, index) for index in range(len(traces))]
+        observations = env.start_traces(range(len(traces)), seeds=seeds)
         live = np.ones(len(traces), dtype=bool)
         while live.any():
             observations, _, dones, infos = env.step(predict(observations))

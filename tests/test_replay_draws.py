@@ -8,8 +8,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from specrl.controllers import StaticController
 from specrl.envs import TraceReplayEnv, VecTraceReplay
 from specrl.traces import collect_traces
+from specrl.training import evaluate_controller, evaluate_policy
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +71,20 @@ def test_other_seeds_give_other_draws(sampled, sampled_traces, latency):
     assert not np.array_equal(totals[0], totals[1])
     with pytest.raises(ValueError, match="one seed per episode"):
         VecTraceReplay(sampled, sampled_traces, latency, num_envs=n).start_traces(range(n), seeds=[1])
+
+
+def test_policy_and_controller_evaluations_share_their_draws(sampled, sampled_traces, latency):
+    """A batch policy that always answers [4, 0] scores exactly as StaticController(4) on sampled
+    traces: the two evaluation paths see the same acceptance outcomes."""
+    policy = evaluate_policy(
+        lambda observations: np.tile([4, 0], (len(observations), 1)),
+        sampled,
+        sampled_traces,
+        latency,
+        repeats=3,
+    )
+    controller = evaluate_controller(StaticController(4), sampled, sampled_traces, latency, repeats=3)
+    assert policy.tokens == controller.tokens and policy.steps == controller.steps
+    assert policy.accepted == controller.accepted and policy.seconds == pytest.approx(controller.seconds)
+    other = evaluate_controller(StaticController(4), sampled, sampled_traces, latency, repeats=3, seed=99)
+    assert other.accepted != controller.accepted
