@@ -145,11 +145,15 @@ def tensorboard_writer(logger: Any):
 
 
 class SpecdecMetrics(BaseCallback):
-    """Logs ``specdec/`` scalars of finished training episodes and histograms of k and tau."""
+    """Logs ``specdec/`` scalars of finished training episodes and histograms of k, tau and, with
+    the per-token stop dimension, the stop threshold."""
 
-    def __init__(self, tau_grid: Sequence[float], histogram_every: int = 20) -> None:
+    def __init__(
+        self, tau_grid: Sequence[float], histogram_every: int = 20, stop_grid: Sequence[float] | None = None
+    ) -> None:
         super().__init__()
         self.tau_grid = np.asarray(tau_grid)
+        self.stop_grid = None if stop_grid is None else np.asarray(stop_grid)
         self.histogram_every = histogram_every
         self.episodes: list[dict[str, Any]] = []
         self.actions: list[np.ndarray] = []
@@ -158,7 +162,8 @@ class SpecdecMetrics(BaseCallback):
     def _on_step(self) -> bool:
         self.episodes += [info for info in self.locals["infos"] if "episode_tokens" in info]
         if self.rollouts % self.histogram_every == 0:
-            self.actions.append(np.asarray(self.locals["actions"]).reshape(-1, 2))
+            actions = np.asarray(self.locals["actions"])
+            self.actions.append(actions.reshape(-1, actions.shape[-1]))
         return True
 
     def _on_rollout_end(self) -> None:
@@ -188,6 +193,8 @@ class SpecdecMetrics(BaseCallback):
             actions = np.concatenate(self.actions)
             writer.add_histogram("specdec/k", actions[:, 0], self.num_timesteps)
             writer.add_histogram("specdec/tau", self.tau_grid[actions[:, 1]], self.num_timesteps)
+            if self.stop_grid is not None and actions.shape[1] == 3:
+                writer.add_histogram("specdec/stop", self.stop_grid[actions[:, 2]], self.num_timesteps)
             self.actions = []
 
 
