@@ -16,6 +16,7 @@ place defaults live. Every key, with its default::
     stop_at_eos: true
     k_max: 8                       # action k in 0..k_max
     tau_grid: [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+    stop_grid: [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8]   # per-token stop thresholds (see below)
     reward:
       time: wallclock              # wallclock | modeled
       reference_tokens_per_s: null # rho of the reward; null = plain decoding under the latency model
@@ -23,6 +24,11 @@ place defaults live. Every key, with its default::
     latency: calibrated            # modeled time: calibrated | constant | PATH.json (see below)
     cost_model: {draft_forward_s: 0.0005, target_forward_s: 0.009, target_per_token_s: 0.0006}
     shift: []                      # e.g. [{after_tokens: 64, domain: math}]: see SpecDecodeEnv
+
+``stop_grid`` is the third action dimension of an env given an acceptance predictor: the
+threshold below which the predicted probability that every token drafted so far in the step is
+accepted stops drafting (:class:`specrl.controllers.stop_rules.AcceptanceThreshold`, cumulative;
+0 never stops). Without a predictor that dimension has the single value 0.
 
 ``latency`` chooses the :class:`~specrl.latency.LatencyModel` behind ``modeled`` time and the
 default rho: ``calibrated`` learns it from the pair's decoding loop on its device once and caches
@@ -55,6 +61,7 @@ from specrl.zoo.corpus import SPLITS
 # Shipped scenarios live in the repository's top-level envs/ folder (data, not code).
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "envs"
 DEFAULT_TAU_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+DEFAULT_STOP_GRID = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8)
 TIME_MODES = ("wallclock", "modeled")
 LATENCY_SOURCES = ("calibrated", "constant")  # or the path of a latency JSON file
 # SPLITS: the disjoint prompt splits train, validation, test (DESIGN.md section 4b), defined
@@ -181,6 +188,7 @@ class Scenario:
     stop_at_eos: bool = True
     k_max: int = 8
     tau_grid: tuple[float, ...] = DEFAULT_TAU_GRID
+    stop_grid: tuple[float, ...] = DEFAULT_STOP_GRID
     reward: RewardSpec = field(default_factory=RewardSpec)
     latency: str = "calibrated"
     cost_model: CostModel = field(default_factory=CostModel)
@@ -192,12 +200,15 @@ class Scenario:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.k_max < 1:
             raise ValueError(f"k_max must be >= 1 (the action k runs over 0..k_max), got {self.k_max}")
-        grid = tuple(self.tau_grid)
-        if not grid or any(not 0.0 <= tau <= 1.0 for tau in grid) or list(grid) != sorted(set(grid)):
-            raise ValueError(
-                f"tau_grid must be a non-empty, strictly increasing list of values in [0, 1], "
-                f"got {list(grid)}"
-            )
+        for key in ("tau_grid", "stop_grid"):
+            grid = tuple(getattr(self, key))
+            if not grid or any(not 0.0 <= value <= 1.0 for value in grid) or list(grid) != sorted(set(grid)):
+                raise ValueError(
+                    f"{key} must be a non-empty, strictly increasing list of values in [0, 1], "
+                    f"got {list(grid)}"
+                )
+        if self.stop_grid[0] != 0.0:
+            raise ValueError(f"stop_grid must start with 0 (never stop), got {list(self.stop_grid)}")
         last = 0
         for shift in self.shift:
             if not last < shift.after_tokens < self.max_new_tokens:
@@ -462,11 +473,12 @@ def _parse(data: Any, source: str, base_dir: Path) -> Scenario:
     if "sampling" in top:
         section = _mapping(top["sampling"], SamplingConfig, "sampling", source)
         kwargs["sampling"] = SamplingConfig(**_leaves(section, SamplingConfig, "sampling.", source))
-    if "tau_grid" in top:
-        grid = top["tau_grid"]
-        if not isinstance(grid, list):
-            raise ScenarioError(f"{source}: 'tau_grid' must be a list of numbers in [0, 1], got {grid!r}")
-        kwargs["tau_grid"] = tuple(_typed(v, float, "tau_grid[]", source) for v in grid)
+    for key in ("tau_grid", "stop_grid"):
+        if key in top:
+            grid = top[key]
+            if not isinstance(grid, list):
+                raise ScenarioError(f"{source}: '{key}' must be a list of numbers in [0, 1], got {grid!r}")
+            kwargs[key] = tuple(_typed(v, float, f"{key}[]", source) for v in grid)
     if "reward" in top:
         section = _mapping(top["reward"], RewardSpec, "reward", source)
         kwargs["reward"] = RewardSpec(**_leaves(section, RewardSpec, "reward.", source))
