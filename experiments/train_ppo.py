@@ -6,7 +6,7 @@ With no arguments, on the embedded default pair:
    of this machine (cached) and loads or records the acceptance traces (shipped for the
    default pair, else collected and cached);
 2. trains PPO (stable-baselines3) on the vectorised trace-replay simulator over a mix of
-   scenarios (greedy and temperature 1; code, prose, math and code->math)
+   scenarios (greedy and temperature 1; code, prose, math, code->math, C headers and Perl)
    on their train traces, evaluating on their validation traces against the TCP heuristic
    every --eval-freq steps and keeping the best (checkpoint selection sees validation only);
 3. exports the best policy to policies/<name>/ (TorchScript + metadata, parity-checked);
@@ -48,6 +48,7 @@ from tqdm.auto import tqdm
 
 from specrl.controllers import HFHeuristicController, StaticController, TCPController
 from specrl.controllers.learned import LearnedController
+from specrl.controllers.stop_rules import AcceptancePredictor, AdaEDLController, SpecDecPPController
 from specrl.envs import ScenarioError, SpecDecodeEnv, VecTraceReplay, load_scenario, run_episode
 from specrl.export import export_policy, verify_parity
 from specrl.io import write_text_atomic
@@ -65,6 +66,7 @@ from specrl.training import (
     save_state,
     tensorboard_writer,
 )
+from specrl.tuning import fit_acceptance_predictor, tuned_rules
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SCENARIOS = [
@@ -72,10 +74,14 @@ DEFAULT_SCENARIOS = [
     "prose",
     "math",
     "code_to_math",
+    "c_header",
+    "perl",
     "code_t1",
     "prose_t1",
     "math_t1",
     "code_to_math_t1",
+    "c_header_t1",
+    "perl_t1",
 ]
 
 
@@ -126,6 +132,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--validate-repeats", type=int, default=3, help="repeats (the median is reported)")
     parser.add_argument(
         "--sim-repeats", type=int, default=4, help="acceptance draws per trace for sampled scenarios"
+    )
+    parser.add_argument(
+        "--no-stop",
+        action="store_true",
+        help="train without the per-token stop dimension (actions [k, tau_index] only)",
     )
     args = parser.parse_args()
     for flag in (
@@ -211,9 +222,15 @@ def main() -> None:
         run_dir = Path(args.runs_dir) / f"{label}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir.mkdir(parents=True, exist_ok=True)
         state = {"timesteps": 0, "command": command}
+    # The per-token stop dimension applies a logistic acceptance predictor fitted on the train
+    # traces; it is part of the run (a resumed run keeps it) and of the exported policy.
+    predictor = None if args.no_stop else run_predictor(run_dir, train.values())
+    stop_grid = None if args.no_stop else tuple(scenarios[0].stop_grid)
+    if stop_grid is not None and any(tuple(s.stop_grid) != stop_grid for s in scenarios):
+        raise SystemExit("all training scenarios must share stop_grid (one action space)")
     mix = ScenarioMix(
         [
-            VecTraceReplay(s, train[s.name], latency, num_envs=n, seed=args.seed + i)
+            VecTraceReplay(s, train[s.name], latency, num_envs=n, seed=args.seed + i, predictor=predictor)
             for i, (s, n) in enumerate(
                 zip(scenarios, envs_per_scenario(budget["n_envs"], len(scenarios)), strict=True)
             )
@@ -237,7 +254,10 @@ def main() -> None:
         """The policy against TCP on ``traces`` (default: the validation traces)."""
         traces, tcp = (validation, tcp_validation) if traces is None else (traces, tcp)
         results = {
-            s.name: evaluate_policy(predict, s, traces[s.name], latency, args.sim_repeats) for s in scenarios
+            s.name: evaluate_policy(
+                predict, s, traces[s.name], latency, args.sim_repeats, predictor=predictor
+            )
+            for s in scenarios
         }
         ratios = {name: r.tokens_per_s / tcp[name].tokens_per_s for name, r in results.items()}
         scalars = {f"{name}/tokens_per_s": r.tokens_per_s for name, r in results.items()}
@@ -264,7 +284,7 @@ def main() -> None:
         state,
     )
     callbacks = [
-        SpecdecMetrics(tau_grid),
+        SpecdecMetrics(tau_grid, stop_grid=stop_grid),
         evaluation,
         Checkpoints(save_checkpoint, budget["checkpoint_freq"]),
         Progress(budget["total_timesteps"], state["timesteps"]),
@@ -309,6 +329,8 @@ def main() -> None:
     test = {s.name: cached_traces(s, "test", pair) for s in scenarios}
     report = evaluate(predict, test, tcp_results(scenarios, test, latency, args.sim_repeats))
     rows = {}
+    # the SpecDec++-style baseline's predictor: the run's, or one fitted the same way
+    rule_predictor = predictor or fit_acceptance_predictor(train.values())
     compared = scenarios + [e for e in load_scenarios(args.eval_scenarios, args.preset) if e.name not in test]
     for s in compared:
         traces, repeats = test.get(s.name) or cached_traces(s, "test", pair), args.sim_repeats
@@ -320,7 +342,8 @@ def main() -> None:
                 HFHeuristicController(), s, traces, latency, repeats
             ).tokens_per_s,
             f"best static (k={static.k}, tau={static.tau})": static.tokens_per_s,
-            "ppo": evaluate_policy(predict, s, traces, latency, repeats).tokens_per_s,
+            **rule_baselines(s, pair, latency, repeats, rule_predictor, traces),
+            "ppo": evaluate_policy(predict, s, traces, latency, repeats, predictor=predictor).tokens_per_s,
             "oracle": clairvoyant_bound(traces, latency, count=repeats).tokens_per_s,
             "_best_static": (static.k, static.tau),
         }
@@ -334,6 +357,8 @@ def main() -> None:
         obs_normalizer=best_normalizer,
         k_max=k_max,
         tau_grid=tau_grid,
+        stop_grid=stop_grid,
+        predictor=predictor,
         scenarios=args.scenarios,
         pair=pair.name,
         evaluation={
@@ -351,7 +376,9 @@ def main() -> None:
     observations = np.random.default_rng(0).random((2000, mix.observation_space.shape[0])).astype(np.float32)
     verify_parity(best, folder, observations, obs_normalizer=best_normalizer)
     print(f"\nexported {folder} (parity with the SB3 policy checked on 2,000 observations)")
-    real_table = validate_real(args, pair, latency, folder, rows) if args.validate_scenarios else ""
+    real_table = (
+        validate_real(args, pair, latency, folder, rows, rule_predictor) if args.validate_scenarios else ""
+    )
     text = (
         "#### Test traces, simulator (modeled time), tokens/s\n\n"
         f"Checkpoint selected on validation traces (ratio vs TCP {state['best_ratio_vs_tcp']:.3f} there); "
@@ -399,6 +426,26 @@ def unseen_note(scenarios: list, pair) -> str:
     return f"Unseen domain (no train or validation prompts; no training or selection saw it): {names}."
 
 
+def run_predictor(run_dir: Path, train_traces) -> AcceptancePredictor:
+    """The run's acceptance predictor: read back when resuming, else fitted on the train traces."""
+    path = run_dir / "acceptance_predictor.json"
+    if path.is_file():
+        return AcceptancePredictor.load(path)
+    predictor = fit_acceptance_predictor(train_traces)
+    predictor.save(path)
+    return predictor
+
+
+def rule_baselines(scenario, pair, latency, repeats: int, predictor, traces) -> dict:
+    """AdaEDL and the SpecDec++-style rule on ``traces`` (test), tuned on validation traces
+    (:func:`specrl.tuning.tuned_rules`); ``_<name>`` keys hold the tuned settings."""
+    rows = {}
+    for name, tuned in tuned_rules(scenario, pair, latency, predictor, repeats).items():
+        rows[name] = evaluate_controller(tuned.controller, scenario, traces, latency, repeats).tokens_per_s
+        rows[f"_{name}"] = tuned.setting
+    return rows
+
+
 def load_scenarios(names: list[str], preset: str | None) -> list:
     """Scenarios by name, on ``preset``'s pair if given, with modeled time."""
     return [load_scenario(name).with_overrides(time="modeled", preset=preset) for name in names]
@@ -411,51 +458,75 @@ def policy_predict(model: PPO, normalizer: VecNormalize | None):
     return lambda observations: model.predict(normalizer.normalize_obs(observations), deterministic=True)[0]
 
 
+RULES = (
+    "tcp",
+    "hf-heuristic",
+    "adaedl",
+    "specdec++",
+)  # with the best static setting: the rules PPO must beat
+
+
 def comparison_table(rows: dict[str, dict]) -> str:
-    """Markdown: a row per scenario, tokens/s per controller, and PPO's ratios."""
-    names = [n for n in next(iter(rows.values())) if not n.startswith(("_", "best static"))]
-    header = (
-        "| scenario | "
-        + " | ".join(names[:-1])
-        + " | best static | "
-        + names[-1]
-        + " | PPO / TCP | PPO / best static |\n"
-    )
-    header += "|---" * (len(names) + 4) + "|\n"
-    lines = []
+    """Markdown: a row per scenario, tokens/s per controller, and PPO's ratios to TCP, to the best
+    static setting in hindsight, to the best of every rule (that static setting included) and to
+    the clairvoyant oracle."""
+    names = [n for n in next(iter(rows.values())) if not n.startswith(("_", "best static")) and n != "oracle"]
+    columns = [
+        *names,
+        "best static",
+        "oracle",
+        "PPO / TCP",
+        "PPO / best static",
+        "PPO / best rule",
+        "PPO / oracle",
+    ]
+    lines = ["| scenario | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for scenario, row in rows.items():
         static_name = next(n for n in row if n.startswith("best static"))
         k, tau = row["_best_static"]
-        cells = [f"{row[n]:.1f}" for n in names[:-1]] + [
+        best_rule = max([row[static_name]] + [row[n] for n in RULES if n in row])
+        cells = [f"{row[n]:.1f}" for n in names] + [
             f"{row[static_name]:.1f} (k={k}, tau={tau})",
-            f"{row[names[-1]]:.1f}",
+            f"{row['oracle']:.1f}",
         ]
-        cells += [f"{row['ppo'] / row['tcp']:.3f}", f"{row['ppo'] / row[static_name]:.3f}"]
+        cells += [
+            f"{row['ppo'] / ratio:.3f}" for ratio in (row["tcp"], row[static_name], best_rule, row["oracle"])
+        ]
         lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
-    return header + "\n".join(lines)
+    return "\n".join(lines)
 
 
-def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict]) -> str:
-    """PPO, TCP, plain and each scenario's best static setting (in hindsight on its test traces)
-    in the real env on test prompts, interleaved."""
+def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict], predictor) -> str:
+    """PPO against plain decoding and every rule (TCP, the HF heuristic, AdaEDL and the
+    SpecDec++-style rule with their settings tuned on validation traces, and each scenario's best
+    static setting in hindsight on its test traces) in the real env on test prompts, interleaved."""
     learned = LearnedController.load(folder)
+    names = ["plain", "tcp", "hf-heuristic", "adaedl", "specdec++", "static", "ppo"]
     lines = [
-        "| scenario | plain | TCP | best static | PPO | PPO / TCP | PPO / best static |",
-        "|---" * 7 + "|",
+        "| scenario | " + " | ".join(names[:-2]) + " | best static | PPO | PPO / TCP | PPO / best static | "
+        "PPO / best rule |",
+        "|---" * (len(names) + 4) + "|",
     ]
     jobs = []
     for name in args.validate_scenarios:
         scenario = load_scenario(name).with_overrides(preset=args.preset)
         env = SpecDecodeEnv(scenario, pair=pair, split="test", time="wallclock", latency=latency)
-        if name in rows:
-            k, tau = rows[name]["_best_static"]
-        else:
-            traces = cached_traces(scenario.with_overrides(time="modeled"), "test", pair)
+        if name not in rows:
+            modeled = scenario.with_overrides(time="modeled")
+            traces = cached_traces(modeled, "test", pair)
             static = best_static(traces, latency, scenario.tau_grid, count=args.sim_repeats)
-            k, tau = static.k, static.tau
+            rows[name] = {
+                "_best_static": (static.k, static.tau),
+                **rule_baselines(modeled, pair, latency, args.sim_repeats, predictor, traces),
+            }
+        k, tau = rows[name]["_best_static"]
+        adaedl, specdecpp = rows[name]["_adaedl"], rows[name]["_specdec++"]
         controllers = {
             "plain": StaticController(0),
             "tcp": TCPController(),
+            "hf-heuristic": HFHeuristicController(),
+            "adaedl": AdaEDLController(k=adaedl["k"], gamma=adaedl["gamma"]),
+            "specdec++": SpecDecPPController(predictor, **specdecpp),
             "static": StaticController(k, tau),
             "ppo": learned,
         }
@@ -480,11 +551,16 @@ def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict]) -> s
             for c, (tokens, seconds) in totals.items():
                 throughput[c].append(tokens / seconds)
         median = {c: statistics.median(v) for c, v in throughput.items()}
-        lines.append(
-            f"| {name} | {median['plain']:.1f} | {median['tcp']:.1f} | {median['static']:.1f} "
-            f"({controllers['static'].action.k}, {controllers['static'].action.tau}) | {median['ppo']:.1f} | "
-            f"{median['ppo'] / median['tcp']:.3f} | {median['ppo'] / median['static']:.3f} |"
-        )
+        best_rule = max(median[c] for c in ("tcp", "hf-heuristic", "adaedl", "specdec++", "static"))
+        static = controllers["static"].action
+        cells = [f"{median[c]:.1f}" for c in names[:-2]] + [
+            f"{median['static']:.1f} ({static.k}, {static.tau})",
+            f"{median['ppo']:.1f}",
+            f"{median['ppo'] / median['tcp']:.3f}",
+            f"{median['ppo'] / median['static']:.3f}",
+            f"{median['ppo'] / best_rule:.3f}",
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -107,7 +107,7 @@ class PolicyModule(nn.Module):
         self.policy_net = policy_net
         self.action_net = action_net
         # where each dimension's logits start and end in the action net's output
-        self.bounds: list[int] = np.concatenate([[0], np.cumsum([int(n) for n in sizes])]).tolist()
+        self.bounds = np.concatenate([[0], np.cumsum([int(n) for n in sizes])]).tolist()
         self.normalize = mean is not None
         # Float64 like VecNormalize's numpy statistics, so normalised inputs match SB3's exactly.
         shape = (N_FEATURES,)
@@ -125,13 +125,15 @@ class PolicyModule(nn.Module):
         if self.normalize:
             x = ((x.to(torch.float64) - self.mean) / self.std).clamp(-self.clip, self.clip).to(torch.float32)
         logits = self.action_net(self.policy_net(x))  # (B, sum of the dimensions' sizes)
-        # SB3's deterministic action is the argmax of softmax(logits) per dimension; softmax is
-        # monotone, so the argmax of the logits is the same action without two softmaxes, which
-        # cost about half of a decision's time. (They could differ only where two probabilities
-        # round to one float, the level at which batch-1 and batched matmuls already differ.)
-        actions = [
-            logits[:, self.bounds[i] : self.bounds[i + 1]].argmax(dim=1) for i in range(len(self.bounds) - 1)
-        ]
+        # SB3's deterministic action is the mode of a Categorical per dimension: the first argmax
+        # of softmax(logits - logsumexp(logits)), computed in float32. Where two logits are closer
+        # than float32 resolves after that softmax (an untrained head is full of such ties), the
+        # argmax of the raw logits can pick another index, so the exact computation is repeated.
+        actions = []
+        for i in range(len(self.bounds) - 1):
+            dimension = logits[:, self.bounds[i] : self.bounds[i + 1]]
+            normalized = dimension - dimension.logsumexp(dim=1, keepdim=True)
+            actions.append(torch.softmax(normalized, dim=1).argmax(dim=1))
         return torch.stack(actions, dim=1)
 
 

@@ -16,9 +16,10 @@ import numpy as np
 
 from specrl.controllers.base import Controller
 from specrl.controllers.stop_rules import AcceptancePredictor, AdaEDLController, SpecDecPPController
-from specrl.envs.scenario import Scenario
+from specrl.envs.scenario import Scenario, ScenarioError, load_scenario
 from specrl.latency import LatencyModel
-from specrl.traces import TraceSet
+from specrl.models import ModelPair
+from specrl.traces import TraceSet, cached_traces
 from specrl.training import evaluate_controller
 
 SPECDECPP_THRESHOLDS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
@@ -144,3 +145,43 @@ def tune_adaedl(
         latency,
         repeats,
     )
+
+
+def fitting_traces(scenario: Scenario, pair: ModelPair, split: str) -> tuple[Scenario, TraceSet]:
+    """The scenario and ``split`` traces ("train" or "validation") to fit or tune a rule for
+    ``scenario`` with: its own, or, for a scenario without prompts in that split (the unseen test
+    domain), the mixed training workload's at the same temperature. Never test traces."""
+    if split == "test":
+        raise ValueError("rules are fitted and tuned on train or validation traces, never on test")
+    try:
+        return scenario, cached_traces(scenario, split, pair)
+    except ScenarioError:
+        name = "mixed" if scenario.sampling.temperature == 0 else "mixed_t1"
+        mixed = load_scenario(name).with_overrides(time="modeled", preset=scenario.pair.preset)
+        return mixed, cached_traces(mixed, split, pair)
+
+
+def rule_predictor(scenario: Scenario, pair: ModelPair) -> AcceptancePredictor:
+    """The SpecDec++-style rule's predictor for ``scenario``: fitted on its train traces."""
+    return fit_acceptance_predictor(
+        [fitting_traces(scenario.with_overrides(time="modeled"), pair, "train")[1]]
+    )
+
+
+def tuned_rules(
+    scenario: Scenario,
+    pair: ModelPair,
+    latency: LatencyModel,
+    predictor: AcceptancePredictor,
+    repeats: int = 1,
+) -> dict[str, Tuned]:
+    """AdaEDL and the SpecDec++-style rule for ``scenario``, tuned on validation traces
+    (:func:`validation_traces`), by name."""
+    tuning, validation = fitting_traces(scenario.with_overrides(time="modeled"), pair, "validation")
+    return {
+        tuned.name: tuned
+        for tuned in (
+            tune_adaedl(tuning, validation, latency, repeats),
+            tune_specdecpp(predictor, tuning, validation, latency, repeats),
+        )
+    }

@@ -107,7 +107,9 @@ def test_smoke_run_writes_json_markdown_plots_and_tensorboard_with_a_row_per_con
     ):
         assert key in results
     simulated = results["simulator"]["available"]
-    expected = OURS | HF | {LEARNED} | ({"oracle"} if simulated else set())
+    # the per-token stop rules are tuned on validation traces in the simulator, so run with it
+    tuned = {"adaedl", "specdec++"} if simulated else set()
+    expected = OURS | HF | {LEARNED} | tuned | ({"oracle"} if simulated else set())
     markdown = (out / "results.md").read_text()
     for name in SCENARIOS:
         result = results["scenarios"][name]
@@ -126,6 +128,10 @@ def test_smoke_run_writes_json_markdown_plots_and_tensorboard_with_a_row_per_con
         assert result["rows"]["hf-generate-assisted"]["real"]["ratio_to_tcp"] is None  # wall clock vs modeled
         assert result["hf_assistant"]["confidence_threshold"] == results["hf_confidence_threshold"]
         assert name in results["summary"]["speedup_real"]["tcp"]
+        assert set(result["tuned_rules"]) == tuned
+        if simulated:
+            assert {"gamma", "k"} == set(result["tuned_rules"]["adaedl"])
+            assert {"threshold", "k", "cumulative"} == set(result["tuned_rules"]["specdec++"])
     assert results["scenarios"]["code"]["rows"][LEARNED]["kind"] == "learned"
     assert results["config"]["split"] == "test" and "Prompt split: test" in markdown  # reported on test
     assert all(results["scenarios"][name]["split"] == "test" for name in SCENARIOS)

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from specrl.controllers import LearnedController
 from specrl.controllers.base import Controller
+from specrl.controllers.stop_rules import AdaEDLController, SpecDecPPController
 from specrl.envs.scenario import Scenario
 from specrl.envs.spec_decode import SpecDecodeEnv
 from specrl.evaluation import roster
@@ -43,6 +44,7 @@ from specrl.hf_baseline import (
 )
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
+from specrl.tuning import rule_predictor, tuned_rules
 
 PLAIN, TCP, BEST_STATIC, ORACLE = "plain", "tcp", "best-static", "oracle"
 HF_PLAIN, HF_ASSISTED = "hf-generate", "hf-generate-assisted"
@@ -62,6 +64,8 @@ class Settings:
         warmup: untimed passes of every row over the first episode before the repeats.
         statics: static rows (roster names) run in both columns besides plain.
         rules: rule-based rows (roster names).
+        tuned: per-token stop rules tuned on validation traces in the simulator
+            (``roster.TUNED_RULES``; run only when the simulator is available).
         hf: run Hugging Face ``generate`` (plain and assisted).
         time: the real loop's time source, "wallclock" or "modeled".
         seed: episode i of a scenario's plan resets with seed + i; also seeds the run order.
@@ -75,6 +79,7 @@ class Settings:
     warmup: int = 1
     statics: tuple[str, ...] = ("static:2:0", "static:4:0")
     rules: tuple[str, ...] = roster.RULES
+    tuned: tuple[str, ...] = roster.TUNED_RULES
     hf: bool = True
     time: str = "wallclock"
     seed: int = 0
@@ -114,6 +119,23 @@ def controller_factories(
     return factories
 
 
+def tuned_factories(
+    scenario: Scenario, pair: ModelPair, latency: LatencyModel, names: tuple[str, ...]
+) -> tuple[dict[str, Callable[[], Controller]], dict[str, Any]]:
+    """Factories of the per-token stop rules ``names``, tuned on validation traces, and their
+    settings (for the report)."""
+    predictor = rule_predictor(scenario, pair)
+    tuned = tuned_rules(scenario, pair, latency, predictor)
+    makers = {
+        "adaedl": lambda setting: AdaEDLController(**setting),
+        "specdec++": lambda setting: SpecDecPPController(predictor, **setting),
+    }
+    factories = {
+        name: (lambda name=name: makers[name](tuned[name].setting)) for name in names if name in makers
+    }
+    return factories, {name: tuned[name].setting for name in factories}
+
+
 def evaluate_scenario(
     scenario: Scenario,
     pair: ModelPair,
@@ -139,6 +161,11 @@ def evaluate_scenario(
     plan = roster.episode_plan(scenario, env.prompt_sets, per_domain, settings.seed)
     episodes = roster.first_episodes(plan, settings.episodes)
 
+    tuned_settings: dict[str, Any] = {}
+    if isinstance(simulator, Simulator) and settings.tuned:
+        tuned, tuned_settings = tuned_factories(scenario, pair, latency, settings.tuned)
+        learned = {name: make for name, make in factories.items() if name in policies}
+        factories = {name: make for name, make in factories.items() if name not in policies} | tuned | learned
     bounds, sim_records = None, {}
     if isinstance(simulator, Simulator):
         bounds, sim_records = run_simulator(
@@ -174,6 +201,7 @@ def evaluate_scenario(
         "episodes": [{"domain": e.domain, "prompt_index": e.prompt_index, "seed": e.seed} for e in episodes],
         "simulator": simulator_summary(simulator, bounds, len(sim_records.get(PLAIN, []))),
         "hf_assistant": hf_settings,
+        "tuned_rules": tuned_settings,
         "rows": rows,
         "skipped": skipped,
         "trajectories": {
@@ -286,7 +314,7 @@ def build_rows(
         setting={"k": k, "tau": tau, "name": best_name, "chosen_by": chosen_by},
     )
     for name in names:
-        if name in roster.RULES:
+        if name in roster.RULES or name in roster.TUNED_RULES:
             rows[name] = row(name, "rule", roster.label(name))
         elif name in policies:
             rows[name] = row(

@@ -9,6 +9,9 @@ their JSON):
 - ``tcp-tau0.25``: the same with the seed's fixed confidence cut tau = 0.25.
 - ``hf-heuristic``: our re-implementation of Hugging Face's "heuristic" draft-length schedule.
 - ``hf-confidence``: our re-implementation of Hugging Face's dynamic confidence threshold.
+- ``adaedl``, ``specdec++``: the per-token stop rules of :mod:`specrl.controllers.stop_rules`,
+  tuned per scenario on validation traces by the harness (:func:`specrl.tuning.tuned_rules`), so
+  :func:`make_controller` cannot build them from a name alone.
 
 Every controller's k is bounded by the scenario's ``k_max``.
 """
@@ -27,6 +30,7 @@ from specrl.controllers import (
 from specrl.envs.scenario import Scenario
 
 RULES = ("tcp", "tcp-tau0.25", "hf-heuristic", "hf-confidence")
+TUNED_RULES = ("adaedl", "specdec++")
 #: What each named rule is, for tables.
 LABELS = {
     "plain": "plain (k=0)",
@@ -34,6 +38,8 @@ LABELS = {
     "tcp-tau0.25": "TCP heuristic (tau=0.25)",
     "hf-heuristic": "HF heuristic schedule (ours)",
     "hf-confidence": "HF confidence threshold (ours)",
+    "adaedl": "AdaEDL entropy stop (tuned on validation)",
+    "specdec++": "SpecDec++-style stop (tuned on validation)",
 }
 
 
@@ -83,6 +89,11 @@ def make_controller(name: str, k_max: int) -> Controller:
         return HFHeuristicController(k_max=k_max)
     if name == "hf-confidence":
         return HFConfidenceController(k_max=k_max)
+    if name in TUNED_RULES:
+        raise ControllerNameError(
+            f"{name!r} is tuned per scenario on validation traces: run it through experiments/evaluate.py "
+            "(the harness tunes it in the simulator), or build it with specrl.tuning.tuned_rules"
+        )
     raise ControllerNameError(
         f"unknown controller {name!r}; choose plain, static:K[:TAU] or one of {', '.join(RULES)}"
     )
