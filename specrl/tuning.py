@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -115,15 +116,8 @@ def tune_specdecpp(
         if k <= scenario.k_max
         for t in thresholds
     ]
-    return tune_controller(
-        "specdec++",
-        lambda threshold, k, cumulative: SpecDecPPController(predictor, threshold, k, cumulative),
-        grid,
-        scenario,
-        validation,
-        latency,
-        repeats,
-    )
+    make = partial(SpecDecPPController, predictor)
+    return tune_controller("specdec++", make, grid, scenario, validation, latency, repeats)
 
 
 def tune_adaedl(
@@ -136,15 +130,7 @@ def tune_adaedl(
 ) -> Tuned:
     """AdaEDL's gamma and cap k, chosen on validation traces."""
     grid = [{"gamma": g, "k": k} for k in caps if k <= scenario.k_max for g in gammas]
-    return tune_controller(
-        "adaedl",
-        lambda gamma, k: AdaEDLController(k=k, gamma=gamma),
-        grid,
-        scenario,
-        validation,
-        latency,
-        repeats,
-    )
+    return tune_controller("adaedl", AdaEDLController, grid, scenario, validation, latency, repeats)
 
 
 def fitting_traces(scenario: Scenario, pair: ModelPair, split: str) -> tuple[Scenario, TraceSet]:

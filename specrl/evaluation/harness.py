@@ -31,7 +31,6 @@ from tqdm import tqdm
 
 from specrl.controllers import LearnedController
 from specrl.controllers.base import Controller
-from specrl.controllers.stop_rules import AdaEDLController, SpecDecPPController
 from specrl.envs.scenario import Scenario
 from specrl.envs.spec_decode import SpecDecodeEnv
 from specrl.evaluation import roster
@@ -123,16 +122,9 @@ def tuned_factories(
     scenario: Scenario, pair: ModelPair, latency: LatencyModel, names: tuple[str, ...]
 ) -> tuple[dict[str, Callable[[], Controller]], dict[str, Any]]:
     """Factories of the per-token stop rules ``names``, tuned on validation traces, and their
-    settings (for the report)."""
-    predictor = rule_predictor(scenario, pair)
-    tuned = tuned_rules(scenario, pair, latency, predictor)
-    makers = {
-        "adaedl": lambda setting: AdaEDLController(**setting),
-        "specdec++": lambda setting: SpecDecPPController(predictor, **setting),
-    }
-    factories = {
-        name: (lambda name=name: makers[name](tuned[name].setting)) for name in names if name in makers
-    }
+    settings (for the report). A tuned controller serves every run: each episode resets it."""
+    tuned = tuned_rules(scenario, pair, latency, rule_predictor(scenario, pair))
+    factories = {name: (lambda c=tuned[name].controller: c) for name in names if name in tuned}
     return factories, {name: tuned[name].setting for name in factories}
 
 
