@@ -148,21 +148,26 @@ def table(rows: list[dict], baseline: bool) -> list[str]:
     return lines
 
 
-def worst_gaps(rows: list[dict], baseline: bool) -> dict[str, dict[str, float]]:
-    """Per scenario, the largest |gap| over controllers of each comparison."""
+def worst_gaps(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Per scenario, the largest |gap| over controllers of each comparison, and its split into a
+    level (the median over controllers of sim / wall - 1: one factor for every controller, e.g.
+    the machine running slower or faster than when it was calibrated) and a shape (the largest
+    |(sim / wall) / (1 + level) - 1|: what the model gets wrong between controllers)."""
+    columns = {"sim_wall": ("sim", "real_wallclock"), "modeled_wall": ("real_modeled", "real_wallclock")}
+    columns["sim_modeled"] = ("sim", "real_modeled")
+    if all("sim_baseline" in row for row in rows):
+        columns["profiled_sim_wall"] = ("sim_baseline", "real_wallclock")
     result: dict[str, dict[str, float]] = {}
-    for row in rows:
-        wall = row["real_wallclock"]["tokens_per_s"]
-        gaps = {
-            "sim_wall": gap(row["sim"]["tokens_per_s"], wall),
-            "modeled_wall": gap(row["real_modeled"]["tokens_per_s"], wall),
-            "sim_modeled": gap(row["sim"]["tokens_per_s"], row["real_modeled"]["tokens_per_s"]),
-        }
-        if baseline:
-            gaps["profiled_sim_wall"] = gap(row["sim_baseline"]["tokens_per_s"], wall)
-        entry = result.setdefault(row["scenario"], {})
-        for key, value in gaps.items():
-            entry[key] = max(entry.get(key, 0.0), abs(value))
+    for scenario in dict.fromkeys(row["scenario"] for row in rows):
+        mine = [row for row in rows if row["scenario"] == scenario]
+        entry = result[scenario] = {}
+        for key, (top, bottom) in columns.items():
+            ratios = np.array([row[top]["tokens_per_s"] / row[bottom]["tokens_per_s"] for row in mine])
+            entry[key] = float(np.abs(ratios - 1).max())
+            if key in ("sim_wall", "profiled_sim_wall"):
+                level = float(np.median(ratios))
+                entry[f"{key}_level"] = level - 1
+                entry[f"{key}_shape"] = float(np.abs(ratios / level - 1).max())
     return result
 
 
@@ -218,11 +223,19 @@ def parse_args() -> argparse.Namespace:
         help="also price the simulator with the isolated-forward profile (default) or not",
     )
     parser.add_argument("--out", default="results/sim_vs_real", help="output stem (.json and .md are added)")
+    parser.add_argument(
+        "--render", type=Path, default=None, metavar="JSON", help="only rewrite the .md of a run's JSON"
+    )
     return parser.parse_args()
 
 
 def main() -> None:
     args = parse_args()
+    if args.render is not None:  # re-render a run's markdown from its JSON
+        text = render(json.loads(args.render.read_text()))
+        write_text_atomic(args.render.with_suffix(".md"), text)
+        print(text)
+        return
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     started, load_before = time.perf_counter(), os.getloadavg()[0]
     rows = []
@@ -261,63 +274,68 @@ def main() -> None:
                 flush=True,
             )
 
-    with_baseline = profiled is not None
-    worst = worst_gaps(rows, with_baseline)
-    order = rankings(rows)
-    titles = ["scenario"] + [
-        f"max \\|{name} - 1\\|" for name in ("sim / wall", "modeled / wall", "sim / modeled")
-    ]
-    titles += ["profiled: max \\|sim / wall - 1\\|"] if with_baseline else []
+    results = {
+        "rows": rows,
+        "command": command,
+        "config": {"prompts": args.prompts, "repeats": args.repeats, "sim_repeats": args.sim_repeats},
+        "latency": {"kind": latency.kind, "device": latency.device, "measurement": latency.measurement},
+        "baseline": None if profiled is None else {"kind": profiled.kind, "device": profiled.device},
+        "pair": pair.name,
+        "split": SPLIT,
+        "machine": f"{platform.processor() or platform.machine()}, {latency.device}",
+        "load_average": [load_before, os.getloadavg()[0]],
+        "seconds": round(time.perf_counter() - started),
+    }
+    results["worst"] = worst_gaps(rows)
+    results["worst_sim_wall_gap"] = max(entry["sim_wall"] for entry in results["worst"].values())
+    results["ranking"] = rankings(rows)
+    write_text_atomic(Path(args.out).with_suffix(".json"), json.dumps(results, indent=2))
+    text = render(results)
+    write_text_atomic(Path(args.out).with_suffix(".md"), text)
+    print("\n" + text)
+
+
+def render(results: dict) -> str:
+    """The markdown page of a run's JSON."""
+    worst, config = results["worst"], results["config"]
+    with_baseline = results["baseline"] is not None
+    titles = ["scenario", "max \\|sim / wall - 1\\|", "level", "shape", "max \\|modeled / wall - 1\\|"]
+    titles += ["max \\|sim / modeled - 1\\|"]
+    titles += ["profiled: max \\|sim / wall - 1\\|", "level", "shape"] if with_baseline else []
     summary = ["| " + " | ".join(titles) + " |", "|---" * len(titles) + "|"]
     for scenario, entry in worst.items():
-        cells = [scenario] + [f"{entry[k]:.1%}" for k in ("sim_wall", "modeled_wall", "sim_modeled")]
-        cells += [f"{entry['profiled_sim_wall']:.1%}"] if with_baseline else []
+        keys = ["sim_wall", "sim_wall_level", "sim_wall_shape", "modeled_wall", "sim_modeled"]
+        keys += (
+            ["profiled_sim_wall", "profiled_sim_wall_level", "profiled_sim_wall_shape"]
+            if with_baseline
+            else []
+        )
+        cells = [scenario] + [f"{entry[k]:+.1%}" if k.endswith("level") else f"{entry[k]:.1%}" for k in keys]
         summary.append("| " + " | ".join(cells) + " |")
-    overall = max(entry["sim_wall"] for entry in worst.values())
-    ranks = ", ".join(f"{s}: {v['spearman_wallclock']:.2f}" for s, v in order.items())
-    machine = f"{platform.processor() or platform.machine()}, {latency.device}"
-    text = "\n".join(
-        [
-            f"Simulator vs real loop, pair `{pair.name}`, {SPLIT} prompts ({args.prompts} per domain; "
-            f"sampled scenarios: {args.repeats} real seeds and {args.sim_repeats} simulated draws per "
-            "trace). "
-            f"Latency model: {latency.kind}.",
-            "",
-            *summary,
-            "",
-            f"Largest |sim / wall clock - 1| over all rows: {overall:.1%}. Rank correlation of the "
-            f"controllers (simulator vs wall clock, Spearman): {ranks}.",
-            "",
-            *table(rows, with_baseline),
-            "",
-            f"Machine: {machine}; load average {load_before:.2f} at the start, {os.getloadavg()[0]:.2f} at "
-            f"the end (2 cores: above ~0.5 other processes were competing). Command: `{command}` "
-            f"({time.perf_counter() - started:.0f} s).",
-        ]
-    )
-    write_text_atomic(Path(args.out).with_suffix(".md"), text + "\n")
-    write_text_atomic(
-        Path(args.out).with_suffix(".json"),
-        json.dumps(
-            {
-                "rows": rows,
-                "worst": worst,
-                "worst_sim_wall_gap": overall,
-                "ranking": order,
-                "command": command,
-                "latency": {
-                    "kind": latency.kind,
-                    "device": latency.device,
-                    "measurement": latency.measurement,
-                },
-                "baseline": None if profiled is None else {"kind": profiled.kind, "device": profiled.device},
-                "pair": pair.name,
-                "split": SPLIT,
-            },
-            indent=2,
-        ),
-    )
-    print("\n" + text)
+    ranks = ", ".join(f"{s}: {v['spearman_wallclock']:.2f}" for s, v in results["ranking"].items())
+    load = results["load_average"]
+    lines = [
+        f"Simulator vs real loop, pair `{results['pair']}`, {results['split']} prompts ({config['prompts']} "
+        f"per domain; sampled scenarios: {config['repeats']} real seeds and {config['sim_repeats']} "
+        f"simulated draws per trace). Latency model: {results['latency']['kind']}"
+        + (f"; baseline: {results['baseline']['kind']}." if with_baseline else "."),
+        "",
+        "Level: the median over controllers of sim / wall - 1 (one factor for all controllers: the machine "
+        "slower or faster than when calibrated). Shape: the largest |(sim / wall) / (1 + level) - 1| (what "
+        "the model gets wrong between controllers).",
+        "",
+        *summary,
+        "",
+        f"Largest |sim / wall clock - 1| over all rows: {results['worst_sim_wall_gap']:.1%}. Rank "
+        f"correlation of the controllers (simulator vs wall clock, Spearman): {ranks}.",
+        "",
+        *table(results["rows"], with_baseline),
+        "",
+        f"Machine: {results['machine']}; load average {load[0]:.2f} at the start, {load[1]:.2f} at the end "
+        f"(2 cores: above ~0.5 other processes were competing). Command: `{results['command']}` "
+        f"({results['seconds']} s).",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
