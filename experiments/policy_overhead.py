@@ -3,13 +3,16 @@
 Two measurements, one run:
 
 1. In a real decode. The pair decodes test prompts speculatively with the policy as the
-   controller; every ``act`` call is timed where it happens (between two iterations), and the
-   mean iteration time is the decode's draft + verify seconds (device-synchronised) per step.
+   controller; every ``act`` call is timed where it happens (between two iterations), and so is
+   every call of the per-token stop rule the engine makes inside the draft loop (policies with
+   the stop dimension); the mean iteration time is the decode's draft + verify seconds
+   (device-synchronised) per step.
 2. Alone. ``act`` is called ``--calls`` times on the observations the decode produced, after
    ``--warmup`` untimed calls; the median is the cost of one decision without cache effects of
    the models in between.
 
-The share of an iteration is the in-decode median decision time over the mean iteration time.
+The share of an iteration is the median, over iterations, of the step decision plus that
+step's stop-rule calls, over the mean iteration time.
 Writes JSON (``--json``) and a markdown table (``--markdown``) and prints the table.
 
 Run from the repository root:
@@ -32,20 +35,36 @@ import numpy as np
 
 import specrl
 from specrl.controllers import LearnedController
-from specrl.engine.types import Action, StepResult
+from specrl.engine.types import Action, StepResult, StopRule
 from specrl.export import PolicyError
 from specrl.io import write_text_atomic
 
 FALLBACK_PROMPT = "def fib(n):"  # for pairs without embedded prompt sets (hub pairs)
 
 
+class TimedRule:
+    """Delegates to a per-token stop rule and adds the time of each call to the current step's."""
+
+    def __init__(self, rule: StopRule, stop_ns: list[int]) -> None:
+        self.rule, self.stop_ns = rule, stop_ns
+
+    def __call__(self, position: int, confidence: float, entropy: float) -> bool:
+        start = time.perf_counter_ns()
+        stop = self.rule(position, confidence, entropy)
+        self.stop_ns[-1] += time.perf_counter_ns() - start
+        return stop
+
+
 class TimedController:
-    """Delegates to a controller and records how long each ``act`` took, and what it saw."""
+    """Delegates to a controller and records how long each ``act`` took, what it saw, and how
+    long the per-token stop calls of each step took (the engine makes them inside the draft loop)."""
 
     def __init__(self, controller: LearnedController) -> None:
         self.controller = controller
         self.act_ns: list[int] = []
+        self.stop_ns: list[int] = []
         self.observations: list[np.ndarray] = []
+        self._timed: dict[int, Action] = {}  # id of the policy's action -> the same action, timed
 
     def reset(self) -> None:
         self.controller.reset()
@@ -54,8 +73,16 @@ class TimedController:
         start = time.perf_counter_ns()
         action = self.controller.act(observation)
         self.act_ns.append(time.perf_counter_ns() - start)
+        self.stop_ns.append(0)
         self.observations.append(np.array(observation, dtype=np.float32))
-        return action
+        if action.stop is None:
+            return action
+        timed = self._timed.get(id(action))
+        if timed is None:  # the policy's actions are a fixed table: wrap each once
+            timed = self._timed[id(action)] = Action(
+                action.k, action.tau, TimedRule(action.stop, self.stop_ns)
+            )
+        return timed
 
     def observe(self, result: StepResult) -> None:
         self.controller.observe(result)
@@ -100,6 +127,7 @@ def decode(pair: specrl.ModelPair, timed: TimedController, args: argparse.Namesp
     options = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature}
     decoder.generate(prompts[0], **options)  # warm-up: allocator, kernels, the TorchScript executor
     timed.act_ns.clear()
+    timed.stop_ns.clear()
     timed.observations.clear()
     steps = tokens = 0
     decode_seconds = 0.0
@@ -141,9 +169,14 @@ def markdown(result: dict[str, Any]) -> str:
             f"{result['alone_us_median']:.1f} / {result['alone_us_p90']:.1f} µs",
         ),
         (
-            "decision in decode, median",
+            "step decision in decode, median",
             f"{result['in_decode_us_median']:.1f} µs ({result['steps']} decisions)",
         ),
+        (
+            "per-token stop calls of a step, median / mean",
+            f"{result['stop_us_median']:.1f} / {result['stop_us_mean']:.1f} µs",
+        ),
+        ("both, median per iteration", f"{result['decision_us_median']:.1f} µs"),
         ("mean iteration (draft + verify)", f"{result['mean_iteration_ms']:.3f} ms"),
         ("decision / iteration", f"{100 * result['share_of_iteration']:.2f} %"),
     ]
@@ -170,6 +203,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     timed = TimedController(controller)
     decoded = decode(pair, timed, args)
     in_decode_us = np.median(timed.act_ns) / 1e3
+    stop_us = np.asarray(timed.stop_ns) / 1e3
+    decision_us = np.median(np.asarray(timed.act_ns) / 1e3 + stop_us)
     alone_us = time_alone(controller, timed.observations, args.calls, args.warmup) / 1e3
     result = {
         "policy": args.policy,
@@ -180,8 +215,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "alone_us_p90": float(np.percentile(alone_us, 90)),
         "alone_calls": args.calls,
         "in_decode_us_median": float(in_decode_us),
+        "stop_us_median": float(np.median(stop_us)),
+        "stop_us_mean": float(np.mean(stop_us)),
+        "decision_us_median": float(decision_us),
         **decoded,
-        "share_of_iteration": float(in_decode_us / 1e3 / decoded["mean_iteration_ms"]),
+        # the step decision and the per-token stop calls together, per iteration
+        "share_of_iteration": float(decision_us / 1e3 / decoded["mean_iteration_ms"]),
         "command": " ".join(["python", *sys.argv])
         if argv is None
         else f"policy_overhead.py {' '.join(argv)}",

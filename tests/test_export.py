@@ -440,5 +440,6 @@ def test_overhead_script_reports_decision_time_and_share(raw_policy, tiny_home, 
     assert result["share_of_iteration"] == pytest.approx(
         result["in_decode_us_median"] / 1e3 / result["mean_iteration_ms"]
     )
+    assert result["stop_us_mean"] == 0  # a policy without the stop dimension makes no stop calls
     assert "| decision / iteration |" in capsys.readouterr().out
     assert (tmp_path / "o.md").read_text().startswith("# Policy decision overhead")
