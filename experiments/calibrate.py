@@ -88,7 +88,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--repeats",
         type=int,
-        default=5,
+        default=None,
         help="profile: timed passes; every cell is the median over them (default 5)",
     )
     parser.add_argument(
@@ -117,6 +117,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("give --target and --draft together")
     if args.target is not None and args.preset is not None:
         parser.error("give either --preset or --target and --draft")
+    if args.method == "loop" and (args.repeats is not None or args.contexts is not None):
+        parser.error("--repeats and --contexts set up the isolated profile: add --method profile")
+    args.repeats = 5 if args.repeats is None else args.repeats
     if args.k_max < 1 or args.repeats < 1 or args.steps < 1:
         parser.error("--k-max, --repeats and --steps must be >= 1")
     if args.method == "profile" and (args.save_steps or args.from_steps):

@@ -628,6 +628,9 @@ def test_calibrate_script_learns_from_the_loop_and_refits_saved_steps(
     steps = tmp_path / "loop.steps.json"
     assert len(StepRecords.from_dict(json.loads(steps.read_text()))) == 200
     assert "**sampled**" in out.with_suffix(".md").read_text()
+    with pytest.raises(SystemExit):  # profile settings without --method profile: an error, not ignored
+        calibrate_script.main([*args, "--repeats", "9"])
+    assert "add --method profile" in capsys.readouterr().err
     refit = calibrate_script.main([*args, "--force", "--from-steps", str(steps)])
     assert refit.costs["sampled"].target.tolist() == model.costs["sampled"].target.tolist()
     assert "refitting 200 steps" in capsys.readouterr().out
