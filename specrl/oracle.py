@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specrl.engine.sampling import SamplingConfig
 from specrl.envs.replay import replay_step
 from specrl.latency import LatencyModel
 from specrl.traces import Trace, TraceSet
@@ -104,9 +105,15 @@ def static_run(
     return total
 
 
+def priced(latency: LatencyModel, traces: TraceSet) -> LatencyModel:
+    """The view of ``latency`` for the traces' sampling (greedy and sampled steps cost differently)."""
+    return latency.for_sampling(SamplingConfig(temperature=float(traces.meta["sampling"]["temperature"])))
+
+
 def clairvoyant_bound(traces: TraceSet, latency: LatencyModel, *, count: int = 4, seed: int = 0) -> Bound:
-    """The clairvoyant optimum summed over every trace and realisation."""
+    """The clairvoyant optimum summed over every trace and realisation (priced for the traces' sampling)."""
     window = int(traces.meta["context_window"])
+    latency = priced(latency, traces)
     total = Bound(0, 0.0)
     for index, trace in enumerate(traces.traces):
         for accepts in realisations(trace, count, seed + index):
@@ -117,8 +124,10 @@ def clairvoyant_bound(traces: TraceSet, latency: LatencyModel, *, count: int = 4
 def best_static(
     traces: TraceSet, latency: LatencyModel, tau_grid: Sequence[float], *, count: int = 4, seed: int = 0
 ) -> StaticBound:
-    """Every static (k, tau), k in 0..k_max and tau on the grid, over every trace and realisation."""
+    """Every static (k, tau), k in 0..k_max and tau on the grid, over every trace and realisation
+    (priced for the traces' sampling)."""
     window = int(traces.meta["context_window"])
+    latency = priced(latency, traces)
     draws = [(trace, realisations(trace, count, seed + index)) for index, trace in enumerate(traces.traces)]
     table = {}
     for k, tau in itertools.product(range(traces.k_max + 1), tau_grid):

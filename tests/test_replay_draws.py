@@ -88,3 +88,26 @@ def test_policy_and_controller_evaluations_share_their_draws(sampled, sampled_tr
     assert policy.accepted == controller.accepted and policy.seconds == pytest.approx(controller.seconds)
     other = evaluate_controller(StaticController(4), sampled, sampled_traces, latency, repeats=3, seed=99)
     assert other.accepted != controller.accepted
+
+
+def test_the_bounds_price_sampled_traces_with_the_sampled_latency(sampled_traces):
+    """best_static and the oracle take the latency view of the traces' own sampling."""
+    from specrl.latency import LatencyModel
+    from specrl.oracle import best_static, clairvoyant_bound
+
+    model = LatencyModel.from_cost_model()
+    assert not sampled_traces.greedy
+    calls = []
+    original = LatencyModel.for_sampling
+
+    def spy(self, sampling):
+        calls.append(None if sampling is None else sampling.temperature)
+        return original(self, sampling)
+
+    LatencyModel.for_sampling = spy
+    try:
+        best_static(sampled_traces, model, (0.0,), count=1)
+        clairvoyant_bound(sampled_traces, model, count=1)
+    finally:
+        LatencyModel.for_sampling = original
+    assert calls == [1.0, 1.0]

@@ -56,7 +56,8 @@ class SimulatorRun:
         seed: int,
         progress: bool = True,
     ) -> None:
-        self.simulator, self.scenario, self.latency, self.seed = simulator, scenario, latency, seed
+        self.simulator, self.scenario, self.seed = simulator, scenario, seed
+        self.latency = latency.for_sampling(scenario.sampling)  # the oracle prices steps with it
         split = scenario.prompts.split
         self.traces = simulator.traces.cached_traces(
             scenario, split, pair, prompts_per_domain=prompts_per_domain, seed=seed, progress=progress
