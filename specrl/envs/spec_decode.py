@@ -75,8 +75,8 @@ class SpecDecodeEnv(gym.Env):
     ``latency.seconds(step_result)`` of the env's :class:`~specrl.latency.LatencyModel`
     (deterministic; the draft forwards and the verify width of the step at its context
     length, :meth:`LatencyModel.step_seconds`). The latency model is the ``latency`` argument,
-    else the scenario's ``latency`` key: ``calibrated`` (profiled on this device on first
-    use, then cached), ``constant`` (the ``cost_model`` constants) or a file.
+    else the scenario's ``latency`` key: ``calibrated`` (learned from the decoding loop on this
+    device on first use, then cached), ``constant`` (the ``cost_model`` constants) or a file.
 
     ``info`` of a step: ``tokens``, ``seconds`` (the reward's dt), ``tokens_per_s``,
     ``proposed``, ``accepted``, ``k`` (asked), ``k_used`` (after clipping to the budget),
