@@ -6,7 +6,7 @@ With no arguments, on the embedded default pair:
    of this machine (cached) and loads or records the acceptance traces (shipped for the
    default pair, else collected and cached);
 2. trains PPO (stable-baselines3) on the vectorised trace-replay simulator over a mix of
-   scenarios (greedy and temperature 1; code, prose, math, code->math, C headers and Perl)
+   scenarios (greedy and temperature 1; code/prose/math mixed, code->math, C headers, Perl)
    on their train traces, evaluating on their validation traces against the TCP heuristic
    every --eval-freq steps and keeping the best (checkpoint selection sees validation only);
 3. exports the best policy to policies/<name>/ (TorchScript + metadata, parity-checked);
@@ -69,20 +69,21 @@ from specrl.training import (
 from specrl.tuning import fit_acceptance_predictor, tuned_rules
 
 REPO = Path(__file__).resolve().parent.parent
+# Eight parts, as many as before C headers and Perl joined: each part of the ScenarioMix costs
+# a vectorised step of its own, so code, prose and math train together in "mixed" (one domain
+# per episode) and the default run keeps its time budget.
 DEFAULT_SCENARIOS = [
-    "code",
-    "prose",
-    "math",
-    "code_to_math",
+    "mixed",
     "c_header",
     "perl",
-    "code_t1",
-    "prose_t1",
-    "math_t1",
-    "code_to_math_t1",
+    "code_to_math",
+    "mixed_t1",
     "c_header_t1",
     "perl_t1",
+    "code_to_math_t1",
 ]
+# Reported on test besides the training scenarios: each domain alone, and the unseen one.
+DEFAULT_EVAL_SCENARIOS = ["code", "prose", "math", "code_t1", "prose_t1", "math_t1", "license", "license_t1"]
 
 
 def parse_args() -> argparse.Namespace:
@@ -117,7 +118,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--eval-scenarios",
         nargs="*",
-        default=["mixed", "mixed_t1", "license", "license_t1"],
+        default=DEFAULT_EVAL_SCENARIOS,
         help="scenarios added to the final comparison on test traces (the training ones are always in it)",
     )
     parser.add_argument(
