@@ -27,7 +27,7 @@ class ModelPair:
         vocab_size: the shared vocabulary; logits rows beyond it (embedding padding that
             some model families add) are dropped for both models.
         context_length: the smaller of the two models' context windows.
-        prompts: held-out and train prompt sets per domain, for the embedded pairs.
+        prompts: train, validation and test prompt sets per domain, for the embedded pairs.
         card: the embedded pair's model card (JSON), else None.
     """
 

@@ -101,14 +101,14 @@ class SpecDecodeEnv(gym.Env):
 
     ```python
     gymnasium.make("specrl/SpecDecode-v0", scenario="envs/code.yaml")   # a path or a shipped name
-    gymnasium.make("specrl/SpecDecode-v0", scenario=Scenario(...), pair=pair, split="heldout",
+    gymnasium.make("specrl/SpecDecode-v0", scenario=Scenario(...), pair=pair, split="test",
                    time="modeled")
     ```
 
     - ``scenario``: a YAML path, a shipped scenario name ("code", "math_t1", ...) or a
       :class:`Scenario`.
     - ``pair``: an already loaded :class:`ModelPair`, used instead of loading the scenario's.
-    - ``split``: overrides the scenario's prompt split ("train" or "heldout").
+    - ``split``: overrides the scenario's prompt split ("train", "validation" or "test").
     - ``time``: overrides the scenario's time source ("wallclock" or "modeled").
     - ``latency``: a :class:`~specrl.latency.LatencyModel` to use instead of the scenario's
       (``env.latency``; None when neither modeled time nor rho needs one).

@@ -83,7 +83,7 @@ class TraceReplayEnv(gym.Env):
       collected on first use).
     - ``latency``: a :class:`LatencyModel` (default: the scenario's, see ``latency:``).
     - ``pair``: a loaded :class:`ModelPair`, only needed when traces or latency are not given.
-    - ``split``: "train" or "heldout" (default: the scenario's).
+    - ``split``: "train", "validation" or "test" (default: the scenario's).
     - ``predictor``: an :class:`~specrl.controllers.stop_rules.AcceptancePredictor`; adds the
       per-token stop dimension to the action space (``stop_rule_table``).
 
