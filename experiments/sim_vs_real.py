@@ -75,13 +75,16 @@ def add_step(totals: EpisodeSummary, result, seconds: float) -> None:
 
 def run_real(
     env: SpecDecodeEnv, traces: TraceSet, repeats: int
-) -> dict[str, tuple[EpisodeSummary, EpisodeSummary]]:
-    """label -> (modeled, wall-clock) totals of each controller over the traces' episodes.
+) -> tuple[dict[str, tuple[EpisodeSummary, EpisodeSummary]], list[float]]:
+    """label -> (modeled, wall-clock) totals of each controller over the traces' episodes, and
+    every episode's modeled / wall-clock seconds in run order.
 
     The controllers take turns on each episode (same prompt, same seed), so slow phases of the
     machine hit them alike. ``env.latency`` (the scenario's sampling mode) prices the modeled column.
+    The per-episode ratios measure the machine's own noise: the same model on the same steps.
     """
     totals = {label: (EpisodeSummary(), EpisodeSummary()) for label in CONTROLLERS}
+    episode_ratios: list[float] = []
     for repeat in range(1 if traces.greedy else repeats):
         for trace in traces.traces:
             for label, make in CONTROLLERS.items():
@@ -93,13 +96,34 @@ def run_real(
                 controller.reset()
                 done = False
                 modeled, wallclock = totals[label]
+                before = modeled.seconds, wallclock.seconds
                 while not done:
                     observation, _, done, _, info = env.step(controller.act(observation))
                     result = info["step_result"]
                     controller.observe(result)
                     add_step(modeled, result, sum(env.latency.seconds(result)))
                     add_step(wallclock, result, result.seconds)
-    return totals
+                episode_ratios.append((modeled.seconds - before[0]) / (wallclock.seconds - before[1]))
+    return totals, episode_ratios
+
+
+def machine_noise(episode_ratios: list[float], controllers: int) -> dict[str, float]:
+    """How much the wall clock moves on its own: the relative standard deviation of modeled /
+    wall-clock seconds over episodes (one model, so only the machine varies), and the standard
+    error that leaves on one controller's total over its share of the episodes. A sim / wall gap
+    within about twice that error cannot be told from the machine's noise."""
+    logs = np.log(np.asarray(episode_ratios))
+    spread = float(np.std(logs, ddof=1)) if len(logs) > 1 else float("nan")
+    per_controller = max(1, len(logs) // controllers)
+    half = len(logs) // 2
+    return {
+        "episodes": len(logs),
+        "episode_sd": spread,
+        "controller_se": spread / np.sqrt(per_controller),
+        "second_half_vs_first": float(np.exp(logs[half:].mean() - logs[:half].mean()) - 1)
+        if half
+        else float("nan"),
+    }
 
 
 def warm_up(env: SpecDecodeEnv, traces: TraceSet) -> None:
@@ -238,7 +262,7 @@ def main() -> None:
         return
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     started, load_before = time.perf_counter(), os.getloadavg()[0]
-    rows = []
+    rows, noise = [], {}
     pair = latency = profiled = None
     for name in args.scenarios:
         scenario = load_scenario(name).with_overrides(split=SPLIT, time="modeled", preset=args.preset)
@@ -252,7 +276,8 @@ def main() -> None:
         traces = subset(cached_traces(scenario, SPLIT, pair), args.prompts)
         env = SpecDecodeEnv(scenario, pair=pair, split=SPLIT, time="wallclock", latency=latency)
         warm_up(env, traces)
-        real = run_real(env, traces, args.repeats)
+        real, episode_ratios = run_real(env, traces, args.repeats)
+        noise[name] = machine_noise(episode_ratios, len(CONTROLLERS))
         for label, make in CONTROLLERS.items():
             sim = evaluate_controller(make(), scenario, traces, latency, repeats=args.sim_repeats)
             modeled, wallclock = real[label]
@@ -287,6 +312,7 @@ def main() -> None:
         "seconds": round(time.perf_counter() - started),
     }
     results["worst"] = worst_gaps(rows)
+    results["noise"] = noise
     results["worst_sim_wall_gap"] = max(entry["sim_wall"] for entry in results["worst"].values())
     results["ranking"] = rankings(rows)
     write_text_atomic(Path(args.out).with_suffix(".json"), json.dumps(results, indent=2))
@@ -302,6 +328,8 @@ def render(results: dict) -> str:
     titles = ["scenario", "max \\|sim / wall - 1\\|", "level", "shape", "max \\|modeled / wall - 1\\|"]
     titles += ["max \\|sim / modeled - 1\\|"]
     titles += ["profiled: max \\|sim / wall - 1\\|", "level", "shape"] if with_baseline else []
+    noise = results.get("noise", {})
+    titles += ["machine noise per episode", "2 x its standard error per controller"] if noise else []
     summary = ["| " + " | ".join(titles) + " |", "|---" * len(titles) + "|"]
     for scenario, entry in worst.items():
         keys = ["sim_wall", "sim_wall_level", "sim_wall_shape", "modeled_wall", "sim_modeled"]
@@ -311,6 +339,8 @@ def render(results: dict) -> str:
             else []
         )
         cells = [scenario] + [f"{entry[k]:+.1%}" if k.endswith("level") else f"{entry[k]:.1%}" for k in keys]
+        if noise:
+            cells += [f"{noise[scenario]['episode_sd']:.1%}", f"{2 * noise[scenario]['controller_se']:.1%}"]
         summary.append("| " + " | ".join(cells) + " |")
     ranks = ", ".join(f"{s}: {v['spearman_wallclock']:.2f}" for s, v in results["ranking"].items())
     load = results["load_average"]
@@ -322,7 +352,14 @@ def render(results: dict) -> str:
         "",
         "Level: the median over controllers of sim / wall - 1 (one factor for all controllers: the machine "
         "slower or faster than when calibrated). Shape: the largest |(sim / wall) / (1 + level) - 1| (what "
-        "the model gets wrong between controllers).",
+        "the model gets wrong between controllers)."
+        + (
+            " Machine noise: the standard deviation over real episodes of modeled / wall-clock seconds "
+            "(one model on the very steps it prices, so only the machine varies); a controller's gap "
+            "within twice its standard error cannot be told from that noise."
+            if noise
+            else ""
+        ),
         "",
         *summary,
         "",
@@ -332,7 +369,7 @@ def render(results: dict) -> str:
         *table(results["rows"], with_baseline),
         "",
         f"Machine: {results['machine']}; load average {load[0]:.2f} at the start, {load[1]:.2f} at the end "
-        f"(2 cores: above ~0.5 other processes were competing). Command: `{results['command']}` "
+        f"(this run keeps about 2 busy itself). Command: `{results['command']}` "
         f"({results['seconds']} s).",
     ]
     return "\n".join(lines) + "\n"

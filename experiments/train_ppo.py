@@ -60,6 +60,7 @@ from specrl.training import (
     ScenarioMix,
     SpecdecMetrics,
     ValidationEvaluation,
+    episode_seed,
     evaluate_controller,
     evaluate_policy,
     hyperparameter_table,
@@ -124,13 +125,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--validate-scenarios",
         nargs="*",
-        default=["code", "prose", "math", "mixed"],
+        default=["code", "prose", "math", "code_t1", "prose_t1"],
         help="scenarios validated in the real loop (wall clock); none to skip",
     )
     parser.add_argument(
-        "--validate-prompts", type=int, default=3, help="test prompts per domain of a validated scenario"
+        "--validate-prompts", type=int, default=2, help="test prompts per domain of a validated scenario"
     )
-    parser.add_argument("--validate-repeats", type=int, default=3, help="repeats (the median is reported)")
+    parser.add_argument("--validate-repeats", type=int, default=2, help="repeats (the median is reported)")
     parser.add_argument(
         "--sim-repeats", type=int, default=4, help="acceptance draws per trace for sampled scenarios"
     )
@@ -188,6 +189,7 @@ def interrupt_on_signals() -> None:
 
 def main() -> None:
     args = parse_args()
+    started = time.perf_counter()
     interrupt_on_signals()
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     config = yaml.safe_load(Path(args.config).read_text())
@@ -386,12 +388,16 @@ def main() -> None:
         "these test traces are reported once; best static and oracle are in hindsight on them (bounds). "
         f"{unseen_note(compared, pair)}\n\n{sim_table}\n"
         + (
-            f"\n#### Real loop on test prompts (wall clock, median of {args.validate_repeats} repeats), "
-            f"tokens/s\n\n{real_table}\n"
+            f"\n#### Real loop on test prompts (wall clock), tokens/s\n\n{args.validate_prompts} test "
+            f"prompts per domain, every controller on each in a random order, {args.validate_repeats} "
+            "repeats; tokens/s: the median over repeats; PPO's ratios: the median over repeats of the "
+            f"ratio within a repeat (paired, so drift of the machine between repeats cancels).\n\n"
+            f"{real_table}\n"
             if real_table
             else ""
         )
-        + f"\nCommand: `{command}`. Machine: {platform.machine()}, {os.cpu_count()} logical CPUs, torch "
+        + f"\nCommand: `{command}` ({(time.perf_counter() - started) / 60:.1f} minutes; a resumed run: "
+        f"since the resume). Machine: {platform.machine()}, {os.cpu_count()} logical CPUs, torch "
         f"{torch.__version__} ({latency.device}).\n"
     )
     write_text_atomic(run_dir / "results.md", text)
@@ -465,6 +471,7 @@ RULES = (
     "adaedl",
     "specdec++",
 )  # with the best static setting: the rules PPO must beat
+REAL_RULES = (*RULES, "static")  # the controller names of the real-loop comparison
 
 
 def comparison_table(rows: dict[str, dict]) -> str:
@@ -500,13 +507,19 @@ def comparison_table(rows: dict[str, dict]) -> str:
 def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict], predictor) -> str:
     """PPO against plain decoding and every rule (TCP, the HF heuristic, AdaEDL and the
     SpecDec++-style rule with their settings tuned on validation traces, and each scenario's best
-    static setting in hindsight on its test traces) in the real env on test prompts, interleaved."""
+    static setting in hindsight on its test traces) in the real env on test prompts.
+
+    Each repeat runs every controller on every prompt, the controllers in a new random order on
+    each prompt, so the machine's slow and fast phases hit them alike. Tokens/s is the median over
+    repeats; PPO's ratios are paired: the median over repeats of PPO's throughput over the other
+    controller's in the same repeat, which cancels the machine's drift between repeats. The best
+    rule is the rule with the highest median."""
     learned = LearnedController.load(folder)
-    names = ["plain", "tcp", "hf-heuristic", "adaedl", "specdec++", "static", "ppo"]
+    names = ["plain", *REAL_RULES, "ppo"]
     lines = [
-        "| scenario | " + " | ".join(names[:-2]) + " | best static | PPO | PPO / TCP | PPO / best static | "
-        "PPO / best rule |",
-        "|---" * (len(names) + 4) + "|",
+        "| scenario | plain | tcp | hf-heuristic | adaedl | specdec++ | best static | PPO | PPO / plain | "
+        "PPO / TCP | PPO / best static | PPO / best rule (which) |",
+        "|---" * 12 + "|",
     ]
     jobs = []
     for name in args.validate_scenarios:
@@ -542,27 +555,35 @@ def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict], pred
     for name, env, controllers, episodes in jobs:
         run_episode(env, controllers["plain"], seed=0, options=episodes[0])  # warm-up
         throughput = {c: [] for c in controllers}
-        for _repeat in tqdm(range(args.validate_repeats), desc=f"real loop {name}"):
+        for repeat in tqdm(range(args.validate_repeats), desc=f"real loop {name}"):
             totals = {c: [0, 0.0] for c in controllers}
             for index, options in enumerate(episodes):
                 for c in rng.permutation(list(controllers)):
-                    summary = run_episode(env, controllers[c], seed=index, options=options)
+                    seed = episode_seed(args.seed, repeat, index)
+                    summary = run_episode(env, controllers[c], seed=seed, options=options)
                     totals[c][0] += summary.tokens
                     totals[c][1] += summary.seconds
             for c, (tokens, seconds) in totals.items():
                 throughput[c].append(tokens / seconds)
         median = {c: statistics.median(v) for c, v in throughput.items()}
-        best_rule = max(median[c] for c in ("tcp", "hf-heuristic", "adaedl", "specdec++", "static"))
+        paired = {c: paired_ratio(throughput["ppo"], v) for c, v in throughput.items()}
+        best_rule = max(REAL_RULES, key=median.__getitem__)
         static = controllers["static"].action
         cells = [f"{median[c]:.1f}" for c in names[:-2]] + [
             f"{median['static']:.1f} ({static.k}, {static.tau})",
             f"{median['ppo']:.1f}",
-            f"{median['ppo'] / median['tcp']:.3f}",
-            f"{median['ppo'] / median['static']:.3f}",
-            f"{median['ppo'] / best_rule:.3f}",
+            f"{paired['plain']:.3f}",
+            f"{paired['tcp']:.3f}",
+            f"{paired['static']:.3f}",
+            f"{paired[best_rule]:.3f} ({best_rule})",
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def paired_ratio(ours: list[float], theirs: list[float]) -> float:
+    """The median over repeats of ours / theirs within the same repeat."""
+    return statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
 
 
 if __name__ == "__main__":

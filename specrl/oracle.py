@@ -140,3 +140,26 @@ def best_static(
         table[(k, float(tau))] = total.tokens_per_s
     (k, tau), best = max(table.items(), key=lambda item: item[1])
     return StaticBound(k=k, tau=tau, tokens_per_s=best, table=table)
+
+
+def best_static_per_trace(
+    traces: TraceSet, latency: LatencyModel, tau_grid: Sequence[float], *, count: int = 4, seed: int = 0
+) -> Bound:
+    """Each trace decoded with its own fastest static (k, tau), summed: the bound of a controller
+    that knows at the first step which setting suits the prompt (the same draws as
+    :func:`best_static` for the same ``count`` and ``seed``). It lies between :func:`best_static`
+    and :func:`clairvoyant_bound`."""
+    window = int(traces.meta["context_window"])
+    latency = priced(latency, traces)
+    settings = [(k, tau) for k in range(traces.k_max + 1) for tau in tau_grid if k or tau == tau_grid[0]]
+    total = Bound(0, 0.0)
+    for index, trace in enumerate(traces.traces):
+        draws = realisations(trace, count, seed + index)
+        runs = []
+        for k, tau in settings:
+            run = Bound(0, 0.0)
+            for accepts in draws:
+                run += static_run(trace, accepts, latency, k, tau, window)
+            runs.append(run)
+        total += min(runs, key=lambda run: run.seconds)
+    return total

@@ -90,7 +90,7 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
     assert "| code_t1 |" in done.stdout and "PPO / best static" in done.stdout
     assert "Test traces, simulator" in done.stdout
     assert "Checkpoint selected on validation traces" in done.stdout
-    assert "Real loop on test prompts" in done.stdout
+    assert "Real loop on test prompts" in done.stdout and "PPO / best rule (which)" in done.stdout
     assert "| license |" in done.stdout and "Unseen domain (no train or validation prompts" in done.stdout
     (run_dir,) = (tmp_path / "runs").iterdir()
     tags = scalar_tags(run_dir)
