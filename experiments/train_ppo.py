@@ -125,7 +125,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--validate-scenarios",
         nargs="*",
-        default=["code", "prose", "math", "code_t1", "prose_t1"],
+        default=["code", "prose", "math", "prose_t1"],
         help="scenarios validated in the real loop (wall clock); none to skip",
     )
     parser.add_argument(

@@ -22,6 +22,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 import specrl
 from specrl.controllers import LearnedController
+from specrl.controllers.learned import TIE_MARGIN, NumpyPolicy
 from specrl.envs.actions import to_engine_action
 from specrl.export import (
     FEATURE_VERSION,
@@ -347,6 +348,26 @@ def test_controller_acts_as_the_exported_module(raw_policy):
     assert isinstance(controller, specrl.Controller)
     assert controller.pair_warning("specrl-zoo-tiny") is None
     assert "trained on pair 'specrl-zoo-tiny' but runs on 'other'" in controller.pair_warning("other")
+
+
+def test_controller_numpy_path_acts_exactly_as_sb3_and_leaves_near_ties_to_the_module(exported):
+    model, normalizer, folder = exported
+    controller = LearnedController.load(folder)
+    assert controller._fast is not None  # the MLP export.py writes is recognised
+    observations = random_observations(2000, seed=1)
+    expected = sb3_actions(model, normalizer, observations)
+    actions = [controller.act(observation) for observation in observations]
+    assert actions == [to_engine_action(a, K_MAX, TAU_GRID) for a in expected]
+    answered = sum(controller._fast(observation) is not None for observation in observations)
+    assert answered > 0.9 * len(observations)  # numpy decides almost always; the module the rest
+
+
+def test_numpy_policy_returns_none_within_the_tie_margin():
+    identity = (np.eye(3, dtype=np.float32), np.zeros(3, dtype=np.float32))
+    policy = NumpyPolicy([identity], None, np.ones(3), 0.0, [0, 2, 3])
+    assert policy(np.array([0.0, 1.0, 0.5], dtype=np.float32)) == [1, 0]
+    assert policy(np.array([1.0, 1.0 - TIE_MARGIN / 2, 0.5], dtype=np.float32)) is None
+    assert policy(np.array([1.0, 1.0 - 2 * TIE_MARGIN, 0.5], dtype=np.float32)) == [0, 0]
 
 
 @pytest.mark.parametrize("bad", [np.zeros(N_FEATURES + 1), np.zeros((1, N_FEATURES)), 0.5, None])

@@ -1,0 +1,74 @@
+"""The spread over training seeds of a policy's simulator results on test traces.
+
+Reads the ``metadata.json`` of several exported policies (``train_ppo.py --seed N`` runs; each
+records its test-trace comparison under ``evaluation``) and writes, per scenario, the
+minimum / median / maximum over seeds of PPO's ratio to TCP, to the best rule (the best of TCP,
+the HF heuristic, AdaEDL, the SpecDec++-style rule and the best static setting in hindsight)
+and to the clairvoyant oracle.
+
+    python experiments/seed_spread.py policies/default results/train_seeds/seed1 \\
+        results/train_seeds/seed2 --out results/train_seeds/spread.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import sys
+from pathlib import Path
+
+from specrl.io import write_text_atomic
+
+RULES = ("tcp", "hf-heuristic", "adaedl", "specdec++")
+
+
+def ratios(row: dict[str, float]) -> dict[str, float]:
+    """PPO over TCP, over the best rule, over the oracle, for one scenario's row."""
+    static = next(value for name, value in row.items() if name.startswith("best static"))
+    best_rule = max([static] + [row[name] for name in RULES if name in row])
+    return {
+        "tcp": row["ppo"] / row["tcp"],
+        "best rule": row["ppo"] / best_rule,
+        "oracle": row["ppo"] / row["oracle"],
+    }
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.3f} / {statistics.median(values):.3f} / {max(values):.3f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("policies", nargs="+", type=Path, help="policy folders (with metadata.json)")
+    parser.add_argument("--out", type=Path, default=None, help="write the markdown here too")
+    args = parser.parse_args()
+    runs = []
+    for folder in args.policies:
+        metadata = json.loads((folder / "metadata.json").read_text())
+        runs.append((metadata["command"], metadata["evaluation"]["sim_test_tokens_per_s"]))
+    scenarios = list(runs[0][1])
+    lines = [
+        f"Spread over {len(runs)} training runs (seeds) of PPO's simulator results on test traces: "
+        "min / median / max over runs.",
+        "",
+        "| scenario | PPO / TCP | PPO / best rule | PPO / oracle |",
+        "|---|---|---|---|",
+    ]
+    for scenario in scenarios:
+        per_run = [ratios(rows[scenario]) for _, rows in runs if scenario in rows]
+        cells = [spread([r[key] for r in per_run]) for key in ("tcp", "best rule", "oracle")]
+        lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
+    lines += ["", "Runs:", ""] + [f"- `{command}`" for command, _ in runs]
+    lines += ["", f"Command: `python {' '.join(shlex.quote(a) for a in sys.argv)}`", ""]
+    text = "\n".join(lines)
+    if args.out:
+        write_text_atomic(args.out, text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Small parts of the experiment scripts that turn measurements into reported numbers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_machine_noise_is_the_spread_of_modeled_over_wall_clock_per_episode():
+    noise = load_script("sim_vs_real").machine_noise
+    steady = noise([0.9] * 16, controllers=8)
+    assert steady["episode_sd"] == pytest.approx(0.0) and steady["controller_se"] == pytest.approx(0.0)
+    ratios = list(np.exp(np.random.default_rng(0).normal(0.0, 0.1, 800)))
+    measured = noise(ratios, controllers=8)
+    assert measured["episode_sd"] == pytest.approx(0.1, rel=0.1)
+    assert measured["controller_se"] == pytest.approx(measured["episode_sd"] / math.sqrt(100))
+    drifting = noise([1.0] * 10 + [0.8] * 10, controllers=2)
+    assert drifting["second_half_vs_first"] == pytest.approx(-0.2)
+
+
+def test_paired_ratio_is_the_median_of_per_repeat_ratios():
+    paired = load_script("train_ppo").paired_ratio
+    # the machine runs twice as fast in the second repeat: the ratio within each repeat is 1.1
+    assert paired([110.0, 220.0, 55.0], [100.0, 200.0, 50.0]) == pytest.approx(1.1)
+    assert paired([1.0, 3.0, 2.0], [1.0, 1.0, 1.0]) == 2.0
+
+
+def test_seed_spread_reports_min_median_max_of_the_ratios(tmp_path, monkeypatch, capsys):
+    script = load_script("seed_spread")
+    folders = []
+    for seed, ppo in enumerate((90.0, 110.0, 100.0)):
+        row = {
+            "plain": 50.0,
+            "tcp": 80.0,
+            "hf-heuristic": 95.0,
+            "best static (k=4, tau=0.0)": 100.0,
+            "adaedl": 70.0,
+            "specdec++": 99.0,
+            "ppo": ppo,
+            "oracle": 200.0,
+        }
+        folder = tmp_path / f"seed{seed}"
+        folder.mkdir()
+        metadata = {"command": f"train --seed {seed}", "evaluation": {"sim_test_tokens_per_s": {"code": row}}}
+        (folder / "metadata.json").write_text(json.dumps(metadata))
+        folders.append(str(folder))
+    out = tmp_path / "spread.md"
+    monkeypatch.setattr(sys, "argv", ["seed_spread.py", *folders, "--out", str(out)])
+    script.main()
+    text = out.read_text()
+    assert "| code | 1.125 / 1.250 / 1.375 | 0.900 / 1.000 / 1.100 | 0.450 / 0.500 / 0.550 |" in text
+    assert "train --seed 2" in text and text in capsys.readouterr().out
