@@ -195,6 +195,18 @@ def worst_gaps(rows: list[dict]) -> dict[str, dict[str, float]]:
     return result
 
 
+def average_ranks(values: list[float]) -> np.ndarray:
+    """Ranks 0..n-1 of ``values``, tied values sharing the mean of their ranks (Spearman's rule)."""
+    values = np.asarray(values, dtype=np.float64)
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(len(values))
+    for value in np.unique(values):
+        tied = values == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
 def rankings(rows: list[dict]) -> dict[str, dict]:
     """Per scenario: whether the simulator orders the controllers as the real loop does."""
     by_scenario: dict[str, list] = {}
@@ -205,7 +217,7 @@ def rankings(rows: list[dict]) -> dict[str, dict]:
     result = {}
     for scenario, entries in by_scenario.items():
         order = [[e[0] for e in sorted(entries, key=lambda e: -e[i])] for i in (1, 2, 3)]
-        ranks = [np.argsort(np.argsort([-e[i] for e in entries])) for i in (1, 3)]
+        ranks = [average_ranks([e[i] for e in entries]) for i in (1, 3)]
         result[scenario] = {
             "modeled": order[0] == order[1],
             "wallclock": order[0] == order[2],

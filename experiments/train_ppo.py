@@ -43,7 +43,7 @@ import torch
 import yaml
 from stable_baselines3 import PPO
 from stable_baselines3.common.logger import configure
-from stable_baselines3.common.vec_env import VecNormalize
+from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 from tqdm.auto import tqdm
 
 from specrl.controllers import HFHeuristicController, StaticController, TCPController
@@ -240,14 +240,15 @@ def main() -> None:
         ]
     )
     mix.seed(args.seed)
+    monitored = VecMonitor(mix)  # SB3's episode scalars: rollout/ep_rew_mean and rollout/ep_len_mean
     normalize = bool(budget.get("normalize_observations", False))
     if args.resume:
-        venv = VecNormalize.load(str(run_dir / "vecnormalize.pkl"), mix)
+        venv = VecNormalize.load(str(run_dir / "vecnormalize.pkl"), monitored)
         model = PPO.load(run_dir / "checkpoint.zip", env=venv, device=args.device)
     else:
         # Rewards are normalised: scenarios differ in scale. Observations lie in [0, 1] already;
         # normalising them too is an option of the YAML (the statistics are baked into the export).
-        venv = VecNormalize(mix, norm_obs=normalize, norm_reward=True, gamma=hyper["gamma"])
+        venv = VecNormalize(monitored, norm_obs=normalize, norm_reward=True, gamma=hyper["gamma"])
         model = PPO("MlpPolicy", venv, seed=args.seed, device=args.device, verbose=0, **hyper)
 
     # Checkpoint selection in the simulator: the policy against TCP on the same validation traces.

@@ -65,3 +65,21 @@ def test_seed_spread_reports_min_median_max_of_the_ratios(tmp_path, monkeypatch,
     text = out.read_text()
     assert "| code | 1.125 / 1.250 / 1.375 | 0.900 / 1.000 / 1.100 | 0.450 / 0.500 / 0.550 |" in text
     assert "train --seed 2" in text and text in capsys.readouterr().out
+
+
+def test_spearman_ranks_share_ties():
+    script = load_script("sim_vs_real")
+    np.testing.assert_array_equal(script.average_ranks([3.0, 1.0, 2.0]), [2.0, 0.0, 1.0])
+    np.testing.assert_array_equal(script.average_ranks([5.0, 1.0, 5.0, 0.0]), [2.5, 1.0, 2.5, 0.0])
+    rows = [
+        {
+            "scenario": "s",
+            "controller": c,
+            "sim": {"tokens_per_s": sim},
+            "real_modeled": {"tokens_per_s": sim},
+            "real_wallclock": {"tokens_per_s": wall},
+        }
+        for c, sim, wall in (("a", 1.0, 10.0), ("b", 2.0, 10.0), ("c", 3.0, 30.0))
+    ]
+    # a tie in the wall clock: Spearman with shared ranks is 0.866, not the 1.0 or 0.5 of broken ties
+    assert script.rankings(rows)["s"]["spearman_wallclock"] == pytest.approx(0.8660254)

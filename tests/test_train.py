@@ -104,6 +104,7 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
     ):
         assert f"specdec/{name}" in tags
     assert "train/policy_gradient_loss" in tags  # SB3's own scalars are there too
+    assert "rollout/ep_rew_mean" in tags  # episodes are monitored (VecMonitor)
     folder = tmp_path / "policies" / "smoke"
     metadata = json.loads((folder / "metadata.json").read_text())
     assert metadata["pair"] == "specrl-zoo-tiny" and metadata["scenarios"] == ["code", "code_t1"]
