@@ -20,19 +20,7 @@ import sys
 from pathlib import Path
 
 from specrl.io import write_text_atomic
-
-RULES = ("tcp", "hf-heuristic", "adaedl", "specdec++")
-
-
-def ratios(row: dict[str, float]) -> dict[str, float]:
-    """PPO over TCP, over the best rule, over the oracle, for one scenario's row."""
-    static = next(value for name, value in row.items() if name.startswith("best static"))
-    best_rule = max([static] + [row[name] for name in RULES if name in row])
-    return {
-        "tcp": row["ppo"] / row["tcp"],
-        "best rule": row["ppo"] / best_rule,
-        "oracle": row["ppo"] / row["oracle"],
-    }
+from specrl.training import comparison_ratios
 
 
 def spread(values: list[float]) -> str:
@@ -59,7 +47,7 @@ def main() -> None:
         "|---|---|---|---|",
     ]
     for scenario in scenarios:
-        per_run = [ratios(rows[scenario]) for _, rows in runs if scenario in rows]
+        per_run = [comparison_ratios(rows[scenario]) for _, rows in runs if scenario in rows]
         cells = [spread([r[key] for r in per_run]) for key in ("tcp", "best rule", "oracle")]
         lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
     lines += ["", "Runs:", ""] + [f"- `{command}`" for command, _ in runs]

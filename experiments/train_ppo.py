@@ -56,10 +56,12 @@ from specrl.latency import calibrated
 from specrl.oracle import best_static, clairvoyant_bound
 from specrl.traces import cached_traces
 from specrl.training import (
+    RULES,
     Checkpoints,
     ScenarioMix,
     SpecdecMetrics,
     ValidationEvaluation,
+    comparison_ratios,
     episode_seed,
     evaluate_controller,
     evaluate_policy,
@@ -466,12 +468,6 @@ def policy_predict(model: PPO, normalizer: VecNormalize | None):
     return lambda observations: model.predict(normalizer.normalize_obs(observations), deterministic=True)[0]
 
 
-RULES = (
-    "tcp",
-    "hf-heuristic",
-    "adaedl",
-    "specdec++",
-)  # with the best static setting: the rules PPO must beat
 REAL_RULES = (*RULES, "static")  # the controller names of the real-loop comparison
 
 
@@ -493,14 +489,12 @@ def comparison_table(rows: dict[str, dict]) -> str:
     for scenario, row in rows.items():
         static_name = next(n for n in row if n.startswith("best static"))
         k, tau = row["_best_static"]
-        best_rule = max([row[static_name]] + [row[n] for n in RULES if n in row])
+        ratios = comparison_ratios(row)
         cells = [f"{row[n]:.1f}" for n in names] + [
             f"{row[static_name]:.1f} (k={k}, tau={tau})",
             f"{row['oracle']:.1f}",
         ]
-        cells += [
-            f"{row['ppo'] / ratio:.3f}" for ratio in (row["tcp"], row[static_name], best_rule, row["oracle"])
-        ]
+        cells += [f"{ratios[key]:.3f}" for key in ("tcp", "best static", "best rule", "oracle")]
         lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

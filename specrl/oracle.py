@@ -121,23 +121,44 @@ def clairvoyant_bound(traces: TraceSet, latency: LatencyModel, *, count: int = 4
     return total
 
 
+def static_settings(k_max: int, tau_grid: Sequence[float]) -> list[tuple[int, float]]:
+    """Every static (k, tau): k in 0..k_max, tau on the grid; k = 0 once (tau does nothing
+    without drafting)."""
+    return [
+        (k, float(tau)) for k, tau in itertools.product(range(k_max + 1), tau_grid) if k or tau == tau_grid[0]
+    ]
+
+
+def static_runs(
+    traces: TraceSet, latency: LatencyModel, tau_grid: Sequence[float], count: int, seed: int
+) -> list[dict[tuple[int, float], Bound]]:
+    """Per trace, every static setting's tokens and modeled seconds summed over the trace's
+    ``count`` acceptance realisations (priced for the traces' sampling)."""
+    window = int(traces.meta["context_window"])
+    latency = priced(latency, traces)
+    settings = static_settings(traces.k_max, tau_grid)
+    runs = []
+    for index, trace in enumerate(traces.traces):
+        draws = realisations(trace, count, seed + index)
+        per_setting = {}
+        for k, tau in settings:
+            run = Bound(0, 0.0)
+            for accepts in draws:
+                run += static_run(trace, accepts, latency, k, tau, window)
+            per_setting[(k, tau)] = run
+        runs.append(per_setting)
+    return runs
+
+
 def best_static(
     traces: TraceSet, latency: LatencyModel, tau_grid: Sequence[float], *, count: int = 4, seed: int = 0
 ) -> StaticBound:
     """Every static (k, tau), k in 0..k_max and tau on the grid, over every trace and realisation
     (priced for the traces' sampling)."""
-    window = int(traces.meta["context_window"])
-    latency = priced(latency, traces)
-    draws = [(trace, realisations(trace, count, seed + index)) for index, trace in enumerate(traces.traces)]
+    runs = static_runs(traces, latency, tau_grid, count, seed)
     table = {}
-    for k, tau in itertools.product(range(traces.k_max + 1), tau_grid):
-        if k == 0 and tau != tau_grid[0]:
-            continue  # tau does nothing without drafting
-        total = Bound(0, 0.0)
-        for trace, accepts_list in draws:
-            for accepts in accepts_list:
-                total += static_run(trace, accepts, latency, k, tau, window)
-        table[(k, float(tau))] = total.tokens_per_s
+    for setting in static_settings(traces.k_max, tau_grid):
+        table[setting] = sum((per_setting[setting] for per_setting in runs), Bound(0, 0.0)).tokens_per_s
     (k, tau), best = max(table.items(), key=lambda item: item[1])
     return StaticBound(k=k, tau=tau, tokens_per_s=best, table=table)
 
@@ -149,17 +170,7 @@ def best_static_per_trace(
     that knows at the first step which setting suits the prompt (the same draws as
     :func:`best_static` for the same ``count`` and ``seed``). It lies between :func:`best_static`
     and :func:`clairvoyant_bound`."""
-    window = int(traces.meta["context_window"])
-    latency = priced(latency, traces)
-    settings = [(k, tau) for k in range(traces.k_max + 1) for tau in tau_grid if k or tau == tau_grid[0]]
-    total = Bound(0, 0.0)
-    for index, trace in enumerate(traces.traces):
-        draws = realisations(trace, count, seed + index)
-        runs = []
-        for k, tau in settings:
-            run = Bound(0, 0.0)
-            for accepts in draws:
-                run += static_run(trace, accepts, latency, k, tau, window)
-            runs.append(run)
-        total += min(runs, key=lambda run: run.seconds)
-    return total
+    runs = static_runs(traces, latency, tau_grid, count, seed)
+    return sum(
+        (min(per_setting.values(), key=lambda run: run.seconds) for per_setting in runs), Bound(0, 0.0)
+    )

@@ -90,7 +90,7 @@ def test_policy_and_controller_evaluations_share_their_draws(sampled, sampled_tr
     assert other.accepted != controller.accepted
 
 
-def test_the_bounds_price_sampled_traces_with_the_sampled_latency(sampled_traces):
+def test_the_bounds_price_sampled_traces_with_the_sampled_latency(sampled_traces, monkeypatch):
     """best_static and the oracle take the latency view of the traces' own sampling."""
     from specrl.latency import LatencyModel
     from specrl.oracle import best_static, clairvoyant_bound
@@ -104,10 +104,7 @@ def test_the_bounds_price_sampled_traces_with_the_sampled_latency(sampled_traces
         calls.append(None if sampling is None else sampling.temperature)
         return original(self, sampling)
 
-    LatencyModel.for_sampling = spy
-    try:
-        best_static(sampled_traces, model, (0.0,), count=1)
-        clairvoyant_bound(sampled_traces, model, count=1)
-    finally:
-        LatencyModel.for_sampling = original
+    monkeypatch.setattr(LatencyModel, "for_sampling", spy)
+    best_static(sampled_traces, model, (0.0,), count=1)
+    clairvoyant_bound(sampled_traces, model, count=1)
     assert calls == [1.0, 1.0]
