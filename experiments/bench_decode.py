@@ -71,6 +71,7 @@ from specrl.hf_baseline import (
     resolved_assistant_settings,
 )
 from specrl.io import write_text_atomic
+from specrl.tables import markdown_table
 
 REPO = Path(__file__).resolve().parent.parent
 DOMAINS = ("code", "prose", "math")
@@ -81,40 +82,83 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     pair = parser.add_argument_group("pair")
-    pair.add_argument("--preset", default=None,
-                      help="embedded pair preset: 'small' (used when neither this nor --target is given) or "
-                           "'tiny' for a quick run")
+    pair.add_argument(
+        "--preset",
+        default=None,
+        help="embedded pair preset: 'small' (used when neither this nor --target is given) or "
+        "'tiny' for a quick run",
+    )
     pair.add_argument("--target", default=None, help="HF id or local path of the target (with --draft)")
     pair.add_argument("--draft", default=None, help="HF id or local path of the draft (with --target)")
     pair.add_argument("--device", default=None, help="torch device; unset: cuda if available, else cpu")
-    pair.add_argument("--dtype", default=None,
-                      help="torch dtype name, e.g. float32 or bfloat16; unset: bf16 on GPU, fp32 on CPU")
-    pair.add_argument("--prompts", type=Path, default=None,
-                      help="JSON prompts file, {domain: [text]} or a zoo prompts.json ({'test': {...}}); "
-                           "required for --target/--draft pairs, overrides the embedded pair's prompts")
+    pair.add_argument(
+        "--dtype",
+        default=None,
+        help="torch dtype name, e.g. float32 or bfloat16; unset: bf16 on GPU, fp32 on CPU",
+    )
+    pair.add_argument(
+        "--prompts",
+        type=Path,
+        default=None,
+        help="JSON prompts file, {domain: [text]} or a zoo prompts.json ({'test': {...}}); "
+        "required for --target/--draft pairs, overrides the embedded pair's prompts",
+    )
     work = parser.add_argument_group("workload")
     work.add_argument("--domains", nargs="+", default=list(DOMAINS), help="prompt domains to run")
     work.add_argument("--prompts-per-domain", type=int, default=4, help="test prompts per domain")
-    work.add_argument("--max-new-tokens", type=int, default=128,
-                      help="tokens every configuration generates per prompt (EOS does not stop)")
-    work.add_argument("--k-values", type=int, nargs="+", default=list(range(1, 9)),
-                      help="static draft lengths k for ours and HF assisted (tau = 0, no threshold)")
-    work.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0],
-                      help="sampling temperatures; 0 is greedy (top_k=0 and top_p=1 otherwise)")
-    work.add_argument("--no-hf-defaults", action="store_true",
-                      help="skip the 'HF assist default' and 'HF assist heuristic' rows")
+    work.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=128,
+        help="tokens every configuration generates per prompt (EOS does not stop)",
+    )
+    work.add_argument(
+        "--k-values",
+        type=int,
+        nargs="+",
+        default=list(range(1, 9)),
+        help="static draft lengths k for ours and HF assisted (tau = 0, no threshold)",
+    )
+    work.add_argument(
+        "--temperatures",
+        type=float,
+        nargs="+",
+        default=[0.0, 1.0],
+        help="sampling temperatures; 0 is greedy (top_k=0 and top_p=1 otherwise)",
+    )
+    work.add_argument(
+        "--no-hf-defaults",
+        action="store_true",
+        help="skip the 'HF assist default' and 'HF assist heuristic' rows",
+    )
     timing = parser.add_argument_group("timing")
     timing.add_argument("--repeats", type=int, default=3, help="timed repeats after the warm-up")
-    timing.add_argument("--seed", type=int, default=0,
-                        help="base seed: prompt i samples with seed+i; also seeds the run order")
-    timing.add_argument("--threads", type=int, default=None,
-                        help="torch.set_num_threads; unset: torch's own. On a busy CPU machine use 1: "
-                             "oversubscribed threads slow small models 10-100x")
-    timing.add_argument("--forward-context", type=int, default=200,
-                        help="context length (tokens) at which single forwards are timed")
+    timing.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="base seed: prompt i samples with seed+i; also seeds the run order",
+    )
+    timing.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch.set_num_threads; unset: torch's own. On a busy CPU machine use 1: "
+        "oversubscribed threads slow small models 10-100x",
+    )
+    timing.add_argument(
+        "--forward-context",
+        type=int,
+        default=200,
+        help="context length (tokens) at which single forwards are timed",
+    )
     timing.add_argument("--forward-reps", type=int, default=30, help="timed repetitions of each forward")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output directory; unset: results/bench_decode/<pair name>/ in the repository")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output directory; unset: results/bench_decode/<pair name>/ in the repository",
+    )
     args = parser.parse_args(argv)
     if (args.target is None) != (args.draft is None):
         parser.error("give both --target and --draft, or neither")
@@ -149,29 +193,67 @@ class Config:
 def build_configs(pair: specrl.ModelPair, args: argparse.Namespace) -> list[Config]:
     configs = []
     for t in args.temperatures:
-        configs.append(Config("ours-plain", "ours plain (k=0)", "ours", 0, t,
-                              decoder=specrl.SpeculativeDecoder(pair, specrl.StaticController(0))))
+        configs.append(
+            Config(
+                "ours-plain",
+                "ours plain (k=0)",
+                "ours",
+                0,
+                t,
+                decoder=specrl.SpeculativeDecoder(pair, specrl.StaticController(0)),
+            )
+        )
         configs.append(Config("hf-plain", "HF generate", "hf", 0, t))
         for k in args.k_values:
-            configs.append(Config(f"ours-k{k}", f"ours k={k}", "ours", k, t,
-                                  decoder=specrl.SpeculativeDecoder(pair, specrl.StaticController(k, 0.0))))
+            configs.append(
+                Config(
+                    f"ours-k{k}",
+                    f"ours k={k}",
+                    "ours",
+                    k,
+                    t,
+                    decoder=specrl.SpeculativeDecoder(pair, specrl.StaticController(k, 0.0)),
+                )
+            )
         for k in args.k_values:
-            gc = assistant_config(pair.draft.generation_config, num_assistant_tokens=k,
-                                  num_assistant_tokens_schedule="constant",
-                                  assistant_confidence_threshold=0.0)
+            gc = assistant_config(
+                pair.draft.generation_config,
+                num_assistant_tokens=k,
+                num_assistant_tokens_schedule="constant",
+                assistant_confidence_threshold=0.0,
+            )
             configs.append(Config(f"hf-assist-k{k}", f"HF assist k={k}", "hf", k, t, assistant=gc))
         if not args.no_hf_defaults:
             default = assistant_config(pair.draft.generation_config)
             settings = resolved_assistant_settings(default)
-            configs.append(Config("hf-assist-default", "HF assist default ({num_assistant_tokens}, "
-                                  "{num_assistant_tokens_schedule}, conf {assistant_confidence_threshold})"
-                                  .format(**settings), "hf", -1, t, assistant=default))
-            heuristic = assistant_config(pair.draft.generation_config,
-                                         num_assistant_tokens_schedule="heuristic")
+            configs.append(
+                Config(
+                    "hf-assist-default",
+                    "HF assist default ({num_assistant_tokens}, "
+                    "{num_assistant_tokens_schedule}, conf {assistant_confidence_threshold})".format(
+                        **settings
+                    ),
+                    "hf",
+                    -1,
+                    t,
+                    assistant=default,
+                )
+            )
+            heuristic = assistant_config(
+                pair.draft.generation_config, num_assistant_tokens_schedule="heuristic"
+            )
             settings = resolved_assistant_settings(heuristic)
-            configs.append(Config("hf-assist-heuristic", "HF assist heuristic (start {num_assistant_tokens}, "
-                                  "conf {assistant_confidence_threshold})".format(**settings),
-                                  "hf", -1, t, assistant=heuristic))
+            configs.append(
+                Config(
+                    "hf-assist-heuristic",
+                    "HF assist heuristic (start {num_assistant_tokens}, "
+                    "conf {assistant_confidence_threshold})".format(**settings),
+                    "hf",
+                    -1,
+                    t,
+                    assistant=heuristic,
+                )
+            )
     return configs
 
 
@@ -193,8 +275,10 @@ def load_prompt_texts(pair: specrl.ModelPair, path: Path | None) -> dict[str, li
         return data.get("test", data)
     if pair.prompts.get("test"):
         return pair.prompts["test"]
-    raise SystemExit("this pair has no embedded prompts: pass --prompts FILE (JSON {domain: [text]}, or a "
-                     "zoo prompts.json such as $SPECRL_HOME/zoo/<preset>-seed0/prompts.json)")
+    raise SystemExit(
+        "this pair has no embedded prompts: pass --prompts FILE (JSON {domain: [text]}, or a "
+        "zoo prompts.json such as $SPECRL_HOME/zoo/<preset>-seed0/prompts.json)"
+    )
 
 
 def select_prompts(pair: specrl.ModelPair, args: argparse.Namespace) -> list[Prompt]:
@@ -202,8 +286,10 @@ def select_prompts(pair: specrl.ModelPair, args: argparse.Namespace) -> list[Pro
     texts = load_prompt_texts(pair, args.prompts)
     room = pair.context_length - args.max_new_tokens - max(args.k_values) - 2
     if room < 1:
-        raise SystemExit(f"--max-new-tokens {args.max_new_tokens} leaves no room for a prompt in the "
-                         f"context window of {pair.context_length} tokens")
+        raise SystemExit(
+            f"--max-new-tokens {args.max_new_tokens} leaves no room for a prompt in the "
+            f"context window of {pair.context_length} tokens"
+        )
     prompts = []
     for domain in args.domains:
         if not texts.get(domain):
@@ -218,36 +304,62 @@ def select_prompts(pair: specrl.ModelPair, args: argparse.Namespace) -> list[Pro
 # --------------------------------------------------------------------------- running one generation
 
 
-def run_one(config: Config, prompt: Prompt, pair: specrl.ModelPair, max_new_tokens: int,
-            clock: DeviceClock, counter: ForwardCounter) -> dict:
+def run_one(
+    config: Config,
+    prompt: Prompt,
+    pair: specrl.ModelPair,
+    max_new_tokens: int,
+    clock: DeviceClock,
+    counter: ForwardCounter,
+) -> dict:
     """One timed generate call (prefill included); returns its raw numbers and token ids."""
     counter.reset()
     extra: dict = {}
     if config.engine == "ours":
         assert config.decoder is not None
         start = clock.now()
-        out = config.decoder.generate(prompt.ids, max_new_tokens=max_new_tokens,
-                                      temperature=config.temperature, seed=prompt.seed, stop_at_eos=False)
+        out = config.decoder.generate(
+            prompt.ids,
+            max_new_tokens=max_new_tokens,
+            temperature=config.temperature,
+            seed=prompt.seed,
+            stop_at_eos=False,
+        )
         seconds = clock.now() - start
         ids = out.token_ids
         stats = out.stats.to_dict()
         extra = {key: stats[key] for key in ("steps", "proposed", "accepted", "prefill_seconds")}
         verifies = out.stats.steps
     else:
-        run = hf_generate(pair, prompt.ids, max_new_tokens, config.temperature, prompt.seed, config.assistant,
-                          counter=counter)
+        run = hf_generate(
+            pair,
+            prompt.ids,
+            max_new_tokens,
+            config.temperature,
+            prompt.seed,
+            config.assistant,
+            counter=counter,
+        )
         ids, seconds = run.ids, run.seconds
         verifies = counter.counts["target"]  # HF: prefill and first verification are one forward
-    return {"new_tokens": len(ids), "seconds": seconds, "target_forwards": counter.counts["target"],
-            "draft_forwards": counter.counts["draft"], "verifies": verifies, **extra, "ids": ids,
-            "ids_sha1": hashlib.sha1(str(ids).encode()).hexdigest()[:12]}
+    return {
+        "new_tokens": len(ids),
+        "seconds": seconds,
+        "target_forwards": counter.counts["target"],
+        "draft_forwards": counter.counts["draft"],
+        "verifies": verifies,
+        **extra,
+        "ids": ids,
+        "ids_sha1": hashlib.sha1(str(ids).encode()).hexdigest()[:12],
+    }
 
 
 # --------------------------------------------------------------------------- the benchmark loop
 
 
-def benchmark(configs: list[Config], prompts: list[Prompt], pair: specrl.ModelPair,
-              args: argparse.Namespace) -> list[dict]:
+def benchmark(
+    configs: list[Config], prompts: list[Prompt], pair: specrl.ModelPair, args: argparse.Namespace
+) -> list[dict]:
     clock = DeviceClock(pair.device)
     counter = ForwardCounter(pair)
     order_rng = random.Random(args.seed)
@@ -262,11 +374,19 @@ def benchmark(configs: list[Config], prompts: list[Prompt], pair: specrl.ModelPa
         for repeat in range(args.repeats):
             for p, prompt in enumerate(prompts):
                 for config in order_rng.sample(configs, len(configs)):
-                    bar.set_postfix_str(f"rep {repeat + 1} {prompt.domain}#{prompt.index} "
-                                        f"T={config.temperature:g} {config.key}")
+                    bar.set_postfix_str(
+                        f"rep {repeat + 1} {prompt.domain}#{prompt.index} "
+                        f"T={config.temperature:g} {config.key}"
+                    )
                     record = run_one(config, prompt, pair, args.max_new_tokens, clock, counter)
-                    record.update(config=config.key, temperature=config.temperature, domain=prompt.domain,
-                                  prompt=prompt.index, repeat=repeat, prompt_number=p)
+                    record.update(
+                        config=config.key,
+                        temperature=config.temperature,
+                        domain=prompt.domain,
+                        prompt=prompt.index,
+                        repeat=repeat,
+                        prompt_number=p,
+                    )
                     records.append(record)
                     if config.key == "ours-plain" and config.temperature == 0:
                         plain_ids.setdefault(p, record["ids"])
@@ -306,8 +426,10 @@ def measure_forward_costs(pair: specrl.ModelPair, prompts: list[Prompt], args: a
     widest = max(args.k_values) + 1
     context = min(args.forward_context, pair.context_length - widest - 1)
     tokens = torch.tensor([context_tokens(prompts, context + widest)], dtype=torch.long, device=pair.device)
-    models = {"target": CachedModel(pair.target, pair.vocab_size),
-              "draft": CachedModel(pair.draft, pair.vocab_size)}
+    models = {
+        "target": CachedModel(pair.target, pair.vocab_size),
+        "draft": CachedModel(pair.draft, pair.vocab_size),
+    }
     for model in models.values():
         model.feed(tokens[:, :context])
     cases = [("target", n) for n in sorted({1, *(k + 1 for k in args.k_values)})] + [("draft", 1)]
@@ -317,7 +439,7 @@ def measure_forward_costs(pair: specrl.ModelPair, prompts: list[Prompt], args: a
         for role, n in cases:  # interleaved, like the generations
             model = models[role]
             start = clock.now()
-            model.feed(tokens[:, context: context + n], keep=n)
+            model.feed(tokens[:, context : context + n], keep=n)
             elapsed = clock.now() - start
             model.rollback(context)
             if rep >= warmup:
@@ -351,7 +473,8 @@ def summarize_cell(records: list[dict], plain: list[dict], repeats: int) -> dict
         "tokens_per_s_repeats": per_repeat,
         "ratio_vs_plain": median / plain_median if plain_median else None,
         "ratio_vs_plain_paired_median": statistics.median(
-            a / b for a, b in zip(per_repeat, plain_per_repeat, strict=True) if b),
+            a / b for a, b in zip(per_repeat, plain_per_repeat, strict=True) if b
+        ),
         "tokens_per_verify": tokens / max(1, sum(r["verifies"] for r in records)),
         "draft_forwards_per_token": sum(r["draft_forwards"] for r in records) / max(1, tokens),
         "runs": len(records),
@@ -368,16 +491,26 @@ def summarize_cell(records: list[dict], plain: list[dict], repeats: int) -> dict
 def summarize(configs: list[Config], records: list[dict], args: argparse.Namespace) -> list[dict]:
     rows = []
     for config in configs:
+
         def select(key: str, domain: str | None, t: float = config.temperature) -> list[dict]:
-            return [r for r in records if r["config"] == key and r["temperature"] == t
-                    and (domain is None or r["domain"] == domain)]
+            return [
+                r
+                for r in records
+                if r["config"] == key and r["temperature"] == t and (domain is None or r["domain"] == domain)
+            ]
 
         cells = {}
         for domain in [*args.domains, "all"]:
             d = None if domain == "all" else domain
             cells[domain] = summarize_cell(select(config.key, d), select("ours-plain", d), args.repeats)
-        row = {"key": config.key, "label": config.label, "engine": config.engine, "k": config.k,
-               "temperature": config.temperature, "domains": cells}
+        row = {
+            "key": config.key,
+            "label": config.label,
+            "engine": config.engine,
+            "k": config.k,
+            "temperature": config.temperature,
+            "domains": cells,
+        }
         if config.assistant is not None:
             row["assistant_generation_config"] = resolved_assistant_settings(config.assistant)
         if config.temperature == 0 and config.key != "ours-plain":
@@ -389,11 +522,15 @@ def summarize(configs: list[Config], records: list[dict], args: argparse.Namespa
 def warn_mismatches(rows: list[dict]) -> None:
     for row in rows:
         if row.get("matches_plain") is False:
-            why = ("ours must equal plain greedy decoding exactly: an engine bug, or a numerical near-tie "
-                   "between batched and single-token forwards" if row["engine"] == "ours"
-                   else "HF's own numerics (batched verification, other kernels) may flip near-ties")
-            print(f"WARNING: greedy output of '{row['label']}' differs from ours plain ({why})",
-                  file=sys.stderr)
+            why = (
+                "ours must equal plain greedy decoding exactly: an engine bug, or a numerical near-tie "
+                "between batched and single-token forwards"
+                if row["engine"] == "ours"
+                else "HF's own numerics (batched verification, other kernels) may flip near-ties"
+            )
+            print(
+                f"WARNING: greedy output of '{row['label']}' differs from ours plain ({why})", file=sys.stderr
+            )
 
 
 # --------------------------------------------------------------------------- reports
@@ -410,38 +547,54 @@ def fmt_acceptance(row: dict, cell: dict) -> str:
     return f"- / {cell['tokens_per_verify']:.2f}"
 
 
-def markdown_table(header: list[str], lines: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return out + ["| " + " | ".join(line) + " |" for line in lines]
-
-
 def render_markdown(report: dict) -> str:
     cfg, rows = report["config"], report["results"]
     columns = [*cfg["domains"], "all"]
-    md = [f"# Decoding throughput: {report['pair']['name']}", "",
-          f"{cfg['max_new_tokens']} new tokens per prompt, {cfg['prompts_per_domain']} test prompts per "
-          f"domain, median of {cfg['repeats']} interleaved repeats after a warm-up; wall clock of the whole "
-          f"generate call (prefill included). Cells: tokens/s (ratio vs ours plain in this run). "
-          f"Device {report['machine']['device']} ({report['machine']['dtype']}), "
-          f"{report['machine']['cpu_count']} CPUs, torch {report['machine']['torch']}, "
-          f"transformers {report['machine']['transformers']}; HF confidence threshold "
-          f"{report['machine']['hf_confidence_threshold']}.", ""]
+    md = [
+        f"# Decoding throughput: {report['pair']['name']}",
+        "",
+        f"{cfg['max_new_tokens']} new tokens per prompt, {cfg['prompts_per_domain']} test prompts per "
+        f"domain, median of {cfg['repeats']} interleaved repeats after a warm-up; wall clock of the whole "
+        f"generate call (prefill included). Cells: tokens/s (ratio vs ours plain in this run). "
+        f"Device {report['machine']['device']} ({report['machine']['dtype']}), "
+        f"{report['machine']['cpu_count']} CPUs, torch {report['machine']['torch']}, "
+        f"transformers {report['machine']['transformers']}; HF confidence threshold "
+        f"{report['machine']['hf_confidence_threshold']}.",
+        "",
+    ]
     for t in cfg["temperatures"]:
         at_t = [row for row in rows if row["temperature"] == t]
         name = "greedy" if t == 0 else f"temperature {t:g}"
         md += [f"## Throughput, {name}", ""]
-        md += markdown_table(["configuration", *columns],
-                             [[row["label"], *(fmt_cell(row["domains"][c]) for c in columns)]
-                              for row in at_t])
-        md += ["", f"Acceptance, {name}: acceptance rate / new tokens per target verification "
-               "(ours: mean accepted length incl. the bonus token; HF: tokens per target forward).", ""]
-        md += markdown_table(["configuration", *columns],
-                             [[row["label"], *(fmt_acceptance(row, row["domains"][c]) for c in columns)]
-                              for row in at_t if row["key"] != "ours-plain"])
+        md.append(
+            markdown_table(
+                ["configuration", *columns],
+                [[row["label"], *(fmt_cell(row["domains"][c]) for c in columns)] for row in at_t],
+            )
+        )
+        md += [
+            "",
+            f"Acceptance, {name}: acceptance rate / new tokens per target verification "
+            "(ours: mean accepted length incl. the bonus token; HF: tokens per target forward).",
+            "",
+        ]
+        md.append(
+            markdown_table(
+                ["configuration", *columns],
+                [
+                    [row["label"], *(fmt_acceptance(row, row["domains"][c]) for c in columns)]
+                    for row in at_t
+                    if row["key"] != "ours-plain"
+                ],
+            )
+        )
         if t == 0:
             bad = [row["label"] for row in at_t if row.get("matches_plain") is False]
-            md += ["", "Greedy outputs equal ours plain: " + ("all configurations." if not bad
-                                                                else "NO for " + ", ".join(bad) + ".")]
+            md += [
+                "",
+                "Greedy outputs equal ours plain: "
+                + ("all configurations." if not bad else "NO for " + ", ".join(bad) + "."),
+            ]
         md.append("")
     costs = report["forward_costs"]
     target_1 = costs["median_ms"]["target_1"]
@@ -450,9 +603,15 @@ def render_markdown(report: dict) -> str:
     for key, ms in costs["median_ms"].items():
         role, n = key.split("_")
         lines.append([f"{role}, {n} new token{'s' if n != '1' else ''}", f"{ms:.3f}", f"{ms / target_1:.3f}"])
-    md += markdown_table(["forward", "ms", "vs target 1 token"], lines)
-    md += ["", f"draft / target (1 token each): {costs['draft_over_target']:.3f}", "",
-           f"Command: `{report['command']}`", f"Date: {report['date']}", ""]
+    md.append(markdown_table(["forward", "ms", "vs target 1 token"], lines))
+    md += [
+        "",
+        f"draft / target (1 token each): {costs['draft_over_target']:.3f}",
+        "",
+        f"Command: `{report['command']}`",
+        f"Date: {report['date']}",
+        "",
+    ]
     return "\n".join(md)
 
 
@@ -468,8 +627,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    pair = specrl.load_pair(args.target, args.draft, preset=args.preset, device=args.device, dtype=args.dtype,
-                            seed=0)
+    pair = specrl.load_pair(
+        args.target, args.draft, preset=args.preset, device=args.device, dtype=args.dtype, seed=0
+    )
     warn_if_busy(pair)
     prompts = select_prompts(pair, args)
     configs = build_configs(pair, args)
@@ -485,27 +645,46 @@ def main(argv: list[str] | None = None) -> dict:
         "date": started,
         "command": command_line(),
         "argv": sys.argv,
-        "config": {key: str(value) if isinstance(value, Path) else value
-                   for key, value in vars(args).items()},
-        "pair": {"name": pair.name, "vocab_size": pair.vocab_size, "context_length": pair.context_length,
-                 "parameters": {role: sum(p.numel() for p in model.parameters())
-                                for role, model in (("target", pair.target), ("draft", pair.draft))},
-                 "card": pair.card},
+        "config": {
+            key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()
+        },
+        "pair": {
+            "name": pair.name,
+            "vocab_size": pair.vocab_size,
+            "context_length": pair.context_length,
+            "parameters": {
+                role: sum(p.numel() for p in model.parameters())
+                for role, model in (("target", pair.target), ("draft", pair.draft))
+            },
+            "card": pair.card,
+        },
         "machine": machine,
-        "method": {"timing": "wall clock of the whole generate call incl. prefill, device-synchronised",
-                   "aggregate": "median over repeats of sum(tokens)/sum(seconds) over a domain's prompts",
-                   "order": "one untimed warm-up per configuration; then per repeat and prompt, all "
-                            "configurations in a seeded random order",
-                   "hf_assistant_settings": "set on a copy of the draft's generation_config, swapped onto "
-                                            "the draft for that row's calls only (transformers 5.x reads "
-                                            "them from the assistant, not from generate() kwargs)",
-                   "eos": "ours stop_at_eos=False, HF eos_token_id=None: every run emits max_new_tokens"},
-        "prompts": [{"domain": p.domain, "index": p.index, "tokens": len(p.ids), "seed": p.seed,
-                     "truncated_from": p.truncated_from} for p in prompts],
+        "method": {
+            "timing": "wall clock of the whole generate call incl. prefill, device-synchronised",
+            "aggregate": "median over repeats of sum(tokens)/sum(seconds) over a domain's prompts",
+            "order": "one untimed warm-up per configuration; then per repeat and prompt, all "
+            "configurations in a seeded random order",
+            "hf_assistant_settings": "set on a copy of the draft's generation_config, swapped onto "
+            "the draft for that row's calls only (transformers 5.x reads "
+            "them from the assistant, not from generate() kwargs)",
+            "eos": "ours stop_at_eos=False, HF eos_token_id=None: every run emits max_new_tokens",
+        },
+        "prompts": [
+            {
+                "domain": p.domain,
+                "index": p.index,
+                "tokens": len(p.ids),
+                "seed": p.seed,
+                "truncated_from": p.truncated_from,
+            }
+            for p in prompts
+        ],
         "results": rows,
         "hf_heuristic_final_num_assistant_tokens": {
-            f"T={c.temperature:g}": c.assistant.num_assistant_tokens for c in configs
-            if c.key == "hf-assist-heuristic" and c.assistant is not None},
+            f"T={c.temperature:g}": c.assistant.num_assistant_tokens
+            for c in configs
+            if c.key == "hf-assist-heuristic" and c.assistant is not None
+        },
         "forward_costs": forward_costs,
         "runs": records,
     }

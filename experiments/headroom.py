@@ -36,6 +36,7 @@ from specrl.envs import load_scenario
 from specrl.io import write_text_atomic
 from specrl.latency import calibrated
 from specrl.oracle import best_static, best_static_per_trace, clairvoyant_bound
+from specrl.tables import markdown_table
 from specrl.traces import cached_traces
 
 DEFAULT_SCENARIOS = ["code", "prose", "math", "mixed", "code_t1", "prose_t1", "license", "license_t1"]
@@ -98,20 +99,25 @@ def render(results: dict) -> str:
         f"latency model of {results['latency_device']}); sampled scenarios: {results['count']} acceptance "
         "draws per trace, the same for every bound.",
         "",
-        "| scenario | traces | best static per scenario | best static per prompt | clairvoyant per step "
-        "| per prompt / per scenario | clairvoyant / per prompt |",
-        "|---|---|---|---|---|---|---|",
     ]
+    header = ["scenario", "traces", "best static per scenario", "best static per prompt"]
+    header += ["clairvoyant per step", "per prompt / per scenario", "clairvoyant / per prompt"]
+    rows = []
     for name, row in results["rows"].items():
         static = row["per_scenario_static"]
-        lines.append(
-            f"| {name} | {row['traces']} | {static['tokens_per_s']:.1f} "
-            f"(k={static['k']}, tau={static['tau']}) "
-            f"| {row['per_prompt_static']:.1f} | {row['clairvoyant']:.1f} "
-            f"| {row['per_prompt_static'] / static['tokens_per_s']:.3f} "
-            f"| {row['clairvoyant'] / row['per_prompt_static']:.3f} |"
+        rows.append(
+            [
+                name,
+                row["traces"],
+                f"{static['tokens_per_s']:.1f} (k={static['k']}, tau={static['tau']})",
+                f"{row['per_prompt_static']:.1f}",
+                f"{row['clairvoyant']:.1f}",
+                f"{row['per_prompt_static'] / static['tokens_per_s']:.3f}",
+                f"{row['clairvoyant'] / row['per_prompt_static']:.3f}",
+            ]
         )
     lines += [
+        markdown_table(header, rows),
         "",
         f"Command: `{results['command']}` ({results['seconds']} s). Machine: {results['machine']}, "
         f"{results['latency_device']}.",

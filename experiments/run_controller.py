@@ -43,6 +43,7 @@ from specrl.envs import EpisodeSummary, PairSpec, SpecDecodeEnv, load_scenario, 
 from specrl.envs.scenario import SPLITS
 from specrl.evaluation import roster
 from specrl.io import write_text_atomic
+from specrl.tables import markdown_table
 
 DEFAULT_CONTROLLERS = ("static:0", "static:4", *roster.RULES)
 
@@ -56,31 +57,64 @@ def make_controller(name: str, k_max: int) -> Controller:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenarios", nargs="+", default=None, metavar="SCENARIO",
-                        help="scenario YAML paths or shipped names (default: every file in envs/)")
-    parser.add_argument("--controllers", nargs="+", default=list(DEFAULT_CONTROLLERS), metavar="NAME",
-                        help="controllers to compare, the first is the ratio's reference "
-                             f"(default: {' '.join(DEFAULT_CONTROLLERS)})")
-    parser.add_argument("--episodes", type=int, default=8,
-                        help="episodes (prompts) per scenario and controller (default 8)")
-    parser.add_argument("--warmup", type=int, default=1,
-                        help="untimed warm-up episodes per scenario, not reported (default 1)")
-    parser.add_argument("--split", choices=SPLITS, default="test",
-                        help="prompt split to draw from (default test: reported results; validation "
-                             "for tuning, train for training prompts)")
-    parser.add_argument("--time", choices=("wallclock", "modeled"), default=None,
-                        help="time source of the tokens/sec (default: each scenario's own)")
-    parser.add_argument("--max-new-tokens", type=int, default=None,
-                        help="override the scenarios' tokens per episode (must exceed any shift point)")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="episode i is reset with seed SEED + i (default 0)")
-    parser.add_argument("--preset", default=None,
-                        help="use this embedded pair (small, tiny) instead of the scenarios' pair")
-    parser.add_argument("--target", default=None,
-                        help="HF id or path of a target, with --draft, instead of the scenarios' pair "
-                             "(scenarios then need prompts.file)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--scenarios",
+        nargs="+",
+        default=None,
+        metavar="SCENARIO",
+        help="scenario YAML paths or shipped names (default: every file in envs/)",
+    )
+    parser.add_argument(
+        "--controllers",
+        nargs="+",
+        default=list(DEFAULT_CONTROLLERS),
+        metavar="NAME",
+        help="controllers to compare, the first is the ratio's reference "
+        f"(default: {' '.join(DEFAULT_CONTROLLERS)})",
+    )
+    parser.add_argument(
+        "--episodes", type=int, default=8, help="episodes (prompts) per scenario and controller (default 8)"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="untimed warm-up episodes per scenario, not reported (default 1)",
+    )
+    parser.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="test",
+        help="prompt split to draw from (default test: reported results; validation "
+        "for tuning, train for training prompts)",
+    )
+    parser.add_argument(
+        "--time",
+        choices=("wallclock", "modeled"),
+        default=None,
+        help="time source of the tokens/sec (default: each scenario's own)",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="override the scenarios' tokens per episode (must exceed any shift point)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="episode i is reset with seed SEED + i (default 0)"
+    )
+    parser.add_argument(
+        "--preset", default=None, help="use this embedded pair (small, tiny) instead of the scenarios' pair"
+    )
+    parser.add_argument(
+        "--target",
+        default=None,
+        help="HF id or path of a target, with --draft, instead of the scenarios' pair "
+        "(scenarios then need prompts.file)",
+    )
     parser.add_argument("--draft", default=None, help="HF id or path of the draft, with --target")
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: CUDA when present)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
@@ -103,14 +137,24 @@ def pair_spec(scenario_pair: PairSpec, args: argparse.Namespace) -> PairSpec:
 
 def format_table(name: str, time: str, rows: dict[str, EpisodeSummary]) -> str:
     reference = next(iter(rows.values())).tokens_per_s
-    lines = [f"### {name} ({time} time)", "",
-             "| controller | tokens/s | ratio | acceptance | mean k | mean tau | tokens | steps |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    header = ["controller", "tokens/s", "ratio", "acceptance", "mean k", "mean tau", "tokens", "steps"]
+    lines = []
     for label, s in rows.items():
         ratio = s.tokens_per_s / reference if reference > 0 else float("nan")
-        lines.append(f"| {label} | {s.tokens_per_s:.1f} | {ratio:.2f}x | {s.acceptance_rate:.3f} | "
-                     f"{s.mean_k:.2f} | {s.mean_tau:.3f} | {s.tokens} | {s.steps} |")
-    return "\n".join(lines)
+        lines.append(
+            [
+                label,
+                f"{s.tokens_per_s:.1f}",
+                f"{ratio:.2f}x",
+                f"{s.acceptance_rate:.3f}",
+                f"{s.mean_k:.2f}",
+                f"{s.mean_tau:.3f}",
+                s.tokens,
+                s.steps,
+            ]
+        )
+    table = markdown_table(header, lines, align=[None] + ["right"] * (len(header) - 1))
+    return f"### {name} ({time} time)\n\n{table}"
 
 
 def add(total: EpisodeSummary, episode: EpisodeSummary) -> None:
@@ -148,11 +192,23 @@ def main(argv: list[str] | None = None) -> dict:
             time = env.scenario.reward.time
             tables.append(format_table(scenario.name, time, totals))
             results[scenario.name] = {
-                "time": time, "split": args.split, "episodes": args.episodes, "pair": pairs[spec].name,
-                "controllers": {name: {"tokens_per_s": s.tokens_per_s, "acceptance_rate": s.acceptance_rate,
-                                       "mean_k": s.mean_k, "mean_tau": s.mean_tau, "tokens": s.tokens,
-                                       "seconds": s.seconds, "steps": s.steps, "return": s.episode_return}
-                                for name, s in totals.items()},
+                "time": time,
+                "split": args.split,
+                "episodes": args.episodes,
+                "pair": pairs[spec].name,
+                "controllers": {
+                    name: {
+                        "tokens_per_s": s.tokens_per_s,
+                        "acceptance_rate": s.acceptance_rate,
+                        "mean_k": s.mean_k,
+                        "mean_tau": s.mean_tau,
+                        "tokens": s.tokens,
+                        "seconds": s.seconds,
+                        "steps": s.steps,
+                        "return": s.episode_return,
+                    }
+                    for name, s in totals.items()
+                },
             }
     print("\n\n".join(tables))
     if args.json is not None:

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from specrl.io import write_text_atomic
+from specrl.tables import markdown_table
 from specrl.training import comparison_ratios
 
 
@@ -43,13 +44,14 @@ def main() -> None:
         f"Spread over {len(runs)} training runs (seeds) of PPO's simulator results on test traces: "
         "min / median / max over runs.",
         "",
-        "| scenario | PPO / TCP | PPO / best rule | PPO / oracle |",
-        "|---|---|---|---|",
     ]
+    table = []
     for scenario in scenarios:
         per_run = [comparison_ratios(rows[scenario]) for _, rows in runs if scenario in rows]
-        cells = [spread([r[key] for r in per_run]) for key in ("tcp", "best rule", "oracle")]
-        lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
+        table.append(
+            [scenario, *(spread([r[key] for r in per_run]) for key in ("tcp", "best rule", "oracle"))]
+        )
+    lines.append(markdown_table(["scenario", "PPO / TCP", "PPO / best rule", "PPO / oracle"], table))
     lines += ["", "Runs:", ""] + [f"- `{command}`" for command, _ in runs]
     lines += ["", f"Command: `python {' '.join(shlex.quote(a) for a in sys.argv)}`", ""]
     text = "\n".join(lines)

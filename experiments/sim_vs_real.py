@@ -39,6 +39,7 @@ from specrl.controllers import HFHeuristicController, StaticController, TCPContr
 from specrl.envs import EpisodeSummary, SpecDecodeEnv, load_scenario
 from specrl.io import write_text_atomic
 from specrl.latency import LatencyModel, calibrated
+from specrl.tables import markdown_table
 from specrl.traces import TraceSet, cached_traces
 from specrl.training import evaluate_controller
 
@@ -145,15 +146,14 @@ def gap(a: float, b: float) -> float:
     return a / b - 1 if b > 0 else float("nan")
 
 
-def table(rows: list[dict], baseline: bool) -> list[str]:
-    header = (
-        "| scenario | controller | sim tok/s | real wall-clock tok/s | **sim / wall** | modeled / wall "
-        "| sim / modeled |"
-    )
-    if baseline:
-        header += " profiled sim / wall |"
-    header += " sim accept | real accept |"
-    lines = [header, "|---" * (header.count("|") - 1) + "|"]
+def table(rows: list[dict], baseline: bool) -> str:
+    """Markdown: per scenario and controller, tokens/sec in the simulator and on the wall clock, the
+    gaps, and the acceptance rates."""
+    header = ["scenario", "controller", "sim tok/s", "real wall-clock tok/s", "**sim / wall**"]
+    header += ["modeled / wall", "sim / modeled"]
+    header += ["profiled sim / wall"] if baseline else []
+    header += ["sim accept", "real accept"]
+    lines = []
     for row in rows:
         sim, modeled, wall = (row[k]["tokens_per_s"] for k in ("sim", "real_modeled", "real_wallclock"))
         cells = [
@@ -168,8 +168,8 @@ def table(rows: list[dict], baseline: bool) -> list[str]:
         if baseline:
             cells.append(f"{gap(row['sim_baseline']['tokens_per_s'], wall):+.1%}")
         cells += [f"{row['sim']['acceptance_rate']:.3f}", f"{row['real_wallclock']['acceptance_rate']:.3f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        lines.append(cells)
+    return markdown_table(header, lines)
 
 
 def worst_gaps(rows: list[dict]) -> dict[str, dict[str, float]]:
@@ -342,7 +342,7 @@ def render(results: dict) -> str:
     titles += ["profiled: max \\|sim / wall - 1\\|", "level", "shape"] if with_baseline else []
     noise = results.get("noise", {})
     titles += ["machine noise per episode", "2 x its standard error per controller"] if noise else []
-    summary = ["| " + " | ".join(titles) + " |", "|---" * len(titles) + "|"]
+    summary = []
     for scenario, entry in worst.items():
         keys = ["sim_wall", "sim_wall_level", "sim_wall_shape", "modeled_wall", "sim_modeled"]
         keys += (
@@ -353,7 +353,7 @@ def render(results: dict) -> str:
         cells = [scenario] + [f"{entry[k]:+.1%}" if k.endswith("level") else f"{entry[k]:.1%}" for k in keys]
         if noise:
             cells += [f"{noise[scenario]['episode_sd']:.1%}", f"{2 * noise[scenario]['controller_se']:.1%}"]
-        summary.append("| " + " | ".join(cells) + " |")
+        summary.append(cells)
     ranks = ", ".join(f"{s}: {v['spearman_wallclock']:.2f}" for s, v in results["ranking"].items())
     load = results["load_average"]
     lines = [
@@ -373,12 +373,12 @@ def render(results: dict) -> str:
             else ""
         ),
         "",
-        *summary,
+        markdown_table(titles, summary),
         "",
         f"Largest |sim / wall clock - 1| over all rows: {results['worst_sim_wall_gap']:.1%}. Rank "
         f"correlation of the controllers (simulator vs wall clock, Spearman): {ranks}.",
         "",
-        *table(results["rows"], with_baseline),
+        table(results["rows"], with_baseline),
         "",
         f"Machine: {results['machine']}; load average {load[0]:.2f} at the start, {load[1]:.2f} at the end "
         f"(this run keeps about 2 busy itself). Command: `{results['command']}` "

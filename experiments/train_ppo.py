@@ -54,6 +54,7 @@ from specrl.export import export_policy, verify_parity
 from specrl.io import write_text_atomic
 from specrl.latency import calibrated
 from specrl.oracle import best_static, clairvoyant_bound
+from specrl.tables import markdown_table
 from specrl.traces import cached_traces
 from specrl.training import (
     RULES,
@@ -485,7 +486,7 @@ def comparison_table(rows: dict[str, dict]) -> str:
         "PPO / best rule",
         "PPO / oracle",
     ]
-    lines = ["| scenario | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    lines = []
     for scenario, row in rows.items():
         static_name = next(n for n in row if n.startswith("best static"))
         k, tau = row["_best_static"]
@@ -495,8 +496,8 @@ def comparison_table(rows: dict[str, dict]) -> str:
             f"{row['oracle']:.1f}",
         ]
         cells += [f"{ratios[key]:.3f}" for key in ("tcp", "best static", "best rule", "oracle")]
-        lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        lines.append([scenario, *cells])
+    return markdown_table(["scenario", *columns], lines)
 
 
 def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict], predictor) -> str:
@@ -511,11 +512,7 @@ def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict], pred
     rule is the rule with the highest median."""
     learned = LearnedController.load(folder)
     names = ["plain", *REAL_RULES, "ppo"]
-    lines = [
-        "| scenario | plain | tcp | hf-heuristic | adaedl | specdec++ | best static | PPO | PPO / plain | "
-        "PPO / TCP | PPO / best static | PPO / best rule (which) |",
-        "|---" * 12 + "|",
-    ]
+    lines = []
     jobs = []
     for name in args.validate_scenarios:
         scenario = load_scenario(name).with_overrides(preset=args.preset)
@@ -572,8 +569,10 @@ def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict], pred
             f"{paired['static']:.3f}",
             f"{paired[best_rule]:.3f} ({best_rule})",
         ]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        lines.append([name, *cells])
+    header = ["scenario", "plain", "tcp", "hf-heuristic", "adaedl", "specdec++", "best static", "PPO"]
+    header += ["PPO / plain", "PPO / TCP", "PPO / best static", "PPO / best rule (which)"]
+    return markdown_table(header, lines)
 
 
 def paired_ratio(ours: list[float], theirs: list[float]) -> float:

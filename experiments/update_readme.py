@@ -15,6 +15,8 @@ import json
 import re
 from pathlib import Path
 
+from specrl.tables import markdown_table
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
@@ -30,13 +32,14 @@ def zoo_card_markdown(preset: str) -> str:
         f"Target {card['parameters']['target'] / 1e6:.1f}M parameters, draft "
         f"{card['parameters']['draft'] / 1e6:.1f}M (trained on {', '.join(card['draft_trained_on'])}).",
         "",
-        "| held-out domain | target loss | draft loss | greedy agreement (argmax q = argmax p) |",
-        "|---|---|---|---|",
+        markdown_table(
+            ["held-out domain", "target loss", "draft loss", "greedy agreement (argmax q = argmax p)"],
+            [
+                [domain, f"{row['target_loss']:.3f}", f"{row['draft_loss']:.3f}", f"{row['agreement']:.3f}"]
+                for domain, row in card["heldout"].items()
+            ],
+        ),
     ]
-    for domain, row in card["heldout"].items():
-        lines.append(
-            f"| {domain} | {row['target_loss']:.3f} | {row['draft_loss']:.3f} | {row['agreement']:.3f} |"
-        )
     return "\n".join(lines)
 
 
@@ -44,14 +47,13 @@ def controllers_markdown(results_json: Path) -> str:
     """Scenario x controller tokens/sec (ratio to plain) from run_controller.py's --json output."""
     results = json.loads(results_json.read_text())
     controllers = list(next(iter(results.values()))["controllers"])
-    lines = ["| scenario | " + " | ".join(controllers) + " |", "|---" * (len(controllers) + 1) + "|"]
+    lines = []
     for scenario, result in results.items():
         rows = result["controllers"]
         plain = rows[controllers[0]]["tokens_per_s"]
         speeds = [rows[c]["tokens_per_s"] for c in controllers]
-        cells = [f"{speed:.0f} ({speed / plain:.2f}x)" for speed in speeds]
-        lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        lines.append([scenario, *(f"{speed:.0f} ({speed / plain:.2f}x)" for speed in speeds)])
+    return markdown_table(["scenario", *controllers], lines)
 
 
 def evaluation_markdown(run: Path) -> str:
@@ -88,10 +90,18 @@ def main() -> None:
     parser.add_argument("name", help="marker name, e.g. BENCH")
     parser.add_argument("markdown", nargs="?", help="markdown file to paste")
     parser.add_argument("--zoo-card", metavar="PRESET", help="paste the shipped pair's card as a table")
-    parser.add_argument("--controllers-json", type=Path, metavar="FILE",
-                        help="paste run_controller.py's --json results as a scenario x controller table")
-    parser.add_argument("--evaluation", type=Path, metavar="RUN",
-                        help="paste the summary of evaluate.py's results.md (a run folder or the file)")
+    parser.add_argument(
+        "--controllers-json",
+        type=Path,
+        metavar="FILE",
+        help="paste run_controller.py's --json results as a scenario x controller table",
+    )
+    parser.add_argument(
+        "--evaluation",
+        type=Path,
+        metavar="RUN",
+        help="paste the summary of evaluate.py's results.md (a run folder or the file)",
+    )
     args = parser.parse_args()
     if args.zoo_card:
         text = zoo_card_markdown(args.zoo_card)

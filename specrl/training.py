@@ -20,19 +20,22 @@ from stable_baselines3.common.logger import TensorBoardOutputFormat
 from specrl.controllers.base import Controller
 from specrl.controllers.stop_rules import AcceptancePredictor
 from specrl.envs import EpisodeSummary, Scenario, TraceReplayEnv, run_episode
-from specrl.envs.vec_replay import InProcessVecEnv, VecTraceReplay
+from specrl.envs.vec_replay import SubEnvVecEnv, VecTraceReplay
 from specrl.io import write_text_atomic
 from specrl.latency import LatencyModel
+from specrl.tables import markdown_table
 from specrl.traces import TraceSet
 
 # ---- the scenario mix as one VecEnv -------------------------------------------------------
 
 
-class ScenarioMix(InProcessVecEnv):
-    """Several :class:`VecTraceReplay` (one per scenario) stepped as one SB3 VecEnv."""
+class ScenarioMix(SubEnvVecEnv):
+    """Several :class:`VecTraceReplay` (one per scenario) stepped as one SB3 VecEnv; its
+    sub-envs are the parts' rows, in order."""
 
     def __init__(self, parts: Sequence[VecTraceReplay]) -> None:
         self.parts = list(parts)
+        self.envs = [env for part in self.parts for env in part.envs]
         self.bounds = np.cumsum([0] + [p.num_envs for p in self.parts])
         self.render_mode = None
         first = self.parts[0]
@@ -272,8 +275,7 @@ def comparison_ratios(row: dict[str, float]) -> dict[str, float]:
 
 def hyperparameter_table(values: dict[str, Any]) -> str:
     """A markdown table of the run's settings, for TensorBoard's text tab."""
-    rows = "\n".join(
-        f"| {key} | {json.dumps(value) if not isinstance(value, str) else value} |"
-        for key, value in values.items()
+    return markdown_table(
+        ["parameter", "value"],
+        [[key, value if isinstance(value, str) else json.dumps(value)] for key, value in values.items()],
     )
-    return "| parameter | value |\n|---|---|\n" + rows

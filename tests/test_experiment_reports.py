@@ -83,3 +83,16 @@ def test_spearman_ranks_share_ties():
     ]
     # a tie in the wall clock: Spearman with shared ranks is 0.866, not the 1.0 or 0.5 of broken ties
     assert script.rankings(rows)["s"]["spearman_wallclock"] == pytest.approx(0.8660254)
+
+
+def test_markdown_table_writes_header_rule_and_rows():
+    from specrl.tables import markdown_table
+
+    text = markdown_table(["a", "b"], [["x", 1], ["y", 2.5]])
+    assert text == "| a | b |\n|---|---|\n| x | 1 |\n| y | 2.5 |"
+    aligned = markdown_table(["name", "n", "c"], [], align=[None, "right", "center"])
+    assert aligned.splitlines()[1] == "|---|---:|:---:|"
+    with pytest.raises(ValueError, match="2 cells for 3 columns"):
+        markdown_table(["a", "b", "c"], [["x", "y"]])
+    with pytest.raises(ValueError, match="unknown alignment"):
+        markdown_table(["a"], [], align=["middle"])

@@ -15,6 +15,7 @@ from typing import Any
 
 from specrl.evaluation.harness import TCP
 from specrl.evaluation.machine import describe_machine
+from specrl.tables import markdown_table
 
 PER_SCENARIO_HEADING = "## Per scenario"
 #: Row metrics written to TensorBoard, per column: (key in the cell, tag suffix).
@@ -85,18 +86,13 @@ def number(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def table(header: list[str], lines: Iterable[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return out + ["| " + " | ".join(line) + " |" for line in lines]
-
-
 def scenario_title(result: dict) -> str:
     sampling = "greedy" if result["temperature"] == 0 else f"temperature {result['temperature']:g}"
     shift = "".join(f", -> {s['domain']} after {s['after_tokens']} tokens" for s in result["shift"])
     return f"{result['name']} ({sampling}{shift})"
 
 
-def scenario_table(result: dict) -> list[str]:
+def scenario_table(result: dict) -> str:
     header = [
         "controller",
         "sim tok/s",
@@ -134,7 +130,7 @@ def scenario_table(result: dict) -> list[str]:
                 f"{latency['std']:.2f} ({latency['cv']:.2f})" if latency else "-",
             ]
         )
-    return table(header, lines)
+    return markdown_table(header, lines)
 
 
 def scenario_notes(result: dict) -> list[str]:
@@ -165,10 +161,19 @@ def scenario_notes(result: dict) -> list[str]:
     return notes
 
 
+def ratio_table(summary: dict[str, Any], metric: str, scenarios: Iterable[str]) -> str:
+    """Controller x scenario: ``metric`` in the real loop / in the simulator."""
+    real, sim = summary[f"{metric}_real"], summary[f"{metric}_sim"]
+    scenarios = list(scenarios)
+    return markdown_table(
+        ["controller", *scenarios],
+        [[name, *(f"{ratio(real[name][s])} / {ratio(sim[name][s])}" for s in scenarios)] for name in real],
+    )
+
+
 def render_markdown(results: dict) -> str:
     """The whole ``results.md``."""
     scenarios, summary, config = results["scenarios"], results["summary"], results["config"]
-    names = list(summary["speedup_real"])
     md = [
         f"# Evaluation: {results['pair']['name']}",
         "",
@@ -193,34 +198,9 @@ def render_markdown(results: dict) -> str:
     ]
     md += [f"- {line}" for line in results["notes"]]
     md += ["", "## Summary", "", "Speed-up over plain decoding, real loop / simulator:", ""]
-    md += table(
-        ["controller", *scenarios],
-        [
-            [
-                name,
-                *(
-                    f"{ratio(summary['speedup_real'][name][s])} / {ratio(summary['speedup_sim'][name][s])}"
-                    for s in scenarios
-                ),
-            ]
-            for name in names
-        ],
-    )
-    md += ["", "Ratio to the TCP heuristic (tau = 0), real loop / simulator:", ""]
-    md += table(
-        ["controller", *scenarios],
-        [
-            [
-                name,
-                *(
-                    f"{ratio(summary['ratio_to_tcp_real'][name][s])} / "
-                    f"{ratio(summary['ratio_to_tcp_sim'][name][s])}"
-                    for s in scenarios
-                ),
-            ]
-            for name in names
-        ],
-    )
+    md += [ratio_table(summary, "speedup", scenarios), ""]
+    md += ["Ratio to the TCP heuristic (tau = 0), real loop / simulator:", ""]
+    md.append(ratio_table(summary, "ratio_to_tcp", scenarios))
     md += [
         "",
         "Does the confidence cut lower latency variance? Per-token latency (each token charged its "
@@ -228,18 +208,26 @@ def render_markdown(results: dict) -> str:
         "",
     ]
     spreads = {s: v for s, v in summary["latency_spread"].items() if v}
-    md += table(
-        ["scenario", "std ms (tau 0 / 0.25)", "cv (tau 0 / 0.25)", "p90 ms (tau 0 / 0.25)", "cut lowers std"],
-        [
+    md.append(
+        markdown_table(
             [
-                s,
-                f"{v[TCP]['std']:.2f} / {v[CONFIDENCE_CUT]['std']:.2f}",
-                f"{v[TCP]['cv']:.2f} / {v[CONFIDENCE_CUT]['cv']:.2f}",
-                f"{v[TCP]['p90']:.2f} / {v[CONFIDENCE_CUT]['p90']:.2f}",
-                "yes" if v["cut_lowers_std"] else "no",
-            ]
-            for s, v in spreads.items()
-        ],
+                "scenario",
+                "std ms (tau 0 / 0.25)",
+                "cv (tau 0 / 0.25)",
+                "p90 ms (tau 0 / 0.25)",
+                "cut lowers std",
+            ],
+            [
+                [
+                    s,
+                    f"{v[TCP]['std']:.2f} / {v[CONFIDENCE_CUT]['std']:.2f}",
+                    f"{v[TCP]['cv']:.2f} / {v[CONFIDENCE_CUT]['cv']:.2f}",
+                    f"{v[TCP]['p90']:.2f} / {v[CONFIDENCE_CUT]['p90']:.2f}",
+                    "yes" if v["cut_lowers_std"] else "no",
+                ]
+                for s, v in spreads.items()
+            ],
+        )
     )
     if spreads:
         lower = sum(v["cut_lowers_std"] for v in spreads.values())
@@ -247,7 +235,7 @@ def render_markdown(results: dict) -> str:
     md += ["", PER_SCENARIO_HEADING, ""]
     for result in scenarios.values():
         md += [f"### {scenario_title(result)}", ""]
-        md += scenario_table(result)
+        md.append(scenario_table(result))
         md += [""] + [f"- {note}" for note in scenario_notes(result)] + [""]
     return "\n".join(md) + "\n"
 
