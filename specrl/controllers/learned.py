@@ -1,4 +1,4 @@
-"""A trained policy as a controller: the exported TorchScript module picks (k, tau) every iteration,
+"""A trained policy as a controller: the exported ``torch.export`` program picks (k, tau) every iteration,
 and, for a policy with a stop dimension, the per-token stop rule the engine asks inside the draft loop."""
 
 from __future__ import annotations
@@ -27,14 +27,15 @@ class LearnedController:
     from that token's signals and its position (through the running product). It is stateless:
     the features carry the history, so :meth:`reset` and :meth:`observe` do nothing.
 
-    Inference runs on CPU. A decision is a handful of numpy calls on the module's own weights
-    (:class:`NumpyPolicy`, when the module is the MLP that :mod:`specrl.export` writes): a
-    TorchScript call costs about twenty dispatched ops, 20-200 µs on this CPU depending on its
-    load, against a 1% budget of a 15-30 ms iteration. The numpy answer is used only where it
-    cannot differ from the module's: when, in every action dimension, the best logit leads the
-    next by more than :data:`TIE_MARGIN` (float32 rounding between the two paths is about 1e-6);
-    otherwise the module itself decides, under ``torch.inference_mode()`` with a preallocated
-    (1, 19) input. A precomputed table of actions means a decision allocates almost nothing.
+    Inference runs on CPU. A decision is a handful of numpy calls on the program's own weights
+    (:class:`NumpyPolicy`, when the program is the MLP that :mod:`specrl.export` writes): a call
+    of the program costs about twenty dispatched ops and its input guards, tens to hundreds of
+    µs on this CPU depending on its load, against a 1% budget of a 15-30 ms iteration. The numpy
+    answer is used only where it cannot differ from the program's: when, in every action
+    dimension, the best logit leads the next by more than :data:`TIE_MARGIN` (float32 rounding
+    between the two paths is about 1e-6); otherwise the program itself decides, under
+    ``torch.inference_mode()`` with a preallocated (1, 19) input. A precomputed table of actions
+    means a decision allocates almost nothing.
     One instance is not safe to share between threads (the input buffer is).
 
     A policy is trained on one model pair; it runs on any (the features are pair-independent),
@@ -61,10 +62,10 @@ class LearnedController:
         self.k_max = policy.k_max
         self.tau_grid = policy.tau_grid
         self.pair = policy.pair
-        self._module = policy.module
+        self._program = policy.module
         self._input = torch.zeros(1, N_FEATURES)  # (1, 19), reused by every act
         self._input_row = self._input.numpy()[0]  # a numpy view of the same memory
-        self._fast = NumpyPolicy.of(policy.module)
+        self._fast = NumpyPolicy.of(policy)
         self.stop_grid = policy.stop_grid
         rules = stop_rule_table(policy.predictor, policy.stop_grid or (0.0,))
         self._actions = tuple(
@@ -109,7 +110,7 @@ class LearnedController:
         if indices is None:
             self._input_row[:] = observation
             with torch.inference_mode():
-                indices = self._module(self._input)[0].tolist()
+                indices = self._program(self._input)[0].tolist()
         k, tau_index, *stop_index = indices
         return self._actions[k][tau_index][stop_index[0] if stop_index else 0]
 
@@ -120,22 +121,24 @@ class LearnedController:
         return f"LearnedController.load({str(self.policy.folder)!r})"
 
 
-TIE_MARGIN = 1e-3  # logits closer than this are left to the TorchScript module (see NumpyPolicy)
+TIE_MARGIN = 1e-3  # logits closer than this are left to the exported program (see NumpyPolicy)
 
 
 class NumpyPolicy:
-    """The exported policy module's MLP in numpy, for one observation at a time.
+    """The exported policy's MLP in numpy, for one observation at a time.
 
     Same computation as :class:`specrl.export.PolicyModule`: the VecNormalize statistics in
     float64, the Linear/Tanh (or ReLU) layers and the action head in float32, then the argmax of
-    each action dimension's logits. The module takes the argmax after a float32 softmax (SB3's
+    each action dimension's logits. The program takes the argmax after a float32 softmax (SB3's
     mode), which can break near-ties differently; so :meth:`__call__` returns None, and the
-    caller asks the module, when the two best logits of any dimension are within
+    caller asks the program, when the two best logits of any dimension are within
     :data:`TIE_MARGIN`. Beyond it both paths order the logits alike: their float32 results differ
     by about 1e-6.
     """
 
     ACTIVATIONS = {"Tanh": np.tanh, "ReLU": lambda x: np.maximum(x, 0.0)}
+    #: Observations :meth:`of` compares both paths on before it trusts the numpy one.
+    PROBES = 64
 
     def __init__(
         self, layers: list, mean: np.ndarray | None, std: np.ndarray, clip: float, bounds: list[int]
@@ -144,30 +147,47 @@ class NumpyPolicy:
         self.slices = [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
     @classmethod
-    def of(cls, module: Any) -> NumpyPolicy | None:
-        """The numpy twin of an exported module, or None when its layers are not the known MLP."""
+    def of(cls, policy: ExportedPolicy) -> NumpyPolicy | None:
+        """The numpy twin of an exported policy, or None when its network is not the known MLP.
+
+        The layer kinds and the clip come from ``metadata["network"]``, the weights and
+        statistics from the program's state dict (``policy_net.<i>.*``, ``action_net.*``,
+        ``mean``, ``std``), the action layout from the mapping. The twin is used only after it
+        acted as the program on :attr:`PROBES` random observations (where it answers at all).
+        """
         try:
-            children = [*module.policy_net.named_children(), ("action", module.action_net)]
+            network = policy.metadata["network"]
+            weights = {name: tensor.detach().numpy() for name, tensor in policy.module.state_dict().items()}
             layers = []
-            for _, child in children:
-                kind = getattr(child, "original_name", type(child).__name__)
+            kinds = [(f"policy_net.{i}", kind) for i, kind in enumerate(network["policy_net"])]
+            for prefix, kind in [*kinds, ("action_net", "Linear")]:
                 if kind == "Linear":
-                    weight = child.weight.detach().numpy().astype(np.float32)
-                    bias = child.bias.detach().numpy().astype(np.float32)
+                    weight = weights[f"{prefix}.weight"].astype(np.float32)
+                    bias = weights[f"{prefix}.bias"].astype(np.float32)
                     layers.append((weight.T.copy(), bias))
                 elif kind in cls.ACTIVATIONS:
                     layers.append(cls.ACTIVATIONS[kind])
                 else:
                     return None
-            normalize = bool(module.normalize)
-            mean = module.mean.detach().numpy().astype(np.float64) if normalize else None
-            std = module.std.detach().numpy().astype(np.float64)
-            return cls(layers, mean, std, float(module.clip), [int(b) for b in module.bounds])
-        except (AttributeError, RuntimeError, TypeError):
+            normalize = policy.metadata["observation_normalized"] is True
+            mean = weights["mean"].astype(np.float64) if normalize else None
+            std = weights["std"].astype(np.float64)
+            sizes = [policy.k_max + 1, len(policy.tau_grid)] + (
+                [len(policy.stop_grid)] if policy.stop_grid else []
+            )
+            bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+            twin = cls(layers, mean, std, float(network["observation_clip"]), bounds)
+            probes = np.random.default_rng(0).random((cls.PROBES, N_FEATURES), dtype=np.float32)
+            expected = policy.predict(probes).tolist()
+            answers = [twin(probe) for probe in probes]
+        except (AttributeError, KeyError, IndexError, RuntimeError, TypeError, ValueError):
             return None
+        if any(answer is not None and answer != want for answer, want in zip(answers, expected, strict=True)):
+            return None
+        return twin
 
     def __call__(self, observation: Any) -> list[int] | None:
-        """Action indices of one (19,) observation, or None near a tie (ask the module)."""
+        """Action indices of one (19,) observation, or None near a tie (ask the program)."""
         x = np.asarray(observation, dtype=np.float32)
         if self.mean is not None:
             x = np.clip((x.astype(np.float64) - self.mean) / self.std, -self.clip, self.clip).astype(

@@ -1,0 +1,80 @@
+"""Check that an exported folder acts exactly as the PPO it came from (the program and the ONNX copy)."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from specrl.export.layout import ONNX_FILE, POLICY_FILE, PolicyError
+from specrl.export.onnx_file import run_onnx
+from specrl.export.read import load_policy
+from specrl.features import N_FEATURES
+
+if TYPE_CHECKING:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import VecNormalize
+
+
+@dataclass(frozen=True)
+class ParityReport:
+    """What :func:`verify_parity` compared: every action was identical, or it raised."""
+
+    observations: int
+    onnx_checked: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"observations": self.observations, "onnx_checked": self.onnx_checked}
+
+
+def _assert_same(expected: np.ndarray, actual: np.ndarray, observations: np.ndarray, what: str) -> None:
+    differs = np.flatnonzero((expected != actual).any(axis=1))
+    if differs.size:
+        first = int(differs[0])
+        raise PolicyError(
+            f"{what} differs from the SB3 policy on {differs.size} of {len(expected)} observations, e.g. "
+            f"observation {first}: SB3 {expected[first].tolist()}, exported {actual[first].tolist()} "
+            f"(input {observations[first].tolist()})"
+        )
+
+
+def verify_parity(
+    model: PPO,
+    folder: str | Path,
+    observations: np.ndarray,
+    obs_normalizer: VecNormalize | None = None,
+) -> ParityReport:
+    """Check that the exported policy acts exactly as ``model.predict(..., deterministic=True)``.
+
+    The model sees the observations normalised by ``obs_normalizer`` (as in training); the
+    exported files see them raw (normalisation is baked in). ``policy.onnx`` is compared too when
+    it was written and onnxruntime is installed (the report says whether).
+
+    Args:
+        model: the PPO that was exported.
+        folder: the exported policy folder.
+        observations: (N, 19) raw observations.
+        obs_normalizer: the VecNormalize passed to :func:`~specrl.export.export_policy`, if any.
+
+    Returns:
+        A :class:`ParityReport`.
+
+    Raises:
+        PolicyError: an exported action differs from the model's (the first difference is shown).
+    """
+    observations = np.asarray(observations, dtype=np.float32)
+    if observations.ndim != 2 or observations.shape[1] != N_FEATURES:
+        raise ValueError(f"observations must have shape (N, {N_FEATURES}), got {observations.shape}")
+    model_input = obs_normalizer.normalize_obs(observations) if obs_normalizer is not None else observations
+    expected, _ = model.predict(model_input, deterministic=True)
+    expected = np.asarray(expected, dtype=np.int64).reshape(len(observations), len(model.action_space.nvec))
+    policy = load_policy(folder)
+    _assert_same(expected, policy.predict(observations), observations, f"{policy.folder / POLICY_FILE}")
+    onnx_checked = bool(policy.metadata.get("onnx")) and importlib.util.find_spec("onnxruntime") is not None
+    if onnx_checked:
+        onnx_actions = run_onnx(policy.folder / ONNX_FILE, observations)
+        _assert_same(expected, onnx_actions, observations, f"{policy.folder / ONNX_FILE}")
+    return ParityReport(len(observations), onnx_checked)

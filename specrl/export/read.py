@@ -1,0 +1,237 @@
+"""Load a policy folder with torch alone: metadata checks, checksums, the ``torch.export`` program
+and a probe of what it returns. Never imports stable-baselines3."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from specrl.controllers.stop_rules import AcceptancePredictor, PredictorError
+from specrl.export.layout import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    LEGACY_POLICY_FILE,
+    METADATA_FILE,
+    POLICY_FILE,
+    UPGRADE_COMMAND,
+    PolicyError,
+    action_sizes,
+    check_action_mapping,
+    check_stop_dimension,
+    sha256,
+)
+from specrl.features import FEATURE_NAMES, FEATURE_VERSION, N_FEATURES
+
+#: Batch sizes the loader probes the program with (the online controller calls it with 1).
+_PROBE_BATCHES = (1, 3)
+
+
+@dataclass(frozen=True)
+class ExportedPolicy:
+    """A loaded, verified policy folder.
+
+    Attributes:
+        folder: where it was loaded from.
+        module: the program as a callable module, (B, 19) float32 -> (B, D) int64
+            ``[k, tau_index(, stop_index)]``; its state dict holds the weights and statistics.
+        metadata: the parsed ``metadata.json``.
+        k_max: the largest k the policy picks.
+        tau_grid: tau values the tau index points into.
+        pair: name of the model pair it was trained on.
+        stop_grid: the per-token stop thresholds the stop index points into, or None (D = 2).
+        predictor: the acceptance predictor they apply to, or None.
+        program: the ``torch.export`` program ``module`` runs.
+    """
+
+    folder: Path
+    module: torch.nn.Module
+    metadata: dict[str, Any]
+    k_max: int
+    tau_grid: tuple[float, ...]
+    pair: str
+    stop_grid: tuple[float, ...] | None = None
+    predictor: AcceptancePredictor | None = None
+    program: torch.export.ExportedProgram | None = None
+
+    def predict(self, observations: np.ndarray) -> np.ndarray:
+        """Deterministic actions of a batch: (B, 19) observations -> (B, D) int64 actions."""
+        with torch.inference_mode():
+            return self.module(torch.as_tensor(np.asarray(observations, dtype=np.float32))).numpy()
+
+
+def read_metadata(folder: Path) -> dict[str, Any]:
+    """The parsed ``metadata.json`` of ``folder``, of any format version.
+
+    Raises:
+        PolicyError: the folder or the file is missing, or the file is not a JSON object.
+    """
+    if not folder.is_dir():
+        raise PolicyError(
+            f"policy folder {folder} does not exist; pass a folder written by specrl.export.export_policy "
+            "(experiments/train_ppo.py writes policies/<name>)"
+        )
+    path = folder / METADATA_FILE
+    if not path.is_file():
+        raise PolicyError(
+            f"{path} is missing: {folder} is not a complete policy folder; re-export the policy"
+        )
+    try:
+        metadata = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise PolicyError(
+            f"{path} is not readable JSON ({error}); restore the file or re-export the policy"
+        ) from None
+    if not isinstance(metadata, dict):
+        raise PolicyError(f"{path} must hold a JSON object; restore the file or re-export the policy")
+    return metadata
+
+
+def _check_format(metadata: dict[str, Any], path: Path) -> None:
+    """Refuse every format but this specrl's; name the upgrade for the TorchScript folders of version 1."""
+    if metadata.get("format") == FORMAT_NAME and metadata.get("format_version") == 1:
+        raise PolicyError(
+            f"{path}: format version 1 keeps the policy as a TorchScript {LEGACY_POLICY_FILE}, which this "
+            f"specrl no longer reads (TorchScript is deprecated); it reads version {FORMAT_VERSION}, a "
+            f"torch.export {POLICY_FILE}. Re-export the folder from its own checkpoint: "
+            f"{UPGRADE_COMMAND} {path.parent}"
+        )
+    if metadata.get("format") != FORMAT_NAME or metadata.get("format_version") != FORMAT_VERSION:
+        raise PolicyError(
+            f"{path}: unknown format {metadata.get('format')!r} version {metadata.get('format_version')!r}; "
+            f"this specrl reads {FORMAT_NAME!r} version {FORMAT_VERSION}: use the specrl version that "
+            "exported it, or re-export the policy"
+        )
+
+
+def _check_metadata(
+    metadata: dict[str, Any], path: Path
+) -> tuple[int, tuple[float, ...], tuple[float, ...] | None, AcceptancePredictor | None]:
+    """Refuse metadata this specrl cannot serve; return the action mapping (k_max, tau grid,
+    stop grid and acceptance predictor, the last two None without a stop dimension)."""
+    _check_format(metadata, path)
+    return check_policy_description(metadata, path)
+
+
+def check_policy_description(
+    metadata: dict[str, Any], path: Path
+) -> tuple[int, tuple[float, ...], tuple[float, ...] | None, AcceptancePredictor | None]:
+    """The checks of the metadata that hold in every format version: the features are this
+    specrl's and the action mapping is valid. Returns the mapping as :func:`load_policy` uses it.
+
+    Raises:
+        PolicyError: naming ``path`` and the fix.
+    """
+    version = metadata.get("feature_version")
+    if version != FEATURE_VERSION:
+        raise PolicyError(
+            f"{path}: the policy was trained on feature version {version!r} but this specrl computes feature "
+            f"version {FEATURE_VERSION}; retrain the policy, or use a specrl version with feature version "
+            f"{version}"
+        )
+    names = metadata.get("feature_names")
+    if names != list(FEATURE_NAMES):
+        raise PolicyError(
+            f"{path}: feature_names {names!r} differ from this specrl's {list(FEATURE_NAMES)} at the same "
+            "feature version; the file was edited or written by a modified specrl: re-export the policy"
+        )
+    action = metadata.get("action")
+    if not isinstance(action, dict) or action.get("type") != "multidiscrete":
+        raise PolicyError(
+            f"{path}: 'action' must be {{'type': 'multidiscrete', 'k_max': ..., 'tau_grid': ...}}"
+        )
+    try:
+        k_max, tau_grid = check_action_mapping(action.get("k_max"), action.get("tau_grid"))
+        predictor = action.get("stop_predictor")
+        if predictor is not None:
+            predictor = AcceptancePredictor.from_dict(predictor, f"{path} action.stop_predictor")
+        stop_grid = check_stop_dimension(action.get("stop_grid"), predictor)
+    except (ValueError, PredictorError) as error:
+        raise PolicyError(f"{path}: bad action mapping: {error}; re-export the policy") from None
+    return k_max, tau_grid, stop_grid, predictor
+
+
+def _check_files(folder: Path, metadata: dict[str, Any]) -> None:
+    """Every file listed in metadata must match its sha256; the program must be listed and present."""
+    files = metadata.get("files")
+    if not isinstance(files, dict) or POLICY_FILE not in files:
+        raise PolicyError(
+            f"{folder / METADATA_FILE}: no sha256 of {POLICY_FILE} under 'files'; re-export the policy"
+        )
+    for name, expected in files.items():
+        path = folder / name
+        if Path(name).name != name or name == METADATA_FILE:
+            raise PolicyError(f"{folder / METADATA_FILE}: bad file entry {name!r}; re-export the policy")
+        if not path.is_file():
+            if name == POLICY_FILE:
+                raise PolicyError(f"{path} is missing; copy the whole policy folder or re-export the policy")
+            continue  # training-only files (checkpoint, ONNX copy) may be left out of a deployment
+        actual = sha256(path)
+        if actual != expected:
+            raise PolicyError(
+                f"{path}: sha256 {actual} does not match {expected} in {METADATA_FILE}; the file is "
+                "corrupt or was edited: restore the folder or re-export the policy"
+            )
+
+
+def _load_program(path: Path, sizes: list[int]) -> tuple[torch.export.ExportedProgram, torch.nn.Module]:
+    """``torch.export.load`` the verified file and probe it with zeros: shape, dtype, range of the actions."""
+    try:
+        program = torch.export.load(str(path))
+        module = program.module()
+    except Exception as error:  # torch raises RuntimeError and friends, unhelpfully varied
+        raise PolicyError(
+            f"{path} is not a loadable torch.export program ({error}); re-export the policy"
+        ) from None
+    for batch in _PROBE_BATCHES:
+        try:
+            with torch.inference_mode():
+                actions = module(torch.zeros(batch, N_FEATURES))
+        except Exception as error:
+            raise PolicyError(
+                f"{path} fails on a ({batch}, {N_FEATURES}) probe ({error}); re-export the policy"
+            ) from None
+        width = len(sizes)
+        if (
+            not isinstance(actions, torch.Tensor)
+            or actions.shape != (batch, width)
+            or actions.dtype != torch.int64
+        ):
+            got = (
+                (tuple(actions.shape), actions.dtype) if isinstance(actions, torch.Tensor) else type(actions)
+            )
+            raise PolicyError(
+                f"{path} returns {got} on a ({batch}, {N_FEATURES}) probe, expected ({batch}, {width}) int64 "
+                f"actions (the layout of {METADATA_FILE}); re-export the policy"
+            )
+        if int(actions.min()) < 0 or (actions >= torch.tensor(sizes)).any():
+            raise PolicyError(
+                f"{path} returns actions outside 0..{[n - 1 for n in sizes]} (k, tau_index, stop_index) of "
+                f"{METADATA_FILE}; re-export the policy"
+            )
+    return program, module
+
+
+def load_policy(folder: str | Path) -> ExportedPolicy:
+    """Load and verify a policy folder with torch alone (no stable-baselines3).
+
+    Checks, in order: the folder and ``metadata.json`` exist and parse; the format version is
+    this specrl's (a TorchScript folder of version 1 is refused with the upgrade command); the
+    feature version and names equal this specrl's; the action mapping is valid; every file listed
+    in the metadata matches its sha256 (``policy.pt2`` must be there); the ``torch.export``
+    program loads and maps (B, 19) float32 to (B, D) int64 actions within the mapping.
+
+    Raises:
+        PolicyError: naming the file at fault and the fix.
+    """
+    folder = Path(folder)
+    metadata = read_metadata(folder)
+    k_max, tau_grid, stop_grid, predictor = _check_metadata(metadata, folder / METADATA_FILE)
+    _check_files(folder, metadata)
+    program, module = _load_program(folder / POLICY_FILE, action_sizes(k_max, tau_grid, stop_grid))
+    pair = str(metadata.get("pair", ""))
+    return ExportedPolicy(folder, module, metadata, k_max, tau_grid, pair, stop_grid, predictor, program)
