@@ -1,4 +1,4 @@
-"""Record the acceptance traces the trace-replay simulator replays (specrl/traces.py).
+"""Record the acceptance traces the trace-replay simulator replays (specrl/envs/recording.py).
 
 For each scenario and prompt split (train, validation, test; a split the scenario's domains
 have no prompts in is skipped, e.g. train and validation of the test-only unseen domain):
@@ -20,8 +20,9 @@ import argparse
 import time
 
 from specrl.envs import ScenarioError, load_scenario, shipped_scenarios
+from specrl.envs.recording import cached_traces
 from specrl.envs.scenario import SPLITS
-from specrl.traces import DEFAULT_PROMPTS_PER_DOMAIN, cache_key, cache_parts, cached_traces, trace_dirs
+from specrl.traces.cache import DEFAULT_PROMPTS_PER_DOMAIN, cache_key, cache_parts, trace_dirs
 
 # Scenarios whose traces are the union of others' (same prompts, same settings): not recorded twice.
 JOINED = {"mixed", "mixed_t1"}

@@ -12,13 +12,14 @@ from gymnasium import spaces
 from specrl.controllers.stop_rules import AcceptancePredictor, stop_rule_table
 from specrl.engine.types import StepResult
 from specrl.envs.actions import make_action_space, to_engine_action
+from specrl.envs.recording import cached_traces
 from specrl.envs.replay import replay_step
 from specrl.envs.reward import step_reward
 from specrl.envs.scenario import Scenario, load_scenario
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, N_FEATURES, FeatureTracker, GenerationSettings
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
-from specrl.traces import Trace, TraceSet, cached_traces, with_scenario
+from specrl.traces import Trace, TraceSet, with_scenario
 
 RESET_OPTIONS = ("trace_index", "domain", "prompt_index")
 

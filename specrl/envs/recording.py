@@ -1,0 +1,125 @@
+"""Recording acceptance traces: episodes of the real loop, decoded plainly and analysed.
+
+The trace-replay env collects what is missing through :func:`cached_traces`, and recording runs
+:class:`~specrl.envs.spec_decode.SpecDecodeEnv`, so this is env-level code (DESIGN.md section 1):
+it imports the traces' format, analysis and cache, which import no env.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from specrl.engine.types import Action
+from specrl.envs.scenario import Scenario
+from specrl.envs.spec_decode import SpecDecodeEnv
+from specrl.latency import LatencyModel
+from specrl.models import ModelPair
+from specrl.traces.analysis import analyse_segment, extend_past_eos
+from specrl.traces.cache import load_or_collect
+from specrl.traces.format import Segment, Trace, TraceSet
+
+
+def record_episode(
+    env: SpecDecodeEnv, seed: int, options: dict[str, Any], generator: torch.Generator
+) -> Trace:
+    """Decode one episode of ``env`` plainly (k = 0) and analyse each of its segments."""
+    _, info = env.reset(seed=seed, options=options)
+    pair, sampling, k_max = env.pair, env.scenario.sampling, env.scenario.k_max
+    segments, done = [], False
+    while not done:
+        generation = env.generation
+        prompt_ids = generation.tokens[0].tolist()
+        while env.generation is generation and not done:
+            _, _, done, _, _ = env.step(Action(0))
+        trajectory = generation.output_ids
+        stored = list(trajectory)
+        if generation.finished_by_eos:
+            stored += extend_past_eos(pair, sampling, prompt_ids + trajectory, k_max, seed + len(segments))
+        fields = analyse_segment(pair, sampling, prompt_ids, stored, k_max, generator)
+        segments.append(
+            Segment(
+                prompt_length=len(prompt_ids),
+                budget=generation.max_new_tokens,
+                end=len(trajectory),
+                eos=generation.finished_by_eos,
+                **fields,
+            )
+        )
+    return Trace(domain=info["domain"], prompt_index=info["prompt_index"], seed=seed, segments=segments)
+
+
+def collect_traces(
+    pair: ModelPair,
+    scenario: Scenario,
+    split: str = "test",
+    *,
+    prompts_per_domain: int | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> TraceSet:
+    """Record a trace for every prompt (or the first ``prompts_per_domain``) of each of the
+    scenario's start domains in ``split``. Episode i's reset seed is ``seed + i``, so the real
+    env reset with the same seed and options decodes the same episode."""
+    from tqdm.auto import tqdm  # ~0.1 s to import (asyncio); only collecting needs it
+
+    scenario = scenario.with_overrides(split=split, time="modeled")
+    env = SpecDecodeEnv(scenario, pair=pair, latency=LatencyModel.from_cost_model(scenario.cost_model))
+    jobs = [
+        (domain, index)
+        for domain in scenario.prompts.domains
+        if scenario.prompts.domains[domain] > 0
+        for index in range(min(prompts_per_domain or 10**9, len(env.prompt_sets[domain])))
+    ]
+    generator = torch.Generator(device=pair.device).manual_seed(seed)
+    traces = []
+    for i, (domain, index) in enumerate(
+        tqdm(jobs, desc=f"traces {scenario.name}/{split}", disable=not progress)
+    ):
+        traces.append(record_episode(env, seed + i, {"domain": domain, "prompt_index": index}, generator))
+    meta = {
+        "pair": pair.name,
+        "scenario": scenario.name,
+        "split": split,
+        "k_max": scenario.k_max,
+        "sampling": {
+            "temperature": scenario.sampling.temperature,
+            "top_k": scenario.sampling.top_k,
+            "top_p": scenario.sampling.top_p,
+        },
+        "context_window": pair.context_length,
+        "vocab_size": pair.vocab_size,
+        "max_new_tokens": scenario.max_new_tokens,
+        "stop_at_eos": scenario.stop_at_eos,
+        "shift": [[s.after_tokens, s.domain] for s in scenario.shift],
+        "seed": seed,
+        "prompts_per_domain": prompts_per_domain,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    return TraceSet.from_traces(traces, meta)
+
+
+def cached_traces(
+    scenario: Scenario,
+    split: str,
+    pair: ModelPair,
+    *,
+    prompts_per_domain: int | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> TraceSet:
+    """The scenario's traces for ``split``: loaded if shipped or cached, else collected now
+    (with progress) and cached under ``$SPECRL_HOME/traces``. ``prompts_per_domain`` defaults
+    to ``DEFAULT_PROMPTS_PER_DOMAIN[split]``. A scenario of several domains without a shift
+    joins the traces of each domain (:func:`specrl.traces.cache.load_or_collect`)."""
+    return load_or_collect(
+        scenario,
+        split,
+        pair,
+        collect_traces,
+        prompts_per_domain=prompts_per_domain,
+        seed=seed,
+        progress=progress,
+    )
