@@ -4,7 +4,9 @@ Replays the default pair's test traces (greedy code and temperature-1 prose) wit
 actions, in one process on one core, median of --repeats.
 The single env is stepped unwrapped (``TraceReplayEnv``: the gymnasium.make wrappers add a
 few microseconds per step) and through ``gymnasium.make``; the vectorised env
-(``VecTraceReplay``) at several widths. Writes JSON and markdown.
+(``VecTraceReplay``, whose rows are ``TraceReplayEnv`` stepped in one process) at the widths of
+the default training run: 16 rows (one of its eight scenario parts) and 128 (all of them).
+Writes JSON and markdown.
 
     python experiments/bench_replay.py            # results/bench_replay.{json,md}
 """
@@ -59,7 +61,7 @@ def main() -> None:
     parser.add_argument("--scenarios", nargs="+", default=["code", "prose_t1"], help="scenarios to replay")
     parser.add_argument("--steps", type=int, default=50_000, help="single-env steps per repeat")
     parser.add_argument(
-        "--widths", type=int, nargs="+", default=[64, 256, 1024, 4096], help="vectorised env sizes"
+        "--widths", type=int, nargs="+", default=[16, 128], help="vectorised env sizes"
     )
     parser.add_argument("--repeats", type=int, default=3, help="repeats (median reported)")
     parser.add_argument("--out", default="results/bench_replay", help="output stem (.json, .md)")

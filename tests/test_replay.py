@@ -20,6 +20,7 @@ from specrl.envs import (
     TraceReplayEnv,
     VecTraceReplay,
 )
+from specrl.features import CONFIDENCE_WINDOW, COST_WINDOW, LONG_WINDOW
 from specrl.traces import TRACE_FORMAT_VERSION, TraceError, TraceSet, collect_traces
 
 
@@ -72,6 +73,69 @@ def test_greedy_replay_equals_the_real_env_step_by_step(close_pair, shifted, gre
             assert sim_info["domain"] == real_info["domain"] and sim_info["segment"] == real_info["segment"]
             steps += 1
     assert steps > 60
+
+
+@pytest.mark.slow
+def test_long_greedy_replay_equals_the_real_env_with_every_feature_window_full(close_pair, prompt_file, latency):
+    """Episodes of 110 tokens with small k: more proposing steps than the longest feature window
+    (LONG_WINDOW), so every window statistic is compared after it has filled and started to evict."""
+    long = scenario(prompt_file, max_new_tokens=110)
+    traces = collect_traces(close_pair, long, "validation", progress=False)
+    real = SpecDecodeEnv(long, pair=close_pair, split="validation", latency=latency)
+    sim = TraceReplayEnv(long, traces=traces, latency=latency)
+    rng = np.random.default_rng(3)
+    full = []
+    for index, trace in enumerate(traces.traces):
+        real.reset(seed=trace.seed, options={"domain": trace.domain, "prompt_index": trace.prompt_index})
+        sim.reset(seed=1, options={"trace_index": index})
+        done = False
+        while not done:
+            action = np.array([rng.integers(1, 3), rng.integers(0, 2)])
+            real_observation, real_reward, done, _, real_info = real.step(action)
+            sim_observation, sim_reward, sim_done, _, sim_info = sim.step(action)
+            assert outcome(sim_info["step_result"]) == outcome(real_info["step_result"])
+            np.testing.assert_allclose(sim_observation, real_observation, atol=1e-5)
+            assert sim_reward == pytest.approx(real_reward) and sim_done == done
+        tracker = sim.features
+        full.append(
+            len(tracker.proposing_proposed) == LONG_WINDOW
+            and len(tracker.rejected_confidences) == CONFIDENCE_WINDOW
+            and len(tracker.draft_seconds) == COST_WINDOW
+        )
+    assert sum(full) >= len(full) // 2, f"too few episodes filled every window: {full}"
+
+
+@pytest.mark.slow
+def test_long_sampled_replay_matches_the_real_env_in_law_with_full_windows(close_pair, prompt_file, latency):
+    """Temperature 1, 110-token episodes, static k = 2: the window features at the end of an
+    episode (the long window full) and the episode's acceptance rate, real env vs replay, each
+    over 16 independently sampled episodes; means within 4 standard errors."""
+    sampled = scenario(prompt_file, temperature=1.0, max_new_tokens=110, stop_at_eos=False)
+    traces = TraceSet.concatenate(
+        [collect_traces(close_pair, sampled, "train", seed=s, progress=False) for s in (10, 20)]
+    )
+    real = SpecDecodeEnv(sampled, pair=close_pair, split="train", latency=latency)
+    sim = TraceReplayEnv(sampled, traces=traces, latency=latency)
+
+    def final_statistics(env, episodes) -> np.ndarray:
+        rows = []
+        for episode in episodes:
+            env.reset(**episode)
+            done, proposed, accepted = False, 0, 0
+            while not done:
+                observation, _, done, _, info = env.step(np.array([2, 0]))
+                proposed += info["proposed"]
+                accepted += info["accepted"]
+            assert len(env.features.proposing_proposed) == LONG_WINDOW
+            rows.append([*observation[:3], accepted / proposed])
+        return np.array(rows)
+
+    real_rows = final_statistics(real, [{"seed": 500 + i} for i in range(16)])
+    sim_rows = final_statistics(sim, [{"seed": i, "options": {"trace_index": i}} for i in range(len(traces))])
+    error = np.sqrt(real_rows.var(axis=0, ddof=1) / len(real_rows) + sim_rows.var(axis=0, ddof=1) / len(sim_rows))
+    difference = np.abs(real_rows.mean(axis=0) - sim_rows.mean(axis=0))
+    assert (difference < 4 * error).all(), (real_rows.mean(axis=0), sim_rows.mean(axis=0), error)
+    assert (real_rows[:, 3].std() > 0) and (0.1 < real_rows[:, 3].mean() < 0.95)  # sampled, partial
 
 
 def test_sampled_replay_matches_the_real_acceptance_per_draft_position(close_pair, prompt_file, latency):
@@ -151,6 +215,23 @@ def test_vectorised_env_resets_finished_episodes_and_refuses_bad_actions(shifted
     assert finished >= 16
     with pytest.raises(ValueError, match="out of range"):
         vec.step(np.tile([9, 0], (16, 1)))
+
+
+def test_vectorised_env_keeps_sb3s_contract_for_attributes_and_methods(shifted, greedy_traces, latency):
+    """get_attr, set_attr, env_method and env_is_wrapped act on each chosen sub-env (SB3's
+    VecEnv contract), not once on the whole object."""
+    vec = VecTraceReplay(shifted, greedy_traces, latency, num_envs=4, seed=0)
+    vec.reset()
+    assert vec.get_attr("trace_index") == [env.trace_index for env in vec.envs]
+    vec.set_attr("position", 3, indices=[1, 2])
+    assert vec.get_attr("position") == [0, 3, 3, 0]
+    results = vec.env_method("reset", indices=[0, 3], options={"trace_index": 5})
+    assert len(results) == 2 and vec.get_attr("trace_index", indices=[0, 3]) == [5, 5]
+    assert vec.env_is_wrapped(gymnasium.Wrapper) == [False] * 4
+    calls = []
+    vec.envs[2].close = lambda: calls.append(2)
+    vec.close()
+    assert calls == [2]
 
 
 def test_trace_replay_env_passes_the_checkers_and_is_registered(shifted, greedy_traces, latency):

@@ -1,7 +1,7 @@
 """One speculative step replayed on a trace: the engine's outcome without running a model.
 
-The ONE definition of how a trace answers an action, used by the single-episode env, the
-clairvoyant oracle and (vectorised) ``VecTraceReplay``; see :mod:`specrl.traces` for what a
+The ONE definition of how a trace answers an action, used by the trace-replay env (and so by
+``VecTraceReplay``, whose rows are that env) and the clairvoyant oracle; see :mod:`specrl.traces` for what a
 segment stores and why this reproduces the real loop.
 """
 

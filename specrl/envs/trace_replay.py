@@ -41,8 +41,8 @@ class TraceReplayEnv(gym.Env):
     (greedy: deterministically; sampled: one Bernoulli(min(1, q/p)) draw per position, made at
     reset) and takes its time from the latency model. For greedy scenarios a replayed episode
     equals the real env's step by step (tested); for sampling, in distribution. Fast: tens of
-    thousands of steps per second per core; :class:`~specrl.envs.VecTraceReplay` steps many
-    episodes at once with numpy.
+    thousands of steps per second per core; :class:`~specrl.envs.VecTraceReplay` steps many of
+    these envs as one SB3 VecEnv.
 
     ## Action Space
 
