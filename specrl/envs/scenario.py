@@ -1,29 +1,34 @@
 """Scenarios: what an episode decodes and how it is scored. Typed, validated, loaded from YAML.
 
-A scenario file (``envs/*.yaml``) names only what differs from the defaults below, the one
-place defaults live. Every key, with its default::
+A scenario file (``envs/*.yaml``) is a mapping that names only what differs from the defaults.
+The defaults are the field values of the dataclasses below (each field documented where it is
+defined), the one place they live; :func:`defaults_yaml` writes every key with its default,
+generated from them::
 
-    name: code                     # default: the file name
-    description: ""
-    pair: {preset: small}          # or {target: ID_OR_PATH, draft: ID_OR_PATH}; also seed, device, dtype
+    python -c "from specrl.envs.scenario import defaults_yaml; print(defaults_yaml())"
+
+The keys and the dataclass that holds each section::
+
+    name, description                   Scenario (name: the file name when loaded from a file)
+    pair: {...}                         PairSpec: preset, or target and draft; seed, device, dtype
+    prompts: {...}                      PromptSpec: domains (domain -> weight), split, file
+    sampling: {...}                     SamplingConfig (specrl.engine.sampling): temperature, top_k, top_p
+    max_new_tokens, stop_at_eos, k_max  Scenario
+    tau_grid, stop_grid                 Scenario: lists of thresholds in [0, 1]
+    reward: {...}                       RewardSpec: time, reference_tokens_per_s, scale
+    latency                             Scenario: calibrated | constant | PATH.json (see below)
+    cost_model: {...}                   CostModel (specrl.envs.cost_model): draft_forward_s,
+                                        target_forward_s, target_per_token_s
+    shift: [...]                        DomainShift per item: {after_tokens, domain}; see SpecDecodeEnv
+
+For example, arithmetic sampled at temperature 1 that turns into prose mid-episode::
+
+    description: "Arithmetic, then prose after 64 tokens; sampling at temperature 1."
     prompts:
-      domains: {code: 1.0}         # domain -> weight: each episode draws a domain, then a prompt
-      split: train                 # train | validation | test (DESIGN.md 4b: train on train,
-                                   # select checkpoints and tune on validation, report on test)
-      file: null                   # JSON/YAML {split: {domain: [text, ...]}}; default: the pair's own
-    sampling: {temperature: 0.0, top_k: 0, top_p: 1.0}
-    max_new_tokens: 128            # tokens per episode
-    stop_at_eos: true
-    k_max: 8                       # action k in 0..k_max
-    tau_grid: [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
-    stop_grid: [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8]   # per-token stop thresholds (see below)
-    reward:
-      time: wallclock              # wallclock | modeled
-      reference_tokens_per_s: null # rho of the reward; null = plain decoding under the latency model
-      scale: 1.0
-    latency: calibrated            # modeled time: calibrated | constant | PATH.json (see below)
-    cost_model: {draft_forward_s: 0.0005, target_forward_s: 0.009, target_per_token_s: 0.0006}
-    shift: []                      # e.g. [{after_tokens: 64, domain: math}]: see SpecDecodeEnv
+      domains: {math: 1.0}
+    sampling: {temperature: 1.0}
+    shift:
+      - {after_tokens: 64, domain: prose}
 
 ``stop_grid`` is the third action dimension of an env given an acceptance predictor: the
 threshold below which the predicted probability that every token drafted so far in the step is
@@ -43,6 +48,7 @@ Errors name the file, the key and the fix: ``ScenarioError``.
 from __future__ import annotations
 
 import difflib
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -177,23 +183,24 @@ class RewardSpec:
 
 @dataclass(frozen=True)
 class Scenario:
-    """Everything a :class:`~specrl.envs.SpecDecodeEnv` episode depends on (see module doc)."""
+    """Everything a :class:`~specrl.envs.SpecDecodeEnv` episode depends on; a scenario file's
+    top-level keys are these fields (the module doc describes the file)."""
 
-    name: str = "custom"
-    description: str = ""
-    pair: PairSpec = field(default_factory=PairSpec)
-    prompts: PromptSpec = field(default_factory=PromptSpec)
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    max_new_tokens: int = 128
-    stop_at_eos: bool = True
-    k_max: int = 8
-    tau_grid: tuple[float, ...] = DEFAULT_TAU_GRID
-    stop_grid: tuple[float, ...] = DEFAULT_STOP_GRID
-    reward: RewardSpec = field(default_factory=RewardSpec)
-    latency: str = "calibrated"
-    cost_model: CostModel = field(default_factory=CostModel)
-    shift: tuple[DomainShift, ...] = ()
-    source: str | None = None  # the file it was loaded from, if any
+    name: str = "custom"  # load_scenario uses the file name
+    description: str = ""  # one line for tables and logs
+    pair: PairSpec = field(default_factory=PairSpec)  # the (target, draft) pair
+    prompts: PromptSpec = field(default_factory=PromptSpec)  # domains, split, prompt file
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # for target and draft alike
+    max_new_tokens: int = 128  # tokens per episode
+    stop_at_eos: bool = True  # an episode ends early at EOS
+    k_max: int = 8  # the action k runs over 0..k_max
+    tau_grid: tuple[float, ...] = DEFAULT_TAU_GRID  # the action's confidence thresholds tau
+    stop_grid: tuple[float, ...] = DEFAULT_STOP_GRID  # per-token stop thresholds (module doc)
+    reward: RewardSpec = field(default_factory=RewardSpec)  # time source, rho, scale
+    latency: str = "calibrated"  # calibrated | constant | PATH.json (module doc)
+    cost_model: CostModel = field(default_factory=CostModel)  # the constants of latency: constant
+    shift: tuple[DomainShift, ...] = ()  # domain shifts within an episode
+    source: str | None = None  # the file it was loaded from, if any (not a key of the file)
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -384,6 +391,15 @@ def load_scenario(name: str | Path) -> Scenario:
     if isinstance(data, Mapping) and "name" not in data:
         data = {"name": path.stem, **data}
     return Scenario.from_dict(data, source=str(path), base_dir=path.parent)
+
+
+def defaults_yaml() -> str:
+    """Every key of a scenario file with its default, as YAML, generated from the dataclasses
+    (the one place defaults live); :meth:`Scenario.from_dict` of it gives ``Scenario()``."""
+    data = asdict(Scenario())
+    del data["source"]  # where a scenario was loaded from, not a key of the file
+    data = json.loads(json.dumps(data))  # tuples become lists, which safe_dump writes
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
 
 
 # ---- parsing plain data into the dataclasses, with errors that name the key -------------
