@@ -302,6 +302,7 @@ def test_prompts_the_pair_lacks_are_refused_when_the_env_is_built(tmp_path, word
 # ---- the run-controller script ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_run_controller_script_runs_every_controller_on_shipped_scenarios(tiny_home, tmp_path, capsys,
                                                                          monkeypatch):
     # The shipped scenarios' `latency: calibrated`, without profiling: the constant model.

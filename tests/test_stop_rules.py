@@ -97,6 +97,7 @@ def test_greedy_output_with_a_stop_rule_equals_plain_greedy(pair, seed):
     assert decoder.generate(prompt, max_new_tokens=30, stop_at_eos=False).token_ids == expected
 
 
+@pytest.mark.slow
 def test_sampling_with_a_stop_rule_matches_the_target_law(small_vocab_pair):
     """The stop decision depends only on the draft: the output law stays the target's."""
     prompt, sampling = [1, 2, 3, 0, 4], SamplingConfig(1.0)

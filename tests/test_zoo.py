@@ -50,6 +50,7 @@ def test_tiny_pair_decodes_text(tiny_home):
     assert out.stats.new_tokens == 12 and isinstance(out.text, str) and out.text
 
 
+@pytest.mark.slow
 def test_build_is_deterministic_for_a_seed(tiny_home, tmp_path):
     home, _ = tiny_home
     again = build("tiny", 0, tmp_path / "again")
