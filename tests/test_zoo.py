@@ -54,8 +54,9 @@ def test_tiny_pair_decodes_text(tiny_home):
 def test_build_is_deterministic_for_a_seed(tiny_home, tmp_path):
     home, _ = tiny_home
     again = build("tiny", 0, tmp_path / "again")
-    first = specrl.load_pair(target=str(home / "zoo/tiny-seed0/target"),
-                             draft=str(again / "draft"), device="cpu")  # same tokenizer: accepted
+    first = specrl.load_pair(
+        target=str(home / "zoo/tiny-seed0/target"), draft=str(again / "draft"), device="cpu"
+    )  # same tokenizer: accepted
     rebuilt = specrl.load_pair(target=str(again / "target"), draft=str(again / "draft"), device="cpu")
     for a, b in zip(first.target.parameters(), rebuilt.target.parameters(), strict=True):
         assert torch.equal(a, b)
