@@ -1,0 +1,265 @@
+"""Write ``results/README.md``: every generated result page of the repository in one place.
+
+Each section names what it measures, the command that produced it, when (the commit that last
+changed its files) and where the files are, then shows the page itself. The README quotes a few
+headline numbers and links here; the full tables live here and in the linked pages.
+
+    python experiments/results_index.py            # results/README.md
+
+It only collects: rerun the command of a section to refresh its numbers, then rerun this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from specrl.io import write_text_atomic
+from specrl.tables import markdown_table
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Section:
+    """One result page: its title, what it shows, how it was made, and its files."""
+
+    title: str
+    what: str
+    command: str
+    files: tuple[str, ...]  # the pages shown (markdown, or JSON rendered here), then other files
+    notes: str | None = None  # hand-written reading of the numbers (results/notes/*.md)
+
+
+SECTIONS = (
+    Section(
+        "The embedded default pair",
+        "Sizes, held-out losses and greedy agreement of the shipped target and draft (its card).",
+        "python -m specrl.zoo build --preset small --seed 0 --ship",
+        ("specrl/zoo/weights/small/card.json",),
+    ),
+    Section(
+        "PPO policy: the shipped run",
+        "The default policy against every rule on test traces (simulator) and in the real loop "
+        "(paired check on test prompts), as train_ppo.py wrote it next to the policy.",
+        "python experiments/train_ppo.py",
+        ("policies/default/results.md", "policies/default/metadata.json"),
+        "results/notes/training.md",
+    ),
+    Section(
+        "PPO policy: spread over training seeds",
+        "Seeds 0, 1, 2 of the default run, ratios to the best rule per scenario.",
+        "python experiments/seed_spread.py policies/default results/train_seeds/seed1 "
+        "results/train_seeds/seed2 --out results/train_seeds/spread.md",
+        ("results/train_seeds/spread.md",),
+    ),
+    Section(
+        "Headroom over the best static setting",
+        "How much a per-prompt or per-step oracle could gain over the best static (k, tau).",
+        "python experiments/headroom.py",
+        ("results/headroom.md", "results/headroom.json"),
+    ),
+    Section(
+        "Evaluation of the shipped policy in the real loop (code, prose)",
+        "Every controller on 4 test prompts x 3 repeats, wall clock, with the simulator beside it.",
+        "python experiments/evaluate.py --scenarios code prose --episodes 4 --repeats 3 --static --no-hf "
+        "--out results/evaluate/issue10_code_prose",
+        ("results/evaluate/issue10_code_prose/results.md",),
+    ),
+    Section(
+        "Evaluation of an earlier policy, every scenario",
+        "The full harness over every shipped scenario; it evaluated the policy of an earlier run "
+        "(see its header), not the shipped one.",
+        "python experiments/evaluate.py --episodes 3 --repeats 3 --sim-prompts-per-domain 16",
+        ("results/evaluate/specrl-zoo-small__20261129-112217/results.md",),
+        "results/notes/evaluation_old.md",
+    ),
+    Section(
+        "Simulator against the real loop",
+        "Modeled episode time against wall clock per controller and scenario, greedy and temperature 1.",
+        "python experiments/sim_vs_real.py --prompts 4 --repeats 2; "
+        "python experiments/sim_vs_real.py --scenarios code_t1 prose_t1 --prompts 16 --repeats 1 "
+        "--out results/sim_vs_real_t1",
+        ("results/sim_vs_real.md", "results/sim_vs_real_t1.md"),
+        "results/notes/sim_vs_real.md",
+    ),
+    Section(
+        "Latency model",
+        "The latency model learned from this machine's decoding loop, and how it was fitted.",
+        "python experiments/calibrate.py",
+        ("results/latency/README.md",),
+    ),
+    Section(
+        "Decision overhead of a learned policy",
+        "Time of the policy's decision and of the per-token stop calls, as a share of an iteration.",
+        "python experiments/policy_overhead.py policies/default --json results/policy_overhead.json "
+        "--markdown results/policy_overhead.md",
+        ("results/policy_overhead.md",),
+        "results/notes/policy_overhead.md",
+    ),
+    Section(
+        "Controllers in the real loop",
+        "Tokens/s of rule controllers on the default pair, wall clock (ratio to plain decoding).",
+        "python experiments/run_controller.py --json results/run_controller.json",
+        ("results/run_controller.json",),
+        "results/notes/run_controller.md",
+    ),
+    Section(
+        "Trace-replay speed",
+        "Env steps per second of the single and the vectorised trace-replay env.",
+        "python experiments/bench_replay.py",
+        ("results/bench_replay.md",),
+    ),
+    Section(
+        "Decoding benchmark",
+        "Plain, static, TCP and Hugging Face assisted decoding on the default pair, and forward costs.",
+        "python experiments/bench_decode.py --prompts-per-domain 2 --max-new-tokens 128 --repeats 3",
+        ("results/bench_decode/specrl-zoo-small/bench.md",),
+        "results/notes/bench_decode.md",
+    ),
+)
+
+
+def shown(file: str) -> bool:
+    """Whether ``file`` is a page this index shows (the others are linked only)."""
+    return file.endswith(".md") or Path(file).name in ("card.json", "run_controller.json")
+
+
+def last_change(files: tuple[str, ...]) -> str:
+    """``date (commit)`` of the last commit that changed any of the pages shown of ``files``."""
+    files = tuple(f for f in files if shown(f)) or files
+    try:
+        out = subprocess.run(
+            ["git", "log", "-1", "--format=%cs (%h)", "--", *files],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        out = ""
+    return out or "not committed"
+
+
+def zoo_card_markdown(card_path: Path) -> str:
+    """A table of the shipped pair's sizes, held-out losses and agreement, from its card.json."""
+    card = json.loads(card_path.read_text())
+    built = card["built_with"]
+    lines = [
+        f"Built by `{card['command']}` in {built['seconds'] / 60:.0f} min on {built['machine']} "
+        f"({built['device']}, torch {built['torch']}, Python {built['python']}); {card['corpus']}.",
+        f"Target {card['parameters']['target'] / 1e6:.1f}M parameters, draft "
+        f"{card['parameters']['draft'] / 1e6:.1f}M (trained on {', '.join(card['draft_trained_on'])}).",
+        "",
+        markdown_table(
+            ["held-out domain", "target loss", "draft loss", "greedy agreement (argmax q = argmax p)"],
+            [
+                [domain, f"{row['target_loss']:.3f}", f"{row['draft_loss']:.3f}", f"{row['agreement']:.3f}"]
+                for domain, row in card["heldout"].items()
+            ],
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def controllers_markdown(results_json: Path) -> str:
+    """Scenario x controller tokens/sec (ratio to plain) from run_controller.py's --json output."""
+    results = json.loads(results_json.read_text())
+    controllers = list(next(iter(results.values()))["controllers"])
+    lines = []
+    for scenario, result in results.items():
+        rows = result["controllers"]
+        plain = rows[controllers[0]]["tokens_per_s"]
+        speeds = [rows[c]["tokens_per_s"] for c in controllers]
+        lines.append([scenario, *(f"{speed:.0f} ({speed / plain:.2f}x)" for speed in speeds)])
+    return markdown_table(["scenario", *controllers], lines)
+
+
+def demote(markdown: str, levels: int = 2) -> str:
+    """Headings of an included page, ``levels`` deeper, so they nest under the section's."""
+    return re.sub(r"^(#+) ", lambda m: "#" * min(6, len(m.group(1)) + levels) + " ", markdown, flags=re.M)
+
+
+def rebase_links(markdown: str, file: str) -> str:
+    """Relative links and images of ``file``'s page, made relative to ``results/``."""
+    folder = relative(str(Path(file).parent))
+    return re.sub(r"\]\((?!https?:|#|/)([^)]+)\)", lambda m: f"]({folder}/{m.group(1)})", markdown)
+
+
+def page(file: str) -> str:
+    """The body shown for one result file (a repository path)."""
+    path = REPO / file
+    if path.name == "card.json":
+        return zoo_card_markdown(path)
+    if path.name == "run_controller.json":
+        return controllers_markdown(path)
+    return rebase_links(demote(path.read_text().strip()), file)
+
+
+def render(sections: tuple[Section, ...] = SECTIONS) -> str:
+    lines = [
+        "# Results",
+        "",
+        "Generated by `python experiments/results_index.py` from the files each section names; every",
+        "number below was written by the command shown with it, on the machine its page names.",
+        "Rerun a section's command to refresh it, then rerun `results_index.py`.",
+        "",
+        markdown_table(
+            ["section", "last produced", "command"],
+            [
+                [f"[{s.title}](#{anchor(s.title)})", last_change(s.files), f"`{s.command.split(';')[0]}`"]
+                for s in sections
+            ],
+        ),
+        "",
+    ]
+    for section in sections:
+        files = ", ".join(f"[`{f}`]({relative(f)})" for f in section.files)
+        lines += [
+            f"## {section.title}",
+            "",
+            f"{section.what}",
+            "",
+            f"Command: `{section.command}`. Last produced: {last_change(section.files)}. Files: {files}.",
+            "",
+        ]
+        for file in section.files:
+            path = REPO / file
+            if shown(file):
+                lines += [page(file) if path.exists() else f"*(missing: `{file}`)*", ""]
+        if section.notes:
+            lines += [
+                f"**Reading it** ([`{section.notes}`]({relative(section.notes)}), hand-written):",
+                "",
+                rebase_links(demote((REPO / section.notes).read_text().strip()), section.notes),
+                "",
+            ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def anchor(title: str) -> str:
+    """GitHub's anchor of a heading."""
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
+def relative(file: str) -> str:
+    """A repository path as a link from ``results/README.md``."""
+    return file[len("results/") :] if file.startswith("results/") else f"../{file}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, default=REPO / "results" / "README.md", help="page to write")
+    args = parser.parse_args()
+    write_text_atomic(args.out, render())
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
