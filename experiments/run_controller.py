@@ -157,11 +157,6 @@ def format_table(name: str, time: str, rows: dict[str, EpisodeSummary]) -> str:
     return f"### {name} ({time} time)\n\n{table}"
 
 
-def add(total: EpisodeSummary, episode: EpisodeSummary) -> None:
-    for key in ("tokens", "seconds", "steps", "proposed", "accepted", "k_sum", "tau_sum", "episode_return"):
-        setattr(total, key, getattr(total, key) + getattr(episode, key))
-
-
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     scenarios = [load_scenario(name) for name in (args.scenarios or shipped_scenarios())]
@@ -187,7 +182,7 @@ def main(argv: list[str] | None = None) -> dict:
                 names = list(controllers)
                 shift = episode % len(names)  # rotate the order: no controller always runs first
                 for name in names[shift:] + names[:shift]:
-                    add(totals[name], run_episode(env, controllers[name], seed=args.seed + episode))
+                    totals[name].add(run_episode(env, controllers[name], seed=args.seed + episode))
                 progress.update()
             time = env.scenario.reward.time
             tables.append(format_table(scenario.name, time, totals))

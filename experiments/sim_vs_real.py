@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from specrl.controllers import HFHeuristicController, StaticController, TCPController
+from specrl.engine.types import GenerationStats
 from specrl.envs import EpisodeSummary, SpecDecodeEnv, load_scenario
 from specrl.io import write_text_atomic
 from specrl.latency import LatencyModel, calibrated
@@ -66,12 +67,12 @@ def subset(traces: TraceSet, count: int) -> TraceSet:
     return TraceSet.from_traces(keep, traces.meta)
 
 
-def add_step(totals: EpisodeSummary, result, seconds: float) -> None:
-    totals.tokens += result.emitted
-    totals.seconds += seconds
-    totals.steps += 1
-    totals.proposed += result.proposed
-    totals.accepted += result.accepted
+def add_step(totals: EpisodeSummary, result, draft_seconds: float, verify_seconds: float) -> None:
+    totals.add(
+        GenerationStats(
+            result.emitted, 1, 0.0, draft_seconds, verify_seconds, result.proposed, result.accepted
+        )
+    )
 
 
 def run_real(
@@ -102,8 +103,8 @@ def run_real(
                     observation, _, done, _, info = env.step(controller.act(observation))
                     result = info["step_result"]
                     controller.observe(result)
-                    add_step(modeled, result, sum(env.latency.seconds(result)))
-                    add_step(wallclock, result, result.seconds)
+                    add_step(modeled, result, *env.latency.seconds(result))
+                    add_step(wallclock, result, result.draft_seconds, result.verify_seconds)
                 episode_ratios.append((modeled.seconds - before[0]) / (wallclock.seconds - before[1]))
     return totals, episode_ratios
 

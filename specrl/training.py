@@ -121,9 +121,9 @@ def evaluate_policy(
             for row in np.flatnonzero(dones & live):
                 info = infos[row]
                 result.add(
-                    EpisodeSummary(
-                        tokens=info["episode_tokens"],
-                        seconds=info["episode_seconds"],
+                    EpisodeSummary(  # the episode's seconds come unsplit
+                        new_tokens=info["episode_tokens"],
+                        verify_seconds=info["episode_seconds"],
                         steps=info["steps"],
                         proposed=info["proposed"],
                         accepted=info["accepted"],

@@ -196,7 +196,7 @@ def test_episode_plan_is_the_trace_collection_order_and_the_real_loop_takes_the_
 
 def test_aggregate_charges_each_token_its_steps_seconds_per_token():
     steps = [StepRecord(4, 0.020, 3, 3, 3, 0.0, "code", 0), StepRecord(1, 0.010, 3, 0, 3, 0.0, "code", 4)]
-    summary = EpisodeSummary(tokens=5, seconds=0.030, steps=2, proposed=6, accepted=3, k_sum=6)
+    summary = EpisodeSummary(new_tokens=5, verify_seconds=0.030, steps=2, proposed=6, accepted=3, k_sum=6)
     row = aggregate([[EpisodeRecord(summary, steps)]])
     assert row["tokens_per_s"] == pytest.approx(5 / 0.030)
     assert row["mean_accepted_length"] == 2.5 and row["acceptance_rate"] == 0.5 and row["mean_k"] == 3

@@ -98,17 +98,35 @@ class StepResult:
         return len(self.confidences)
 
 
+GENERATION_TOTALS = (
+    "new_tokens",
+    "steps",
+    "prefill_seconds",
+    "draft_seconds",
+    "verify_seconds",
+    "proposed",
+    "accepted",
+)
+
+
 @dataclass
 class GenerationStats:
-    """Per-generation totals. ``tokens_per_s`` counts new tokens over prefill + decode time."""
+    """Per-generation totals, or of many added together (:meth:`add`); the one totals type (an
+    env episode's :class:`~specrl.envs.EpisodeSummary` extends it). ``tokens_per_s`` counts new
+    tokens over prefill + decode time."""
 
-    new_tokens: int
-    steps: int
-    prefill_seconds: float
-    draft_seconds: float
-    verify_seconds: float
-    proposed: int
-    accepted: int
+    new_tokens: int = 0
+    steps: int = 0
+    prefill_seconds: float = 0.0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    proposed: int = 0
+    accepted: int = 0
+
+    def add(self, other: GenerationStats) -> None:
+        """Accumulate another generation's totals (throughput over many is total / total)."""
+        for name in GENERATION_TOTALS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
     @property
     def decode_seconds(self) -> float:

@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 
 from specrl.controllers.base import Controller
+from specrl.engine.types import GenerationStats
 
 
 @dataclass
-class EpisodeSummary:
-    """Totals of one episode, or of many added together (``add``). Seconds are the env's
-    (wall-clock or modeled), decode only."""
+class EpisodeSummary(GenerationStats):
+    """Totals of one env episode, or of many added together (``add``): the engine's
+    :class:`GenerationStats` (so ``tokens_per_s``, ``acceptance_rate`` and
+    ``mean_accepted_length`` have one definition) with the env's seconds (wall-clock or modeled,
+    decode only: ``prefill_seconds`` stays 0), plus what the controller asked for and the return.
 
-    tokens: int = 0
-    seconds: float = 0.0
-    steps: int = 0
-    proposed: int = 0
-    accepted: int = 0
+    ``tokens`` is ``new_tokens``. Where a source reports an episode's seconds without the draft /
+    verify split (the vectorised replay's episode info, HF ``generate``), they are kept whole in
+    ``verify_seconds``; ``seconds`` is the total either way.
+    """
+
     k_sum: int = 0  # k asked for, summed over steps
     tau_sum: float = 0.0
     episode_return: float = 0.0
@@ -27,12 +30,12 @@ class EpisodeSummary:
     prompt_index: int = -1
 
     @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+    def tokens(self) -> int:
+        return self.new_tokens
 
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.proposed if self.proposed else 0.0
+    @tokens.setter
+    def tokens(self, value: int) -> None:
+        self.new_tokens = value
 
     @property
     def mean_k(self) -> float:
@@ -42,28 +45,40 @@ class EpisodeSummary:
     def mean_tau(self) -> float:
         return self.tau_sum / self.steps if self.steps else 0.0
 
-    @property
-    def mean_accepted_length(self) -> float:
-        """Tokens per iteration, the bonus/correction token included."""
-        return self.tokens / self.steps if self.steps else 0.0
-
-    def add(self, other: EpisodeSummary) -> None:
+    def add(self, other: GenerationStats) -> None:
         """Accumulate another episode's totals (throughput over many is total / total)."""
-        for name in (
-            "tokens",
-            "seconds",
-            "steps",
-            "proposed",
-            "accepted",
-            "k_sum",
-            "tau_sum",
-            "episode_return",
-        ):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        super().add(other)
+        if isinstance(other, EpisodeSummary):
+            self.k_sum += other.k_sum
+            self.tau_sum += other.tau_sum
+            self.episode_return += other.episode_return
+
+    def add_step(self, info: dict[str, Any], reward: float = 0.0) -> None:
+        """Accumulate one env step from its ``info`` (``tokens``, ``proposed``, ``accepted``, ``k``,
+        ``tau`` and ``step_result``, whose draft and verify seconds are the reward's)."""
+        result = info["step_result"]
+        self.new_tokens += info["tokens"]
+        self.draft_seconds += result.draft_seconds
+        self.verify_seconds += result.verify_seconds
+        self.steps += 1
+        self.proposed += info["proposed"]
+        self.accepted += info["accepted"]
+        self.k_sum += info["k"]
+        self.tau_sum += info["tau"]
+        self.episode_return += reward
 
     def to_dict(self) -> dict[str, float]:
         return {
-            **asdict(self),
+            "tokens": self.tokens,
+            "seconds": self.seconds,
+            "steps": self.steps,
+            "proposed": self.proposed,
+            "accepted": self.accepted,
+            "k_sum": self.k_sum,
+            "tau_sum": self.tau_sum,
+            "episode_return": self.episode_return,
+            "domain": self.domain,
+            "prompt_index": self.prompt_index,
             "tokens_per_s": self.tokens_per_s,
             "acceptance_rate": self.acceptance_rate,
             "mean_accepted_length": self.mean_accepted_length,
@@ -88,12 +103,5 @@ def run_episode(
         observation, reward, terminated, truncated, info = env.step(controller.act(observation))
         controller.observe(info["step_result"])
         done = terminated or truncated
-        summary.tokens += info["tokens"]
-        summary.seconds += info["seconds"]
-        summary.steps += 1
-        summary.proposed += info["proposed"]
-        summary.accepted += info["accepted"]
-        summary.k_sum += info["k"]
-        summary.tau_sum += info["tau"]
-        summary.episode_return += reward
+        summary.add_step(info, reward)
     return summary

@@ -26,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from specrl.controllers.base import Controller
+from specrl.engine.types import GenerationStats
 from specrl.envs.rollout import EpisodeSummary, run_episode
 from specrl.envs.scenario import Scenario
 from specrl.envs.spec_decode import SHIFT_SEPARATOR
@@ -132,9 +133,7 @@ def hf_episode(
             sampling.top_p,
         )
         context = context + run.ids
-        summary.tokens += len(run.ids)
-        summary.seconds += run.seconds
-        summary.steps += run.target_forwards
+        summary.add(GenerationStats(len(run.ids), run.target_forwards, verify_seconds=run.seconds))
     return EpisodeRecord(summary)
 
 
@@ -173,8 +172,7 @@ def aggregate(repeats: list[list[EpisodeRecord]], engine: str = "ours") -> dict[
     records = [r for records in repeats for r in records]
     total = EpisodeSummary()
     for r in records:
-        for key in ("tokens", "seconds", "steps", "proposed", "accepted", "k_sum", "tau_sum"):
-            setattr(total, key, getattr(total, key) + getattr(r.summary, key))
+        total.add(r.summary)
     row: dict[str, Any] = {
         "tokens_per_s": statistics.median(per_repeat) if per_repeat else 0.0,
         "tokens_per_s_repeats": per_repeat,
