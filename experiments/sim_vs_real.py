@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import spearmanr
 
 from specrl.controllers import HFHeuristicController, StaticController, TCPController
 from specrl.engine.types import GenerationStats
@@ -196,18 +197,6 @@ def worst_gaps(rows: list[dict]) -> dict[str, dict[str, float]]:
     return result
 
 
-def average_ranks(values: list[float]) -> np.ndarray:
-    """Ranks 0..n-1 of ``values``, tied values sharing the mean of their ranks (Spearman's rule)."""
-    values = np.asarray(values, dtype=np.float64)
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(len(values))
-    ranks[order] = np.arange(len(values))
-    for value in np.unique(values):
-        tied = values == value
-        ranks[tied] = ranks[tied].mean()
-    return ranks
-
-
 def rankings(rows: list[dict]) -> dict[str, dict]:
     """Per scenario: whether the simulator orders the controllers as the real loop does."""
     by_scenario: dict[str, list] = {}
@@ -218,11 +207,12 @@ def rankings(rows: list[dict]) -> dict[str, dict]:
     result = {}
     for scenario, entries in by_scenario.items():
         order = [[e[0] for e in sorted(entries, key=lambda e: -e[i])] for i in (1, 2, 3)]
-        ranks = [average_ranks([e[i] for e in entries]) for i in (1, 3)]
+        # ties share the mean of their ranks
+        spearman = spearmanr([e[1] for e in entries], [e[3] for e in entries]).statistic
         result[scenario] = {
             "modeled": order[0] == order[1],
             "wallclock": order[0] == order[2],
-            "spearman_wallclock": float(np.corrcoef(*ranks)[0, 1]),
+            "spearman_wallclock": float(spearman),
         }
     return result
 
