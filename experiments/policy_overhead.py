@@ -125,7 +125,7 @@ def decode(pair: specrl.ModelPair, timed: TimedController, args: argparse.Namesp
     decoder = specrl.SpeculativeDecoder(pair, timed)
     prompts = held_out_prompts(pair, args.prompts)
     options = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature}
-    decoder.generate(prompts[0], **options)  # warm-up: allocator, kernels, the TorchScript executor
+    decoder.generate(prompts[0], **options)  # warm-up: allocator, kernels, the exported program
     timed.act_ns.clear()
     timed.stop_ns.clear()
     timed.observations.clear()

@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,8 @@ from specrl.controllers.learned import TIE_MARGIN, NumpyPolicy
 from specrl.envs.actions import to_engine_action
 from specrl.export import (
     FEATURE_VERSION,
+    FORMAT_VERSION,
+    LEGACY_POLICY_FILE,
     METADATA_FILE,
     ONNX_FILE,
     POLICY_FILE,
@@ -36,7 +39,9 @@ from specrl.export import (
     load_policy,
     verify_parity,
 )
+from specrl.export.upgrade import upgrade_policy
 from specrl.features import FEATURE_NAMES, N_FEATURES
+from specrl.provenance import git_commit
 
 REPO = Path(__file__).resolve().parents[1]
 K_MAX = 8
@@ -119,12 +124,15 @@ def sb3_actions(model: PPO, normalizer: VecNormalize | None, observations: np.nd
 # ---- parity --------------------------------------------------------------------------------------
 
 
-def test_exported_torchscript_acts_exactly_as_sb3(exported):
+def test_exported_program_acts_exactly_as_sb3(exported):
     model, normalizer, folder = exported
     observations = random_observations(2000)
     expected = sb3_actions(model, normalizer, observations)
     assert len({tuple(a) for a in expected.tolist()}) >= 20  # parity over many distinct actions, not one
-    np.testing.assert_array_equal(load_policy(folder).predict(observations), expected)
+    policy = load_policy(folder)
+    np.testing.assert_array_equal(policy.predict(observations), expected)
+    np.testing.assert_array_equal(policy.predict(observations[:1]), expected[:1])  # the batch is dynamic
+    assert isinstance(policy.program, torch.export.ExportedProgram)
     report = verify_parity(model, folder, observations, normalizer)
     assert report.observations == 2000 and report.onnx_checked == (HAS_ONNX and HAS_ONNXRUNTIME)
 
@@ -163,7 +171,9 @@ def test_verify_parity_raises_when_the_model_changed_after_export(raw_policy, tm
 def test_metadata_describes_the_policy_and_checksums_every_file(exported):
     _, normalizer, folder = exported
     metadata = json.loads((folder / METADATA_FILE).read_text())
-    assert metadata["format_version"] == 1 and metadata["feature_version"] == FEATURE_VERSION
+    assert (
+        metadata["format_version"] == FORMAT_VERSION == 2 and metadata["feature_version"] == FEATURE_VERSION
+    )
     assert metadata["feature_names"] == list(FEATURE_NAMES)
     assert metadata["action"] == {
         "type": "multidiscrete",
@@ -172,6 +182,11 @@ def test_metadata_describes_the_policy_and_checksums_every_file(exported):
         "tau_grid": list(TAU_GRID),
     }
     assert metadata["observation_normalized"] is (normalizer is not None)
+    assert metadata["network"] == {
+        "policy_net": ["Linear", "Tanh", "Linear", "Tanh"],  # SB3's MlpPolicy
+        "observation_clip": 2.0 if normalizer is not None else 0.0,
+    }
+    assert metadata["provenance"] == {"git_commit": git_commit()}  # what export records by itself
     assert metadata["scenarios"] == ["envs/code.yaml"] and metadata["pair"] == "specrl-zoo-tiny"
     assert (
         metadata["evaluation"] == {"tokens_per_s": 1.5, "per_scenario": [1, 2]}
@@ -232,6 +247,90 @@ def test_export_refuses_a_mismatched_model_and_a_foreign_folder(tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["data"]
 
 
+def reload(folder: Path) -> PPO:
+    """The PPO a folder was exported from, read back from its checkpoint (faster than training one)."""
+    return PPO.load(folder / SB3_MODEL_FILE, device="cpu")
+
+
+def test_export_records_the_provenance_it_is_given_and_the_git_commit(raw_policy, tmp_path):
+    model, folder = reload(raw_policy), tmp_path / "p"
+    given = {"config": {"n_steps": 64}, "seed": np.int64(3), "latency_file": "results/latency/cpu.json"}
+    export_policy(model, folder, k_max=K_MAX, tau_grid=TAU_GRID, scenarios=[], pair="p", provenance=given)
+    recorded = json.loads((folder / METADATA_FILE).read_text())["provenance"]
+    assert recorded == {"git_commit": git_commit(), **given, "seed": 3}
+    pinned = {"git_commit": "abc1234", "seed": 1}  # the trainer's own commit wins
+    export_policy(model, folder, k_max=K_MAX, tau_grid=TAU_GRID, scenarios=[], pair="p", provenance=pinned)
+    assert json.loads((folder / METADATA_FILE).read_text())["provenance"] == pinned
+    with pytest.raises(TypeError, match="not JSON serialisable"):
+        export_policy(
+            model,
+            tmp_path / "q",
+            k_max=K_MAX,
+            tau_grid=TAU_GRID,
+            scenarios=[],
+            pair="p",
+            provenance={"x": {1}},
+        )
+    assert not (tmp_path / "q").exists()
+
+
+def test_git_commit_names_this_checkout_and_nothing_outside_one(tmp_path):
+    commit = git_commit()
+    if (REPO / ".git").exists() and shutil.which("git"):
+        assert re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?", commit), commit
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
+        assert head.stdout.startswith(commit.removesuffix("-dirty"))
+    assert git_commit(tmp_path) is None  # not a repository
+
+
+def test_upgrade_reexports_a_version_1_folder_from_its_checkpoint(exported, tmp_path):
+    model, normalizer, source = exported
+    folder = tmp_path / "old"
+    shutil.copytree(source, folder)
+
+    def as_version_1(metadata: dict) -> None:  # what a TorchScript folder's metadata held
+        metadata.update(format_version=1)
+        del metadata["network"], metadata["provenance"]
+        metadata["files"][LEGACY_POLICY_FILE] = metadata["files"].pop(POLICY_FILE)
+
+    (folder / POLICY_FILE).rename(folder / LEGACY_POLICY_FILE)
+    edit_metadata(folder, as_version_1)
+    (folder / "results.md").write_text("# the training run's report\n")
+    with pytest.raises(PolicyError, match=r"python -m specrl\.export\.upgrade"):
+        load_policy(folder)
+
+    _, report = upgrade_policy(folder, observations=500)
+    assert report.observations == 500 and report.onnx_checked == (HAS_ONNX and HAS_ONNXRUNTIME)
+    names = {path.name for path in folder.iterdir()}
+    assert POLICY_FILE in names and LEGACY_POLICY_FILE not in names
+    assert (folder / "results.md").read_text() == "# the training run's report\n"  # kept as it was
+    assert [path.name for path in tmp_path.iterdir()] == ["old"]  # nothing staged is left beside it
+    old, new = (json.loads((path / METADATA_FILE).read_text()) for path in (source, folder))
+    kept = (
+        "action",
+        "observation_normalized",
+        "network",
+        "scenarios",
+        "pair",
+        "evaluation",
+        "command",
+        "onnx",
+    )
+    assert {key: new[key] for key in kept} == {key: old[key] for key in kept}
+    assert new["format_version"] == FORMAT_VERSION and new["provenance"]["git_commit"] is None  # unknown
+    assert new["provenance"]["upgraded_from"]["format_version"] == 1
+    observations = random_observations(1000, seed=2)
+    expected = sb3_actions(model, normalizer, observations)
+    np.testing.assert_array_equal(load_policy(folder).predict(observations), expected)
+
+
+def test_upgrade_command_refuses_what_is_not_a_policy_folder(tmp_path):
+    from specrl.export.upgrade import main
+
+    with pytest.raises(SystemExit, match="does not exist"):
+        main([str(tmp_path / "nowhere")])
+
+
 # ---- refusals ------------------------------------------------------------------------------------
 
 
@@ -243,7 +342,7 @@ def edit_metadata(folder: Path, change) -> None:
 
 
 def replace_policy_file(folder: Path, data: bytes) -> None:
-    """Write ``data`` as policy.pt with a matching checksum: only the loader's probe can catch it."""
+    """Write ``data`` as policy.pt2 with a matching checksum: only the loader's probe can catch it."""
     (folder / POLICY_FILE).write_bytes(data)
     edit_metadata(folder, lambda m: m["files"].update({POLICY_FILE: hashlib.sha256(data).hexdigest()}))
 
@@ -259,13 +358,15 @@ class WrongShape(torch.nn.Module):
         return torch.zeros(observations.shape[0], 3, dtype=torch.int64)
 
 
-def scripted_bytes(module: torch.nn.Module, tmp_path: Path) -> bytes:
-    torch.jit.script(module).save(str(tmp_path / "m.pt"))
-    return (tmp_path / "m.pt").read_bytes()
+def exported_bytes(module: torch.nn.Module, tmp_path: Path) -> bytes:
+    batch = torch.export.Dim("batch")
+    program = torch.export.export(module, (torch.zeros(2, N_FEATURES),), dynamic_shapes=({0: batch},))
+    torch.export.save(program, str(tmp_path / "m.pt2"))
+    return (tmp_path / "m.pt2").read_bytes()
 
 
 REFUSALS = {
-    "flipped byte": (flip_byte, r"policy\.pt: sha256 \w+ does not match .* corrupt or was edited"),
+    "flipped byte": (flip_byte, r"policy\.pt2: sha256 \w+ does not match .* corrupt or was edited"),
     "feature version": (
         lambda f: edit_metadata(f, lambda m: m.update(feature_version=FEATURE_VERSION + 1)),
         rf"trained on feature version {FEATURE_VERSION + 1} .* retrain the policy, or use a specrl version "
@@ -279,7 +380,12 @@ REFUSALS = {
         lambda f: edit_metadata(f, lambda m: m.update(format_version=99)),
         "unknown format 'specrl-policy' version 99",
     ),
-    "missing policy": (lambda f: (f / POLICY_FILE).unlink(), r"policy\.pt is missing"),
+    "missing policy": (lambda f: (f / POLICY_FILE).unlink(), r"policy\.pt2 is missing"),
+    "torchscript folder": (
+        lambda f: edit_metadata(f, lambda m: m.update(format_version=1)),
+        r"format version 1 keeps the policy as a TorchScript policy\.pt, which this specrl no longer reads "
+        r".* Re-export the folder from its own checkpoint: python -m specrl\.export\.upgrade .*copy",
+    ),
     "missing metadata": (lambda f: (f / METADATA_FILE).unlink(), r"metadata\.json is missing"),
     "missing folder": (shutil.rmtree, "policy folder .* does not exist"),
     "invalid json": (
@@ -298,9 +404,9 @@ REFUSALS = {
         lambda f: edit_metadata(f, lambda m: m["action"].update(k_max=0)),
         "k_max must be an int >= 1",
     ),
-    "not torchscript": (
+    "not a program": (
         lambda f: replace_policy_file(f, b"not a zip archive"),
-        r"policy\.pt is not a loadable TorchScript module",
+        r"policy\.pt2 is not a loadable torch\.export program",
     ),
 }
 
@@ -318,11 +424,12 @@ def test_loader_refuses_with_the_file_and_the_fix(case, raw_policy, tmp_path):
 def test_loader_refuses_a_module_of_the_wrong_output_shape(raw_policy, tmp_path):
     folder = tmp_path / "copy"
     shutil.copytree(raw_policy, folder)
-    replace_policy_file(folder, scripted_bytes(WrongShape(), tmp_path))
+    replace_policy_file(folder, exported_bytes(WrongShape(), tmp_path))
     with pytest.raises(PolicyError, match=r"returns \(\(1, 3\), torch\.int64\) .* expected \(1, 2\) int64"):
         load_policy(folder)
 
 
+@pytest.mark.slow  # a subprocess imports torch and specrl
 def test_loader_never_imports_stable_baselines3(raw_policy):
     code = (
         "import sys; from specrl.controllers import LearnedController; "
@@ -362,6 +469,19 @@ def test_controller_numpy_path_acts_exactly_as_sb3_and_leaves_near_ties_to_the_m
     assert answered > 0.9 * len(observations)  # numpy decides almost always; the module the rest
 
 
+def test_controller_leaves_every_decision_to_the_program_when_metadata_misdescribes_it(raw_policy, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(raw_policy, folder)  # metadata.json is not checksummed: an edit goes unnoticed there
+    edit_metadata(folder, lambda m: m["network"].update(policy_net=["Linear", "ReLU", "Linear", "ReLU"]))
+    controller = LearnedController.load(folder)
+    assert controller._fast is None  # the numpy twin disagreed with the program on its probes
+    observations = random_observations(20)
+    expected = load_policy(raw_policy).predict(observations)
+    assert [controller.act(o) for o in observations] == [
+        to_engine_action(a, K_MAX, TAU_GRID) for a in expected
+    ]
+
+
 def test_numpy_policy_returns_none_within_the_tie_margin():
     identity = (np.eye(3, dtype=np.float32), np.zeros(3, dtype=np.float32))
     policy = NumpyPolicy([identity], None, np.ones(3), 0.0, [0, 2, 3])
@@ -388,6 +508,7 @@ def test_controller_decodes_exactly_the_targets_greedy_output(raw_policy, pair):
 # ---- command line and overhead script ------------------------------------------------------------
 
 
+@pytest.mark.slow  # builds the tiny pair's home, then decodes in a subprocess
 def test_cli_generates_with_a_policy_and_prints_its_stats(raw_policy, tiny_home):
     home, _ = tiny_home
     command = [
