@@ -14,7 +14,6 @@ import pytest
 from conftest import prompts, scenario
 
 import specrl
-import specrl.latency
 from specrl.engine.sampling import SamplingConfig
 from specrl.envs import (
     CostModel,
@@ -42,6 +41,8 @@ from specrl.latency import (
     profile,
     record_loop,
 )
+from specrl.latency import calibrate as calibration  # calibrated() calls its learn and profile
+from specrl.latency.isotonic import isotonic, tolerant_isotonic
 from specrl.traces import collect_traces
 
 REPO = Path(__file__).resolve().parent.parent
@@ -174,12 +175,31 @@ def test_step_seconds_is_draft_forwards_times_draft_plus_one_verify(known):
     assert known.seconds(result)[0] == pytest.approx(3 * (0.1 + 0.2 * 0.2))
 
 
-def test_tables_equal_the_scalar_methods_exactly_and_are_cached(measured, pair):
+def interpolated_step_seconds(
+    model: LatencyModel, context: int, draft_forwards: int, proposed: int
+) -> tuple[float, float]:
+    """A step's (draft, verify) seconds computed apart from the model's code: numpy's np.interp
+    (piecewise linear, constant outside the grid) on each row of its tables, and the target
+    linear in n beyond the last row."""
+    grid = np.array(model.contexts, dtype=np.float64)
+    first = np.interp(context, grid, model.draft_table)
+    following = np.interp(context, grid, model.draft_next_table)
+    rows = [np.interp(context, grid, row) for row in model.target_table]
+    n = proposed + 1
+    verify = rows[n - 1] if n <= len(rows) else rows[-1] + (n - len(rows)) * (rows[-1] - rows[-2])
+    return (first + (draft_forwards - 1) * following if draft_forwards else 0.0), verify
+
+
+def test_tables_equal_the_interpolated_tables_and_the_scalar_methods_and_are_cached(measured, pair):
     window, widest = pair.context_length, measured.n_max + 2  # past the measured n too
     target, draft = measured.tables(window, widest)
     assert target.shape == (widest + 1, window + 1) and draft.shape == (window + 1,)
     assert not target[0].any()
-    for n in range(widest + 1):
+    for context in range(window + 1):
+        expected = [interpolated_step_seconds(measured, context, 1, n - 1) for n in range(1, widest + 1)]
+        assert target[1:, context].tolist() == pytest.approx([v for _, v in expected], rel=1e-12)
+        assert draft[context] == pytest.approx(expected[0][0], rel=1e-12)
+    for n in range(widest + 1):  # the tables are the scalar methods' values, exactly
         for context in range(window + 1):
             assert target[n, context] == measured.target_seconds(n, context)
     assert all(draft[context] == measured.draft_seconds(context) for context in range(window + 1))
@@ -206,9 +226,54 @@ def test_profile_measures_the_grid_and_reports_heldout_error(measured, pair):
 
 
 def test_monotone_fit_averages_a_noisy_spike_instead_of_carrying_it():
-    fitted = specrl.latency._isotonic(np.array([1.0, 4.0, 2.0, 3.0, 5.0]))
+    fitted = isotonic(np.array([1.0, 4.0, 2.0, 3.0, 5.0]))
     assert fitted.tolist() == pytest.approx([1.0, 3.0, 3.0, 3.0, 5.0])
-    assert specrl.latency._isotonic(np.array([2.0, 1.0])).tolist() == [1.5, 1.5]
+    assert isotonic(np.array([2.0, 1.0])).tolist() == [1.5, 1.5]
+
+
+def brute_force_isotonic(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The isotonic regression by its min-max formula (no pooling): x_i is the largest, over
+    the runs starting at or before i, of the smallest weighted mean of a run from there to or
+    past i."""
+
+    def mean(j: int, k: int) -> float:
+        return float(np.dot(values[j : k + 1], weights[j : k + 1]) / weights[j : k + 1].sum())
+
+    n = len(values)
+    return np.array([max(min(mean(j, k) for k in range(i, n)) for j in range(i + 1)) for i in range(n)])
+
+
+def test_isotonic_fits_pool_group_means_weighted_by_group_size():
+    # By hand: means 6 (3 samples), 2 (2 samples), 7 (2 samples). Pooling the first two gives
+    # (3 * 6 + 2 * 2) / 5 = 4.4, not the unweighted 4; 7 is above it and stays.
+    groups = [np.array([5.0, 7.0, 6.0]), np.array([1.0, 3.0]), np.array([7.0, 7.0])]
+    assert tolerant_isotonic(groups, np.inf).tolist() == pytest.approx([4.4, 4.4, 7.0])
+    assert isotonic(np.array([6.0, 2.0, 7.0]), weights=np.array([3.0, 2.0, 2.0])).tolist() == pytest.approx(
+        [4.4, 4.4, 7.0]
+    )
+    # The dip 6 -> 2 against its standard error sqrt(1 / 3 + 2 / 2) = 1.155: 3.46 standard
+    # errors, so kept at z = 3 and pooled (like the strict fit) at z = 4.
+    assert tolerant_isotonic(groups, 3.0).tolist() == pytest.approx([6.0, 2.0, 7.0])
+    assert tolerant_isotonic(groups, 4.0).tolist() == pytest.approx([4.4, 4.4, 7.0])
+
+
+def test_isotonic_fits_equal_the_min_max_formula_on_random_sequences():
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        size = int(rng.integers(1, 9))
+        values, weights = rng.normal(size=size), rng.integers(1, 5, size).astype(np.float64)
+        expected = brute_force_isotonic(values, weights)
+        assert isotonic(values, weights).tolist() == pytest.approx(expected.tolist(), abs=1e-12)
+        assert isotonic(values).tolist() == pytest.approx(
+            brute_force_isotonic(values, np.ones(size)).tolist(), abs=1e-12
+        )
+        # Groups of samples with these means and sizes: a huge z pools every violation too.
+        spread = [np.linspace(-1.0, 1.0, int(w) + 1) for w in weights]
+        groups = [v + s - s.mean() for v, s in zip(values, spread, strict=True)]
+        counts = np.array([len(g) for g in groups], dtype=np.float64)
+        strict = brute_force_isotonic(values, counts).tolist()
+        assert tolerant_isotonic(groups, np.inf).tolist() == pytest.approx(strict, abs=1e-12)
+        assert tolerant_isotonic(groups, 1e12).tolist() == pytest.approx(strict, abs=1e-12)
 
 
 def test_profile_refuses_contexts_outside_the_window(pair):
@@ -285,11 +350,11 @@ def test_loop_fit_is_monotone_and_reports_its_heldout_error(loop_model):
 def test_monotone_in_n_pools_noise_but_keeps_a_real_dip():
     jitter = np.tile([-1.0, 1.0], 20)  # mean 0, standard deviation 1: a standard error of 0.16
     noisy = [10 + jitter, 9.8 + jitter, 12 + jitter]  # n = 2 looks 0.2 cheaper: noise
-    pooled = specrl.latency._tolerant_isotonic(noisy, 3.0)
+    pooled = tolerant_isotonic(noisy, 3.0)
     assert pooled.tolist() == pytest.approx([9.9, 9.9, 12.0])
     real = [10 + 0.1 * jitter, 8 + 0.1 * jitter]  # 2 lower, at a standard error of 0.02: real
-    assert specrl.latency._tolerant_isotonic(real, 3.0).tolist() == pytest.approx([10.0, 8.0])
-    assert len(set(specrl.latency._tolerant_isotonic(real, np.inf).tolist())) == 1  # strict: pooled
+    assert tolerant_isotonic(real, 3.0).tolist() == pytest.approx([10.0, 8.0])
+    assert len(set(tolerant_isotonic(real, np.inf).tolist())) == 1  # strict: pooled
 
 
 def test_fit_refuses_records_without_a_mode_or_a_verify_size():
@@ -323,7 +388,7 @@ def test_step_seconds_prices_the_first_draft_forward_apart(loop_model):
 
 
 @pytest.mark.parametrize("mode", ["greedy", "sampled"])
-def test_step_seconds_array_equals_step_seconds_element_by_element(loop_model, mode):
+def test_step_seconds_array_and_step_seconds_equal_the_interpolated_tables(loop_model, mode):
     view = loop_model.for_sampling(SamplingConfig(temperature=float(mode == "sampled")))
     rng = np.random.default_rng(3)
     window = 1023
@@ -331,9 +396,13 @@ def test_step_seconds_array_equals_step_seconds_element_by_element(loop_model, m
     forwards = rng.integers(0, 12, 3000)
     proposed = np.minimum(forwards, rng.integers(0, 12, 3000))  # past n_max too
     draft, verify = view.step_seconds_array(contexts, forwards, proposed, window)
-    steps = zip(contexts.tolist(), forwards.tolist(), proposed.tolist(), strict=True)
-    expected = [view.step_seconds(c, f, p) for c, f, p in steps]
-    assert draft.tolist() == [d for d, _ in expected] and verify.tolist() == [v for _, v in expected]
+    steps = list(zip(contexts.tolist(), forwards.tolist(), proposed.tolist(), strict=True))
+    expected = [interpolated_step_seconds(view, c, f, p) for c, f, p in steps]
+    assert draft.tolist() == pytest.approx([d for d, _ in expected], rel=1e-12)
+    assert verify.tolist() == pytest.approx([v for _, v in expected], rel=1e-12)
+    # The scalar path gives the same values, exactly (a simulator may use either).
+    scalar = [view.step_seconds(c, f, p) for c, f, p in steps]
+    assert draft.tolist() == [d for d, _ in scalar] and verify.tolist() == [v for _, v in scalar]
     following = view.draft_next_seconds_table(window)[200]
     assert following == pytest.approx(view.draft_seconds(200, 2) - view.draft_seconds(200))
 
@@ -480,18 +549,18 @@ def test_missing_and_corrupt_files_raise_latency_error(tmp_path):
 def test_calibrated_learns_once_then_reads_the_cache(pair, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECRL_HOME", str(tmp_path))
     calls = []
-    monkeypatch.setattr(specrl.latency, "learn", quick_learn(calls))
-    monkeypatch.setattr(specrl.latency, "profile", no_profile)  # the loop is the default
+    monkeypatch.setattr(calibration, "learn", quick_learn(calls))
+    monkeypatch.setattr(calibration, "profile", no_profile)  # the loop is the default
     first = calibrated(pair, k_max=2, progress=False)
     path = latency_path(pair)
     assert calls == [2] and path.is_file() and path.parent == tmp_path / "latency"
     assert device_key(pair.device) in path.name and "float32" in path.name and first.kind == "loop"
-    monkeypatch.setattr(specrl.latency, "learn", no_profile)
+    monkeypatch.setattr(calibration, "learn", no_profile)
     again = calibrated(pair, k_max=2, progress=False)
     assert again.to_dict() == first.to_dict()
     assert calibrated(pair, k_max=1, progress=False).to_dict() == first.to_dict()  # covers fewer n too
 
-    monkeypatch.setattr(specrl.latency, "learn", quick_learn(calls))
+    monkeypatch.setattr(calibration, "learn", quick_learn(calls))
     calibrated(pair, k_max=4, progress=False)  # the cache covers n <= 3 only: measured again
     calibrated(pair, k_max=4, recalibrate=True, progress=False)
     path.write_text("{")
@@ -507,7 +576,7 @@ def test_calibrated_replaces_an_old_format_file_with_a_warning(pair, tmp_path, m
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(OLD_FILE))
     calls = []
-    monkeypatch.setattr(specrl.latency, "learn", quick_learn(calls))
+    monkeypatch.setattr(calibration, "learn", quick_learn(calls))
     with pytest.warns(
         UserWarning, match=r"format version 1 \(an isolated profile.*reads version 2.*measuring again"
     ):
@@ -518,8 +587,8 @@ def test_calibrated_replaces_an_old_format_file_with_a_warning(pair, tmp_path, m
 def test_calibrated_profile_method_is_cached_apart(pair, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECRL_HOME", str(tmp_path))
     calls = []
-    monkeypatch.setattr(specrl.latency, "profile", quick_profile(calls))
-    monkeypatch.setattr(specrl.latency, "learn", no_profile)
+    monkeypatch.setattr(calibration, "profile", quick_profile(calls))
+    monkeypatch.setattr(calibration, "learn", no_profile)
     model = calibrated(pair, k_max=2, progress=False, method="profile")
     assert calls == [2] and model.kind == "profiled"
     assert latency_path(pair, "profile").is_file() and not latency_path(pair).exists()
@@ -558,8 +627,8 @@ def test_scenario_latency_key_constant_path_and_calibrated(pair, measured, tmp_p
 
     monkeypatch.setenv("SPECRL_HOME", str(tmp_path / "home"))
     calls = []
-    monkeypatch.setattr(specrl.latency, "learn", quick_learn(calls))
-    monkeypatch.setattr(specrl.latency, "profile", no_profile)
+    monkeypatch.setattr(calibration, "learn", quick_learn(calls))
+    monkeypatch.setattr(calibration, "profile", no_profile)
     learned = Scenario(k_max=2).latency_model(pair, progress=False)
     assert learned.n_max == 3 and learned.kind == "loop" and calls == [2]
     t1 = Scenario(k_max=2, sampling=SamplingConfig(temperature=1.0))
@@ -569,7 +638,8 @@ def test_scenario_latency_key_constant_path_and_calibrated(pair, measured, tmp_p
 
 
 def test_env_modeled_seconds_and_rho_come_from_the_injected_model(pair, measured, prompt_file, monkeypatch):
-    monkeypatch.setattr(specrl.latency, "profile", no_profile)  # the scenario's own is never built
+    monkeypatch.setattr(calibration, "learn", no_profile)  # the scenario's own is never built
+    monkeypatch.setattr(calibration, "profile", no_profile)
     modeled = RewardSpec(time="modeled")
     scenario = Scenario(prompts=PromptSpec(file=prompt_file), max_new_tokens=24, reward=modeled)
     env = SpecDecodeEnv(scenario, pair=pair, latency=measured)

@@ -1,0 +1,83 @@
+"""Latency: seconds of a speculative step's draft and verify, learned per device.
+
+A speculative step costs ``draft_forwards`` single-token draft forwards plus one target
+forward over ``proposed + 1`` new tokens. :meth:`LatencyModel.step_seconds` is the one
+definition of a step's modeled time; both envs, the trace simulator and the oracle use it.
+Per sampling mode ("greedy", "sampled") and on a grid of context lengths::
+
+    draft  = 0                                              if draft_forwards == 0
+           = first(ctx) + (draft_forwards - 1) * next(ctx)  otherwise
+    verify = target(proposed + 1, ctx)
+
+Two ways to measure, same model:
+
+- ``loop`` (the default: :func:`learn`, :func:`calibrated`, ``latency: calibrated``): time
+  the engine's own loop, greedy and sampled, over every k, and fit the steps;
+- ``profiled`` (:func:`profile`, ``latency: profiled``): time each forward in isolation on
+  a grid of contexts.
+
+The package, one concern per module; each imports only the ones above it in this list:
+
+- :mod:`~specrl.latency.fileformat`: the JSON file (format, version, keys, checks, I/O);
+  :class:`LatencyError`.
+- :mod:`~specrl.latency.model`: :class:`LatencyModel` (tables, interpolation, the step
+  formula, the sampling-mode views, markdown).
+- :mod:`~specrl.latency.store`: where a calibration is cached (:func:`latency_path`,
+  :func:`device_key`).
+- :mod:`~specrl.latency.isotonic`: the monotone fits (scipy's isotonic regression).
+- :mod:`~specrl.latency.profiling`: :func:`profile`, forwards timed in isolation.
+- :mod:`~specrl.latency.records`: :class:`StepRecords`, :func:`record_loop`, steps of the loop.
+- :mod:`~specrl.latency.fit`: :func:`fit_records` and :func:`learn`, the loop-learned model.
+- :mod:`~specrl.latency.calibrate`: :func:`calibrated`, measured once and cached.
+"""
+
+from specrl.latency.calibrate import METHODS, calibrated
+from specrl.latency.fileformat import (
+    KINDS,
+    LATENCY_FORMAT,
+    LATENCY_FORMAT_VERSION,
+    MODES,
+    LatencyError,
+)
+from specrl.latency.fit import fit_grid, fit_records, heldout_error, learn
+from specrl.latency.model import PLAIN_REFERENCE_CONTEXT, ForwardCosts, LatencyModel, sampling_mode
+from specrl.latency.profiling import (
+    INCLUDED,
+    LARGEST_DEFAULT_CONTEXT,
+    SMALLEST_GRID_CONTEXT,
+    default_contexts,
+    heldout_contexts,
+    profile,
+)
+from specrl.latency.records import LOOP_INCLUDED, StepRecords, calibration_actions, record_loop
+from specrl.latency.store import device_key, latency_path
+
+__all__ = [
+    "INCLUDED",
+    "KINDS",
+    "LARGEST_DEFAULT_CONTEXT",
+    "LATENCY_FORMAT",
+    "LATENCY_FORMAT_VERSION",
+    "LOOP_INCLUDED",
+    "METHODS",
+    "MODES",
+    "PLAIN_REFERENCE_CONTEXT",
+    "SMALLEST_GRID_CONTEXT",
+    "ForwardCosts",
+    "LatencyError",
+    "LatencyModel",
+    "StepRecords",
+    "calibrated",
+    "calibration_actions",
+    "default_contexts",
+    "device_key",
+    "fit_grid",
+    "fit_records",
+    "heldout_contexts",
+    "heldout_error",
+    "latency_path",
+    "learn",
+    "profile",
+    "record_loop",
+    "sampling_mode",
+]

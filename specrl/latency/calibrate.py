@@ -1,0 +1,51 @@
+"""The pair's calibrated latency model on its device: measured once, then read from the cache.
+
+:func:`calibrated` is what ``latency: calibrated`` in a scenario and the experiment scripts
+use; the cache lives at :func:`~specrl.latency.store.latency_path`.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from specrl.latency.fileformat import LatencyError
+from specrl.latency.fit import learn
+from specrl.latency.model import LatencyModel
+from specrl.latency.profiling import profile
+from specrl.latency.store import latency_path
+from specrl.models import ModelPair
+
+METHODS = ("loop", "profile")  # how calibrated() measures: learn() or profile()
+
+
+def calibrated(
+    pair: ModelPair,
+    *,
+    k_max: int = 8,
+    recalibrate: bool = False,
+    progress: bool = True,
+    method: str = "loop",
+) -> LatencyModel:
+    """The pair's latency model on its device (greedy view): the cached file
+    (:func:`latency_path`), or a fresh one saved there when it is missing, covers fewer than
+    k_max + 1 new tokens, is unreadable (another format version included: a warning says so),
+    or ``recalibrate`` is set. ``method`` "loop" (default) learns from the loop
+    (:func:`learn`), "profile" profiles forwards in isolation (:func:`profile`)."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    path = latency_path(pair, method)
+    if path.is_file() and not recalibrate:
+        try:
+            model = LatencyModel.load(path)
+        except LatencyError as error:
+            warnings.warn(f"{error}; measuring again", stacklevel=2)
+        else:
+            if model.n_max >= k_max + 1:
+                return model
+    model = (
+        learn(pair, k_max=k_max, progress=progress)
+        if method == "loop"
+        else profile(pair, k_max=k_max, progress=progress)
+    )
+    model.save(path)
+    return model

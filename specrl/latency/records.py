@@ -1,0 +1,180 @@
+"""Timed steps of the real loop: what the loop-learned model is fitted to.
+
+The default way to measure (:func:`~specrl.latency.learn`; what
+:func:`~specrl.latency.calibrated` and ``latency: calibrated`` give): run the engine's own loop
+(:meth:`Generation.step`) on the pair's train prompts, greedy and at temperature 1 interleaved
+step by step, with actions covering k = 0..k_max and a few tau values, after an untimed
+warm-up; record each step's device-synchronised draft and verify seconds
+(:class:`StepRecords`, :func:`record_loop`). Why the default: it prices what the simulator
+replaces, the loop's steps, including what isolated forwards miss (cache effects between the
+models, sampling, the engine's per-step work), on the machine it will run on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from specrl.engine.sampling import SamplingConfig
+from specrl.engine.types import Action, StepResult
+from specrl.models import ModelPair
+
+LOOP_INCLUDED = (
+    "StepResult.draft_seconds and verify_seconds of Generation.step: every draft forward with its "
+    "sampling, the verify forward, acceptance, the emitted token's draw and cache rollback"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRecords:
+    """Timed steps of the real loop, one entry per step (equal-length arrays).
+
+    Attributes:
+        sampled: whether the step decoded at temperature > 0.
+        context: :attr:`StepResult.context_length`.
+        draft_forwards: :attr:`StepResult.draft_forwards`.
+        proposed: :attr:`StepResult.proposed` (the verify covers proposed + 1 tokens).
+        k: the k the step used (:attr:`StepResult.k`), for the held-out error per action.
+        draft_seconds: measured, device-synchronised seconds of the draft phase.
+        verify_seconds: the same of the verify phase.
+        episode: which generation the step belongs to (the held-out split is by episode).
+    """
+
+    sampled: np.ndarray
+    context: np.ndarray
+    draft_forwards: np.ndarray
+    proposed: np.ndarray
+    k: np.ndarray
+    draft_seconds: np.ndarray
+    verify_seconds: np.ndarray
+    episode: np.ndarray
+
+    @classmethod
+    def from_steps(cls, steps: Sequence[tuple[StepResult, bool, int]]) -> StepRecords:
+        """From (step result, sampled, episode) triples."""
+        columns = {
+            "sampled": [s for _, s, _ in steps],
+            "context": [r.context_length for r, _, _ in steps],
+            "draft_forwards": [r.draft_forwards for r, _, _ in steps],
+            "proposed": [r.proposed for r, _, _ in steps],
+            "k": [r.k for r, _, _ in steps],
+            "draft_seconds": [r.draft_seconds for r, _, _ in steps],
+            "verify_seconds": [r.verify_seconds for r, _, _ in steps],
+            "episode": [e for _, _, e in steps],
+        }
+        return cls.from_dict(columns)
+
+    @classmethod
+    def from_dict(cls, columns: Mapping[str, Sequence]) -> StepRecords:
+        """From a mapping of the field names to sequences (what :meth:`to_dict` writes)."""
+        kinds = {"sampled": bool, "draft_seconds": np.float64, "verify_seconds": np.float64}
+        arrays = {
+            f.name: np.asarray(columns[f.name], dtype=kinds.get(f.name, np.int64))
+            for f in dataclasses.fields(cls)
+        }
+        if len({len(a) for a in arrays.values()}) != 1:
+            raise ValueError("StepRecords: every field must have one entry per step")
+        return cls(**arrays)
+
+    def to_dict(self) -> dict[str, list]:
+        return {f.name: getattr(self, f.name).tolist() for f in dataclasses.fields(self)}
+
+    def __len__(self) -> int:
+        return len(self.context)
+
+    def select(self, mask: np.ndarray) -> StepRecords:
+        """The steps where ``mask`` is True."""
+        return StepRecords(**{f.name: getattr(self, f.name)[mask] for f in dataclasses.fields(self)})
+
+
+def calibration_actions(k_max: int, taus: Sequence[float] = (0.3, 0.6)) -> list[Action]:
+    """One cycle of the recording's actions: every k = 0..k_max at tau 0 (so every verify size
+    n = k + 1 occurs as often), and every second k once more with a tau cut cycling over
+    ``taus`` (so tau-stopped drafts, a forward more than proposals, occur too; not more often,
+    since most of them stop early and verify one or two tokens)."""
+    actions = [Action(k, 0.0) for k in range(k_max + 1)]
+    if taus:
+        actions += [Action(k, taus[i % len(taus)]) for i, k in enumerate(range(2, k_max + 1, 2))]
+    return actions
+
+
+def calibration_prompts(pair: ModelPair, rng: np.random.Generator, room: int) -> list[list[int]]:
+    """Token ids of the pair's train prompts, domains alternating, each domain shuffled; random
+    token ids (16-128 long) for a pair without prompts. Each leaves ``room`` tokens to decode."""
+    longest = max(1, pair.context_length - room)
+    texts = pair.prompts.get("train", {})
+    if not texts:
+        top = pair.vocab_size - 1 if pair.eos_token_id == pair.vocab_size - 1 else pair.vocab_size
+        return [rng.integers(0, top, int(rng.integers(16, 129))).tolist()[:longest] for _ in range(64)]
+    orders = {domain: rng.permutation(len(items)).tolist() for domain, items in texts.items() if items}
+    prompts = []
+    for i in range(max(len(order) for order in orders.values())):
+        for domain, order in orders.items():
+            ids = pair.encode(texts[domain][order[i % len(order)]])[-longest:]
+            if ids:
+                prompts.append(ids)
+    return prompts
+
+
+@torch.inference_mode()
+def record_loop(
+    pair: ModelPair,
+    *,
+    k_max: int = 8,
+    steps: int = 3000,
+    warmup_steps: int = 100,
+    temperature: float = 1.0,
+    max_new_tokens: int = 192,
+    seed: int = 0,
+    progress: bool = True,
+) -> StepRecords:
+    """Time ``steps`` steps of the engine's loop, greedy and sampled interleaved step by step.
+
+    Two generations are live at a time, one greedy and one at ``temperature``, on the pair's
+    train prompts; each step takes the next action of its mode's shuffled cycle of
+    :func:`calibration_actions`, so every action meets the same machine noise. A finished
+    generation is replaced by one on the next prompt. The first ``warmup_steps`` steps are
+    run the same way and dropped.
+    """
+    from tqdm import tqdm
+
+    from specrl.engine.generation import Generation  # engine -> latency is one way: import late
+
+    if k_max < 1 or steps < 1 or warmup_steps < 0:
+        raise ValueError(
+            f"k_max and steps must be >= 1 and warmup_steps >= 0, got {k_max}, {steps}, {warmup_steps}"
+        )
+    rng = np.random.default_rng(seed)
+    prompts = calibration_prompts(pair, rng, room=max_new_tokens)
+    samplings = (SamplingConfig(), SamplingConfig(temperature=temperature))
+    cycle = calibration_actions(k_max)
+    cycles: list[list[Action]] = [[], []]
+    live: list[Generation | None] = [None, None]
+    episodes = [0, 0]
+    started = 0
+    recorded: list[tuple[StepResult, bool, int]] = []
+    bar = tqdm(
+        total=warmup_steps + steps, desc=f"timing the loop of {pair.name}", unit="step", disable=not progress
+    )
+    done = 0
+    while done < warmup_steps + steps:
+        mode = done % 2  # greedy, sampled, greedy, ...
+        generation = live[mode]
+        if generation is None or generation.done:
+            prompt = prompts[started % len(prompts)]
+            generation = live[mode] = Generation(
+                pair, prompt, max_new_tokens, samplings[mode], seed=seed + started, stop_at_eos=True
+            )
+            episodes[mode], started = started, started + 1
+        if not cycles[mode]:
+            cycles[mode] = [cycle[i] for i in rng.permutation(len(cycle))]
+        result = generation.step(cycles[mode].pop())
+        if done >= warmup_steps:
+            recorded.append((result, bool(mode), episodes[mode]))
+        done += 1
+        bar.update(1)
+    bar.close()
+    return StepRecords.from_steps(recorded)

@@ -1,0 +1,75 @@
+"""Where calibrations are stored: the cache path of a pair on a device, and what names a device.
+
+Latency depends on the pair, its dtype and the device; the device key also names the CPU
+model and torch's thread count, since both change CPU latency. :func:`environment` is the
+rest of what a measurement records about the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specrl.models import ModelPair
+
+
+def _slug(text: str) -> str:
+    text = re.sub(r"\((r|tm|c)\)", "", text.lower())
+    return re.sub(r"[^a-z0-9.]+", "-", text).strip("-.") or "unknown"
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1]
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def device_key(device: str | torch.device) -> str:
+    """A stable, filename-safe name of what latency depends on besides the models.
+
+    "cpu-<cpu model>-<torch threads>threads" (torch's intra-op thread count changes CPU
+    latency) or "cuda-<gpu name>"; other device types by their type name.
+    """
+    device = torch.device(device)
+    if device.type == "cpu":
+        return f"cpu-{_slug(_cpu_name())}-{torch.get_num_threads()}threads"
+    if device.type == "cuda":
+        return f"cuda-{_slug(torch.cuda.get_device_name(device))}"
+    return _slug(device.type)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """The dtype as latency files and cache names write it: "float32", "bfloat16", ..."""
+    return str(dtype).removeprefix("torch.")
+
+
+def latency_path(pair: ModelPair, method: str = "loop") -> Path:
+    """Where :func:`~specrl.latency.calibrated` caches the pair's model on this device:
+    ``specrl_home()/latency/<pair>__<dtype>__<device key>.json`` (names made filename-safe),
+    ``...__profiled.json`` for ``method`` "profile"."""
+    from specrl.zoo.build import specrl_home  # the zoo is only needed for its home folder
+
+    suffix = "__profiled" if method == "profile" else ""
+    name = f"{_slug(pair.name)}__{dtype_name(pair.dtype)}__{device_key(pair.device)}{suffix}.json"
+    return specrl_home() / "latency" / name
+
+
+def environment() -> dict[str, Any]:
+    """The software and machine a measurement ran on, and when (kept in its ``measurement``)."""
+    return {
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host_cpus": os.cpu_count(),
+    }
