@@ -85,26 +85,62 @@ def shift_controllers(result: dict) -> list[str]:
     return [n for n in ["tcp", *others] if n in result["trajectories"]]
 
 
+def shift_series(trajectory: dict[str, list]) -> dict[str, list]:
+    """What :func:`plot_shift` draws for one trajectory: k and tau as steps over the tokens each
+    step emitted, so ``x`` runs from the first step's position to the end of the last step (its
+    accepted tokens + 1) and ``k``, ``tau`` repeat their last value to close the last step."""
+    position = list(trajectory["position"])
+    if not position:
+        return {"x": [], "k": [], "tau": [], "domain": []}
+    end = position[-1] + trajectory["accepted"][-1] + 1
+    return {
+        "x": [*position, end],
+        "k": [*trajectory["k"], trajectory["k"][-1]],
+        "tau": [*trajectory["tau"], trajectory["tau"][-1]],
+        "domain": [*trajectory["domain"], trajectory["domain"][-1]],
+    }
+
+
+def segments(result: dict) -> list[tuple[int, int, str]]:
+    """(start, end, domain) of each segment of the scenario's token budget, the shifts included."""
+    trajectories = result["trajectories"].values()
+    first = next((t["domain"][0] for t in trajectories if t["domain"]), "start")
+    bounds = [0, *(shift["after_tokens"] for shift in result["shift"]), result["max_new_tokens"]]
+    domains = [first, *(shift["domain"] for shift in result["shift"])]
+    return list(zip(bounds[:-1], bounds[1:], domains, strict=True))
+
+
 def plot_shift(result: dict, path: Path) -> Path:
-    """k and tau per step against tokens generated, through the scenario's domain shift(s)."""
+    """k and tau per step against tokens generated, over the whole budget: each segment shaded and
+    named, each shift a dashed line, and where an episode ended before its budget (an EOS soon
+    after a shift, say) an end mark, so a short segment is visible as short rather than missing."""
     names = shift_controllers(result)
     colors = _colors(names, "tab10")
     fig, (ax_k, ax_tau) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    for name in names:
-        path_ = result["trajectories"][name]
-        ax_k.step(path_["position"], path_["k"], where="post", label=name, color=colors[name])
-        ax_tau.step(path_["position"], path_["tau"], where="post", label=name, color=colors[name])
-    for shift in result["shift"]:
+    for index, (start, end, domain) in enumerate(segments(result)):
         for ax in (ax_k, ax_tau):
-            ax.axvline(shift["after_tokens"], color="grey", linestyle="--", linewidth=1)
-        ax_k.annotate(
-            f"-> {shift['domain']}",
-            (shift["after_tokens"], 0),
+            ax.axvspan(start, end, color="grey", alpha=0.08 * (index % 2 + 1), linewidth=0)
+            if start > 0:
+                ax.axvline(start, color="grey", linestyle="--", linewidth=1)
+        ax_tau.annotate(
+            domain if start == 0 else f"-> {domain}",
+            (start, 1.0),
             textcoords="offset points",
-            xytext=(4, 4),
+            xytext=(4, -12),
             fontsize=8,
             color="grey",
         )
+    ended_early = []
+    for name in names:
+        series = shift_series(result["trajectories"][name])
+        if not series["x"]:
+            continue
+        ax_k.step(series["x"], series["k"], where="post", label=name, color=colors[name])
+        ax_tau.step(series["x"], series["tau"], where="post", label=name, color=colors[name])
+        if series["x"][-1] < result["max_new_tokens"]:
+            ax_k.plot(series["x"][-1], series["k"][-1], marker="x", color=colors[name])
+            ended_early.append(f"{name} at {series['x'][-1]}")
+    ax_k.set_xlim(0, result["max_new_tokens"])
     ax_k.set_ylabel("k")
     ax_tau.set_ylabel("tau")
     ax_tau.set_xlabel("tokens generated")
@@ -112,6 +148,8 @@ def plot_shift(result: dict, path: Path) -> Path:
     learned = any(result["rows"][n]["kind"] == "learned" for n in names)
     note = "" if learned else " (no learned policy in this run)"
     ax_k.set_title(f"{result['name']}: k and tau through the shift, first held-out episode, real loop{note}")
+    if ended_early:
+        ax_tau.set_title("x: episode ended before the budget (EOS): " + ", ".join(ended_early), fontsize=8)
     if names:
         ax_k.legend(fontsize=8)
     fig.tight_layout()

@@ -23,7 +23,7 @@ from specrl.evaluation.report import PER_SCENARIO_HEADING, readme_block
 from specrl.evaluation.runs import EpisodeRecord, StepRecord, aggregate
 from specrl.export import export_policy
 from specrl.features import N_FEATURES
-from specrl.plots import shift_controllers
+from specrl.plots import segments, shift_controllers, shift_series
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = ("code", "code_to_math_t1")
@@ -228,3 +228,26 @@ def test_ratios_use_the_matching_reference():
 def test_readme_block_is_the_summary_without_title_or_per_scenario_tables():
     md = f"# Evaluation: x\n\nCommand: `c`\n\n## Summary\n\n| a |\n\n{PER_SCENARIO_HEADING}\n\n### code\n"
     assert readme_block(md) == "Command: `c`\n\n| a |\n"
+
+
+def test_shift_plot_data_spans_both_segments_to_the_end_of_the_last_step():
+    # code until 64 tokens, then math: steps on both sides, the last step emits 3 tokens from 120
+    trajectory = {
+        "position": [0, 30, 62, 64, 100, 120],
+        "k": [4, 4, 4, 2, 1, 1],
+        "tau": [0.0, 0.0, 0.0, 0.3, 0.3, 0.3],
+        "domain": ["code", "code", "code", "math", "math", "math"],
+        "proposed": [4, 4, 4, 2, 1, 1],
+        "accepted": [4, 2, 1, 1, 0, 2],
+    }
+    series = shift_series(trajectory)
+    assert series["x"][0] == 0 and series["x"][-1] == 123  # closes the last step, past the shift
+    assert {"code", "math"} <= set(series["domain"])
+    assert [x for x, d in zip(series["x"], series["domain"], strict=True) if d == "math"][0] == 64
+    assert series["k"][-1] == 1 and len(series["k"]) == len(series["x"])
+    result = {
+        "trajectories": {"tcp": trajectory},
+        "shift": [{"after_tokens": 64, "domain": "math"}],
+        "max_new_tokens": 128,
+    }
+    assert segments(result) == [(0, 64, "code"), (64, 128, "math")]
