@@ -26,15 +26,27 @@ from specrl.envs import (
     ScenarioError,
     SpecDecodeEnv,
     load_scenario,
-    run_episode,
     shipped_scenarios,
 )
 from specrl.features import N_FEATURES
 from specrl.latency import LatencyModel
 
 REPO = Path(__file__).resolve().parent.parent
-STEP_INFO_KEYS = {"tokens", "seconds", "tokens_per_s", "proposed", "accepted", "k", "k_used", "tau", "domain",
-                  "segment", "episode_tokens", "episode_seconds", "step_result"}
+STEP_INFO_KEYS = {
+    "tokens",
+    "seconds",
+    "tokens_per_s",
+    "proposed",
+    "accepted",
+    "k",
+    "k_used",
+    "tau",
+    "domain",
+    "segment",
+    "episode_tokens",
+    "episode_seconds",
+    "step_result",
+}
 # Shipped scenarios calibrate their latency model on first use; tests use the constant one.
 CONSTANT = LatencyModel.from_cost_model()
 
@@ -43,9 +55,11 @@ CONSTANT = LatencyModel.from_cost_model()
 def word_prompts(tmp_path_factory, pair) -> str:
     """Prompts of the random word-level pair, two domains, both splits, as a prompts file."""
     texts = [" ".join(f"w{i}" for i in ids) for ids in prompts(12, pair.vocab_size, seed=3)]
-    sets = {"train": {"code": texts[:4], "math": texts[4:8]},
-            "validation": {"code": texts[8:9], "math": texts[10:11]},
-            "test": {"code": texts[9:10], "math": texts[11:]}}
+    sets = {
+        "train": {"code": texts[:4], "math": texts[4:8]},
+        "validation": {"code": texts[8:9], "math": texts[10:11]},
+        "test": {"code": texts[9:10], "math": texts[11:]},
+    }
     path = tmp_path_factory.mktemp("prompts") / "prompts.json"
     path.write_text(json.dumps(sets))
     return str(path)
@@ -54,8 +68,13 @@ def word_prompts(tmp_path_factory, pair) -> str:
 def words(word_prompts: str, **changes) -> Scenario:
     """A modeled-time scenario on the random pair (fast, with real acceptance variety), with the
     constant latency model (no profiling in tests but test_latency.py)."""
-    base = Scenario(name="words", prompts=PromptSpec(file=word_prompts), max_new_tokens=32,
-                    reward=RewardSpec(time="modeled"), latency="constant")
+    base = Scenario(
+        name="words",
+        prompts=PromptSpec(file=word_prompts),
+        max_new_tokens=32,
+        reward=RewardSpec(time="modeled"),
+        latency="constant",
+    )
     return replace(base, **changes)
 
 
@@ -134,8 +153,14 @@ def test_step_needs_a_reset_and_a_running_episode(word_prompts, pair):
 def test_step_info_reports_the_step(word_prompts, pair):
     env = SpecDecodeEnv(words(word_prompts), pair=pair)
     _, reset_info = env.reset(seed=1)
-    assert set(reset_info) >= {"domain", "prompt_index", "prompt", "split", "prompt_tokens",
-                               "generation_seed"}
+    assert set(reset_info) >= {
+        "domain",
+        "prompt_index",
+        "prompt",
+        "split",
+        "prompt_tokens",
+        "generation_seed",
+    }
     _, reward, _, _, info = env.step(np.array([4, 0]))
     assert set(info) >= STEP_INFO_KEYS
     result = info["step_result"]
@@ -169,7 +194,9 @@ def test_episode_return_sums_tokens_minus_rho_times_modeled_time_over_steps(word
         while not done:
             _, reward, done, _, info = env.step(specrl.Action(k, tau))
             result = info["step_result"]
-            modeled = sum(env.latency.step_seconds(result.context_length, result.draft_forwards, result.proposed))
+            modeled = sum(
+                env.latency.step_seconds(result.context_length, result.draft_forwards, result.proposed)
+            )
             assert info["seconds"] == pytest.approx(modeled)
             rewards.append(reward)
             expected.append((result.emitted - rho * modeled) / scale)
@@ -215,8 +242,12 @@ def test_reset_draws_from_the_split_and_honours_options(word_prompts, pair):
 
 
 def test_domain_shift_appends_a_prompt_of_the_new_domain_mid_episode(word_prompts, pair):
-    scenario = words(word_prompts, max_new_tokens=40, stop_at_eos=False,
-                     shift=(specrl.envs.DomainShift(after_tokens=16, domain="math"),))
+    scenario = words(
+        word_prompts,
+        max_new_tokens=40,
+        stop_at_eos=False,
+        shift=(specrl.envs.DomainShift(after_tokens=16, domain="math"),),
+    )
     env = SpecDecodeEnv(scenario, pair=pair)
     math_prompts = json.loads(Path(word_prompts).read_text())["train"]["math"]
     transitions = play(env, [np.array([3, 0])], seed=0)
@@ -254,26 +285,38 @@ def test_shipped_scenarios_cover_every_domain_greedy_and_at_temperature_1():
     assert [(s.after_tokens, s.domain) for s in shift] == [(64, "math")]
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("tau_grd: [0.0, 0.5]", r"unknown key 'tau_grd' in the top level\. Did you mean 'tau_grid'\?"),
-    ("reward: {tme: modeled}", r"unknown key 'reward\.tme'.*Did you mean 'time'\?"),
-    ("k_max: eight", r"'k_max' must be an integer, got 'eight'"),
-    ("sampling: {temperature: -1}", r"temperature must be >= 0"),
-    ("reward: {time: wall}", r"reward\.time must be one of \('wallclock', 'modeled'\)"),
-    ("tau_grid: [0.5, 0.1]", r"strictly increasing"),
-    ("max_new_tokens: 32\nshift: [{after_tokens: 64, domain: math}]", r"after_tokens must .* between 0 and "
-                                                                        r"max_new_tokens \(32\)"),
-    ("shift: [{after_tokens: 64}]", r"'shift\[0\]' is missing \['domain'\]"),
-    ("pair: {preset: tiny, target: a, draft: b}", r"either 'preset' or 'target' and 'draft'"),
-    ("prompts: {domains: {code: -1}}", r"prompts\.domains\.code: a weight must be a number >= 0"),
-    ("prompts: {split: testing}", r"prompts\.split must be one of \('train', 'validation', 'test'\)"),
-    ("prompts: {split: heldout}", r"split 'heldout' no longer exists.*write split: validation .* or test"),
-    ("- just a list", r"the top level must be a mapping"),
-    ("k_max: [1", r"not valid YAML"),
-    ("latency: calibrate", r"latency must be one of \('calibrated', 'constant'\) or the path of a latency "
-                           r"\.json file"),
-    ("latency: 1", r"'latency' must be a string, got 1"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("tau_grd: [0.0, 0.5]", r"unknown key 'tau_grd' in the top level\. Did you mean 'tau_grid'\?"),
+        ("reward: {tme: modeled}", r"unknown key 'reward\.tme'.*Did you mean 'time'\?"),
+        ("k_max: eight", r"'k_max' must be an integer, got 'eight'"),
+        ("sampling: {temperature: -1}", r"temperature must be >= 0"),
+        ("reward: {time: wall}", r"reward\.time must be one of \('wallclock', 'modeled'\)"),
+        ("tau_grid: [0.5, 0.1]", r"strictly increasing"),
+        (
+            "max_new_tokens: 32\nshift: [{after_tokens: 64, domain: math}]",
+            r"after_tokens must .* between 0 and "
+            r"max_new_tokens \(32\)",
+        ),
+        ("shift: [{after_tokens: 64}]", r"'shift\[0\]' is missing \['domain'\]"),
+        ("pair: {preset: tiny, target: a, draft: b}", r"either 'preset' or 'target' and 'draft'"),
+        ("prompts: {domains: {code: -1}}", r"prompts\.domains\.code: a weight must be a number >= 0"),
+        ("prompts: {split: testing}", r"prompts\.split must be one of \('train', 'validation', 'test'\)"),
+        (
+            "prompts: {split: heldout}",
+            r"split 'heldout' no longer exists.*write split: validation .* or test",
+        ),
+        ("- just a list", r"the top level must be a mapping"),
+        ("k_max: [1", r"not valid YAML"),
+        (
+            "latency: calibrate",
+            r"latency must be one of \('calibrated', 'constant'\) or the path of a latency "
+            r"\.json file",
+        ),
+        ("latency: 1", r"'latency' must be a string, got 1"),
+    ],
+)
 def test_invalid_scenario_files_are_refused_naming_file_and_key(tmp_path, text, message):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
@@ -303,18 +346,35 @@ def test_prompts_the_pair_lacks_are_refused_when_the_env_is_built(tmp_path, word
 
 
 @pytest.mark.slow
-def test_run_controller_script_runs_every_controller_on_shipped_scenarios(tiny_home, tmp_path, capsys,
-                                                                         monkeypatch):
+def test_run_controller_script_runs_every_controller_on_shipped_scenarios(
+    tiny_home, tmp_path, capsys, monkeypatch
+):
     # The shipped scenarios' `latency: calibrated`, without profiling: the constant model.
     monkeypatch.setattr(specrl.latency, "calibrated", lambda pair, **_: CONSTANT)
     spec = importlib.util.spec_from_file_location("run_controller", REPO / "experiments/run_controller.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    results = script.main([
-        "--preset", "tiny", "--device", "cpu", "--time", "modeled", "--episodes", "2", "--warmup", "0",
-        "--max-new-tokens", "72", "--scenarios", "code", "code_to_math_t1",
-        "--json", str(tmp_path / "r.json"),
-    ])
+    results = script.main(
+        [
+            "--preset",
+            "tiny",
+            "--device",
+            "cpu",
+            "--time",
+            "modeled",
+            "--episodes",
+            "2",
+            "--warmup",
+            "0",
+            "--max-new-tokens",
+            "72",
+            "--scenarios",
+            "code",
+            "code_to_math_t1",
+            "--json",
+            str(tmp_path / "r.json"),
+        ]
+    )
     assert json.loads((tmp_path / "r.json").read_text()) == results
     expected = {"static:0", "static:4", "tcp", "tcp-tau0.25", "hf-heuristic", "hf-confidence"}
     for name in ("code", "code_to_math_t1"):

@@ -76,7 +76,9 @@ def test_greedy_replay_equals_the_real_env_step_by_step(close_pair, shifted, gre
 
 
 @pytest.mark.slow
-def test_long_greedy_replay_equals_the_real_env_with_every_feature_window_full(close_pair, prompt_file, latency):
+def test_long_greedy_replay_equals_the_real_env_with_every_feature_window_full(
+    close_pair, prompt_file, latency
+):
     """Episodes of 110 tokens with small k: more proposing steps than the longest feature window
     (LONG_WINDOW), so every window statistic is compared after it has filled and started to evict."""
     long = scenario(prompt_file, max_new_tokens=110)
@@ -132,7 +134,9 @@ def test_long_sampled_replay_matches_the_real_env_in_law_with_full_windows(close
 
     real_rows = final_statistics(real, [{"seed": 500 + i} for i in range(16)])
     sim_rows = final_statistics(sim, [{"seed": i, "options": {"trace_index": i}} for i in range(len(traces))])
-    error = np.sqrt(real_rows.var(axis=0, ddof=1) / len(real_rows) + sim_rows.var(axis=0, ddof=1) / len(sim_rows))
+    error = np.sqrt(
+        real_rows.var(axis=0, ddof=1) / len(real_rows) + sim_rows.var(axis=0, ddof=1) / len(sim_rows)
+    )
     difference = np.abs(real_rows.mean(axis=0) - sim_rows.mean(axis=0))
     assert (difference < 4 * error).all(), (real_rows.mean(axis=0), sim_rows.mean(axis=0), error)
     assert (real_rows[:, 3].std() > 0) and (0.1 < real_rows[:, 3].mean() < 0.95)  # sampled, partial
