@@ -2,8 +2,8 @@
 
 A speculative step costs ``draft_forwards`` single-token draft forwards plus one target
 forward over ``proposed + 1`` new tokens (DESIGN.md section 2). :meth:`LatencyModel.step_seconds`
-is the one definition of a step's modeled time (:meth:`LatencyModel.step_seconds_array` is the
-same for arrays of steps); both envs, the trace simulator and the oracle use it.
+is the one definition of a step's modeled time; both envs, the trace simulator and the oracle
+use it.
 
 The model, per sampling mode ("greedy": temperature 0; "sampled": temperature > 0), on a grid
 of context lengths::
@@ -199,7 +199,6 @@ class LatencyModel:
         self._reset_caches()
 
     def _reset_caches(self) -> None:
-        self._tables: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         # context -> (first draft, next draft, target by n): see step_seconds
         self._rows: dict[int, tuple[float, float, list[float]]] = {}
 
@@ -314,7 +313,7 @@ class LatencyModel:
         if draft_forwards < 0 or proposed < 0:
             raise ValueError(f"draft_forwards and proposed must be >= 0, got {draft_forwards}, {proposed}")
         # Simulators call this tens of thousands of times a second: the values at a context
-        # length are computed once (by the same vectorised path as the other methods) and kept.
+        # length are computed once (by the same interpolation as the other methods) and kept.
         row = self._rows.get(context_length)
         if row is None:
             self._check_context(context_length)
@@ -331,29 +330,6 @@ class LatencyModel:
         )
         return draft, verify
 
-    def step_seconds_array(
-        self,
-        context_lengths: np.ndarray,
-        draft_forwards: np.ndarray,
-        proposed: np.ndarray,
-        context_window: int,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`step_seconds` for arrays of steps at once (the vectorised simulator's path).
-
-        ``context_window`` bounds the context lengths (dense tables up to it are cached).
-        Returns (draft seconds, verify seconds), arrays shaped like the inputs, equal to
-        :meth:`step_seconds` element by element.
-        """
-        target, first, following = self._dense(
-            context_window, max(self.n_max, int(proposed.max(initial=0)) + 1)
-        )
-        draft = np.where(
-            draft_forwards > 0,
-            first[context_lengths] + (draft_forwards - 1) * following[context_lengths],
-            0.0,
-        )
-        return draft, target[proposed + 1, context_lengths]
-
     def seconds(self, result: StepResult) -> tuple[float, float]:
         """(draft seconds, verify seconds) of an engine step: :meth:`step_seconds` of its counts."""
         return self.step_seconds(result.context_length, result.draft_forwards, result.proposed)
@@ -363,41 +339,6 @@ class LatencyModel:
         """Plain decoding throughput: 1 / target_seconds(1, 256), at context 256
         (``PLAIN_REFERENCE_CONTEXT``: a ~100-token prompt plus a 128-token episode)."""
         return 1.0 / self.target_seconds(1, PLAIN_REFERENCE_CONTEXT)
-
-    def tables(self, context_window: int, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-        """Dense lookup tables, equal to the scalar methods element by element.
-
-        Args:
-            context_window: the largest context length to tabulate.
-            max_new_tokens: the largest number of new tokens per target forward (k_max + 1).
-
-        Returns:
-            ``target`` (max_new_tokens + 1, context_window + 1) with ``target[n, ctx]`` =
-            target_seconds(n, ctx) (row 0 is zeros), and ``draft`` (context_window + 1,) with
-            ``draft[ctx]`` = draft_seconds(ctx), the first draft forward of a step (the
-            following ones: :meth:`draft_next_seconds_table`). Read-only and cached.
-        """
-        target, first, _ = self._dense(context_window, max_new_tokens)
-        return target, first
-
-    def draft_next_seconds_table(self, context_window: int) -> np.ndarray:
-        """(context_window + 1,) seconds of each draft forward after a step's first. Read-only."""
-        return self._dense(context_window, self.n_max)[2]
-
-    def _dense(self, context_window: int, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if context_window < 0 or max_new_tokens < 0:
-            raise ValueError(
-                f"context_window and max_new_tokens must be >= 0, got {context_window}, {max_new_tokens}"
-            )
-        key = (int(context_window), int(max_new_tokens))
-        if key not in self._tables:
-            context_lengths = np.arange(context_window + 1)
-            target = self._target(np.arange(max_new_tokens + 1), context_lengths)
-            first, following = self._draft(context_lengths)
-            for array in (target, first, following):
-                array.setflags(write=False)
-            self._tables[key] = (target, first, following)
-        return self._tables[key]
 
     # ---- construction -------------------------------------------------------------------------
 
