@@ -39,9 +39,10 @@ from tqdm import tqdm
 
 import specrl
 from specrl.controllers import Controller
-from specrl.envs import EpisodeSummary, PairSpec, SpecDecodeEnv, load_scenario, run_episode, shipped_scenarios
+from specrl.envs import EpisodeSummary, PairSpec, SpecDecodeEnv, load_scenario, shipped_scenarios
 from specrl.envs.scenario import SPLITS
 from specrl.evaluation import roster
+from specrl.evaluation.compare import compare, env_players, rotating
 from specrl.io import write_text_atomic
 from specrl.tables import markdown_table
 
@@ -167,23 +168,27 @@ def main(argv: list[str] | None = None) -> dict:
     pairs: dict[PairSpec, specrl.ModelPair] = {}
     results: dict[str, dict] = {}
     tables = []
-    with tqdm(total=len(scenarios) * (args.episodes + args.warmup), desc="episodes", unit="ep") as progress:
+    trials_per_scenario = args.warmup + args.episodes * len(args.controllers)
+    with tqdm(total=len(scenarios) * trials_per_scenario, desc="episodes", unit="ep") as progress:
         for scenario in scenarios:
             spec = pair_spec(scenario.pair, args)
             if spec not in pairs:
                 pairs[spec] = spec.load()
             env = SpecDecodeEnv(scenario, pair=pairs[spec], split=args.split, time=args.time)
             controllers = {name: make_controller(name, scenario.k_max) for name in args.controllers}
-            for _ in range(args.warmup):
-                run_episode(env, next(iter(controllers.values())), seed=args.seed)
-                progress.update()
+            # the env draws episode i's prompt from its seed SEED + i; no controller always runs first
+            trials = compare(
+                env_players(env, controllers),
+                [None] * args.episodes,
+                order=rotating,
+                seed=lambda options, repeat, index: args.seed + index,
+                warmup=args.warmup,
+                warmup_players=args.controllers[:1],
+                on_trial=lambda trial: progress.update(),
+            )
             totals = {name: EpisodeSummary() for name in controllers}
-            for episode in range(args.episodes):
-                names = list(controllers)
-                shift = episode % len(names)  # rotate the order: no controller always runs first
-                for name in names[shift:] + names[:shift]:
-                    totals[name].add(run_episode(env, controllers[name], seed=args.seed + episode))
-                progress.update()
+            for trial in trials:
+                totals[trial.player].add(trial.record)
             time = env.scenario.reward.time
             tables.append(format_table(scenario.name, time, totals))
             results[scenario.name] = {

@@ -31,14 +31,16 @@ import platform
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from scipy.stats import spearmanr
 
-from specrl.controllers import HFHeuristicController, StaticController, TCPController
+from specrl.controllers import Controller, HFHeuristicController, StaticController, TCPController
 from specrl.engine.types import GenerationStats
 from specrl.envs import EpisodeSummary, SpecDecodeEnv, load_scenario
+from specrl.evaluation.compare import compare
 from specrl.io import write_text_atomic
 from specrl.latency import LatencyModel, calibrated
 from specrl.tables import markdown_table
@@ -76,37 +78,54 @@ def add_step(totals: EpisodeSummary, result, draft_seconds: float, verify_second
     )
 
 
+def play_priced(env: SpecDecodeEnv, make: Callable[[], Controller], trace, seed: int):
+    """A fresh controller on ``trace``'s prompt with reset seed ``seed``: the (modeled, wall-clock)
+    totals of the same real steps, priced by ``env.latency`` and by the device clock."""
+    controller = make()
+    observation, _ = env.reset(
+        seed=seed, options={"domain": trace.domain, "prompt_index": trace.prompt_index}
+    )
+    controller.reset()
+    modeled, wallclock = EpisodeSummary(), EpisodeSummary()
+    done = False
+    while not done:
+        observation, _, done, _, info = env.step(controller.act(observation))
+        result = info["step_result"]
+        controller.observe(result)
+        add_step(modeled, result, *env.latency.seconds(result))
+        add_step(wallclock, result, result.draft_seconds, result.verify_seconds)
+    return modeled, wallclock
+
+
 def run_real(
     env: SpecDecodeEnv, traces: TraceSet, repeats: int
 ) -> tuple[dict[str, tuple[EpisodeSummary, EpisodeSummary]], list[float]]:
     """label -> (modeled, wall-clock) totals of each controller over the traces' episodes, and
     every episode's modeled / wall-clock seconds in run order.
 
-    The controllers take turns on each episode (same prompt, same seed), so slow phases of the
-    machine hit them alike. ``env.latency`` (the scenario's sampling mode) prices the modeled column.
-    The per-episode ratios measure the machine's own noise: the same model on the same steps.
+    The controllers take turns on each episode (same prompt, same seed: the trace's, + 100,000 per
+    repeat), in a fixed order, after one untimed warm-up episode each on the first trace
+    (:func:`~specrl.evaluation.compare.compare`), so slow phases of the machine hit them alike.
+    ``env.latency`` (the scenario's sampling mode) prices the modeled column. The per-episode
+    ratios measure the machine's own noise: the same model on the same steps.
     """
+    trials = compare(
+        {
+            label: (lambda trace, seed, make=make: play_priced(env, make, trace, seed))
+            for label, make in CONTROLLERS.items()
+        },
+        traces.traces,
+        1 if traces.greedy else repeats,
+        seed=lambda trace, repeat, index: trace.seed + 100_000 * repeat,
+        warmup=1,
+    )
     totals = {label: (EpisodeSummary(), EpisodeSummary()) for label in CONTROLLERS}
-    episode_ratios: list[float] = []
-    for repeat in range(1 if traces.greedy else repeats):
-        for trace in traces.traces:
-            for label, make in CONTROLLERS.items():
-                controller = make()
-                observation, _ = env.reset(
-                    seed=trace.seed + 100_000 * repeat,
-                    options={"domain": trace.domain, "prompt_index": trace.prompt_index},
-                )
-                controller.reset()
-                done = False
-                modeled, wallclock = totals[label]
-                before = modeled.seconds, wallclock.seconds
-                while not done:
-                    observation, _, done, _, info = env.step(controller.act(observation))
-                    result = info["step_result"]
-                    controller.observe(result)
-                    add_step(modeled, result, *env.latency.seconds(result))
-                    add_step(wallclock, result, result.draft_seconds, result.verify_seconds)
-                episode_ratios.append((modeled.seconds - before[0]) / (wallclock.seconds - before[1]))
+    for trial in trials:
+        for total, episode in zip(totals[trial.player], trial.record, strict=True):
+            total.add(episode)
+    episode_ratios = [
+        modeled.seconds / wallclock.seconds for modeled, wallclock in (t.record for t in trials)
+    ]
     return totals, episode_ratios
 
 
@@ -127,21 +146,6 @@ def machine_noise(episode_ratios: list[float], controllers: int) -> dict[str, fl
         if half
         else float("nan"),
     }
-
-
-def warm_up(env: SpecDecodeEnv, traces: TraceSet) -> None:
-    """One untimed episode per controller (caches, allocator, branch predictors)."""
-    trace = traces.traces[0]
-    for make in CONTROLLERS.values():
-        controller = make()
-        observation, _ = env.reset(
-            seed=0, options={"domain": trace.domain, "prompt_index": trace.prompt_index}
-        )
-        controller.reset()
-        done = False
-        while not done:
-            observation, _, done, _, info = env.step(controller.act(observation))
-            controller.observe(info["step_result"])
 
 
 def gap(a: float, b: float) -> float:
@@ -278,7 +282,6 @@ def main() -> None:
                 profiled = calibrated(pair, k_max=scenario.k_max, method="profile")
         traces = subset(cached_traces(scenario, SPLIT, pair), args.prompts)
         env = SpecDecodeEnv(scenario, pair=pair, split=SPLIT, time="wallclock", latency=latency)
-        warm_up(env, traces)
         real, episode_ratios = run_real(env, traces, args.repeats)
         noise[name] = machine_noise(episode_ratios, len(CONTROLLERS))
         for label, make in CONTROLLERS.items():

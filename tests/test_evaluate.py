@@ -251,3 +251,41 @@ def test_shift_plot_data_spans_both_segments_to_the_end_of_the_last_step():
         "max_new_tokens": 128,
     }
     assert segments(result) == [(0, 64, "code"), (64, 128, "math")]
+
+
+def test_compare_plays_every_player_on_each_episode_with_one_seed_in_a_fresh_order():
+    from specrl.evaluation.compare import by_player, compare, paired_ratios, rotating, shuffled
+
+    played = []
+
+    def player(name):
+        def play(episode, seed):
+            played.append((name, episode, seed))
+            return f"{name}:{episode}:{seed}"
+
+        return play
+
+    players = {name: player(name) for name in ("a", "b", "c")}
+    trials = compare(
+        players,
+        ["e0", "e1"],
+        repeats=3,
+        order=shuffled(0),
+        seed=lambda episode, repeat, index: 100 * repeat + index,
+        warmup=1,
+        warmup_players=["a"],
+    )
+    assert played[0] == ("a", "e0", 0)  # the warm-up, untimed
+    assert len(trials) == 3 * 2 * 3 and len(played) == 1 + len(trials)
+    for repeat in range(3):
+        for index in range(2):
+            group = [t for t in trials if t.repeat == repeat and t.episode == index]
+            assert sorted(t.player for t in group) == ["a", "b", "c"]  # everyone, once
+            assert {t.seed for t in group} == {100 * repeat + index}  # on the same draws
+    orders = [tuple(t.player for t in trials[i : i + 3]) for i in range(0, len(trials), 3)]
+    assert len(set(orders)) > 1  # a fresh order per episode
+    grid = by_player(trials, list(players))
+    assert grid["b"][2] == ["b:e0:200", "b:e1:201"]
+    assert rotating(["a", "b", "c"], 0, 4) == ["b", "c", "a"]
+    ratios = paired_ratios({"ppo": [2.0, 4.0, 3.0], "tcp": [1.0, 4.0, 2.0]}, "ppo")
+    assert ratios == {"ppo": 1.0, "tcp": 1.5}

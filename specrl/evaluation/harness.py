@@ -21,7 +21,6 @@ included), in hindsight on the same measurements; the report says so.
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from specrl.controllers.base import Controller
 from specrl.envs.scenario import Scenario
 from specrl.envs.spec_decode import SpecDecodeEnv
 from specrl.evaluation import roster
+from specrl.evaluation.compare import by_player, compare, shuffled
 from specrl.evaluation.runs import EpisodeRecord, StepRecorder, aggregate, hf_episode, play, trajectory
 from specrl.evaluation.simulator import Simulator, SimulatorRun
 from specrl.hf_baseline import (
@@ -254,25 +254,21 @@ def run_interleaved(
     name: str,
 ) -> dict[str, list[list[EpisodeRecord]]]:
     """``warmup`` untimed passes over the first episode, then ``repeats`` passes over the plan,
-    every row on every episode, rows shuffled (seeded) per episode. Returns row -> repeat -> episodes."""
-    order = random.Random(settings.seed)
-    results: dict[str, list[list[EpisodeRecord]]] = {row: [] for row in runners}
+    every row on every episode (its own seed), rows shuffled (seeded) per episode
+    (:func:`~specrl.evaluation.compare.compare`). Returns row -> repeat -> episodes."""
     total = len(runners) * (settings.warmup + settings.repeats * len(plan))
     with tqdm(
         total=total, desc=f"{name} real loop", unit="ep", disable=not settings.progress, dynamic_ncols=True
     ) as bar:
-        for _ in range(settings.warmup):
-            for run in runners.values():
-                run(plan[0])
-                bar.update()
-        for _ in range(settings.repeats):
-            for rows in results.values():
-                rows.append([])
-            for episode in plan:
-                for row in order.sample(list(runners), len(runners)):
-                    results[row][-1].append(runners[row](episode))
-                    bar.update()
-    return results
+        trials = compare(
+            {row: (lambda episode, seed, run=run: run(episode)) for row, run in runners.items()},
+            plan,
+            settings.repeats,
+            order=shuffled(settings.seed),
+            warmup=settings.warmup,
+            on_trial=lambda trial: bar.update(),
+        )
+    return by_player(trials, list(runners))
 
 
 def build_rows(

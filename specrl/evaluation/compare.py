@@ -1,0 +1,142 @@
+"""The one real-loop comparison loop: every player (a controller in an env, or HF ``generate``)
+on every episode, repeated, in an order that spreads the machine's slow and fast phases over
+all of them alike, each player of an episode on the same random draws (the same reset seed).
+
+Used by the evaluation harness, ``experiments/train_ppo.py`` (its real-loop check),
+``experiments/run_controller.py`` and ``experiments/sim_vs_real.py``; each keeps its own
+protocol by choosing the order and the seeds:
+
+- order: :func:`shuffled` (a seeded random order per episode), :func:`rotating` (episode i starts
+  with player i) or :func:`fixed`; any ``(names, repeat, index) -> names`` works;
+- seeds: :func:`episode_seed_of` (the episode's own seed in every repeat) or any
+  ``(episode, repeat, index) -> seed``.
+
+Paired ratios (:func:`paired_ratio`) compare two players within each repeat, so drift of the
+machine between repeats cancels.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import gymnasium as gym
+
+from specrl.controllers.base import Controller
+from specrl.envs.rollout import EpisodeSummary, run_episode
+
+R = TypeVar("R")
+#: Plays one episode with the given reset seed and returns what it measured.
+Player = Callable[[Any, int], R]
+#: The players' run order for one episode: (names, repeat, episode index) -> names.
+Order = Callable[[list[str], int, int], list[str]]
+#: The reset seed of an episode in a repeat: (episode, repeat, episode index) -> seed.
+SeedRule = Callable[[Any, int, int], int]
+
+
+@dataclass(frozen=True)
+class Trial(Generic[R]):
+    """One played episode: who, which repeat, which episode (index into the plan), its seed and
+    what the player returned."""
+
+    player: str
+    repeat: int
+    episode: int
+    seed: int
+    record: R
+
+
+def shuffled(seed: int) -> Order:
+    """A fresh random order for every episode, from ``random.Random(seed)``."""
+    rng = random.Random(seed)
+    return lambda names, repeat, index: rng.sample(names, len(names))
+
+
+def rotating(names: list[str], repeat: int, index: int) -> list[str]:
+    """Episode i starts with player i (mod the number of players): none always runs first."""
+    shift = index % len(names)
+    return names[shift:] + names[:shift]
+
+
+def fixed(names: list[str], repeat: int, index: int) -> list[str]:
+    """The players in the order given, on every episode."""
+    return list(names)
+
+
+def episode_seed_of(episode: Any, repeat: int, index: int) -> int:
+    """The episode's own ``seed``, the same in every repeat."""
+    return episode.seed
+
+
+def compare(
+    players: Mapping[str, Player[R]],
+    episodes: Sequence[Any],
+    repeats: int = 1,
+    *,
+    order: Order = fixed,
+    seed: SeedRule = episode_seed_of,
+    warmup: int = 0,
+    warmup_players: Sequence[str] | None = None,
+    on_trial: Callable[[Trial[R] | None], None] | None = None,
+) -> list[Trial[R]]:
+    """Play every player on every episode, ``repeats`` times; return the timed trials in run order.
+
+    First ``warmup`` untimed passes of ``warmup_players`` (default: all) over the first episode
+    with its repeat-0 seed; then, for each repeat and each episode, every player in the order
+    ``order`` gives, all on the seed ``seed`` gives (so they see the same random draws).
+    ``on_trial`` is called after every episode played (with None for a warm-up one), e.g. to move
+    a progress bar.
+    """
+    names = list(players)
+    for _ in range(warmup):
+        for name in names if warmup_players is None else warmup_players:
+            players[name](episodes[0], seed(episodes[0], 0, 0))
+            if on_trial is not None:
+                on_trial(None)
+    trials: list[Trial[R]] = []
+    for repeat in range(repeats):
+        for index, episode in enumerate(episodes):
+            episode_seed = seed(episode, repeat, index)
+            for name in order(names, repeat, index):
+                trial = Trial(name, repeat, index, episode_seed, players[name](episode, episode_seed))
+                trials.append(trial)
+                if on_trial is not None:
+                    on_trial(trial)
+    return trials
+
+
+def env_players(env: gym.Env, controllers: Mapping[str, Controller]) -> dict[str, Player[EpisodeSummary]]:
+    """Each controller as a player in ``env``: an episode is the reset's ``options`` (a dict, or None
+    to let the env draw the prompt from the seed), the record its :class:`EpisodeSummary`."""
+    return {
+        name: (lambda options, seed, controller=controller: run_episode(env, controller, seed, options))
+        for name, controller in controllers.items()
+    }
+
+
+def tokens_per_s(summaries: Sequence[EpisodeSummary]) -> float:
+    """Total tokens over total seconds of some episodes (one repeat's, say)."""
+    seconds = sum(s.seconds for s in summaries)
+    return sum(s.tokens for s in summaries) / seconds if seconds > 0 else 0.0
+
+
+def by_player(trials: Sequence[Trial[R]], players: Sequence[str]) -> dict[str, list[list[R]]]:
+    """Records as ``result[player][repeat][episode]`` (episodes in plan order)."""
+    repeats = 1 + max((t.repeat for t in trials), default=-1)
+    result: dict[str, list[list[Any]]] = {name: [[] for _ in range(repeats)] for name in players}
+    for trial in sorted(trials, key=lambda t: (t.repeat, t.episode)):
+        result[trial.player][trial.repeat].append(trial.record)
+    return result
+
+
+def paired_ratio(ours: Sequence[float], theirs: Sequence[float]) -> float:
+    """The median over repeats of ours / theirs within the same repeat."""
+    return statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
+
+
+def paired_ratios(per_repeat: Mapping[str, Sequence[float]], ours: str) -> dict[str, float]:
+    """``ours``'s :func:`paired_ratio` to every player (itself included: 1)."""
+    return {name: paired_ratio(per_repeat[ours], values) for name, values in per_repeat.items()}
