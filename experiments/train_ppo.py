@@ -49,15 +49,17 @@ from tqdm.auto import tqdm
 from specrl.controllers import HFHeuristicController, StaticController, TCPController
 from specrl.controllers.learned import LearnedController
 from specrl.controllers.stop_rules import AcceptancePredictor, AdaEDLController, SpecDecPPController
-from specrl.envs import ScenarioError, SpecDecodeEnv, VecTraceReplay, load_scenario, run_episode
+from specrl.envs import ScenarioError, SpecDecodeEnv, VecTraceReplay, load_scenario
+from specrl.evaluation.compare import by_player, compare, env_players, paired_ratios, tokens_per_s
 from specrl.export import export_policy, verify_parity
 from specrl.io import write_text_atomic
-from specrl.latency import calibrated
+from specrl.latency import calibrated, latency_path
 from specrl.oracle import best_static, clairvoyant_bound
 from specrl.tables import markdown_table
 from specrl.traces import cached_traces
 from specrl.training import (
     RULES,
+    RUN_RECORD,
     Checkpoints,
     ScenarioMix,
     SpecdecMetrics,
@@ -67,8 +69,10 @@ from specrl.training import (
     evaluate_controller,
     evaluate_policy,
     hyperparameter_table,
+    run_record,
     save_state,
     tensorboard_writer,
+    write_run_record,
 )
 from specrl.tuning import fit_acceptance_predictor, tuned_rules
 
@@ -228,6 +232,19 @@ def main() -> None:
         run_dir = Path(args.runs_dir) / f"{label}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir.mkdir(parents=True, exist_ok=True)
         state = {"timesteps": 0, "command": command}
+        run = run_record(
+            command=command,
+            seed=args.seed,
+            arguments=vars(args),
+            hyperparameters=hyper,
+            budget=budget,
+            scenarios=scenarios,
+            pair=pair.name,
+            latency_file=latency_path(pair),
+        )
+        write_run_record(run_dir, run)
+    # The record of how the run started; a resumed run keeps it (its commit is the first session's).
+    record = json.loads((run_dir / RUN_RECORD).read_text()) if (run_dir / RUN_RECORD).is_file() else None
     # The per-token stop dimension applies a logistic acceptance predictor fitted on the train
     # traces; it is part of the run (a resumed run keeps it) and of the exported policy.
     predictor = None if args.no_stop else run_predictor(run_dir, train.values())
@@ -379,6 +396,7 @@ def main() -> None:
             "run_dir": str(run_dir),
         },
         command=command,
+        provenance=record,
     )
     observations = np.random.default_rng(0).random((2000, mix.observation_space.shape[0])).astype(np.float32)
     verify_parity(best, folder, observations, obs_normalizer=best_normalizer)
@@ -543,22 +561,29 @@ def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict], pred
             for index in range(args.validate_prompts)
         ]
         jobs.append((name, env, controllers, episodes))
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(args.seed)  # one order stream over every scenario
+
+    def order(names: list[str], repeat: int, index: int) -> list[str]:
+        return list(rng.permutation(names))
+
     for name, env, controllers, episodes in jobs:
-        run_episode(env, controllers["plain"], seed=0, options=episodes[0])  # warm-up
-        throughput = {c: [] for c in controllers}
-        for repeat in tqdm(range(args.validate_repeats), desc=f"real loop {name}"):
-            totals = {c: [0, 0.0] for c in controllers}
-            for index, options in enumerate(episodes):
-                for c in rng.permutation(list(controllers)):
-                    seed = episode_seed(args.seed, repeat, index)
-                    summary = run_episode(env, controllers[c], seed=seed, options=options)
-                    totals[c][0] += summary.tokens
-                    totals[c][1] += summary.seconds
-            for c, (tokens, seconds) in totals.items():
-                throughput[c].append(tokens / seconds)
+        with tqdm(total=1 + len(controllers) * args.validate_repeats * len(episodes), desc=name) as bar:
+            trials = compare(
+                env_players(env, controllers),
+                episodes,
+                args.validate_repeats,
+                order=order,
+                seed=lambda options, repeat, index: episode_seed(args.seed, repeat, index),
+                warmup=1,
+                warmup_players=["plain"],
+                on_trial=lambda trial: bar.update(),
+            )
+        throughput = {
+            c: [tokens_per_s(summaries) for summaries in repeats]
+            for c, repeats in by_player(trials, list(controllers)).items()
+        }
         median = {c: statistics.median(v) for c, v in throughput.items()}
-        paired = {c: paired_ratio(throughput["ppo"], v) for c, v in throughput.items()}
+        paired = paired_ratios(throughput, "ppo")
         best_rule = max(REAL_RULES, key=median.__getitem__)
         static = controllers["static"].action
         cells = [f"{median[c]:.1f}" for c in names[:-2]] + [
@@ -573,11 +598,6 @@ def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict], pred
     header = ["scenario", "plain", "tcp", "hf-heuristic", "adaedl", "specdec++", "best static", "PPO"]
     header += ["PPO / plain", "PPO / TCP", "PPO / best static", "PPO / best rule (which)"]
     return markdown_table(header, lines)
-
-
-def paired_ratio(ours: list[float], theirs: list[float]) -> float:
-    """The median over repeats of ours / theirs within the same repeat."""
-    return statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
 
 
 if __name__ == "__main__":

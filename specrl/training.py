@@ -7,6 +7,7 @@ and the SB3 callbacks that log ``specdec/`` scalars and keep checkpoints.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import TensorBoardOutputFormat
 
@@ -23,6 +25,7 @@ from specrl.envs import EpisodeSummary, Scenario, TraceReplayEnv, run_episode
 from specrl.envs.vec_replay import SubEnvVecEnv, VecTraceReplay
 from specrl.io import write_text_atomic
 from specrl.latency import LatencyModel
+from specrl.provenance import git_commit
 from specrl.tables import markdown_table
 from specrl.traces import TraceSet
 
@@ -248,6 +251,56 @@ class Checkpoints(BaseCallback):
             self.last = self.num_timesteps
             self.save()
         return True
+
+
+# ---- the run folder's record (rl-baselines3-zoo style) -------------------------------------
+
+RUN_RECORD, RUN_CONFIG = "run.json", "config.yaml"
+
+
+def file_record(path: str | Path) -> dict[str, Any]:
+    """A file by path and content: ``{"path", "sha256"}`` (sha256 None when it does not exist)."""
+    path = Path(path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    return {"path": str(path), "sha256": digest}
+
+
+def run_record(
+    *,
+    command: str,
+    seed: int,
+    arguments: dict[str, Any],
+    hyperparameters: dict[str, Any],
+    budget: dict[str, Any],
+    scenarios: Sequence[Scenario],
+    pair: str,
+    latency_file: str | Path,
+) -> dict[str, Any]:
+    """Everything that made a training run: the git commit (:func:`specrl.provenance.git_commit`),
+    the command and its parsed arguments, the seed, the PPO hyperparameters and the budget as
+    resolved (the YAML with the command line's overrides), every scenario in full (defaults
+    filled in) and the latency file used (path and sha256). JSON-ready; ``export_policy`` keeps it
+    as the policy's provenance."""
+    return {
+        "git_commit": git_commit(),
+        "command": command,
+        "seed": seed,
+        "arguments": {
+            key: str(value) if isinstance(value, Path) else value for key, value in arguments.items()
+        },
+        "ppo": dict(hyperparameters),
+        "train": dict(budget),
+        "scenarios": {scenario.name: scenario.to_dict() for scenario in scenarios},
+        "pair": pair,
+        "latency_file": file_record(latency_file),
+    }
+
+
+def write_run_record(run_dir: Path, record: dict[str, Any]) -> None:
+    """``run.json`` and the same as ``config.yaml`` in the run folder, each written atomically."""
+    write_text_atomic(run_dir / RUN_RECORD, json.dumps(record, indent=2, default=str))
+    plain = json.loads(json.dumps(record, default=str))  # tuples and paths as YAML's plain lists and strings
+    write_text_atomic(run_dir / RUN_CONFIG, yaml.safe_dump(plain, sort_keys=False))
 
 
 def save_state(path: Path, state: dict[str, Any]) -> None:

@@ -90,6 +90,7 @@ def smoke(tiny_home, tmp_path_factory):
     return out, results
 
 
+@pytest.mark.slow  # the smoke evaluation run: about 40 s
 def test_smoke_run_writes_json_markdown_plots_and_tensorboard_with_a_row_per_controller(smoke):
     out, results = smoke
     assert json.loads((out / "results.json").read_text()) == results
@@ -156,6 +157,7 @@ def test_smoke_run_writes_json_markdown_plots_and_tensorboard_with_a_row_per_con
     assert events.Scalars("eval/code/plain/speedup_over_plain_real")[0].value == pytest.approx(1.0)
 
 
+@pytest.mark.slow  # the smoke evaluation run: about 40 s
 def test_the_oracle_bounds_every_controller_and_the_greedy_replay_matches_the_real_loop(smoke):
     _, results = smoke
     if not results["simulator"]["available"]:

@@ -3,6 +3,7 @@ TensorBoard, exports a policy that loads and decodes, and an interrupted run res
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -12,9 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import specrl
+
+# Every test here runs the training script on the tiny pair: seconds to minutes each.
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = [
@@ -109,6 +114,18 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
     metadata = json.loads((folder / "metadata.json").read_text())
     assert metadata["pair"] == "specrl-zoo-tiny" and metadata["scenarios"] == ["code", "code_t1"]
     assert "train_ppo.py" in metadata["command"]
+    # rl-zoo's run folder: commit, resolved config, seed and latency file, the same in the policy
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record == yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert record["seed"] == 0 and record["arguments"]["policy_name"] == "smoke"
+    assert set(record["scenarios"]) == {"code", "code_t1"} and record["ppo"]["gamma"] > 0
+    assert record["scenarios"]["code"]["max_new_tokens"] > 0  # in full, defaults filled in
+    latency = Path(record["latency_file"]["path"])
+    assert (
+        latency.is_file()
+        and record["latency_file"]["sha256"] == hashlib.sha256(latency.read_bytes()).hexdigest()
+    )
+    assert "git_commit" in record and metadata["provenance"] == record
     _, pair = tiny_home
     controller = specrl.LearnedController.load(folder)
     out = specrl.SpeculativeDecoder(pair, controller).generate(
