@@ -3,6 +3,7 @@
 ``experiments/evaluate.py`` is the command; the pieces:
 
 - :mod:`~specrl.evaluation.roster`: controllers by name, held-out episode plans;
+- :mod:`~specrl.evaluation.compare`: the one real-loop comparison loop (every script's), paired ratios;
 - :mod:`~specrl.evaluation.runs`: playing episodes (ours and HF ``generate``), aggregating rows;
 - :mod:`~specrl.evaluation.simulator`: trace replay, the oracle and the static grid;
 - :mod:`~specrl.evaluation.harness`: one scenario, every row, side by side;
