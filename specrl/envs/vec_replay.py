@@ -107,7 +107,7 @@ class VecTraceReplay(SubEnvVecEnv):
         if seed is not None:
             self.seed(seed)
         self._actions: np.ndarray | None = None
-        self._counts = np.zeros((len(EPISODE_COUNTS) + 1, num_envs))  # + the return
+        self._counts = self._zero_counts()  # per row: EPISODE_COUNTS and the return
 
     # ---- episodes ------------------------------------------------------------------------------
 
@@ -118,7 +118,7 @@ class VecTraceReplay(SubEnvVecEnv):
         ]
         self._reset_seeds()
         self._reset_options()
-        self._counts[:] = 0.0
+        self._counts = self._zero_counts()
         return np.stack(observations)
 
     def start_traces(self, traces: Sequence[int], seeds: Sequence[int] | None = None) -> np.ndarray:
@@ -133,7 +133,7 @@ class VecTraceReplay(SubEnvVecEnv):
             env.reset(seed=None if seed is None else int(seed), options={"trace_index": int(trace)})[0]
             for env, trace, seed in zip(self.envs, traces, seeds, strict=True)
         ]
-        self._counts[:] = 0.0
+        self._counts = self._zero_counts()
         return np.stack(observations)
 
     # ---- VecEnv ----------------------------------------------------------------------------
@@ -143,10 +143,15 @@ class VecTraceReplay(SubEnvVecEnv):
         observations, infos = [], []
         rewards = np.zeros(self.num_envs, dtype=np.float32)
         dones = np.zeros(self.num_envs, dtype=bool)
-        counts = self._counts
         for row, (env, action) in enumerate(zip(self.envs, actions, strict=True)):
             observation, reward, terminated, truncated, info = env.step(action)
-            counts[:, row] += (1.0, info["proposed"], info["accepted"], info["k"], info["tau"], reward)
+            counts = self._counts[row]  # plain floats: numpy per row would cost more than the step
+            counts[0] += 1.0
+            counts[1] += info["proposed"]
+            counts[2] += info["accepted"]
+            counts[3] += info["k"]
+            counts[4] += info["tau"]
+            counts[5] += reward
             rewards[row] = reward
             ended = {}
             if terminated or truncated:
@@ -160,19 +165,21 @@ class VecTraceReplay(SubEnvVecEnv):
     def _episode_info(self, env: TraceReplayEnv, row: int, observation: np.ndarray) -> dict[str, Any]:
         """The info of a row whose episode just ended (and forget its totals)."""
         tokens, seconds = env.episode_tokens, env.episode_seconds
-        counts = self._counts[:, row]
+        counts, self._counts[row] = self._counts[row], [0.0] * (len(EPISODE_COUNTS) + 1)
         info = {
             "terminal_observation": observation,
             "episode_tokens": tokens,
             "episode_seconds": seconds,
             "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
-            "episode_return": float(counts[-1]),
-            **dict(zip(EPISODE_COUNTS, counts[:-1].tolist(), strict=True)),
+            "episode_return": counts[-1],
+            **dict(zip(EPISODE_COUNTS, counts[:-1], strict=True)),
             "domain": env.trace.domain,
             "trace_index": env.trace_index,
         }
-        counts[:] = 0.0
         return info
+
+    def _zero_counts(self) -> list[list[float]]:
+        return [[0.0] * (len(EPISODE_COUNTS) + 1) for _ in range(self.num_envs)]
 
     def _checked(self, actions: np.ndarray | None) -> np.ndarray:
         """``actions`` as integers of shape (num_envs, 2 or 3), or a ValueError naming the problem."""
