@@ -60,9 +60,7 @@ def main() -> None:
     )
     parser.add_argument("--scenarios", nargs="+", default=["code", "prose_t1"], help="scenarios to replay")
     parser.add_argument("--steps", type=int, default=50_000, help="single-env steps per repeat")
-    parser.add_argument(
-        "--widths", type=int, nargs="+", default=[16, 128], help="vectorised env sizes"
-    )
+    parser.add_argument("--widths", type=int, nargs="+", default=[16, 128], help="vectorised env sizes")
     parser.add_argument("--repeats", type=int, default=3, help="repeats (median reported)")
     parser.add_argument("--out", default="results/bench_replay", help="output stem (.json, .md)")
     args = parser.parse_args()

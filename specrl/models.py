@@ -81,9 +81,7 @@ def _load(name: str, role: str, device: torch.device, dtype: torch.dtype, trust_
     source = _check_source(name, role)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=dtype, trust_remote_code=trust_remote_code
-        )
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, trust_remote_code=trust_remote_code)
     except OSError as error:
         raise PairError(
             f"could not load the {role} model '{name}': {error}\nIf the Hub is unreachable, "
@@ -92,8 +90,9 @@ def _load(name: str, role: str, device: torch.device, dtype: torch.dtype, trust_
     return tokenizer, model.to(device).eval()
 
 
-def check_tokenizers(target_tok: PreTrainedTokenizerBase, draft_tok: PreTrainedTokenizerBase,
-                     target_name: str, draft_name: str) -> None:
+def check_tokenizers(
+    target_tok: PreTrainedTokenizerBase, draft_tok: PreTrainedTokenizerBase, target_name: str, draft_name: str
+) -> None:
     """Refuse a pair whose tokenizers map text to different ids; say how they differ."""
     target_vocab, draft_vocab = target_tok.get_vocab(), draft_tok.get_vocab()
     if target_vocab != draft_vocab:

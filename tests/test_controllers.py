@@ -23,8 +23,13 @@ from specrl.engine.types import Action, StepResult
 def outcome(accepted: int, proposed: int, confidences: list[float] | None = None) -> StepResult:
     """A verification that proposed ``proposed`` draft tokens and accepted the first ``accepted``."""
     return StepResult(
-        action=Action(proposed, 0.0), k=proposed, proposed=proposed, accepted=accepted, emitted=accepted + 1,
-        draft_seconds=0.0, verify_seconds=0.0,
+        action=Action(proposed, 0.0),
+        k=proposed,
+        proposed=proposed,
+        accepted=accepted,
+        emitted=accepted + 1,
+        draft_seconds=0.0,
+        verify_seconds=0.0,
         confidences=confidences if confidences is not None else [0.9] * proposed,
         accepted_mask=[i < accepted for i in range(proposed)],
     )
@@ -109,10 +114,18 @@ def test_tcp_confidence_cut_variant_and_names():
     assert "tau=0.25" in repr(cut)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"window": 0}, {"low": 0.9, "high": 0.8}, {"step": 0}, {"k_min": 0}, {"initial_k": 9},
-    {"k_min": 6}, {"tau": 1.5},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"window": 0},
+        {"low": 0.9, "high": 0.8},
+        {"step": 0},
+        {"k_min": 0},
+        {"initial_k": 9},
+        {"k_min": 6},
+        {"tau": 1.5},
+    ],
+)
 def test_tcp_rejects_invalid_parameters(kwargs):
     with pytest.raises(ValueError):
         TCPController(**kwargs)
@@ -266,8 +279,16 @@ def test_hf_confidence_with_heuristic_draft_length():
     assert HFConfidenceController(k_max=None).act(None).k == 20
 
 
-@pytest.mark.parametrize("kwargs", [{"initial_threshold": 0.0}, {"initial_threshold": 1.2},
-                                    {"num_assistant_tokens": 0}, {"k_max": 0}, {"false_negative_cost": 0}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"initial_threshold": 0.0},
+        {"initial_threshold": 1.2},
+        {"num_assistant_tokens": 0},
+        {"k_max": 0},
+        {"false_negative_cost": 0},
+    ],
+)
 def test_hf_confidence_rejects_invalid_parameters(kwargs):
     with pytest.raises(ValueError):
         HFConfidenceController(**kwargs)
@@ -292,8 +313,9 @@ def greedy_case(pair):
 
 
 @pytest.mark.parametrize(("controller", "first_action"), CONTROLLERS, ids=[c.name for c, _ in CONTROLLERS])
-def test_every_controller_decodes_exactly_the_plain_greedy_output(pair, greedy_case, controller,
-                                                                  first_action):
+def test_every_controller_decodes_exactly_the_plain_greedy_output(
+    pair, greedy_case, controller, first_action
+):
     assert isinstance(controller, Controller)
     prompt, expected = greedy_case
     decoder = specrl.SpeculativeDecoder(pair, controller)

@@ -56,7 +56,7 @@ def test_cached_logits_equal_full_recompute_after_accepts_and_rejections(pair):
             assert cached.length <= tokens.shape[1] - 1
             with torch.inference_mode():
                 full = cached.model(tokens).logits[0, -1]
-                step_logits = cached.feed(tokens[:, cached.length:])[0, -1]
+                step_logits = cached.feed(tokens[:, cached.length :])[0, -1]
                 cached.rollback(tokens.shape[1] - 1)
             torch.testing.assert_close(step_logits, full, atol=1e-4, rtol=1e-4)
         assert generation.target.length == tokens.shape[1] - 1

@@ -24,18 +24,37 @@ SETTINGS = GenerationSettings(max_new_tokens=100, context_window=200, vocab_size
 INDEX = {name: i for i, name in enumerate(FEATURE_NAMES)}
 
 
-def step(k, proposed, accepted, confidences=(), entropies=None, probs=None, tau=0.0, draft_s=0.0,
-         verify_s=0.01, context=100, emitted=None, stopped=False) -> StepResult:
+def step(
+    k,
+    proposed,
+    accepted,
+    confidences=(),
+    entropies=None,
+    probs=None,
+    tau=0.0,
+    draft_s=0.0,
+    verify_s=0.01,
+    context=100,
+    emitted=None,
+    stopped=False,
+) -> StepResult:
     confidences = list(confidences)
     if probs is None:  # greedy-style: 1 for the accepted run, 0 after
         probs = [1.0] * accepted + [0.0] * (proposed - accepted)
     return StepResult(
-        action=Action(k, tau), k=k, proposed=proposed, accepted=accepted,
-        emitted=accepted + 1 if emitted is None else emitted, draft_seconds=draft_s, verify_seconds=verify_s,
-        confidences=confidences, entropies=list(entropies or [1.0] * len(confidences)),
+        action=Action(k, tau),
+        k=k,
+        proposed=proposed,
+        accepted=accepted,
+        emitted=accepted + 1 if emitted is None else emitted,
+        draft_seconds=draft_s,
+        verify_seconds=verify_s,
+        confidences=confidences,
+        entropies=list(entropies or [1.0] * len(confidences)),
         accepted_mask=[i < accepted for i in range(proposed)],
         acceptance_probs=list(probs),
-        stopped_by_tau=stopped, context_length=context,
+        stopped_by_tau=stopped,
+        context_length=context,
     )
 
 
@@ -53,8 +72,9 @@ def test_vector_has_fixed_length_version_and_documented_names():
 
 
 def test_initial_vector_before_any_step():
-    settings = GenerationSettings(max_new_tokens=100, context_window=200, vocab_size=64, temperature=1.0,
-                                  batch_size=4)
+    settings = GenerationSettings(
+        max_new_tokens=100, context_window=200, vocab_size=64, temperature=1.0, batch_size=4
+    )
     values = features(FeatureTracker(settings, prompt_length=50))
     assert values["context_fraction"] == pytest.approx(0.25)
     assert values["temperature"] == pytest.approx(0.5)
@@ -69,8 +89,21 @@ def test_scripted_history_gives_the_documented_values():
     tracker.update(step(4, 4, 1, [0.9, 0.3, 0.5, 0.2], draft_s=0.004, verify_s=0.010, context=55))
     tracker.update(step(0, 0, 0, [], verify_s=0.008, context=57))  # a plain step
     assert features(tracker)["steps_since_draft"] == pytest.approx(1 / 16)
-    tracker.update(step(3, 1, 0, [0.6, 0.4], entropies=[1.0, 2.0], probs=[0.25], tau=0.5, draft_s=0.002,
-                        verify_s=0.009, context=58, stopped=True))
+    tracker.update(
+        step(
+            3,
+            1,
+            0,
+            [0.6, 0.4],
+            entropies=[1.0, 2.0],
+            probs=[0.25],
+            tau=0.5,
+            draft_s=0.002,
+            verify_s=0.009,
+            context=58,
+            stopped=True,
+        )
+    )
     values = features(tracker)
     expected = {
         "acceptance_short": 5 / 9,  # (4 + 1 + 0) / (4 + 4 + 1): the plain step does not count
@@ -117,11 +150,20 @@ def test_every_feature_stays_finite_and_in_range_on_random_and_extreme_histories
         k = rng.choice([0, 1, 3, 8, 40])
         proposed = rng.randint(0, k)
         accepted = rng.randint(0, proposed)
-        tracker.update(step(
-            k, proposed, accepted, [rng.random() for _ in range(proposed + rng.randint(0, 1) if k else 0)],
-            entropies=None, tau=rng.random(), draft_s=rng.choice([0.0, 1e-4, 5.0]),
-            verify_s=rng.choice([0.0, 1e-3, 1e-9]), context=rng.randint(1, 500), stopped=rng.random() < 0.3,
-        ))
+        tracker.update(
+            step(
+                k,
+                proposed,
+                accepted,
+                [rng.random() for _ in range(proposed + rng.randint(0, 1) if k else 0)],
+                entropies=None,
+                tau=rng.random(),
+                draft_s=rng.choice([0.0, 1e-4, 5.0]),
+                verify_s=rng.choice([0.0, 1e-3, 1e-9]),
+                context=rng.randint(1, 500),
+                stopped=rng.random() < 0.3,
+            )
+        )
         vector = tracker.vector()
         assert np.isfinite(vector).all() and (vector >= 0).all() and (vector <= 1).all()
 
@@ -156,11 +198,13 @@ class Recording:
 
 def test_decoder_gives_the_controller_the_feature_vector_of_its_history(pair):
     controller = Recording(specrl.TCPController())
-    out = specrl.SpeculativeDecoder(pair, controller).generate(prompts(1, pair.vocab_size)[0],
-                                                               max_new_tokens=30, stop_at_eos=False)
+    out = specrl.SpeculativeDecoder(pair, controller).generate(
+        prompts(1, pair.vocab_size)[0], max_new_tokens=30, stop_at_eos=False
+    )
     assert len(controller.observations) == len(out.steps)
-    settings = GenerationSettings(max_new_tokens=30, context_window=pair.context_length,
-                                  vocab_size=pair.vocab_size, temperature=0.0)
+    settings = GenerationSettings(
+        max_new_tokens=30, context_window=pair.context_length, vocab_size=pair.vocab_size, temperature=0.0
+    )
     tracker = FeatureTracker(settings, prompt_length=len(out.prompt_ids))
     for observation, result in zip(controller.observations, out.steps, strict=True):
         assert observation.shape == (N_FEATURES,)

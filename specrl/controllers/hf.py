@@ -74,8 +74,11 @@ def roc_curve(
     return fpr, tpr, np.r_[np.inf, s[last_of_run]]
 
 
-def min_cost_threshold(labels: Sequence[int] | np.ndarray, scores: Sequence[float] | np.ndarray,
-                       false_negative_cost: float = HF_FALSE_NEGATIVE_COST) -> float:
+def min_cost_threshold(
+    labels: Sequence[int] | np.ndarray,
+    scores: Sequence[float] | np.ndarray,
+    false_negative_cost: float = HF_FALSE_NEGATIVE_COST,
+) -> float:
     """The ROC threshold minimising ``fpr + false_negative_cost * fnr`` (HF's rule).
 
     Ties go to the highest threshold (the first minimum in decreasing threshold order, as
@@ -296,8 +299,9 @@ class HFConfidenceController:
         self._matched.extend([1] * result.accepted + [0] * (labelled - result.accepted))
         if len(self._matched) >= HF_MIN_ROC_SAMPLES and 0 in self._matched and 1 in self._matched:
             # Recorded confidences are probabilities, so the threshold is a valid tau.
-            self.tau = min(1.0, max(0.0, min_cost_threshold(
-                self._matched, self._confidences, self.false_negative_cost)))
+            self.tau = min(
+                1.0, max(0.0, min_cost_threshold(self._matched, self._confidences, self.false_negative_cost))
+            )
         if self.heuristic_k:
             self.k = _heuristic_next_k(self.k, result, self.k_max)
 

@@ -1,7 +1,7 @@
 """Gymnasium environments for choosing (k, tau); registered on import.
 
-    env = gymnasium.make("specrl/SpecDecode-v0", scenario="envs/code.yaml")     # the real loop
-    env = gymnasium.make("specrl/TraceReplay-v0", scenario="envs/code.yaml")    # replayed traces
+env = gymnasium.make("specrl/SpecDecode-v0", scenario="envs/code.yaml")     # the real loop
+env = gymnasium.make("specrl/TraceReplay-v0", scenario="envs/code.yaml")    # replayed traces
 """
 
 from gymnasium.envs.registration import register, registry

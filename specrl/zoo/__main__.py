@@ -19,13 +19,22 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--preset", choices=sorted(PRESETS), default="small", help="pair size")
     b.add_argument("--seed", type=int, default=0, help="seed of the whole build")
     b.add_argument("--out", default=None, help="output directory (default: the cache)")
-    b.add_argument("--ship", action="store_true",
-                   help="write float16 weights into the package (specrl/zoo/weights/<preset>)")
+    b.add_argument(
+        "--ship",
+        action="store_true",
+        help="write float16 weights into the package (specrl/zoo/weights/<preset>)",
+    )
     b.add_argument("--device", default=None, help="training device (default: cuda if present)")
     args = parser.parse_args(argv)
     out = shipped_dir(args.preset) if args.ship else (args.out or cached_dir(args.preset, args.seed))
-    path = build(args.preset, args.seed, out, save_dtype=torch.float16 if args.ship else None,
-                 device=args.device, command="python -m specrl.zoo " + " ".join(sys.argv[1:]))
+    path = build(
+        args.preset,
+        args.seed,
+        out,
+        save_dtype=torch.float16 if args.ship else None,
+        device=args.device,
+        command="python -m specrl.zoo " + " ".join(sys.argv[1:]),
+    )
     card = json.loads((path / "card.json").read_text())
     print(json.dumps({"dir": str(path), "heldout": card["heldout"]}, indent=2))
 

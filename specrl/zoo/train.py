@@ -35,9 +35,7 @@ def train_tokenizer(texts: Iterator[str], vocab_size: int) -> PreTrainedTokenize
     )
 
 
-def encode_streams(
-    tokenizer: PreTrainedTokenizerFast, docs: dict[str, list[str]]
-) -> dict[str, np.ndarray]:
+def encode_streams(tokenizer: PreTrainedTokenizerFast, docs: dict[str, list[str]]) -> dict[str, np.ndarray]:
     """Each domain's documents as one token stream, documents separated by EOS."""
     eos = tokenizer.eos_token_id
     streams = {}
