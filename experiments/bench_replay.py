@@ -25,11 +25,10 @@ import gymnasium
 import numpy as np
 import torch
 
-from specrl.envs import TRACE_REPLAY_ID, TraceReplayEnv, load_scenario
+from specrl.envs import TRACE_REPLAY_ID, TraceReplayEnv, cached_traces, load_scenario
 from specrl.envs.vec_replay import VecTraceReplay
 from specrl.io import write_text_atomic
 from specrl.latency import calibrated
-from specrl.traces import cached_traces
 
 
 def single_steps_per_s(env, steps: int, seed: int) -> float:

@@ -32,12 +32,11 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from specrl.envs import load_scenario
+from specrl.envs import cached_traces, load_scenario
 from specrl.io import write_text_atomic
 from specrl.latency import calibrated
 from specrl.oracle import best_static, best_static_per_trace, clairvoyant_bound
 from specrl.tables import markdown_table
-from specrl.traces import cached_traces
 
 DEFAULT_SCENARIOS = ["code", "prose", "math", "mixed", "code_t1", "prose_t1", "license", "license_t1"]
 

@@ -12,7 +12,7 @@ real steps priced by the latency model ("real modeled"). The gaps split the simu
   the real loop runs ``--repeats`` seeds).
 
 The scenario's latency model (``latency: calibrated``: learned from the loop, see
-specrl/latency.py) prices the simulator; ``--baseline profile`` also prices it with the
+specrl/latency/) prices the simulator; ``--baseline profile`` also prices it with the
 isolated-forward profile (the model before the loop-learned one) against the same real runs,
 so before and after are compared on one measurement. Real runs interleave the controllers per
 episode (the same prompt and seed for each in turn), after an untimed warm-up, so machine
@@ -39,12 +39,12 @@ from scipy.stats import spearmanr
 
 from specrl.controllers import Controller, HFHeuristicController, StaticController, TCPController
 from specrl.engine.types import GenerationStats
-from specrl.envs import EpisodeSummary, SpecDecodeEnv, load_scenario
+from specrl.envs import EpisodeSummary, SpecDecodeEnv, cached_traces, load_scenario
 from specrl.evaluation.compare import compare
 from specrl.io import write_text_atomic
 from specrl.latency import LatencyModel, calibrated
 from specrl.tables import markdown_table
-from specrl.traces import TraceSet, cached_traces
+from specrl.traces import TraceSet
 from specrl.training import evaluate_controller
 
 CONTROLLERS = {

@@ -9,7 +9,7 @@ With no arguments, on the embedded default pair:
    scenarios (greedy and temperature 1; code/prose/math mixed, code->math, C headers, Perl)
    on their train traces, evaluating on their validation traces against the TCP heuristic
    every --eval-freq steps and keeping the best (checkpoint selection sees validation only);
-3. exports the best policy to policies/<name>/ (TorchScript + metadata, parity-checked);
+3. exports the best policy to policies/<name>/ (a torch.export program + metadata, parity-checked);
 4. prints the comparison on test traces in the simulator (PPO vs TCP vs best static in
    hindsight vs the HF heuristic vs the clairvoyant oracle), the unseen license domain
    included, then validates in the real loop (wall clock, test prompts, medians over repeats).
@@ -42,6 +42,7 @@ import numpy as np
 import torch
 import yaml
 from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 from tqdm.auto import tqdm
@@ -49,18 +50,16 @@ from tqdm.auto import tqdm
 from specrl.controllers import HFHeuristicController, StaticController, TCPController
 from specrl.controllers.learned import LearnedController
 from specrl.controllers.stop_rules import AcceptancePredictor, AdaEDLController, SpecDecPPController
-from specrl.envs import ScenarioError, SpecDecodeEnv, VecTraceReplay, load_scenario
+from specrl.envs import ScenarioError, SpecDecodeEnv, VecTraceReplay, cached_traces, load_scenario
 from specrl.evaluation.compare import by_player, compare, env_players, paired_ratios, tokens_per_s
 from specrl.export import export_policy, verify_parity
 from specrl.io import write_text_atomic
 from specrl.latency import calibrated, latency_path
 from specrl.oracle import best_static, clairvoyant_bound
 from specrl.tables import markdown_table
-from specrl.traces import cached_traces
 from specrl.training import (
     RULES,
     RUN_RECORD,
-    Checkpoints,
     ScenarioMix,
     SpecdecMetrics,
     ValidationEvaluation,
@@ -68,6 +67,7 @@ from specrl.training import (
     episode_seed,
     evaluate_controller,
     evaluate_policy,
+    every,
     hyperparameter_table,
     run_record,
     save_state,
@@ -167,11 +167,11 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-class Progress(Checkpoints):
+class Progress(BaseCallback):
     """A tqdm bar over env steps."""
 
     def __init__(self, total: int, start: int) -> None:
-        super().__init__(lambda: None, 1 << 62)
+        super().__init__()
         self.bar = tqdm(total=total, initial=start, unit="step", desc="PPO", smoothing=0.1)
 
     def _on_step(self) -> bool:
@@ -302,15 +302,12 @@ def main() -> None:
         venv.save(str(run_dir / "best_vecnormalize.pkl"))  # the observation statistics of that moment
 
     evaluation = ValidationEvaluation(
-        lambda: evaluate(policy_predict(model, venv if normalize else None)),
-        budget["eval_freq"],
-        save_best,
-        state,
+        lambda: evaluate(policy_predict(model, venv if normalize else None)), save_best, state
     )
     callbacks = [
         SpecdecMetrics(tau_grid, stop_grid=stop_grid),
-        evaluation,
-        Checkpoints(save_checkpoint, budget["checkpoint_freq"]),
+        every(budget["eval_freq"], evaluation),
+        every(budget["checkpoint_freq"], save_checkpoint),
         Progress(budget["total_timesteps"], state["timesteps"]),
     ]
     model.set_logger(configure(str(run_dir), ["csv", "tensorboard"]))

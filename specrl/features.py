@@ -54,10 +54,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specrl.engine.types import StepResult
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: the engine's decoder imports this module
     from specrl.engine.generation import Generation
+    from specrl.engine.types import StepResult
 
 FEATURE_VERSION = 1
 

@@ -17,10 +17,11 @@ import numpy as np
 
 from specrl.controllers.base import Controller
 from specrl.controllers.stop_rules import AcceptancePredictor, AdaEDLController, SpecDecPPController
+from specrl.envs import cached_traces
 from specrl.envs.scenario import Scenario, ScenarioError, load_scenario
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
-from specrl.traces import TraceSet, cached_traces
+from specrl.traces import TraceSet
 from specrl.training import evaluate_controller
 
 SPECDECPP_THRESHOLDS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)

@@ -12,9 +12,9 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import specrl
-from specrl.envs import DomainShift, PromptSpec, RewardSpec, Scenario
+from specrl.envs import DomainShift, PromptSpec, RewardSpec, Scenario, collect_traces
 from specrl.latency import LatencyModel
-from specrl.traces import TraceSet, collect_traces
+from specrl.traces import TraceSet
 
 # The models here are tiny: one thread is faster than two fighting over the cores.
 torch.set_num_threads(1)

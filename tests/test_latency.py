@@ -24,6 +24,7 @@ from specrl.envs import (
     SpecDecodeEnv,
     TraceReplayEnv,
     VecTraceReplay,
+    collect_traces,
     load_scenario,
 )
 from specrl.latency import (
@@ -43,7 +44,6 @@ from specrl.latency import (
 )
 from specrl.latency import calibrate as calibration  # calibrated() calls its learn and profile
 from specrl.latency.isotonic import isotonic, tolerant_isotonic
-from specrl.traces import collect_traces
 
 REPO = Path(__file__).resolve().parent.parent
 GRID = [8, 40, 100]

@@ -10,10 +10,10 @@ from conftest import scenario
 from test_replay import random_actions
 
 from specrl.controllers import StaticController, TCPController
-from specrl.envs import TraceReplayEnv, run_episode
+from specrl.envs import TraceReplayEnv, collect_traces, run_episode
 from specrl.envs.replay import replay_step
 from specrl.oracle import best_static, best_static_per_trace, clairvoyant, clairvoyant_bound, realisations
-from specrl.traces import Segment, Trace, collect_traces
+from specrl.traces import Segment, Trace
 
 
 def hand_segment(accepts: list[bool], confidence: float = 0.9) -> Segment:

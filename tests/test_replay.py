@@ -19,9 +19,10 @@ from specrl.envs import (
     SpecDecodeEnv,
     TraceReplayEnv,
     VecTraceReplay,
+    collect_traces,
 )
 from specrl.features import CONFIDENCE_WINDOW, COST_WINDOW, LONG_WINDOW
-from specrl.traces import TRACE_FORMAT_VERSION, TraceError, TraceSet, collect_traces
+from specrl.traces import TRACE_FORMAT_VERSION, TraceError, TraceSet
 
 
 def random_actions(rng: np.random.Generator, n: int, k_max: int = 8, n_tau: int = 10) -> list[np.ndarray]:

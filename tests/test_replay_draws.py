@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from specrl.controllers import StaticController
-from specrl.envs import TraceReplayEnv, VecTraceReplay
-from specrl.traces import collect_traces
+from specrl.envs import TraceReplayEnv, VecTraceReplay, collect_traces
 from specrl.training import evaluate_controller, evaluate_policy
 
 

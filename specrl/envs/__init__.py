@@ -7,7 +7,7 @@ env = gymnasium.make("specrl/TraceReplay-v0", scenario="envs/code.yaml")    # re
 from gymnasium.envs.registration import register, registry
 
 from specrl.envs.actions import InvalidActionError, to_engine_action
-from specrl.envs.cost_model import CostModel
+from specrl.envs.recording import cached_traces, collect_traces, record_episode
 from specrl.envs.reward import step_reward
 from specrl.envs.rollout import EpisodeSummary, run_episode
 from specrl.envs.scenario import (
@@ -22,6 +22,7 @@ from specrl.envs.scenario import (
 )
 from specrl.envs.spec_decode import SpecDecodeEnv
 from specrl.envs.trace_replay import TraceReplayEnv
+from specrl.latency import CostModel
 
 SPEC_DECODE_ID = "specrl/SpecDecode-v0"
 TRACE_REPLAY_ID = "specrl/TraceReplay-v0"
@@ -49,7 +50,10 @@ __all__ = [
     "SpecDecodeEnv",
     "TraceReplayEnv",
     "VecTraceReplay",
+    "cached_traces",
+    "collect_traces",
     "load_scenario",
+    "record_episode",
     "run_episode",
     "shipped_scenarios",
     "step_reward",

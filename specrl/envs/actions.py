@@ -11,7 +11,7 @@ from gymnasium import spaces
 from specrl.engine.types import Action, StopRule
 
 if TYPE_CHECKING:
-    from specrl.controllers.stop_rules import AcceptancePredictor
+    from specrl.acceptance import AcceptancePredictor
     from specrl.envs.scenario import Scenario
 
 

@@ -17,7 +17,7 @@ The keys and the dataclass that holds each section::
     tau_grid, stop_grid                 Scenario: lists of thresholds in [0, 1]
     reward: {...}                       RewardSpec: time, reference_tokens_per_s, scale
     latency                             Scenario: calibrated | constant | PATH.json (see below)
-    cost_model: {...}                   CostModel (specrl.envs.cost_model): draft_forward_s,
+    cost_model: {...}                   CostModel (specrl.latency.cost_model): draft_forward_s,
                                         target_forward_s, target_per_token_s
     shift: [...]                        DomainShift per item: {after_tokens, domain}; see SpecDecodeEnv
 
@@ -59,8 +59,7 @@ import yaml
 
 import specrl.latency
 from specrl.engine.sampling import SamplingConfig
-from specrl.envs.cost_model import CostModel
-from specrl.latency import LatencyModel, device_key
+from specrl.latency import CostModel, LatencyModel, device_key
 from specrl.models import ModelPair, load_pair
 from specrl.zoo.corpus import SPLITS
 

@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
-from specrl.controllers.stop_rules import AcceptancePredictor
+from specrl.acceptance import AcceptancePredictor
 from specrl.envs.scenario import Scenario
 from specrl.envs.trace_replay import TraceReplayEnv
 from specrl.latency import LatencyModel

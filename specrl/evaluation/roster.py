@@ -127,7 +127,7 @@ def episode_plan(
     """The first ``per_domain`` prompts of each start domain (positive weight), in order.
 
     Episode i is reset with seed ``seed + i``: the same plan as
-    :func:`specrl.traces.collect_traces` with ``prompts_per_domain=per_domain``, so a real-loop
+    :func:`specrl.envs.collect_traces` with ``prompts_per_domain=per_domain``, so a real-loop
     episode and the trace of the same index decode the same thing.
     """
     jobs = [

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specrl.controllers.stop_rules import AcceptancePredictor, PredictorError
+from specrl.acceptance import AcceptancePredictor, PredictorError
 from specrl.export.layout import (
     FORMAT_NAME,
     FORMAT_VERSION,

@@ -11,13 +11,15 @@ import tempfile
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from specrl.controllers.stop_rules import AcceptancePredictor
+from specrl.acceptance import AcceptancePredictor
 from specrl.export.layout import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -70,13 +72,19 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable: {value!r}")
 
 
+def specrl_version() -> str:
+    """The installed specrl's version (its package metadata: no import of specrl itself)."""
+    try:
+        return package_version("specrl")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def _versions() -> dict[str, str]:
     import stable_baselines3
 
-    import specrl  # at call time: specrl/__init__ imports this package
-
     return {
-        "specrl": specrl.__version__,
+        "specrl": specrl_version(),
         "torch": torch.__version__,
         "stable_baselines3": stable_baselines3.__version__,
     }

@@ -18,6 +18,7 @@ Two ways to measure, same model:
 
 The package, one concern per module; each imports only the ones above it in this list:
 
+- :mod:`~specrl.latency.cost_model`: :class:`CostModel`, the constants of the ``constant`` model.
 - :mod:`~specrl.latency.fileformat`: the JSON file (format, version, keys, checks, I/O);
   :class:`LatencyError`.
 - :mod:`~specrl.latency.model`: :class:`LatencyModel` (tables, interpolation, the step
@@ -32,6 +33,7 @@ The package, one concern per module; each imports only the ones above it in this
 """
 
 from specrl.latency.calibrate import METHODS, calibrated
+from specrl.latency.cost_model import CostModel
 from specrl.latency.fileformat import (
     KINDS,
     LATENCY_FORMAT,
@@ -53,6 +55,7 @@ from specrl.latency.records import LOOP_INCLUDED, StepRecords, calibration_actio
 from specrl.latency.store import device_key, latency_path
 
 __all__ = [
+    "CostModel",
     "INCLUDED",
     "KINDS",
     "LARGEST_DEFAULT_CONTEXT",

@@ -36,13 +36,14 @@ import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import StepResult
 from specrl.latency import fileformat
+from specrl.latency.cost_model import CostModel
 from specrl.latency.fileformat import (
     COST_KEYS,
     KINDS,
@@ -51,9 +52,6 @@ from specrl.latency.fileformat import (
     MODES,
     LatencyError,
 )
-
-if TYPE_CHECKING:  # specrl.envs imports this module: no runtime import back
-    from specrl.envs.cost_model import CostModel
 
 # plain_tokens_per_s is read at this context: a prompt of ~100 tokens plus a 128-token episode.
 PLAIN_REFERENCE_CONTEXT = 256
@@ -355,8 +353,6 @@ class LatencyModel:
         the sampling mode, target = target_forward_s + target_per_token_s * (n - 1), every draft
         forward draft_forward_s."""
         if cost_model is None:
-            from specrl.envs.cost_model import CostModel  # runtime import: envs imports this module
-
             cost_model = CostModel()
         first, extra = cost_model.target_forward_s, cost_model.target_per_token_s
         # Two rows are enough: the linear extrapolation in n continues them exactly.
