@@ -28,7 +28,7 @@ Run from the repository root:
     python experiments/evaluate.py --scenarios code code_to_math --episodes 4 --repeats 5
     python experiments/evaluate.py --preset tiny --sim-prompts-per-domain 1 --repeats 1 \\
         --max-new-tokens 72 --latency constant --scenarios code code_to_math   # smoke run
-    python experiments/update_readme.py EVALUATION --evaluation results/evaluate/<run>
+    python experiments/results_index.py      # results/README.md (list the run in its SECTIONS)
 
 The defaults aim at minutes of real loop on a 2-core CPU (11 rows x 3 repeats x 1 episode per
 scenario); on first use missing traces and the pair's latency profile are collected and

@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 import yaml
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback, EveryNTimesteps
 from stable_baselines3.common.logger import TensorBoardOutputFormat
 
+from specrl.acceptance import AcceptancePredictor
 from specrl.controllers.base import Controller
-from specrl.controllers.stop_rules import AcceptancePredictor
 from specrl.envs import EpisodeSummary, Scenario, TraceReplayEnv, run_episode
 from specrl.envs.vec_replay import SubEnvVecEnv, VecTraceReplay
 from specrl.io import write_text_atomic
@@ -205,25 +205,22 @@ class SpecdecMetrics(BaseCallback):
 
 
 class ValidationEvaluation(BaseCallback):
-    """Checkpoint selection. Every ``every`` env steps: ``evaluate()`` (the deterministic policy
-    on the validation traces of each scenario in the simulator, against TCP on the same traces;
-    never test traces); ``save_best()`` when the ratio to TCP is the best so far."""
+    """Checkpoint selection, run by SB3's ``EveryNTimesteps`` (:func:`every`): ``evaluate()``
+    (the deterministic policy on the validation traces of each scenario in the simulator, against
+    TCP on the same traces; never test traces); ``save_best()`` when the ratio to TCP is the best
+    so far."""
 
     def __init__(
         self,
         evaluate: Callable[[], dict[str, Any]],
-        every: int,
         save_best: Callable[[], None],
         state: dict[str, Any],
     ) -> None:
         super().__init__()
-        self.evaluate, self.every, self.save_best, self.state = evaluate, every, save_best, state
-        self.last = 0
+        self.evaluate, self.save_best, self.state = evaluate, save_best, state
 
     def _on_step(self) -> bool:
-        if self.num_timesteps - self.last >= self.every:
-            self.last = self.num_timesteps
-            self.run()
+        self.run()
         return True
 
     def run(self) -> float:
@@ -239,18 +236,18 @@ class ValidationEvaluation(BaseCallback):
         return ratio
 
 
-class Checkpoints(BaseCallback):
-    """Saves the model and the run state every ``every`` env steps (atomically)."""
+def every(steps: int, callback: BaseCallback | Callable[[], None]) -> EveryNTimesteps:
+    """``callback`` (a callback, or a function of no arguments) every ``steps`` env steps, by SB3's
+    own counter."""
+    if not isinstance(callback, BaseCallback):
+        function = callback
 
-    def __init__(self, save: Callable[[], None], every: int) -> None:
-        super().__init__()
-        self.save, self.every, self.last = save, every, 0
+        def call(_locals: dict[str, Any], _globals: dict[str, Any]) -> bool:
+            function()
+            return True
 
-    def _on_step(self) -> bool:
-        if self.num_timesteps - self.last >= self.every:
-            self.last = self.num_timesteps
-            self.save()
-        return True
+        callback = ConvertCallback(call)
+    return EveryNTimesteps(steps, callback)
 
 
 # ---- the run folder's record (rl-baselines3-zoo style) -------------------------------------

@@ -1,9 +1,8 @@
 """The outputs of an evaluation run: ``results.json``, ``results.md`` and TensorBoard scalars.
 
 ``results.md`` starts with a header (command, machine, settings), then ``## Summary`` (ratio
-tables over scenarios and the latency-spread comparison), then ``## Per scenario``;
-``experiments/update_readme.py EVALUATION --evaluation RUN_DIR`` pastes everything above
-``## Per scenario`` into the README.
+tables over scenarios and the latency-spread comparison), then ``## Per scenario``.
+``experiments/results_index.py`` shows a run's ``results.md`` in ``results/README.md``.
 """
 
 from __future__ import annotations
@@ -238,13 +237,6 @@ def render_markdown(results: dict) -> str:
         md.append(scenario_table(result))
         md += [""] + [f"- {note}" for note in scenario_notes(result)] + [""]
     return "\n".join(md) + "\n"
-
-
-def readme_block(results_md: str) -> str:
-    """The part of ``results.md`` the README shows: the header and the summary (everything above the
-    per-scenario tables), without the title and the ``## Summary`` heading."""
-    head = results_md.split(PER_SCENARIO_HEADING, 1)[0].split("\n", 1)[1]
-    return head.replace("## Summary\n\n", "", 1).strip() + "\n"
 
 
 # ---- TensorBoard ----------------------------------------------------------------------------------
