@@ -135,6 +135,7 @@ def chi_square_p_value(counts: torch.Tensor, law: torch.Tensor) -> float:
     return float(chisquare(observed[keep].numpy(), expected.numpy()).pvalue)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "k,tau,sampling",
     [
@@ -152,6 +153,7 @@ def test_speculative_sampling_matches_target_law(small_vocab_pair, k, tau, sampl
     assert chi_square_p_value(counts, law) > 1e-3
 
 
+@pytest.mark.slow
 def test_chi_square_catches_resampling_from_p_instead_of_the_residual(small_vocab_pair, monkeypatch):
     """The test above has power: the classic bug (resample from p after a rejection) fails it."""
     monkeypatch.setattr(step_module, "residual", lambda p, q: p)

@@ -94,6 +94,7 @@ def play(env: SpecDecodeEnv, actions, seed: int):
 # ---- Gymnasium API ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_registered_as_nondeterministic_and_made_from_a_shipped_scenario_path(tiny_home):
     _, pair = tiny_home
     assert gymnasium.spec(SPEC_DECODE_ID).nondeterministic is True

@@ -143,6 +143,7 @@ def test_long_sampled_replay_matches_the_real_env_in_law_with_full_windows(close
     assert (real_rows[:, 3].std() > 0) and (0.1 < real_rows[:, 3].mean() < 0.95)  # sampled, partial
 
 
+@pytest.mark.slow
 def test_sampled_replay_matches_the_real_acceptance_per_draft_position(close_pair, prompt_file, latency):
     """Static k = 3 at temperature 1: P(accept | proposed) at draft positions 1..3, real env vs
     replay, each over 40 independently sampled episodes; within 4 standard errors."""

@@ -183,6 +183,7 @@ def header_index(name: str, run_dir: Path) -> int:
     return (run_dir / "progress.csv").read_text().splitlines()[0].split(",").index(name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", [["--total-timesteps", "-5"]])
 def test_a_negative_budget_is_refused(tiny_home, tmp_path, bad):
     done = train(tiny_home, tmp_path, *bad, "--validate-scenarios")

@@ -8,14 +8,13 @@ import pytest
 import torch
 
 import specrl
-from specrl.envs import load_scenario, shipped_scenarios
+from specrl.envs import cached_traces, load_scenario, shipped_scenarios
 from specrl.traces import (
     DEFAULT_PROMPTS_PER_DOMAIN,
     TraceError,
     TraceSet,
     cache_key,
     cache_parts,
-    cached_traces,
 )
 from specrl.zoo import build
 from specrl.zoo.build import shipped_dir

@@ -1,7 +1,7 @@
 """The simulator columns: controllers replayed on test traces, the clairvoyant oracle and the
 best static (k, tau) in hindsight, all under the scenario's latency model (modeled time).
 
-The trace-replay simulator (``specrl.envs.trace_replay``), the traces (``specrl.traces``) and
+The trace-replay simulator (``specrl.envs.trace_replay``), the traces (``specrl.envs.recording``) and
 the bounds (``specrl.oracle``) are separate modules, gathered here so that the harness takes
 one object (or, with ``--no-sim``, the reason the columns are absent).
 """
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+import specrl.envs.recording
 import specrl.envs.trace_replay
 import specrl.oracle
-import specrl.traces
 from specrl.controllers.base import Controller
 from specrl.envs.scenario import Scenario
 from specrl.evaluation.roster import Episode
@@ -27,14 +27,14 @@ from specrl.models import ModelPair
 class Simulator:
     """The simulator modules."""
 
-    traces: ModuleType
+    recording: ModuleType
     trace_replay: ModuleType
     oracle: ModuleType
 
 
 def load_simulator() -> Simulator:
     """The simulator modules."""
-    return Simulator(specrl.traces, specrl.envs.trace_replay, specrl.oracle)
+    return Simulator(specrl.envs.recording, specrl.envs.trace_replay, specrl.oracle)
 
 
 class SimulatorRun:
@@ -59,7 +59,7 @@ class SimulatorRun:
         self.simulator, self.scenario, self.seed = simulator, scenario, seed
         self.latency = latency.for_sampling(scenario.sampling)  # the oracle prices steps with it
         split = scenario.prompts.split
-        self.traces = simulator.traces.cached_traces(
+        self.traces = simulator.recording.cached_traces(
             scenario, split, pair, prompts_per_domain=prompts_per_domain, seed=seed, progress=progress
         )
         self.env = simulator.trace_replay.TraceReplayEnv(
