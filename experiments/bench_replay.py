@@ -29,6 +29,7 @@ from specrl.envs import TRACE_REPLAY_ID, TraceReplayEnv, cached_traces, load_sce
 from specrl.envs.vec_replay import VecTraceReplay
 from specrl.io import write_text_atomic
 from specrl.latency import calibrated
+from specrl.tables import markdown_table
 
 
 def single_steps_per_s(env, steps: int, seed: int) -> float:
@@ -96,11 +97,12 @@ def main() -> None:
             print(f"{name:>10} {label:>24}: {median:>12,.0f} steps/s ({median / base:.1f}x)", flush=True)
 
     machine = f"{platform.machine()}, {os.cpu_count()} logical CPUs, one thread"
-    lines = ["| scenario | env | steps/s | vs single |", "|---|---|---:|---:|"]
-    lines += [
-        f"| {r['scenario']} | {r['env']} | {r['steps_per_s']:,.0f} | {r['vs_single']:.1f}x |" for r in rows
-    ]
-    text = "\n".join(lines) + f"\n\nMedian of {args.repeats} repeats. Machine: {machine}.\n"
+    table = markdown_table(
+        ["scenario", "env", "steps/s", "vs single"],
+        [[r["scenario"], r["env"], f"{r['steps_per_s']:,.0f}", f"{r['vs_single']:.1f}x"] for r in rows],
+        [None, None, "right", "right"],
+    )
+    text = table + f"\n\nMedian of {args.repeats} repeats. Machine: {machine}.\n"
     write_text_atomic(Path(args.out).with_suffix(".md"), text)
     write_text_atomic(
         Path(args.out).with_suffix(".json"), json.dumps({"rows": rows, "machine": machine}, indent=2)

@@ -38,6 +38,7 @@ from specrl.controllers import LearnedController
 from specrl.engine.types import Action, StepResult, StopRule
 from specrl.export import PolicyError
 from specrl.io import write_text_atomic
+from specrl.tables import markdown_table
 
 FALLBACK_PROMPT = "def fib(n):"  # for pairs without embedded prompt sets (hub pairs)
 
@@ -180,8 +181,7 @@ def markdown(result: dict[str, Any]) -> str:
         ("mean iteration (draft + verify)", f"{result['mean_iteration_ms']:.3f} ms"),
         ("decision / iteration", f"{100 * result['share_of_iteration']:.2f} %"),
     ]
-    lines = ["# Policy decision overhead", "", "| measure | value |", "|---|---|"]
-    lines += [f"| {name} | {value} |" for name, value in rows]
+    lines = ["# Policy decision overhead", "", markdown_table(["measure", "value"], rows)]
     lines += ["", f"Command: `{result['command']}`", f"Date: {result['date']}", ""]
     return "\n".join(lines)
 

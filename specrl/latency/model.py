@@ -52,6 +52,7 @@ from specrl.latency.fileformat import (
     MODES,
     LatencyError,
 )
+from specrl.tables import markdown_table
 
 # plain_tokens_per_s is read at this context: a prompt of ~100 tokens plus a 128-token episode.
 PLAIN_REFERENCE_CONTEXT = 256
@@ -418,8 +419,12 @@ class LatencyModel:
 
     def to_markdown(self) -> str:
         """Per mode: target ms by n x context, draft ms (first, next) by context; the fit error."""
-        header = "| n \\ context | " + " | ".join(str(c) for c in self.contexts) + " |"
-        rule = "|---:|" + "---:|" * len(self.contexts)
+        align = ["right"] * (len(self.contexts) + 1)
+
+        def table(corner: str, rows: list[tuple[object, np.ndarray]]) -> str:
+            cells = [[label, *(f"{1e3 * s:.3f}" for s in row)] for label, row in rows]
+            return markdown_table([corner, *self.contexts], cells, align)
+
         lines = [
             f"Latency model: pair `{self.pair}`, device `{self.device}`, dtype {self.dtype}, "
             f"batch {self.batch_size} ({self.kind}). Milliseconds.",
@@ -427,18 +432,9 @@ class LatencyModel:
         for mode in MODES:
             costs = self.costs[mode]
             lines += ["", f"**{mode}**: verify (target forward over n new tokens, and what follows it):", ""]
-            lines += [header, rule]
-            for n, row in enumerate(costs.target, start=1):
-                lines.append(f"| {n} | " + " | ".join(f"{1e3 * s:.3f}" for s in row) + " |")
-            lines += [
-                "",
-                f"**{mode}**: draft forwards of a step:",
-                "",
-                header.replace("n \\ context", "draft"),
-                rule,
-            ]
-            for name, row in (("first", costs.draft_first), ("each next", costs.draft_next)):
-                lines.append(f"| {name} | " + " | ".join(f"{1e3 * s:.3f}" for s in row) + " |")
+            lines.append(table("n \\ context", list(enumerate(costs.target, start=1))))
+            lines += ["", f"**{mode}**: draft forwards of a step:", ""]
+            lines.append(table("draft", [("first", costs.draft_first), ("each next", costs.draft_next)]))
             plain = 1.0 / self.for_sampling(
                 SamplingConfig(temperature=float(mode == "sampled"))
             ).target_seconds(1, PLAIN_REFERENCE_CONTEXT)
