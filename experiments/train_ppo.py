@@ -415,9 +415,9 @@ def main() -> None:
             if real_table
             else ""
         )
-        + f"\nCommand: `{command}` ({(time.perf_counter() - started) / 60:.1f} minutes; a resumed run: "
-        f"since the resume). Machine: {platform.machine()}, {os.cpu_count()} logical CPUs, torch "
-        f"{torch.__version__} ({latency.device}).\n"
+        + f"\nCommand: `{command}` ({(time.perf_counter() - started) / 60:.1f} minutes"
+        f"{' since the resume' if args.resume else ''}). Machine: {platform.machine()}, "
+        f"{os.cpu_count()} logical CPUs, torch {torch.__version__} ({latency.device}).\n"
     )
     write_text_atomic(run_dir / "results.md", text)
     write_text_atomic(folder / "results.md", text)
