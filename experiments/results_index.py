@@ -58,6 +58,19 @@ SECTIONS = (
         ("results/train_seeds/spread.md",),
     ),
     Section(
+        "PPO policy: a fresh run after the restructuring",
+        "The README's command (seed 0) rerun after the one-replay and package changes of issue 11, "
+        "calibration cached; its exported policy stayed outside the repository, its results and "
+        "metadata (provenance: commit, config, seed, latency file) are here.",
+        "python experiments/train_ppo.py --policy-name issue11 --policies-dir /tmp/me19/pol "
+        "--runs-dir /tmp/me19/runs",
+        (
+            "results/train_seeds/restructured/results.md",
+            "results/train_seeds/restructured/metadata.json",
+            "results/train_seeds/restructured/run.json",
+        ),
+    ),
+    Section(
         "Headroom over the best static setting",
         "How much a per-prompt or per-step oracle could gain over the best static (k, tau).",
         "python experiments/headroom.py",
