@@ -126,6 +126,7 @@ SECTIONS = (
         "Env steps per second of the single and the vectorised trace-replay env.",
         "python experiments/bench_replay.py",
         ("results/bench_replay.md",),
+        "results/notes/bench_replay.md",
     ),
     Section(
         "Decoding benchmark",
