@@ -14,7 +14,8 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parents[1]
 
 
-def _git(*args: str, cwd: Path) -> str | None:
+def git_output(*args: str, cwd: Path = CHECKOUT) -> str | None:
+    """``git ARGS`` in ``cwd``: its stripped output, or None where git is missing or fails."""
     try:
         return subprocess.run(
             ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
@@ -34,12 +35,12 @@ def git_commit(checkout: str | Path | None = None) -> str | None:
         package, a copy without ``.git``) or without git.
     """
     root = Path(checkout).resolve() if checkout is not None else CHECKOUT
-    top = _git("rev-parse", "--show-toplevel", cwd=root)
+    top = git_output("rev-parse", "--show-toplevel", cwd=root)
     # An installed specrl may sit inside some other repository (a project's venv): not ours.
     if top is None or Path(top).resolve() != root:
         return None
-    commit = _git("rev-parse", "--short", "HEAD", cwd=root)
+    commit = git_output("rev-parse", "--short", "HEAD", cwd=root)
     if not commit:
         return None
-    changes = _git("status", "--porcelain", "--untracked-files=no", cwd=root)
+    changes = git_output("status", "--porcelain", "--untracked-files=no", cwd=root)
     return f"{commit}-dirty" if changes else commit

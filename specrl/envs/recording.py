@@ -110,10 +110,8 @@ def cached_traces(
     seed: int = 0,
     progress: bool = True,
 ) -> TraceSet:
-    """The scenario's traces for ``split``: loaded if shipped or cached, else collected now
-    (with progress) and cached under ``$SPECRL_HOME/traces``. ``prompts_per_domain`` defaults
-    to ``DEFAULT_PROMPTS_PER_DOMAIN[split]``. A scenario of several domains without a shift
-    joins the traces of each domain (:func:`specrl.traces.cache.load_or_collect`)."""
+    """The scenario's traces for ``split``, shipped, cached or recorded now by
+    :func:`collect_traces`: :func:`specrl.traces.cache.load_or_collect` with this collector."""
     return load_or_collect(
         scenario,
         split,

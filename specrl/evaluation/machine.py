@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import platform
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from transformers.utils import is_sklearn_available
 import specrl
 from specrl.hf_baseline import confidence_threshold_variant
 from specrl.models import ModelPair
+from specrl.provenance import git_output
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,17 +36,11 @@ def warn_if_busy(pair: ModelPair) -> None:
 
 def git_state() -> dict:
     """The repository's commit and whether the working tree has changes (None where git fails)."""
-
-    def git(*cmd: str) -> str | None:
-        try:
-            return subprocess.run(
-                ["git", *cmd], cwd=REPO, capture_output=True, text=True, timeout=10, check=True
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    status = git("status", "--porcelain")
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
+    status = git_output("status", "--porcelain", cwd=REPO)
+    return {
+        "commit": git_output("rev-parse", "HEAD", cwd=REPO),
+        "dirty": bool(status) if status is not None else None,
+    }
 
 
 def loadavg() -> list[float] | None:
