@@ -1,6 +1,6 @@
 """Evaluate every controller side by side on test prompts: simulator and real loop.
 
-For each scenario (default: every shipped one, envs/*.yaml: code, prose, math, mixed, the
+For each scenario (default: every shipped one, specrl/scenarios/*.yaml: code, prose, math, mixed, the
 code -> math shift, C headers, Perl and the unseen license domain, greedy and at temperature 1),
 in one process:
 
@@ -57,6 +57,7 @@ from specrl.evaluation import Settings, evaluate_scenario, load_policies, roster
 from specrl.evaluation.machine import command_line, loadavg, machine_info, pair_info, warn_if_busy
 from specrl.evaluation.report import render_markdown, summarize, write_tensorboard
 from specrl.evaluation.simulator import load_simulator
+from specrl.export.layout import SHIPPED_POLICY_DIR
 from specrl.hf_baseline import confidence_threshold_variant
 from specrl.io import write_text_atomic
 from specrl.plots import write_plots
@@ -76,7 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         nargs="+",
         default=None,
         metavar="SCENARIO",
-        help="scenario YAML paths or shipped names (default: every file in envs/)",
+        help="scenario YAML paths or shipped names (default: every shipped one, specrl/scenarios/)",
     )
     what.add_argument(
         "--policy",
@@ -84,8 +85,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=Path,
         default=None,
         metavar="FOLDER",
-        help="an exported policy folder, repeatable (default: policies/default); a missing "
-        "folder is reported and its row skipped",
+        help="an exported policy folder, repeatable (default: the shipped specrl/policies/default); a "
+        "missing folder is reported and its row skipped",
     )
     what.add_argument(
         "--static",
@@ -206,7 +207,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         and not args.latency.endswith(".json")
     ):
         parser.error(f"--latency must be one of {LATENCY_SOURCES} or a .json file")
-    args.policy = args.policy or [REPO / "policies" / "default"]
+    args.policy = args.policy or [SHIPPED_POLICY_DIR / "default"]
     try:
         args.static = [roster.static_name(*roster.parse_static(name)) for name in args.static]
     except roster.ControllerNameError as error:

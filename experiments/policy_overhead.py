@@ -17,8 +17,8 @@ Writes JSON (``--json``) and a markdown table (``--markdown``) and prints the ta
 
 Run from the repository root:
 
-    python experiments/policy_overhead.py policies/default                       # default pair
-    python experiments/policy_overhead.py policies/default --preset tiny --prompts 1 \\
+    python experiments/policy_overhead.py specrl/policies/default                       # default pair
+    python experiments/policy_overhead.py specrl/policies/default --preset tiny --prompts 1 \\
         --max-new-tokens 32 --calls 2000                                           # smoke run
 """
 

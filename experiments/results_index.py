@@ -47,13 +47,13 @@ SECTIONS = (
         "The default policy against every rule on test traces (simulator) and in the real loop "
         "(paired check on test prompts), as train_ppo.py wrote it next to the policy.",
         "python experiments/train_ppo.py",
-        ("policies/default/results.md", "policies/default/metadata.json"),
+        ("specrl/policies/default/results.md", "specrl/policies/default/metadata.json"),
         "results/notes/training.md",
     ),
     Section(
         "PPO policy: spread over training seeds",
         "Seeds 0, 1, 2 of the default run, ratios to the best rule per scenario.",
-        "python experiments/seed_spread.py policies/default results/train_seeds/seed1 "
+        "python experiments/seed_spread.py specrl/policies/default results/train_seeds/seed1 "
         "results/train_seeds/seed2 --out results/train_seeds/spread.md",
         ("results/train_seeds/spread.md",),
     ),
@@ -109,7 +109,7 @@ SECTIONS = (
     Section(
         "Decision overhead of a learned policy",
         "Time of the policy's decision and of the per-token stop calls, as a share of an iteration.",
-        "python experiments/policy_overhead.py policies/default --json results/policy_overhead.json "
+        "python experiments/policy_overhead.py specrl/policies/default --json results/policy_overhead.json "
         "--markdown results/policy_overhead.md",
         ("results/policy_overhead.md",),
         "results/notes/policy_overhead.md",

@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         nargs="+",
         default=None,
         metavar="SCENARIO",
-        help="scenario YAML paths or shipped names (default: every file in envs/)",
+        help="scenario YAML paths or shipped names (default: every shipped one, specrl/scenarios/)",
     )
     parser.add_argument(
         "--controllers",
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     scenarios = [load_scenario(name) for name in (args.scenarios or shipped_scenarios())]
     if not scenarios:
-        raise SystemExit("no scenarios: pass --scenarios PATH ... (envs/ holds the shipped ones)")
+        raise SystemExit("no scenarios: pass --scenarios PATH ... (specrl/scenarios/ holds the shipped ones)")
     if args.max_new_tokens is not None:
         scenarios = [replace(s, max_new_tokens=args.max_new_tokens) for s in scenarios]
     pairs: dict[PairSpec, specrl.ModelPair] = {}

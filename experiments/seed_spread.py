@@ -6,7 +6,7 @@ minimum / median / maximum over seeds of PPO's ratio to TCP, to the best rule (t
 the HF heuristic, AdaEDL, the SpecDec++-style rule and the best static setting in hindsight)
 and to the clairvoyant oracle.
 
-    python experiments/seed_spread.py policies/default results/train_seeds/seed1 \\
+    python experiments/seed_spread.py specrl/policies/default results/train_seeds/seed1 \\
         results/train_seeds/seed2 --out results/train_seeds/spread.md
 """
 

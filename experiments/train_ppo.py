@@ -9,7 +9,7 @@ With no arguments, on the embedded default pair:
    scenarios (greedy and temperature 1; code/prose/math mixed, code->math, C headers, Perl)
    on their train traces, evaluating on their validation traces against the TCP heuristic
    every --eval-freq steps and keeping the best (checkpoint selection sees validation only);
-3. exports the best policy to policies/<name>/ (a torch.export program + metadata, parity-checked);
+3. exports the best policy to specrl/policies/<name>/ (a torch.export program + metadata, parity-checked);
 4. prints the comparison on test traces in the simulator (PPO vs TCP vs best static in
    hindsight vs the HF heuristic vs the clairvoyant oracle), the unseen license domain
    included, then validates in the real loop (wall clock, test prompts, medians over repeats).
@@ -53,6 +53,7 @@ from specrl.controllers.stop_rules import AcceptancePredictor, AdaEDLController,
 from specrl.envs import ScenarioError, SpecDecodeEnv, VecTraceReplay, cached_traces, load_scenario
 from specrl.evaluation.compare import by_player, compare, env_players, paired_ratios, tokens_per_s
 from specrl.export import export_policy, verify_parity
+from specrl.export.layout import SHIPPED_POLICY_DIR
 from specrl.io import write_text_atomic
 from specrl.latency import calibrated, latency_path
 from specrl.oracle import best_static, clairvoyant_bound
@@ -108,7 +109,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--preset", default=None, help="embedded pair to use instead of the scenarios' (small, tiny)"
     )
-    parser.add_argument("--config", default=str(REPO / "policies" / "ppo.yaml"), help="hyperparameter YAML")
+    parser.add_argument("--config", default=str(SHIPPED_POLICY_DIR / "ppo.yaml"), help="hyperparameter YAML")
     parser.add_argument("--total-timesteps", type=int, default=None, help="env steps (default: the YAML's)")
     parser.add_argument(
         "--n-envs", type=int, default=None, help="parallel replayed episodes (default: the YAML's)"
@@ -120,8 +121,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", help="device of the PPO networks (the MLP is tiny: cpu)")
     parser.add_argument("--exp-name", default="ppo", help="experiment name in the run folder's name")
     parser.add_argument("--runs-dir", default="runs", help="folder of TensorBoard runs and checkpoints")
-    parser.add_argument("--policy-name", default="default", help="export to policies/<name>/")
-    parser.add_argument("--policies-dir", default=str(REPO / "policies"), help="folder of exported policies")
+    parser.add_argument("--policy-name", default="default", help="export to <policies-dir>/<name>/")
+    parser.add_argument(
+        "--policies-dir",
+        default=str(SHIPPED_POLICY_DIR),
+        help="folder of exported policies (default: the shipped ones, specrl/policies, which "
+        'LearnedController.load("<name>") reads)',
+    )
     parser.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run saved in RUN_DIR")
     parser.add_argument(
         "--eval-scenarios",

@@ -282,7 +282,7 @@ def test_shipped_scenarios_cover_every_domain_greedy_and_at_temperature_1():
         assert load_scenario(base).sampling.temperature == 0.0
         assert load_scenario(f"{base}_t1").sampling.temperature == 1.0
     assert load_scenario("mixed").domains == ["code", "prose", "math"]
-    shift = load_scenario(REPO / "envs/code_to_math.yaml").shift
+    shift = load_scenario("code_to_math").shift
     assert [(s.after_tokens, s.domain) for s in shift] == [(64, "math")]
 
 

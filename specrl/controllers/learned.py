@@ -16,7 +16,7 @@ from specrl.features import N_FEATURES
 
 
 class LearnedController:
-    """Acts with an exported PPO policy (``policies/<name>/``, see :mod:`specrl.export`).
+    """Acts with an exported PPO policy (a policy folder, see :mod:`specrl.export`).
 
     The policy maps the observation vector of :mod:`specrl.features` to ``[k, tau_index]`` or
     ``[k, tau_index, stop_index]``, the same mapping as the envs
@@ -52,7 +52,8 @@ class LearnedController:
 
     Example::
 
-        controller = LearnedController.load("policies/default")
+        controller = LearnedController.load("default")   # the shipped policy (specrl/policies/default)
+        controller = LearnedController.load("runs/my_policy")   # or any exported policy folder
         decoder = specrl.SpeculativeDecoder(pair, controller)
     """
 
@@ -75,7 +76,8 @@ class LearnedController:
 
     @classmethod
     def load(cls, folder: str | Path) -> LearnedController:
-        """Load and verify a policy folder (raises :class:`~specrl.export.PolicyError` with the fix)."""
+        """Load and verify a policy: a folder, or the name of a shipped policy ("default"); raises
+        :class:`~specrl.export.PolicyError` with the fix (a missing one lists the shipped names)."""
         return cls(load_policy(folder))
 
     @property

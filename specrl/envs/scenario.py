@@ -63,8 +63,10 @@ from specrl.latency import CostModel, LatencyModel, device_key
 from specrl.models import ModelPair, load_pair
 from specrl.zoo.corpus import SPLITS
 
-# Shipped scenarios live in the repository's top-level envs/ folder (data, not code).
-SCENARIO_DIR = Path(__file__).resolve().parents[2] / "envs"
+# Shipped scenarios are package data (specrl/scenarios/*.yaml), so an installed wheel has them.
+SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
+# Where they lived before they became package data: "envs/code.yaml" still names the shipped file.
+LEGACY_SCENARIO_FOLDER = "envs"
 DEFAULT_TAU_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 DEFAULT_STOP_GRID = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8)
 TIME_MODES = ("wallclock", "modeled")
@@ -356,19 +358,22 @@ class Scenario:
 
 
 def shipped_scenarios() -> list[str]:
-    """Names of the scenario files in the repository's envs/ folder."""
+    """Names of the scenario files shipped in the package (``specrl/scenarios/``)."""
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
 
 
 def scenario_path(name: str | Path) -> Path:
-    """A scenario file: a path (relative to the working directory or the repository), or the
-    name of a shipped scenario ("code" -> envs/code.yaml)."""
+    """A scenario file: a path (relative to the working directory), or the name of a shipped
+    scenario ("code" -> specrl/scenarios/code.yaml, from any working directory). The path a
+    shipped scenario had in the repository before it became package data ("envs/code.yaml")
+    still names it when no such file exists."""
     path = Path(name).expanduser()
     candidates = [path]
     if not path.is_absolute():
-        candidates.append(SCENARIO_DIR.parent / path)
-        if not path.suffix:
+        if not path.suffix and len(path.parts) == 1:
             candidates.append(SCENARIO_DIR / f"{path}.yaml")
+        if len(path.parts) == 2 and path.parts[0] == LEGACY_SCENARIO_FOLDER:
+            candidates.append(SCENARIO_DIR / path.name)
     for candidate in candidates:
         if candidate.is_file():
             return candidate

@@ -24,6 +24,33 @@ VECNORMALIZE_FILE = "vecnormalize.pkl"
 UPGRADE_COMMAND = "python -m specrl.export.upgrade"
 
 
+#: The policies shipped as package data (``specrl/policies/<name>/``): ``LearnedController.load("default")``
+#: reads ``default`` here, and ``experiments/train_ppo.py`` exports there by default.
+SHIPPED_POLICY_DIR = Path(__file__).resolve().parents[1] / "policies"
+#: Where they lived before they became package data: ``policies/default`` still names the shipped one.
+LEGACY_POLICY_FOLDER = "policies"
+
+
+def shipped_policies() -> list[str]:
+    """Names of the policy folders shipped in the package."""
+    return sorted(p.name for p in SHIPPED_POLICY_DIR.iterdir() if (p / METADATA_FILE).is_file())
+
+
+def policy_folder(name: str | Path) -> Path:
+    """The folder a policy name stands for: an existing folder as given; else a bare name such as
+    "default" is the shipped policy (from any working directory), and so is "policies/<name>",
+    the path it had in the repository before it became package data. Anything else comes back
+    as given, for the reader's "does not exist" error (which lists the shipped names)."""
+    path = Path(name).expanduser()
+    if path.is_dir() or path.is_absolute():
+        return path
+    if len(path.parts) == 1 or (len(path.parts) == 2 and path.parts[0] == LEGACY_POLICY_FOLDER):
+        shipped = SHIPPED_POLICY_DIR / path.name
+        if (shipped / METADATA_FILE).is_file():
+            return shipped
+    return path
+
+
 class PolicyError(ValueError):
     """A policy folder cannot be written, read or trusted; the message names the file and the fix."""
 

@@ -23,7 +23,9 @@ from specrl.export.layout import (
     action_sizes,
     check_action_mapping,
     check_stop_dimension,
+    policy_folder,
     sha256,
+    shipped_policies,
 )
 from specrl.features import FEATURE_NAMES, FEATURE_VERSION, N_FEATURES
 
@@ -73,7 +75,8 @@ def read_metadata(folder: Path) -> dict[str, Any]:
     if not folder.is_dir():
         raise PolicyError(
             f"policy folder {folder} does not exist; pass a folder written by specrl.export.export_policy "
-            "(experiments/train_ppo.py writes policies/<name>)"
+            "(experiments/train_ppo.py writes specrl/policies/<name>) or the name of a shipped policy: "
+            f"{', '.join(shipped_policies()) or 'none'}"
         )
     path = folder / METADATA_FILE
     if not path.is_file():
@@ -228,7 +231,7 @@ def load_policy(folder: str | Path) -> ExportedPolicy:
     Raises:
         PolicyError: naming the file at fault and the fix.
     """
-    folder = Path(folder)
+    folder = policy_folder(folder)
     metadata = read_metadata(folder)
     k_max, tau_grid, stop_grid, predictor = _check_metadata(metadata, folder / METADATA_FILE)
     _check_files(folder, metadata)
