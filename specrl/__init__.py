@@ -9,6 +9,7 @@ Usage::
     ctrl = specrl.LearnedController.load("policies/default")   # an exported PPO policy
 """
 
+from specrl import hf as hf  # specrl.hf.speculative_generate, for HF generate
 from specrl.controllers import (
     Controller,
     HFConfidenceController,

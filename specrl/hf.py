@@ -1,0 +1,361 @@
+"""specrl inside Hugging Face ``generate``: a ``custom_generate`` callable that decodes speculatively.
+
+Transformers 5.x lets ``generate`` hand its decoding loop to a callable (``custom_generate=``),
+which gets the prepared ``input_ids``, logits processors, stopping criteria and generation
+config, plus any keyword argument of its own signature. :func:`speculative_generate` is such a
+callable: it runs specrl's engine (:class:`~specrl.engine.Generation`, the same lossless
+iteration as :class:`~specrl.SpeculativeDecoder`), with a specrl controller or an exported policy
+choosing (k, tau) before every iteration::
+
+    import specrl
+    from specrl.hf import speculative_generate
+
+    out = target.generate(
+        input_ids,
+        custom_generate=speculative_generate,
+        draft=draft_model,                           # a causal LM with the target's vocabulary
+        controller=specrl.LearnedController.load("default"),   # or TCPController(), a folder path ...
+        max_new_tokens=64,
+    )                                                # prompt + new tokens, as plain generate returns
+
+What carries over from ``generate``: ``max_new_tokens`` / ``max_length``, ``eos_token_id`` and
+every stopping criterion (stop strings, max time ...), ``do_sample`` with ``temperature``,
+``top_k`` and ``top_p`` (read from the warpers ``generate`` prepared, so its defaults hold: with
+``do_sample=True`` and no ``top_k``, HF's default top-k of 50 applies to both models), and
+``return_dict_in_generate`` (a :class:`SpeculativeGenerateOutput` whose ``stats`` and ``steps``
+are the engine's). Greedy output equals plain ``generate``; sampled output has its law.
+
+What does not: batch size above 1 (the engine decodes one sequence), beams, several return
+sequences, any other logits processor (repetition penalty, min length, bad words ...) and
+scores, logits, attentions or hidden states in the output: each is refused with an error that
+names it. The callable keeps its own KV caches (a pre-filled ``cache`` passed in is refused).
+
+Sampling draws from specrl's own generator, seeded by ``seed`` or, when it is not given, by one
+draw from torch's global generator, so ``torch.manual_seed`` makes runs repeatable as with
+plain ``generate`` (the streams differ: the same seed gives another, equally distributed sample).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel
+from transformers.generation import (
+    EosTokenCriteria,
+    LogitsProcessorList,
+    MaxLengthCriteria,
+    StoppingCriteriaList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+from specrl.controllers import Controller, LearnedController, TCPController
+from specrl.engine import Generation, GenerationStats, SamplingConfig, StepResult
+from specrl.features import FeatureTracker, GenerationSettings
+from specrl.models import ModelPair
+
+__all__ = ["SpeculativeGenerateOutput", "pair_from_models", "speculative_generate"]
+
+#: The warpers whose law specrl reproduces, in the order HF applies them (and SamplingConfig does).
+_WARPERS = (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+
+
+@dataclass
+class SpeculativeGenerateOutput(GenerateDecoderOnlyOutput):
+    """``generate``'s decoder-only output (``return_dict_in_generate=True``) plus the engine's record.
+
+    Attributes:
+        sequences: (1, prompt + new) token ids, as ``generate`` returns.
+        stats: the generation's totals (tokens/s, acceptance rate, steps ...).
+        steps: one :class:`~specrl.StepResult` per speculative iteration.
+    """
+
+    stats: GenerationStats | None = None
+    steps: list[StepResult] | None = None
+
+
+def _output_rows(model: PreTrainedModel) -> int:
+    head = model.get_output_embeddings()
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    return int(model.config.get_text_config().vocab_size)
+
+
+def pair_from_models(
+    target: PreTrainedModel,
+    draft: PreTrainedModel,
+    tokenizer: Any = None,
+    vocab_size: int | None = None,
+) -> ModelPair:
+    """A :class:`~specrl.ModelPair` around two already loaded HF causal LMs (no loading, no tokenizer needed).
+
+    Args:
+        target: the model that verifies (its output is what the pair produces).
+        draft: the model that proposes; same device, same vocabulary.
+        tokenizer: optional; only needed to decode text (``ModelPair.encode``, ``SpeculativeDecoder``
+            with string prompts).
+        vocab_size: the shared vocabulary, when the two output layers differ only by padding rows
+            (some families round the embedding up); default: both must have the same number of
+            output rows, and that is the vocabulary.
+
+    Raises:
+        ValueError: a model is not a PreTrainedModel, the two sit on different devices, or their
+            vocabularies differ (the message gives both sizes and the fix).
+    """
+    for role, model in (("target", target), ("draft", draft)):
+        if not isinstance(model, PreTrainedModel):
+            raise ValueError(
+                f"the {role} must be a loaded Hugging Face causal LM (PreTrainedModel), got "
+                f"{type(model).__name__}; load it with AutoModelForCausalLM.from_pretrained"
+            )
+        if model.config.is_encoder_decoder:
+            raise ValueError(
+                f"the {role} {type(model).__name__} is an encoder-decoder; specrl needs decoder-only models"
+            )
+    if target.device != draft.device:
+        raise ValueError(
+            f"the target is on {target.device} and the draft on {draft.device}; move both to one device "
+            f"(draft.to(target.device))"
+        )
+    target_rows, draft_rows = _output_rows(target), _output_rows(draft)
+    if vocab_size is None:
+        if target_rows != draft_rows:
+            raise ValueError(
+                f"the draft's vocabulary ({draft_rows} output rows, {type(draft).__name__}) differs from "
+                f"the target's ({target_rows}, {type(target).__name__}), so draft tokens cannot be "
+                "verified. Use a draft trained with the target's tokenizer; if the two differ only by "
+                "padding rows beyond the tokenizer, pass vocab_size=len(tokenizer)"
+            )
+        vocab_size = target_rows
+    elif not 0 < vocab_size <= min(target_rows, draft_rows):
+        raise ValueError(
+            f"vocab_size={vocab_size} must lie in 1..{min(target_rows, draft_rows)}: the target has "
+            f"{target_rows} output rows and the draft {draft_rows}"
+        )
+    context = min(
+        getattr(m.config.get_text_config(), "max_position_embeddings", None) or 2**31 for m in (target, draft)
+    )
+    eos = target.generation_config.eos_token_id
+    return ModelPair(
+        target=target,
+        draft=draft,
+        tokenizer=tokenizer,
+        device=target.device,
+        dtype=target.dtype,
+        name=f"{target.name_or_path or type(target).__name__}+{draft.name_or_path or type(draft).__name__}",
+        vocab_size=vocab_size,
+        context_length=context,
+        eos_token_id=eos if isinstance(eos, int) else None,
+    )
+
+
+def resolve_controller(controller: Controller | str | Path | None) -> Controller:
+    """A controller object as is; a policy folder (or a shipped policy's name) loaded as a
+    :class:`~specrl.LearnedController`; None: the TCP-like heuristic."""
+    if controller is None:
+        return TCPController()
+    if isinstance(controller, str | Path):
+        return LearnedController.load(controller)
+    if not isinstance(controller, Controller):
+        raise TypeError(
+            f"controller must be a specrl controller (reset/act/observe), an exported policy folder or a "
+            f"shipped policy's name, got {type(controller).__name__}"
+        )
+    return controller
+
+
+def sampling_from(processors: LogitsProcessorList, generation_config: GenerationConfig) -> SamplingConfig:
+    """The :class:`SamplingConfig` with ``generate``'s law: greedy, or its temperature/top-k/top-p warpers.
+
+    Raises:
+        NotImplementedError: a processor other than those three, or them in another order.
+    """
+    others = [type(p).__name__ for p in processors if not isinstance(p, _WARPERS)]
+    if others:
+        raise NotImplementedError(
+            f"speculative_generate reproduces only temperature, top_k and top_p; drop {', '.join(others)} "
+            "(or decode with plain generate): another logits processor would change the target's law"
+        )
+    if not generation_config.do_sample:
+        if processors:
+            raise NotImplementedError(
+                "greedy decoding with sampling warpers is not supported; set do_sample=True"
+            )
+        return SamplingConfig(temperature=0.0)
+    order = [next(i for i, kind in enumerate(_WARPERS) if isinstance(p, kind)) for p in processors]
+    if order != sorted(set(order)):
+        raise NotImplementedError(
+            "speculative_generate applies temperature, then top_k, then top_p (once each), as generate does; "
+            f"got {[type(p).__name__ for p in processors]}"
+        )
+    values: dict[str, float] = {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
+    for processor in processors:
+        if isinstance(processor, TemperatureLogitsWarper):
+            values["temperature"] = float(processor.temperature)
+        elif isinstance(processor, TopKLogitsWarper):
+            values["top_k"] = int(processor.top_k)
+        else:
+            if processor.min_tokens_to_keep != 1:
+                raise NotImplementedError(f"top_p with min_tokens_to_keep={processor.min_tokens_to_keep}")
+            values["top_p"] = float(processor.top_p)
+    return SamplingConfig(**values)
+
+
+def _check_unsupported(generation_config: GenerationConfig, model_kwargs: dict) -> None:
+    if generation_config.num_beams not in (None, 1):
+        raise NotImplementedError(
+            f"speculative_generate does not do beam search (num_beams={generation_config.num_beams})"
+        )
+    if (generation_config.num_return_sequences or 1) > 1:
+        raise NotImplementedError(
+            "speculative_generate returns one sequence per call (num_return_sequences="
+            f"{generation_config.num_return_sequences}); call it again for more samples"
+        )
+    if generation_config.return_dict_in_generate:
+        wanted = [
+            name
+            for name in ("output_scores", "output_logits", "output_attentions", "output_hidden_states")
+            if getattr(generation_config, name, False)
+        ]
+        if wanted:
+            raise NotImplementedError(
+                f"speculative_generate returns sequences and specrl stats, not {', '.join(wanted)}"
+            )
+    cache = model_kwargs.get("cache") or model_kwargs.get("past_key_values")
+    if cache is not None and hasattr(cache, "get_seq_length") and cache.get_seq_length() > 0:
+        raise NotImplementedError(
+            "speculative_generate keeps its own KV caches for both models; pass the whole prompt, "
+            "not a pre-filled cache"
+        )
+
+
+def _prompt_ids(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list[int]:
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise NotImplementedError(
+            f"speculative_generate decodes one sequence at a time (batch size 1); got input_ids of shape "
+            f"{tuple(input_ids.shape)}. specrl's engine is batch 1 today: call generate once per prompt"
+        )
+    ids = input_ids[0].tolist()
+    if attention_mask is None or bool(attention_mask.all()):
+        return ids
+    mask = attention_mask[0].tolist()
+    first = mask.index(1) if 1 in mask else len(mask)
+    if not all(mask[first:]):
+        raise NotImplementedError(
+            "speculative_generate accepts left padding only (an attention mask of 0s then 1s)"
+        )
+    return ids[first:]
+
+
+def _stop_position(
+    sequence: torch.Tensor, start: int, eos: set[int], others: StoppingCriteriaList
+) -> int | None:
+    """The length at which generation stops, checking tokens ``start..`` one by one, else None."""
+    tokens = sequence[0].tolist()
+    for end in range(start + 1, len(tokens) + 1):
+        if tokens[end - 1] in eos:
+            return end
+        if others and bool(others(sequence[:, :end], None).any()):
+            return end
+    return None
+
+
+def speculative_generate(
+    model: PreTrainedModel,
+    input_ids: torch.LongTensor,
+    logits_processor: LogitsProcessorList | None = None,
+    stopping_criteria: StoppingCriteriaList | None = None,
+    generation_config: GenerationConfig | None = None,
+    draft: PreTrainedModel | None = None,
+    controller: Controller | str | Path | None = None,
+    seed: int | None = None,
+    vocab_size: int | None = None,
+    **model_kwargs: Any,
+) -> torch.LongTensor | SpeculativeGenerateOutput:
+    """Decode speculatively inside ``model.generate(..., custom_generate=speculative_generate, draft=...)``.
+
+    ``generate`` calls this with its prepared arguments; the four below are passed to ``generate``
+    by name and reach this function untouched.
+
+    Args:
+        draft: the draft model (required): a causal LM on the target's device with the same
+            vocabulary.
+        controller: chooses (k, tau) each iteration: a specrl controller
+            (:class:`~specrl.StaticController`, :class:`~specrl.TCPController`, a
+            :class:`~specrl.LearnedController` ...), an exported policy folder or a shipped
+            policy's name (loaded as a LearnedController); default the TCP-like heuristic.
+        seed: seed of the sampling generator (default: drawn from torch's global generator).
+        vocab_size: the shared vocabulary when the output layers differ only by padding rows.
+
+    Returns:
+        (1, prompt + new tokens) ids, as plain ``generate``; with ``return_dict_in_generate=True``
+        a :class:`SpeculativeGenerateOutput` (``sequences``, ``stats``, ``steps``).
+
+    Raises:
+        ValueError: no draft, a draft the target cannot verify, or no room for a new token.
+        NotImplementedError: batch size > 1 or a ``generate`` option the engine does not honour.
+    """
+    if draft is None:
+        raise ValueError(
+            "speculative_generate needs a draft model: generate(ids, custom_generate=speculative_generate, "
+            "draft=draft_model, ...)"
+        )
+    generation_config = generation_config or model.generation_config
+    logits_processor = logits_processor if logits_processor is not None else LogitsProcessorList()
+    stopping_criteria = stopping_criteria if stopping_criteria is not None else StoppingCriteriaList()
+    _check_unsupported(generation_config, model_kwargs)
+    prompt = _prompt_ids(input_ids, model_kwargs.get("attention_mask"))
+    sampling = sampling_from(logits_processor, generation_config)
+    pair = pair_from_models(model, draft, vocab_size=vocab_size)
+    controller = resolve_controller(controller)
+
+    # The stopping criteria: the length ones become the engine's budget, EOS a set of ids, the
+    # rest (stop strings, max time ...) are asked at every new token.
+    max_length = generation_config.max_length
+    eos: set[int] = set()
+    others = StoppingCriteriaList()
+    for criterion in stopping_criteria:
+        if isinstance(criterion, MaxLengthCriteria):
+            max_length = min(max_length or criterion.max_length, criterion.max_length)
+        elif isinstance(criterion, EosTokenCriteria):
+            eos.update(int(t) for t in criterion.eos_token_id.flatten().tolist())
+        else:
+            others.append(criterion)
+    if max_length is None:
+        raise ValueError("give max_new_tokens (or max_length) to generate")
+    padding = input_ids.shape[1] - len(prompt)
+    budget = max_length - input_ids.shape[1]
+    if budget < 1:
+        raise ValueError(
+            f"no room for a new token: max_length is {max_length} and the input has {input_ids.shape[1]} "
+            "tokens; raise max_new_tokens"
+        )
+    if seed is None:
+        seed = int(torch.randint(0, 2**62, (1,)).item())
+
+    generation = Generation(pair, prompt, budget, sampling, seed=seed, stop_at_eos=False)
+    features = FeatureTracker(GenerationSettings.of(generation), generation.prompt_length)
+    controller.reset()
+    checked = generation.tokens.shape[1]
+    stop_at = None
+    while not generation.done:
+        result = generation.step(controller.act(features.vector()))
+        features.update(result)
+        controller.observe(result)
+        stop_at = _stop_position(generation.tokens, checked, eos, others)
+        if stop_at is not None:
+            break
+        checked = generation.tokens.shape[1]
+
+    tokens = generation.tokens if stop_at is None else generation.tokens[:, :stop_at]
+    sequences = torch.cat([input_ids[:, :padding].to(tokens.device), tokens], 1)
+    if not generation_config.return_dict_in_generate:
+        return sequences
+    stats = generation.stats()
+    stats.new_tokens = tokens.shape[1] - generation.prompt_length
+    return SpeculativeGenerateOutput(sequences=sequences, stats=stats, steps=generation.steps)

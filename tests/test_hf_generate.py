@@ -1,0 +1,235 @@
+"""specrl inside HF ``generate`` (``custom_generate=speculative_generate``): exact, lossless, strict."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import prompts, random_llama
+from test_engine import chi_square_p_value, exact_two_token_law
+from transformers import StoppingCriteria, StoppingCriteriaList
+
+import specrl
+from specrl.engine.sampling import SamplingConfig
+from specrl.hf import SpeculativeGenerateOutput, pair_from_models, speculative_generate
+
+REPO = Path(__file__).resolve().parents[1]
+N = 24
+
+
+def default_policy_folder() -> Path:
+    """The shipped default policy (inside the package, or at the top level in older layouts)."""
+    for folder in (REPO / "specrl" / "policies" / "default", REPO / "policies" / "default"):
+        if (folder / "metadata.json").is_file():
+            return folder
+    pytest.skip("no shipped default policy in this checkout")
+
+
+def plain(model, ids: torch.Tensor, n: int = N, **options) -> torch.Tensor:
+    return model.generate(ids, do_sample=False, max_new_tokens=n, **options)
+
+
+def spec(pair, ids: torch.Tensor, controller, n: int = N, **options):
+    return pair.target.generate(
+        ids,
+        custom_generate=speculative_generate,
+        draft=pair.draft,
+        controller=controller,
+        max_new_tokens=n,
+        **options,
+    )
+
+
+def ids_of(prompt: list[int]) -> torch.Tensor:
+    return torch.tensor([prompt])
+
+
+# ---- greedy: token for token what plain generate returns -----------------------------------------
+
+
+@pytest.mark.parametrize("k,tau", [(0, 0.0), (1, 0.0), (3, 0.0), (5, 0.3), (8, 0.6)])
+def test_greedy_equals_plain_generate_for_static_controllers(pair, k, tau):
+    for prompt in prompts(3, pair.vocab_size, seed=k):
+        ids = ids_of(prompt)
+        out = spec(pair, ids, specrl.StaticController(k, tau), do_sample=False)
+        assert out.dtype == torch.long and out.shape == (1, len(prompt) + N)
+        assert torch.equal(out, plain(pair.target, ids))
+
+
+def test_greedy_equals_plain_generate_with_tcp_learned_and_a_twin_draft(pair, twin_pair):
+    policy = specrl.LearnedController.load(default_policy_folder())
+    for prompt in prompts(2, pair.vocab_size, seed=7):
+        ids = ids_of(prompt)
+        want = plain(pair.target, ids)
+        assert torch.equal(spec(pair, ids, specrl.TCPController()), want)
+        assert torch.equal(spec(pair, ids, policy), want)
+        assert torch.equal(spec(pair, ids, str(default_policy_folder())), want)  # a folder path
+        assert torch.equal(spec(twin_pair, ids, specrl.StaticController(4)), plain(twin_pair.target, ids))
+
+
+def test_partial_acceptance_so_equality_is_not_trivial(close_pair):
+    ids = ids_of(prompts(1, close_pair.vocab_size)[0])
+    out = spec(close_pair, ids, specrl.StaticController(4), return_dict_in_generate=True)
+    assert isinstance(out, SpeculativeGenerateOutput)
+    assert torch.equal(out.sequences, plain(close_pair.target, ids))
+    assert out.stats.new_tokens == N and out.stats.steps == len(out.steps)
+    assert 0 < out.stats.accepted < out.stats.proposed
+
+
+class StopAfter(StoppingCriteria):
+    """A user's stopping criterion: stop once ``token`` has been emitted."""
+
+    def __init__(self, token: int) -> None:
+        self.token = token
+
+    def __call__(self, input_ids, scores, **kwargs) -> torch.BoolTensor:
+        return input_ids[:, -1] == self.token
+
+
+def test_eos_stopping_criteria_and_left_padding_behave_as_plain_generate(pair):
+    prompt = prompts(1, pair.vocab_size, seed=3)[0]
+    ids = ids_of(prompt)
+    reference = plain(pair.target, ids)[0, len(prompt) :].tolist()
+    eos = reference[9]  # a token plain generate emits: both must stop at its first occurrence
+    want = plain(pair.target, ids, eos_token_id=eos)
+    assert want.shape[1] == len(prompt) + reference.index(eos) + 1
+    assert torch.equal(spec(pair, ids, specrl.StaticController(4), eos_token_id=eos), want)
+
+    options = dict(stopping_criteria=StoppingCriteriaList([StopAfter(reference[6])]))  # a user's criterion
+    want = plain(pair.target, ids, **options)
+    assert want.shape[1] < len(prompt) + N
+    assert torch.equal(spec(pair, ids, specrl.StaticController(4), **options), want)
+
+    padded, mask = torch.tensor([[0, 0, *prompt]]), torch.tensor([[0, 0] + [1] * len(prompt)])
+    want = plain(pair.target, padded, attention_mask=mask)
+    out = spec(pair, padded, specrl.StaticController(3), attention_mask=mask)
+    assert torch.equal(out, want) and torch.equal(out[:, 2:], plain(pair.target, ids))
+
+
+# ---- sampling: lossless, with generate's own temperature / top-k / top-p -------------------------
+
+
+def two_token_counts(pair, prompt, k, n, **options) -> torch.Tensor:
+    counts = torch.zeros(pair.vocab_size, pair.vocab_size)
+    controller = specrl.StaticController(k)
+    for seed in range(n):
+        out = spec(
+            pair, ids_of(prompt), controller, n=2, do_sample=True, eos_token_id=None, seed=seed, **options
+        )
+        t1, t2 = out[0, len(prompt) :].tolist()
+        counts[t1, t2] += 1
+    return counts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "k,options,sampling",
+    [
+        (3, dict(temperature=1.0), SamplingConfig(1.0)),
+        (2, dict(temperature=0.7, top_k=4), SamplingConfig(0.7, top_k=4)),
+        (4, dict(temperature=1.3, top_p=0.9), SamplingConfig(1.3, top_p=0.9)),
+    ],
+)
+def test_sampling_inside_generate_matches_the_target_law(small_vocab_pair, k, options, sampling):
+    prompt = [1, 2, 3, 0, 4]
+    counts = two_token_counts(small_vocab_pair, prompt, k, 2000, **options)
+    law = exact_two_token_law(small_vocab_pair, prompt, sampling)
+    assert chi_square_p_value(counts, law) > 1e-3
+
+
+def test_generate_options_become_the_engines_sampling_config(pair, monkeypatch):
+    seen = []
+    original = specrl.hf.Generation
+
+    def recording(*args, **kwargs):
+        seen.append(args[3])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(specrl.hf, "Generation", recording)
+    ids, ctrl = ids_of(prompts(1, pair.vocab_size)[0]), specrl.StaticController(2)
+    spec(pair, ids, ctrl, n=2, do_sample=False)
+    spec(pair, ids, ctrl, n=2, do_sample=True)  # HF's default top_k=50 applies
+    spec(pair, ids, ctrl, n=2, do_sample=True, temperature=0.7, top_k=5, top_p=0.8)
+    assert seen == [
+        SamplingConfig(0.0),
+        SamplingConfig(1.0, top_k=50),
+        SamplingConfig(0.7, top_k=5, top_p=0.8),
+    ]
+
+
+def test_seed_repeats_a_sample_and_the_global_generator_seeds_it_by_default(pair):
+    ids, ctrl = ids_of(prompts(1, pair.vocab_size)[0]), specrl.StaticController(3)
+    first = spec(pair, ids, ctrl, do_sample=True, seed=5)
+    assert torch.equal(spec(pair, ids, ctrl, do_sample=True, seed=5), first)
+    torch.manual_seed(11)
+    again = spec(pair, ids, ctrl, do_sample=True)
+    torch.manual_seed(11)
+    assert torch.equal(spec(pair, ids, ctrl, do_sample=True), again)
+
+
+# ---- refusals, each naming the limitation and the fix -------------------------------------------
+
+
+def test_batch_above_one_is_refused_naming_the_limitation(pair):
+    ids = torch.tensor(prompts(2, pair.vocab_size))
+    with pytest.raises(NotImplementedError, match=r"batch size 1.*\(2, 12\)"):
+        spec(pair, ids, specrl.StaticController(2))
+
+
+def test_a_draft_with_another_vocabulary_is_refused_with_both_sizes(pair):
+    other = random_llama(pair.vocab_size + 8, seed=2)
+    with pytest.raises(
+        ValueError, match=rf"draft's vocabulary \({pair.vocab_size + 8} .*target's \({pair.vocab_size},"
+    ):
+        pair.target.generate(
+            ids_of([1, 2, 3]), custom_generate=speculative_generate, draft=other, max_new_tokens=4
+        )
+    padded = pair_from_models(pair.target, other, vocab_size=pair.vocab_size)  # padding rows: the fix
+    assert padded.vocab_size == pair.vocab_size
+    with pytest.raises(ValueError, match="vocab_size=999"):
+        pair_from_models(pair.target, other, vocab_size=999)
+
+
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (dict(repetition_penalty=1.3), "RepetitionPenaltyLogitsProcessor"),
+        (dict(min_new_tokens=3), "MinNewTokensLengthLogitsProcessor"),
+        (dict(num_return_sequences=2, do_sample=True), "one sequence per call"),
+        (dict(return_dict_in_generate=True, output_scores=True), "not output_scores"),
+    ],
+)
+def test_options_the_engine_cannot_honour_are_refused(pair, options, message):
+    with pytest.raises(NotImplementedError, match=message):
+        spec(pair, ids_of([1, 2, 3]), specrl.StaticController(2), n=4, **options)
+
+
+def test_no_draft_and_a_bad_controller_are_refused(pair):
+    with pytest.raises(ValueError, match="needs a draft model"):
+        pair.target.generate(ids_of([1, 2, 3]), custom_generate=speculative_generate, max_new_tokens=4)
+    with pytest.raises(TypeError, match="controller must be"):
+        spec(pair, ids_of([1, 2, 3]), controller=3)
+
+
+# ---- the benchmark script runs (on the test pair, in seconds) -----------------------------------
+
+
+def test_bench_hf_generate_quick_run_writes_json_and_markdown(pair, tmp_path):
+    spec_ = importlib.util.spec_from_file_location(
+        "bench_hf_generate", REPO / "experiments" / "bench_hf_generate.py"
+    )
+    bench = importlib.util.module_from_spec(spec_)
+    sys.modules[spec_.name] = bench  # dataclasses look their module up
+    spec_.loader.exec_module(bench)
+    prompt_ids = prompts(2, pair.vocab_size)
+    report = bench.run(pair, prompt_ids, max_new_tokens=8, repeats=1, policy=default_policy_folder())
+    bench.write(report, tmp_path / "hf_generate", command="pytest")
+    data = json.loads((tmp_path / "hf_generate.json").read_text())
+    names = [row["method"] for row in data["rows"]]
+    assert "hf plain" in names and any(name.startswith("specrl") for name in names)
+    assert all(row["identical_to_plain"] for row in data["rows"])
+    assert "tokens/s" in (tmp_path / "hf_generate.md").read_text()
