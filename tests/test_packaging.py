@@ -3,17 +3,22 @@ simulator that starts without loading model weights."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+import gymnasium
 import numpy as np
 import pytest
 
 import specrl
+import specrl.models
 from specrl.envs import load_scenario, shipped_scenarios
-from specrl.envs.scenario import SCENARIO_DIR, ScenarioError
+from specrl.envs.scenario import SCENARIO_DIR, PairSpec, ScenarioError
 from specrl.export import PolicyError
 from specrl.export.layout import SHIPPED_POLICY_DIR, shipped_policies
 from specrl.features import N_FEATURES
+from specrl.latency import LatencyModel, device_key, latency_path
+from specrl.latency.store import dtype_name
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -51,3 +56,60 @@ def test_a_path_still_wins_and_a_missing_name_lists_the_shipped_ones(tmp_path, m
         specrl.LearnedController.load("nope")
     with pytest.raises(ScenarioError, match=r"scenario file 'nope' not found.*code, code_t1"):
         load_scenario("nope")
+
+
+# ---- the trace-replay simulator starts without model weights --------------------------------
+
+
+@pytest.fixture
+def no_weights(monkeypatch, tmp_path):
+    """An empty SPECRL_HOME, and loading any model weights fails the test."""
+    monkeypatch.setenv("SPECRL_HOME", str(tmp_path / "home"))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the simulator loaded model weights")
+
+    monkeypatch.setattr(PairSpec, "load", refuse)
+    monkeypatch.setattr(specrl.models.AutoModelForCausalLM, "from_pretrained", refuse)
+
+
+def replay_a_few_steps(env) -> None:
+    observation, _ = env.reset(seed=0)
+    assert observation.shape == (N_FEATURES,)
+    env.action_space.seed(0)
+    for _ in range(3):
+        observation, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+        assert np.isfinite(reward)
+        if terminated or truncated:
+            break
+
+
+def test_trace_replay_starts_on_shipped_traces_and_a_constant_latency_without_weights(no_weights):
+    scenario = replace(load_scenario("code"), latency="constant")
+    replay_a_few_steps(gymnasium.make("specrl/TraceReplay-v0", scenario=scenario))
+
+
+def test_trace_replay_reads_a_cached_calibration_without_weights(no_weights, capsys):
+    info = load_scenario("code").pair.info()
+    k_max = load_scenario("code").k_max
+    target = 0.01 + 0.001 * np.arange(1, k_max + 2)[:, None] * np.ones((1, 2))  # (n_max, contexts)
+    model = LatencyModel(
+        info.name, device_key(info.device), [0, 512], target, [0.002, 0.003], dtype=dtype_name(info.dtype)
+    )
+    model.save(latency_path(info))
+    replay_a_few_steps(gymnasium.make("specrl/TraceReplay-v0", scenario="code"))
+    assert "loading the model pair" not in capsys.readouterr().err
+
+
+def test_trace_replay_loads_the_pair_only_to_calibrate_and_says_so(no_weights, capsys):
+    with pytest.raises(AssertionError, match="loaded model weights"):
+        gymnasium.make("specrl/TraceReplay-v0", scenario="code")
+    assert "loading the model pair specrl-zoo-small to calibrate its latency model" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_pair_info_names_the_pair_as_loading_it_does(tiny_home):
+    _, pair = tiny_home
+    info = PairSpec(preset="tiny", device="cpu").info()
+    assert (info.name, info.device, info.dtype) == (pair.name, pair.device, pair.dtype)
+    assert latency_path(info) == latency_path(pair)

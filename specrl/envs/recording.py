@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from specrl.engine.types import Action
-from specrl.envs.scenario import Scenario
+from specrl.envs.scenario import PairInfo, Scenario, loaded_pair
 from specrl.envs.spec_decode import SpecDecodeEnv
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
@@ -104,19 +104,25 @@ def collect_traces(
 def cached_traces(
     scenario: Scenario,
     split: str,
-    pair: ModelPair,
+    pair: ModelPair | PairInfo,
     *,
     prompts_per_domain: int | None = None,
     seed: int = 0,
     progress: bool = True,
 ) -> TraceSet:
     """The scenario's traces for ``split``, shipped, cached or recorded now by
-    :func:`collect_traces`: :func:`specrl.traces.cache.load_or_collect` with this collector."""
+    :func:`collect_traces`: :func:`specrl.traces.cache.load_or_collect` with this collector.
+    A :class:`~specrl.envs.scenario.PairInfo` (no weights loaded) is loaded only to record."""
+
+    def collect(pair: ModelPair | PairInfo, scenario: Scenario, split: str, **kwargs: Any) -> TraceSet:
+        why = f"record the '{split}' traces of scenario '{scenario.name}' (none shipped or cached)"
+        return collect_traces(loaded_pair(pair, why), scenario, split, **kwargs)
+
     return load_or_collect(
         scenario,
         split,
         pair,
-        collect_traces,
+        collect,
         prompts_per_domain=prompts_per_domain,
         seed=seed,
         progress=progress,

@@ -50,17 +50,20 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 import specrl.latency
 from specrl.engine.sampling import SamplingConfig
 from specrl.latency import CostModel, LatencyModel, device_key
-from specrl.models import ModelPair, load_pair
+from specrl.latency.calibrate import cached_calibration
+from specrl.models import ModelPair, default_device, default_dtype, load_pair
 from specrl.zoo.corpus import SPLITS
 
 # Shipped scenarios are package data (specrl/scenarios/*.yaml), so an installed wheel has them.
@@ -110,6 +113,47 @@ class PairSpec:
         if self.target is not None:
             return load_pair(self.target, self.draft, device=self.device, dtype=self.dtype)
         return load_pair(preset=self.preset or "small", seed=self.seed, device=self.device, dtype=self.dtype)
+
+    def info(self) -> PairInfo:
+        """What the trace and latency caches key on (name, device, dtype), as :meth:`load`'s pair
+        would have them, without loading a model."""
+        if self.target is None:
+            name = f"specrl-zoo-{self.preset or 'small'}"
+        else:
+            name = f"{self.target}+{self.draft}"
+        device = torch.device(self.device) if self.device is not None else default_device()
+        dtype = getattr(torch, self.dtype) if self.dtype is not None else default_dtype(device)
+        return PairInfo(name=name, device=device, dtype=dtype, spec=self)
+
+
+@dataclass
+class PairInfo:
+    """A pair not loaded yet: the name, device and dtype that shipped or cached traces and a cached
+    latency model are found by (the trace-replay simulator needs nothing else), and :meth:`load`
+    for when something must be recorded or measured.
+
+    Attributes:
+        name, device, dtype: as the loaded :class:`ModelPair` will have them.
+        spec: what :meth:`load` loads.
+    """
+
+    name: str
+    device: torch.device
+    dtype: torch.dtype
+    spec: PairSpec
+    _loaded: ModelPair | None = field(default=None, repr=False, compare=False)
+
+    def load(self, why: str) -> ModelPair:
+        """The loaded pair (loaded once, with a line on stderr that says ``why``)."""
+        if self._loaded is None:
+            print(f"specrl: loading the model pair {self.name} to {why}", file=sys.stderr)
+            self._loaded = self.spec.load()
+        return self._loaded
+
+
+def loaded_pair(pair: ModelPair | PairInfo, why: str) -> ModelPair:
+    """``pair`` itself when loaded, else :meth:`PairInfo.load` (saying ``why``)."""
+    return pair.load(why) if isinstance(pair, PairInfo) else pair
 
 
 @dataclass(frozen=True)
@@ -231,9 +275,10 @@ class Scenario:
                 f"(written by experiments/calibrate.py), got {self.latency!r}"
             )
 
-    def latency_model(self, pair: ModelPair, progress: bool = True) -> LatencyModel:
+    def latency_model(self, pair: ModelPair | PairInfo, progress: bool = True) -> LatencyModel:
         """The latency model of ``latency`` for ``pair`` (learned from the loop and cached;
         constant; or read), as the view for this scenario's sampling (greedy or sampled).
+        A :class:`PairInfo` is loaded only when ``calibrated`` finds no cached model to read.
 
         Raises:
             ScenarioError: a latency file measured for another pair, or for fewer tokens per
@@ -245,7 +290,12 @@ class Scenario:
             device = device_key(pair.device)
             return LatencyModel.from_cost_model(self.cost_model, pair=pair.name, device=device, dtype=dtype)
         if self.latency == "calibrated":
-            model = specrl.latency.calibrated(pair, k_max=self.k_max, progress=progress)
+            model = cached_calibration(pair, k_max=self.k_max)
+            if model is None:
+                why = f"calibrate its latency model (none cached at {specrl.latency.latency_path(pair)})"
+                model = specrl.latency.calibrated(
+                    loaded_pair(pair, why), k_max=self.k_max, progress=progress, recalibrate=True
+                )
             return model.for_sampling(self.sampling)
         model = LatencyModel.load(self.latency).for_sampling(self.sampling)
         if model.pair != pair.name:

@@ -75,7 +75,7 @@ class TraceReplayEnv(gym.Env):
     ## Arguments
 
     ```python
-    gymnasium.make("specrl/TraceReplay-v0", scenario="envs/code.yaml")   # loads pair, traces, latency
+    gymnasium.make("specrl/TraceReplay-v0", scenario="code")   # shipped/cached traces and latency
     gymnasium.make("specrl/TraceReplay-v0", scenario=s, traces=trace_set, latency=model)  # no model loaded
     ```
 
@@ -83,7 +83,9 @@ class TraceReplayEnv(gym.Env):
     - ``traces``: a :class:`TraceSet` (default: the scenario's cached traces for ``split``,
       collected on first use).
     - ``latency``: a :class:`LatencyModel` (default: the scenario's, see ``latency:``).
-    - ``pair``: a loaded :class:`ModelPair`, only needed when traces or latency are not given.
+    - ``pair``: a loaded :class:`ModelPair`, only used when traces or latency are not given;
+      without it the scenario's pair is loaded only when its traces are neither shipped nor
+      cached or its calibrated latency model is not cached (a line on stderr says so).
     - ``split``: "train", "validation" or "test" (default: the scenario's).
     - ``predictor``: an :class:`~specrl.controllers.stop_rules.AcceptancePredictor`; adds the
       per-token stop dimension to the action space (``stop_rule_table``).
@@ -111,7 +113,9 @@ class TraceReplayEnv(gym.Env):
             scenario = load_scenario(scenario)
         self.scenario = scenario.with_overrides(split=split, time="modeled")
         if (traces is None or latency is None) and pair is None:
-            pair = self.scenario.pair.load()
+            # name, device and dtype find shipped or cached traces and a cached latency model;
+            # the weights are loaded only if something must be recorded or calibrated
+            pair = self.scenario.pair.info()
         if traces is None:
             traces = cached_traces(self.scenario, self.scenario.prompts.split, pair)
         self.traces = with_scenario(traces, self.scenario)

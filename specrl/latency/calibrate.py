@@ -7,6 +7,7 @@ use; the cache lives at :func:`~specrl.latency.store.latency_path`.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 from specrl.latency.fileformat import LatencyError
 from specrl.latency.fit import learn
@@ -16,6 +17,24 @@ from specrl.latency.store import latency_path
 from specrl.models import ModelPair
 
 METHODS = ("loop", "profile")  # how calibrated() measures: learn() or profile()
+
+
+def cached_calibration(pair: Any, *, k_max: int = 8, method: str = "loop") -> LatencyModel | None:
+    """The cached file :func:`calibrated` would return without measuring, else None (missing, fewer
+    than k_max + 1 new tokens, or unreadable: a warning says so). ``pair`` needs only ``name``,
+    ``device`` and ``dtype`` (a :class:`ModelPair`, or a descriptor of one that has no weights
+    loaded), so a cached model is found without loading the models."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    path = latency_path(pair, method)
+    if not path.is_file():
+        return None
+    try:
+        model = LatencyModel.load(path)
+    except LatencyError as error:
+        warnings.warn(f"{error}; measuring again", stacklevel=3)
+        return None
+    return model if model.n_max >= k_max + 1 else None
 
 
 def calibrated(
@@ -33,15 +52,11 @@ def calibrated(
     (:func:`learn`), "profile" profiles forwards in isolation (:func:`profile`)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if not recalibrate:
+        model = cached_calibration(pair, k_max=k_max, method=method)
+        if model is not None:
+            return model
     path = latency_path(pair, method)
-    if path.is_file() and not recalibrate:
-        try:
-            model = LatencyModel.load(path)
-        except LatencyError as error:
-            warnings.warn(f"{error}; measuring again", stacklevel=2)
-        else:
-            if model.n_max >= k_max + 1:
-                return model
     model = (
         learn(pair, k_max=k_max, progress=progress)
         if method == "loop"
