@@ -23,7 +23,7 @@ and over all; the time is the wall clock of the whole ``generate`` call (prefill
 device-synchronised). It also records new tokens per target forward and whether each row's
 output equals ``hf plain``'s token for token.
 
-Run from the repository root (offline, on the embedded default pair; ~3 minutes on 2 CPU cores):
+Run from the repository root (offline, on the embedded default pair; 3-4 minutes on 2 busy CPU cores):
 
     python experiments/bench_hf_generate.py
     python experiments/bench_hf_generate.py --quick        # seconds: 1 prompt/domain, 16 tokens, 1 pass
@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--prompts-per-domain", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--k", type=int, default=4, help="k of the static and constant-schedule rows")
     parser.add_argument("--policy", default="default", help="exported policy folder or shipped name")
     parser.add_argument("--seed", type=int, default=0, help="seed of the row order")
@@ -254,6 +254,15 @@ def markdown(report: dict, command: str) -> str:
         cells += ["yes" if row["identical_to_plain"] else "NO"]
         table.append(cells)
     machine = report.get("machine")
+    state = ""
+    if machine:
+        git, load = machine.get("git") or {}, machine.get("loadavg_start")
+        if git.get("commit"):
+            state += f"; commit {git['commit'][:10]}" + (
+                " with uncommitted changes" if git.get("dirty") else ""
+            )
+        if load:
+            state += f"; load average at start {load[0]:.2f}"
     lines = [
         "# specrl inside HF generate vs HF assisted generation",
         "",
@@ -270,7 +279,8 @@ def markdown(report: dict, command: str) -> str:
         "",
         f"Command: `{command}`",
         "",
-        f"Machine: {describe_machine(machine) if machine else 'not recorded'}; {report.get('date', '')}.",
+        f"Machine: {describe_machine(machine) if machine else 'not recorded'}{state}; "
+        f"{report.get('date', '')}.",
         "",
     ]
     return "\n".join(lines)
