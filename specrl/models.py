@@ -10,13 +10,60 @@ import torch
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
+    DynamicCache,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
+from transformers.cache_utils import DummyLayer, DynamicLayer, LinearAttentionCacheLayerMixin
 
 
 class PairError(ValueError):
     """The two models cannot be used together (or one cannot be found)."""
+
+
+class UnsupportedArchitectureError(PairError):
+    """A model whose KV cache specrl cannot cut back after a rejection."""
+
+
+def check_cache(cache, config) -> None:
+    """Refuse a cache with a layer that ``crop`` cannot put back exactly, naming the architecture.
+
+    Full-attention and sliding-window layers (the engine records their past until each
+    rollback) are supported; recurrent state (Mamba / linear attention layers of hybrid
+    models) is not: it cannot be rewound to an earlier position without a recompute.
+    """
+    bad = sorted(
+        {
+            type(layer).__name__
+            for layer in cache.layers
+            if isinstance(layer, LinearAttentionCacheLayerMixin)
+            or not isinstance(layer, (DynamicLayer, DummyLayer))
+        }
+    )
+    if bad:
+        model_type = getattr(config, "model_type", None) or type(config).__name__
+        raise UnsupportedArchitectureError(
+            f"architecture '{model_type}' is not supported: its KV cache has {', '.join(bad)} layers "
+            "(recurrent / linear-attention state), which cannot be rolled back to an earlier "
+            "position after a rejected draft without recomputing the prefix. specrl supports "
+            "full-attention and sliding-window transformer caches."
+        )
+
+
+def check_architecture(model: PreTrainedModel, role: str) -> None:
+    """Refuse, at load time, a model that speculative decoding with rollback cannot drive."""
+    model_type = model.config.model_type
+    try:
+        cache = DynamicCache(config=model.config)
+    except Exception as error:  # noqa: BLE001 - any failure means no cache we can drive
+        raise UnsupportedArchitectureError(
+            f"the {role} model's architecture '{model_type}' has no dynamic KV cache specrl can "
+            f"drive: {error}"
+        ) from error
+    try:
+        check_cache(cache, model.config)
+    except UnsupportedArchitectureError as error:
+        raise UnsupportedArchitectureError(f"the {role} model: {error}") from None
 
 
 @dataclass
@@ -162,6 +209,8 @@ def load_pair(
     target_tok, target_model = _load(target, "target", device, dtype, trust_remote_code)
     draft_tok, draft_model = _load(draft, "draft", device, dtype, trust_remote_code)
     check_tokenizers(target_tok, draft_tok, target, draft)
+    check_architecture(target_model, "target")
+    check_architecture(draft_model, "draft")
 
     vocab_size = len(target_tok)
     for role, model in (("target", target_model), ("draft", draft_model)):
