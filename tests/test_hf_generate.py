@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import prompts, random_llama
+from test_architectures import FAMILIES as ARCHITECTURES
+from test_architectures import build as build_architecture
 from test_engine import chi_square_p_value, exact_two_token_law
 from transformers import StoppingCriteria, StoppingCriteriaList
 
@@ -68,6 +70,7 @@ def test_greedy_equals_plain_generate_with_tcp_learned_and_a_twin_draft(pair, tw
         assert torch.equal(spec(pair, ids, specrl.TCPController()), want)
         assert torch.equal(spec(pair, ids, policy), want)
         assert torch.equal(spec(pair, ids, str(default_policy_folder())), want)  # a folder path
+        assert torch.equal(spec(pair, ids, "default"), want)  # a shipped policy's name
         assert torch.equal(spec(twin_pair, ids, specrl.StaticController(4)), plain(twin_pair.target, ids))
 
 
@@ -108,6 +111,31 @@ def test_eos_stopping_criteria_and_left_padding_behave_as_plain_generate(pair):
     want = plain(pair.target, padded, attention_mask=mask)
     out = spec(pair, padded, specrl.StaticController(3), attention_mask=mask)
     assert torch.equal(out, want) and torch.equal(out[:, 2:], plain(pair.target, ids))
+
+
+@pytest.mark.parametrize("family", sorted(ARCHITECTURES))
+def test_greedy_equals_plain_generate_on_every_architecture(family):
+    """The families of tests/test_architectures.py, built in memory; 8 padding rows on both
+    models, so the default vocabulary is the output rows, as plain generate decodes them."""
+    target = build_architecture(ARCHITECTURES[family](), 0)
+    draft = build_architecture(ARCHITECTURES[family](), 0, noise=0.5)
+    n = 40  # prompt 12 + 40 tokens: past the 16-token window of the sliding families
+    proposed = accepted = 0
+    for prompt in prompts(2, 48, seed=11):
+        ids = ids_of(prompt)
+        want = target.generate(ids, do_sample=False, max_new_tokens=n, eos_token_id=None)
+        out = target.generate(
+            ids,
+            custom_generate=speculative_generate,
+            draft=draft,
+            controller=specrl.StaticController(3),
+            max_new_tokens=n,
+            eos_token_id=None,
+            return_dict_in_generate=True,
+        )
+        assert torch.equal(out.sequences, want), family
+        proposed, accepted = proposed + out.stats.proposed, accepted + out.stats.accepted
+    assert 0 < accepted < proposed, f"{family}: acceptance {accepted}/{proposed}"
 
 
 # ---- sampling: lossless, with generate's own temperature / top-k / top-p -------------------------
