@@ -129,6 +129,14 @@ SECTIONS = (
         "results/notes/bench_replay.md",
     ),
     Section(
+        "specrl inside HF generate",
+        "target.generate(custom_generate=specrl.hf.speculative_generate) with specrl controllers "
+        "against HF's own assisted generation, same pair and prompts; every output checked equal "
+        "to plain generate.",
+        "python experiments/bench_hf_generate.py",
+        ("results/hf_generate.md", "results/hf_generate.json"),
+    ),
+    Section(
         "Decoding benchmark",
         "Plain, static, TCP and Hugging Face assisted decoding on the default pair, and forward costs.",
         "python experiments/bench_decode.py --prompts-per-domain 2 --max-new-tokens 128 --repeats 3",
