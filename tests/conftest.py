@@ -183,3 +183,32 @@ def shifted(prompt_file) -> Scenario:
 @pytest.fixture(scope="session")
 def greedy_traces(close_pair, shifted) -> TraceSet:
     return collect_traces(close_pair, shifted, "test", progress=False)
+
+
+def step_and_check_rollback(pair: specrl.ModelPair, prompt: list[int], n: int, label: str = "") -> tuple:
+    """Decode ``n`` tokens at temperature 1 with k cycling through 3, 0, 5, 1, 8, 2; after every
+    step each cached model must hold a prefix of the sequence whose next-token logits equal a
+    full recompute. Returns the generation and the (all accepted, proposed any) outcomes seen."""
+    import itertools
+
+    from specrl.engine.generation import Generation
+    from specrl.engine.sampling import SamplingConfig
+
+    generation = Generation(pair, prompt, n, SamplingConfig(1.0), seed=2)
+    outcomes = set()
+    for k in itertools.cycle([3, 0, 5, 1, 8, 2]):
+        if generation.done:
+            break
+        result = generation.step(specrl.Action(k, 0.0))
+        outcomes.add((result.accepted == result.proposed, result.proposed > 0))
+        tokens = generation.tokens
+        for cached in (generation.target, generation.draft):
+            # a prefix of the sequence, and the next-token logits from it equal a full recompute
+            assert cached.length <= tokens.shape[1] - 1
+            with torch.inference_mode():
+                full = cached.model(tokens).logits[0, -1, : pair.vocab_size]
+                step_logits = cached.feed(tokens[:, cached.length :])[0, -1]
+                cached.rollback(tokens.shape[1] - 1)
+            torch.testing.assert_close(step_logits, full, atol=1e-4, rtol=1e-4, msg=lambda m: f"{label}: {m}")
+        assert generation.target.length == tokens.shape[1] - 1
+    return generation, outcomes

@@ -10,18 +10,15 @@ refused by name.
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import pytest
 import torch
 import transformers as hf
-from conftest import prompts, word_tokenizer
+from conftest import prompts, step_and_check_rollback, word_tokenizer
 
 import specrl
 from specrl.engine.cache import CachedModel
-from specrl.engine.generation import Generation
-from specrl.engine.sampling import SamplingConfig
 from specrl.models import UnsupportedArchitectureError
 
 VOCAB = 48  # tokenizer words; the models carry 8 padding rows (some tokenizers add a token)
@@ -132,22 +129,8 @@ def test_greedy_speculative_output_equals_plain_greedy(family_pair):
 
 def test_cached_logits_equal_full_recompute_after_accepts_and_rejections(family_pair):
     name, pair = family_pair
-    generation = Generation(pair, prompts(1, VOCAB, seed=5)[0], 56, SamplingConfig(1.0), seed=2)
-    outcomes = set()
-    for k in itertools.cycle([3, 0, 5, 1, 8, 2]):
-        if generation.done:
-            break
-        result = generation.step(specrl.Action(k, 0.0))
-        outcomes.add((result.accepted == result.proposed, result.proposed > 0))
-        tokens = generation.tokens
-        for cached in (generation.target, generation.draft):
-            assert cached.length <= tokens.shape[1] - 1
-            with torch.inference_mode():
-                full = cached.model(tokens).logits[0, -1, : pair.vocab_size]
-                step_logits = cached.feed(tokens[:, cached.length :])[0, -1]
-                cached.rollback(tokens.shape[1] - 1)
-            torch.testing.assert_close(step_logits, full, atol=1e-4, rtol=1e-4, msg=lambda m: f"{name}: {m}")
-        assert generation.target.length == tokens.shape[1] - 1
+    generation, outcomes = step_and_check_rollback(pair, prompts(1, VOCAB, seed=5)[0], 56, name)
+    tokens = generation.tokens
     assert tokens.shape[1] > 2 * WINDOW
     assert {(True, True), (False, True), (True, False)} <= outcomes, f"{name}: {outcomes}"
     if name in SLIDING:  # the sliding layers stay trimmed to their window between steps
