@@ -56,7 +56,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from specrl.controllers import Controller, LearnedController, TCPController
 from specrl.engine import Generation, GenerationStats, SamplingConfig, StepResult
-from specrl.features import FeatureTracker, GenerationSettings
+from specrl.engine.decoder import drive
 from specrl.models import ModelPair
 
 __all__ = ["SpeculativeGenerateOutput", "pair_from_models", "speculative_generate"]
@@ -339,18 +339,16 @@ def speculative_generate(
         seed = int(torch.randint(0, 2**62, (1,)).item())
 
     generation = Generation(pair, prompt, budget, sampling, seed=seed, stop_at_eos=False)
-    features = FeatureTracker(GenerationSettings.of(generation), generation.prompt_length)
-    controller.reset()
-    checked = generation.tokens.shape[1]
+    checked = generation.tokens.shape[1]  # tokens already checked against the stop criteria
     stop_at = None
-    while not generation.done:
-        result = generation.step(controller.act(features.vector()))
-        features.update(result)
-        controller.observe(result)
+
+    def stop() -> bool:
+        nonlocal checked, stop_at
         stop_at = _stop_position(generation.tokens, checked, eos, others)
-        if stop_at is not None:
-            break
         checked = generation.tokens.shape[1]
+        return stop_at is not None
+
+    drive(generation, controller, stop)
 
     tokens = generation.tokens if stop_at is None else generation.tokens[:, :stop_at]
     sequences = torch.cat([input_ids[:, :padding].to(tokens.device), tokens], 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from specrl.engine.generation import Generation
@@ -52,12 +53,7 @@ class SpeculativeDecoder:
     def generate(self, prompt: str | list[int], max_new_tokens: int = 64, **options) -> GenerationOutput:
         """Decode one prompt to the end. ``options``: temperature, top_k, top_p, seed, stop_at_eos."""
         generation = self.start(prompt, max_new_tokens, **options)
-        features = FeatureTracker(GenerationSettings.of(generation), generation.prompt_length)
-        self.controller.reset()
-        while not generation.done:
-            result = generation.step(self.controller.act(features.vector()))
-            features.update(result)
-            self.controller.observe(result)
+        drive(generation, self.controller)
         ids = generation.output_ids
         return GenerationOutput(
             text=self.pair.tokenizer.decode(ids),
@@ -66,3 +62,17 @@ class SpeculativeDecoder:
             stats=generation.stats(),
             steps=generation.steps,
         )
+
+
+def drive(generation: Generation, controller: Controller, stop: Callable[[], bool] | None = None) -> None:
+    """Step ``generation`` to its end with ``controller`` choosing each action from the features of
+    :mod:`specrl.features` and observing each step's result; ``stop()``, asked after every step,
+    may end it earlier. The one controller loop of the decoder and of :mod:`specrl.hf`."""
+    features = FeatureTracker(GenerationSettings.of(generation), generation.prompt_length)
+    controller.reset()
+    while not generation.done:
+        result = generation.step(controller.act(features.vector()))
+        features.update(result)
+        controller.observe(result)
+        if stop is not None and stop():
+            return
