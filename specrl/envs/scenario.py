@@ -1,6 +1,7 @@
 """Scenarios: what an episode decodes and how it is scored. Typed, validated, loaded from YAML.
 
-A scenario file (``envs/*.yaml``) is a mapping that names only what differs from the defaults.
+A scenario file (``specrl/scenarios/*.yaml``, or any path) is a mapping that names only what
+differs from the defaults.
 The defaults are the field values of the dataclasses below (each field documented where it is
 defined), the one place they live; :func:`defaults_yaml` writes every key with its default,
 generated from them::
