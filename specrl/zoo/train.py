@@ -99,6 +99,27 @@ def _autocast(device: torch.device):
     return torch.autocast(device.type, dtype=dtype)
 
 
+def distillation_loss(
+    logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor, temperature: float, alpha: float
+) -> torch.Tensor:
+    """KD plus LM loss: ``alpha * T^2 * KL(teacher_T || student_T) + (1 - alpha) * CE(labels)``.
+
+    Args:
+        logits: the student's logits, (N, V) over N positions.
+        teacher_logits: the teacher's logits (or log-probabilities) at the same positions, (N, V).
+        labels: the next token at each position, (N,).
+        temperature: T, softens both distributions in the KL term (T^2 keeps its gradient scale).
+        alpha: weight of the KL term.
+    """
+    kl = F.kl_div(
+        F.log_softmax(logits / temperature, -1),
+        F.log_softmax(teacher_logits.float() / temperature, -1),
+        log_target=True,
+        reduction="batchmean",
+    )
+    return alpha * temperature**2 * kl + (1 - alpha) * F.cross_entropy(logits, labels)
+
+
 def train(
     student: LlamaForCausalLM,
     streams: dict[str, np.ndarray],
@@ -126,18 +147,13 @@ def train(
         batch = sample_batch(streams, mix, preset.batch_size, preset.seq_len, rng).to(device)
         inputs, labels = batch[:, :-1], batch[:, 1:]
         with _autocast(device):
-            logits = student(inputs).logits.float()  # (B, T, V)
-            loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
-            if teacher is not None:
+            logits = student(inputs).logits.float().flatten(0, 1)  # (B * T, V)
+            if teacher is None:
+                loss = F.cross_entropy(logits, labels.flatten())
+            else:
                 with torch.no_grad():
-                    teacher_logits = teacher(inputs).logits.float()
-                kl = F.kl_div(
-                    F.log_softmax(logits / temperature, -1).flatten(0, 1),
-                    F.log_softmax(teacher_logits / temperature, -1).flatten(0, 1),
-                    log_target=True,
-                    reduction="batchmean",
-                )
-                loss = alpha * temperature**2 * kl + (1 - alpha) * loss
+                    teacher_logits = teacher(inputs).logits.float().flatten(0, 1)
+                loss = distillation_loss(logits, teacher_logits, labels.flatten(), temperature, alpha)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)

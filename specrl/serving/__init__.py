@@ -1,0 +1,31 @@
+"""Serving a request stream whose domain mix shifts, with online adaptation of the draft.
+
+``spec`` (stream files) -> ``requests`` (the arrivals) -> ``server`` (setups served side by side)
+with ``adaptation`` (re-distil, judge on held-back traffic, swap) -> ``report`` (tables, plot,
+TensorBoard). The command line is ``experiments/serve_stream.py``.
+"""
+
+from specrl.serving.adaptation import AdaptationResult, DraftAdapter, LiveDraft, Traffic, TrafficBuffer
+from specrl.serving.requests import Request, draw_requests
+from specrl.serving.server import Setup, build_setups, serve_request, serve_stream
+from specrl.serving.spec import AdaptationSpec, Segment, StreamError, StreamSpec, load_stream, shipped_streams
+
+__all__ = [
+    "AdaptationResult",
+    "AdaptationSpec",
+    "DraftAdapter",
+    "LiveDraft",
+    "Request",
+    "Segment",
+    "Setup",
+    "StreamError",
+    "StreamSpec",
+    "Traffic",
+    "TrafficBuffer",
+    "build_setups",
+    "draw_requests",
+    "load_stream",
+    "serve_request",
+    "serve_stream",
+    "shipped_streams",
+]

@@ -1,0 +1,264 @@
+"""Online draft adaptation: re-distil the draft on recent traffic, and swap it in only if it is better.
+
+An adaptation, run in between requests (serving pauses; its wall time is charged to the stream):
+
+1. the target scores the recent requests it has not scored yet (one teacher-forced forward each,
+   batched): the teacher log-probabilities of the distillation;
+2. a copy of the live draft is trained for at most ``steps`` optimizer steps on the requests of the
+   window that are not held back, with the zoo's loss (KL to the temperature-softened target plus
+   the LM loss, :func:`specrl.zoo.train.distillation_loss`);
+3. the candidate is rejected if a loss or a weight is not finite;
+4. candidate and live draft are scored on the held-back requests of the window (the acceptance
+   speculative decoding would see on the outputs: greedy agreement with the target, or the
+   expected acceptance sum_v min(p, q) when sampling); the candidate goes live only if it beats
+   the live draft by more than ``min_gain``.
+
+The live draft is never modified: a candidate is a copy, and going live is one reference swap
+between requests (:class:`LiveDraft`), which keeps the previous draft for :meth:`LiveDraft.rollback`.
+The output of speculative decoding does not depend on the draft, so neither adaptation nor a swap
+can change what is generated, only how fast.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from specrl.engine.sampling import SamplingConfig
+from specrl.engine.timing import DeviceClock
+from specrl.models import ModelPair
+from specrl.serving.requests import Request
+from specrl.serving.spec import AdaptationSpec
+from specrl.zoo.train import distillation_loss
+
+
+@dataclass
+class Traffic:
+    """A served request as training data.
+
+    Attributes:
+        request: the request.
+        token_ids: prompt + generated tokens.
+        prompt_length: the prompt's share of ``token_ids``.
+        teacher: the target's log-probabilities at every position, (T, V) float16; None until an
+            adaptation first needs them.
+    """
+
+    request: Request
+    token_ids: list[int]
+    prompt_length: int
+    teacher: torch.Tensor | None = None
+
+
+class TrafficBuffer:
+    """The most recent ``window`` served requests."""
+
+    def __init__(self, window: int) -> None:
+        self.entries: deque[Traffic] = deque(maxlen=window)
+
+    def add(self, request: Request, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> None:
+        self.entries.append(Traffic(request, [*prompt_ids, *output_ids], len(prompt_ids)))
+
+
+class LiveDraft:
+    """The draft that serves requests. Replaced whole by :meth:`swap`, never changed in place, so a
+    request sees one draft from start to end; the draft it replaced is kept for :meth:`rollback`.
+
+    Attributes:
+        model: the draft that serves now.
+        previous: the draft before the last swap (None before the first).
+        version: 0 for the original draft, +1 at every swap or rollback.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.previous: torch.nn.Module | None = None
+        self.version = 0
+
+    def swap(self, candidate: torch.nn.Module) -> None:
+        self.previous, self.model = self.model, candidate
+        self.version += 1
+
+    def rollback(self) -> None:
+        """Put the draft before the last swap back live."""
+        if self.previous is None:
+            raise RuntimeError("no previous draft to roll back to: nothing has been swapped in")
+        self.model, self.previous = self.previous, None
+        self.version += 1
+
+
+@dataclass
+class AdaptationResult:
+    """What one adaptation did.
+
+    Attributes:
+        after_request: the index of the last request served before it.
+        steps: optimizer steps taken (<= the budget).
+        seconds: its wall time (teacher scoring, training, judging), device-synchronised.
+        train_requests, held_requests: the window's requests it trained on and was judged on.
+        live_score, candidate_score: held-back acceptance of the live draft and the candidate
+            (candidate None when training stopped on a non-finite value).
+        swapped: whether the candidate went live.
+        reason: why it did or did not.
+        losses: the training loss at every step.
+        live_by_domain, candidate_by_domain: the two held-back acceptances per domain.
+    """
+
+    after_request: int
+    steps: int
+    seconds: float
+    train_requests: int
+    held_requests: int
+    live_score: float | None
+    candidate_score: float | None
+    swapped: bool
+    reason: str
+    losses: list[float] = field(default_factory=list)
+    live_by_domain: dict[str, float] = field(default_factory=dict)
+    candidate_by_domain: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "losses"} | {
+            "first_loss": self.losses[0] if self.losses else None,
+            "last_loss": self.losses[-1] if self.losses else None,
+        }
+
+
+class DraftAdapter:
+    """Re-distils a pair's draft on a :class:`TrafficBuffer` (module doc); one per served setup."""
+
+    def __init__(
+        self, pair: ModelPair, spec: AdaptationSpec, sampling: SamplingConfig, seed: int = 0
+    ) -> None:
+        self.pair = pair
+        self.spec = spec
+        self.sampling = sampling
+        self.clock = DeviceClock(pair.device)
+        self.rng = random.Random(f"adapt:{seed}")
+
+    def adapt(self, live: LiveDraft, buffer: TrafficBuffer, after_request: int) -> AdaptationResult:
+        """One adaptation of ``live`` on ``buffer``; swaps the candidate in when it is better."""
+        start = self.clock.now()
+        train = [e for e in buffer.entries if not e.request.held_back]
+        held = [e for e in buffer.entries if e.request.held_back]
+
+        def result(steps: int, live_score, candidate_score, swapped: bool, reason: str, losses=()):
+            return AdaptationResult(
+                after_request, steps, self.clock.now() - start, len(train), len(held),
+                live_score, candidate_score, swapped, reason, list(losses),
+            )  # fmt: skip
+
+        if not train or not held:
+            return result(
+                0, None, None, False, "skipped: the window has no requests to train on or to judge by"
+            )
+        self._score_with_target([e for e in buffer.entries if e.teacher is None])
+        candidate = copy.deepcopy(live.model).float().train()
+        losses = self._distil(candidate, train)
+        candidate.eval()
+        if not all(math.isfinite(loss) for loss in losses) or not _finite_weights(candidate):
+            return result(
+                len(losses), None, None, False, "rejected: the update is not finite (NaN/inf)", losses
+            )
+        candidate = candidate.to(self.pair.dtype)
+        (live_score, live_domains), (candidate_score, candidate_domains) = (
+            self.acceptance(live.model, held),
+            self.acceptance(candidate, held),
+        )
+        swapped = candidate_score > live_score + self.spec.min_gain
+        if swapped:
+            live.swap(candidate)
+        adaptation = result(
+            len(losses), live_score, candidate_score, swapped,
+            "swapped: better on held-back" if swapped else "rejected: not better on held-back", losses,
+        )  # fmt: skip
+        adaptation.live_by_domain, adaptation.candidate_by_domain = live_domains, candidate_domains
+        return adaptation
+
+    @torch.no_grad()
+    def _score_with_target(self, entries: list[Traffic]) -> None:
+        for batch in _chunks(entries, self.spec.batch_size):
+            ids, mask = self._pad(batch)
+            logits = self.pair.target(input_ids=ids, attention_mask=mask).logits[..., : self.pair.vocab_size]
+            log_probs = logits.float().log_softmax(-1).to(torch.float16)  # (B, T, V)
+            for row, entry in enumerate(batch):
+                entry.teacher = log_probs[row, : len(entry.token_ids)].cpu()
+
+    def _distil(self, candidate: torch.nn.Module, train: list[Traffic]) -> list[float]:
+        """At most ``steps`` AdamW steps; stops at the first non-finite loss."""
+        spec = self.spec
+        optimizer = torch.optim.AdamW(candidate.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.0)
+        losses: list[float] = []
+        for _ in range(spec.steps):
+            batch = [self.rng.choice(train) for _ in range(spec.batch_size)]
+            ids, mask = self._pad(batch)
+            teacher = torch.zeros(ids.shape + (self.pair.vocab_size,), dtype=torch.float32, device=ids.device)
+            for row, entry in enumerate(batch):
+                teacher[row, : len(entry.token_ids)] = entry.teacher.to(ids.device, torch.float32)
+            logits = candidate(input_ids=ids, attention_mask=mask).logits[..., : self.pair.vocab_size].float()
+            predicts = mask[:, 1:].bool()  # position t predicts token t + 1, inside the sequence
+            loss = distillation_loss(
+                logits[:, :-1][predicts], teacher[:, :-1][predicts], ids[:, 1:][predicts],
+                spec.temperature, spec.alpha,
+            )  # fmt: skip
+            losses.append(float(loss.detach()))
+            if not math.isfinite(losses[-1]):
+                break
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(candidate.parameters(), 1.0)
+            optimizer.step()
+        return losses
+
+    @torch.no_grad()
+    def acceptance(self, draft: torch.nn.Module, entries: list[Traffic]) -> tuple[float, dict[str, float]]:
+        """The acceptance speculative decoding would see for ``draft`` on the generated part of
+        ``entries``, over all and per domain: greedy, the share of positions where the draft's argmax
+        is the target's; sampling, the mean of sum_v min(p(v), q(v)) under the stream's sampling
+        settings. Every entry must have been scored by the target."""
+        sums: dict[str, list[float]] = {}
+        for batch in _chunks(entries, self.spec.batch_size):
+            ids, mask = self._pad(batch)
+            logits = draft(input_ids=ids, attention_mask=mask).logits[..., : self.pair.vocab_size].float()
+            for row, entry in enumerate(batch):
+                # positions prompt_length - 1 .. T - 2 predict the generated tokens
+                span = slice(entry.prompt_length - 1, len(entry.token_ids) - 1)
+                q_logits, p_log_probs = (
+                    logits[row, span],
+                    entry.teacher[span].to(logits.device, torch.float32),
+                )
+                if self.sampling.greedy:
+                    accepted = float((q_logits.argmax(-1) == p_log_probs.argmax(-1)).float().sum())
+                else:
+                    p, q = self.sampling.probs(p_log_probs), self.sampling.probs(q_logits)
+                    accepted = float(torch.minimum(p, q).sum())
+                total = sums.setdefault(entry.request.domain, [0.0, 0])
+                total[0] += accepted
+                total[1] += span.stop - span.start
+        overall = sum(a for a, _ in sums.values()) / max(1, sum(n for _, n in sums.values()))
+        return overall, {domain: a / max(1, n) for domain, (a, n) in sorted(sums.items())}
+
+    def _pad(self, batch: list[Traffic]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded ids and attention mask, (B, T) each."""
+        width = max(len(entry.token_ids) for entry in batch)
+        pad = self.pair.eos_token_id if self.pair.eos_token_id is not None else 0
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, entry in enumerate(batch):
+            ids[row, : len(entry.token_ids)] = torch.tensor(entry.token_ids)
+            mask[row, : len(entry.token_ids)] = 1
+        return ids.to(self.pair.device), mask.to(self.pair.device)
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _finite_weights(model: torch.nn.Module) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters())

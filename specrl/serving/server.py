@@ -1,0 +1,130 @@
+"""Serve a request stream with several setups side by side: (draft frozen or adapted) x controller.
+
+Every setup serves every request, one request at a time; the setups take turns within a request
+in an order rotated by the request's index, so machine noise hits all of them alike. A setup with
+an adapter re-distils its own draft after every ``adaptation.every`` requests, in between requests
+(serving pauses, and the adaptation's wall time is charged to that setup's stream). Every request
+of every setup is logged: its tokens, time, draft acceptance and the draft version that served it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from tqdm.auto import tqdm
+
+from specrl.controllers.base import Controller
+from specrl.engine.decoder import SpeculativeDecoder
+from specrl.engine.timing import DeviceClock
+from specrl.models import ModelPair
+from specrl.serving.adaptation import AdaptationResult, DraftAdapter, LiveDraft, TrafficBuffer
+from specrl.serving.requests import Request
+from specrl.serving.spec import StreamSpec
+
+
+@dataclass
+class Setup:
+    """One way of serving the stream.
+
+    Attributes:
+        name: e.g. "adapted + tcp".
+        controller: chooses (k, tau) at every step (reset at every request).
+        draft: the live draft of this setup.
+        adapter: re-distils ``draft`` on this setup's own traffic; None for a frozen draft.
+        records: one dict per served request (see :func:`serve_request`).
+        outputs: the generated token ids of every request.
+        adaptations: every adaptation run.
+    """
+
+    name: str
+    controller: Controller
+    draft: LiveDraft
+    adapter: DraftAdapter | None = None
+    buffer: TrafficBuffer | None = None
+    records: list[dict] = field(default_factory=list)
+    outputs: list[list[int]] = field(default_factory=list)
+    adaptations: list[AdaptationResult] = field(default_factory=list)
+
+    @property
+    def adapts(self) -> bool:
+        return self.adapter is not None
+
+
+def build_setups(
+    pair: ModelPair, spec: StreamSpec, controllers: dict[str, Callable[[], Controller]], adapt: bool = True
+) -> list[Setup]:
+    """For every controller, a setup with the frozen draft and (``adapt``) one whose draft adapts.
+    Each setup gets its own controller (from the factory) and its own live draft."""
+    setups = []
+    for name, make in controllers.items():
+        setups.append(Setup(f"frozen + {name}", make(), LiveDraft(pair.draft)))
+        if adapt:
+            adapter = DraftAdapter(pair, spec.adaptation, spec.sampling, seed=spec.seed)
+            buffer = TrafficBuffer(spec.adaptation.window)
+            setups.append(Setup(f"adapted + {name}", make(), LiveDraft(pair.draft), adapter, buffer))
+    return setups
+
+
+def serve_request(pair: ModelPair, spec: StreamSpec, setup: Setup, request: Request) -> dict:
+    """Decode ``request`` with the setup's live draft and controller; log it (and keep it as traffic)."""
+    decoder = SpeculativeDecoder(replace(pair, draft=setup.draft.model), setup.controller)
+    clock = DeviceClock(pair.device)
+    start = clock.now()
+    out = decoder.generate(
+        request.prompt,
+        max_new_tokens=spec.max_new_tokens,
+        temperature=spec.sampling.temperature,
+        top_k=spec.sampling.top_k,
+        top_p=spec.sampling.top_p,
+        seed=request.seed,
+    )
+    seconds = clock.now() - start
+    record = {
+        "request": request.index,
+        "segment": request.segment,
+        "domain": request.domain,
+        "held_back": request.held_back,
+        "tokens": len(out.token_ids),
+        "seconds": seconds,
+        "tokens_per_s": len(out.token_ids) / seconds,
+        "steps": out.stats.steps,
+        "proposed": out.stats.proposed,
+        "accepted": out.stats.accepted,
+        "acceptance_rate": out.stats.acceptance_rate,
+        "draft_version": setup.draft.version,
+    }
+    setup.records.append(record)
+    setup.outputs.append(out.token_ids)
+    if setup.buffer is not None:
+        setup.buffer.add(request, out.prompt_ids, out.token_ids)
+    return record
+
+
+def serve_stream(
+    pair: ModelPair,
+    spec: StreamSpec,
+    setups: list[Setup],
+    requests: list[Request],
+    on_request: Callable[[Setup, dict], None] | None = None,
+    on_adaptation: Callable[[Setup, AdaptationResult], None] | None = None,
+    progress: bool = True,
+) -> list[Setup]:
+    """Serve ``requests`` with every setup (module doc); returns the setups with their logs.
+
+    ``on_request`` and ``on_adaptation`` are called with each record and each adaptation as they
+    happen (TensorBoard, progress lines)."""
+    every = spec.adaptation.every
+    for request in tqdm(requests, desc=f"stream {spec.name}", unit="request", disable=not progress):
+        turn = request.index % len(setups)
+        for setup in setups[turn:] + setups[:turn]:
+            record = serve_request(pair, spec, setup, request)
+            if on_request is not None:
+                on_request(setup, record)
+            last = request.index + 1 == len(requests)
+            if setup.adapts and every and (request.index + 1) % every == 0 and not last:
+                result = setup.adapter.adapt(setup.draft, setup.buffer, after_request=request.index)
+                setup.adaptations.append(result)
+                if on_adaptation is not None:
+                    on_adaptation(setup, result)
+    return setups

@@ -1,0 +1,283 @@
+"""Serving a request stream with online draft adaptation (specrl.serving)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import VOCAB, prompts
+
+import specrl
+from specrl.serving import (
+    AdaptationSpec,
+    DraftAdapter,
+    LiveDraft,
+    Segment,
+    Setup,
+    StreamError,
+    StreamSpec,
+    TrafficBuffer,
+    build_setups,
+    draw_requests,
+    load_stream,
+    serve_request,
+    serve_stream,
+    shipped_streams,
+)
+from specrl.serving.report import SCALARS, StreamScalars, cumulative_tokens_per_s, markdown, plot, summarize
+
+SMALL_PROMPTS = Path(specrl.__file__).parent / "zoo" / "weights" / "small" / "prompts.json"
+
+
+def word_prompts(n: int, seed: int) -> list[str]:
+    return [" ".join(f"w{i}" for i in ids) for ids in prompts(n, VOCAB, seed=seed, length=10)]
+
+
+PROMPT_SETS = {"test": {"code": word_prompts(8, 1), "math": word_prompts(8, 2)}}
+
+
+def stream(adaptation: AdaptationSpec | None = None, **changes) -> StreamSpec:
+    base = StreamSpec(
+        name="words",
+        segments=(Segment("first", {"code": 4, "math": 1}), Segment("second", {"math": 5, "code": 2})),
+        max_new_tokens=20,
+        adaptation=adaptation
+        or AdaptationSpec(every=4, window=8, holdout=0.3, steps=6, batch_size=4, lr=3e-3),
+    )
+    return replace(base, **changes)
+
+
+def served_buffer(pair, spec: StreamSpec, count: int) -> TrafficBuffer:
+    """The buffer after ``count`` requests served greedily with a static controller."""
+    setup = Setup(
+        "s", specrl.StaticController(3), LiveDraft(pair.draft), buffer=TrafficBuffer(spec.adaptation.window)
+    )
+    for request in draw_requests(spec, PROMPT_SETS)[:count]:
+        serve_request(pair, spec, setup, request)
+    return setup.buffer
+
+
+def weights(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def same_weights(model: torch.nn.Module, before: list[torch.Tensor]) -> bool:
+    return all(torch.equal(p, b) for p, b in zip(model.parameters(), before, strict=True))
+
+
+# ---- stream files and arrivals ---------------------------------------------------------------
+
+
+def test_shipped_stream_draws_each_prompt_once_in_its_segments():
+    spec = load_stream("code_math_prose")
+    assert "code_math_prose" in shipped_streams()
+    requests = draw_requests(spec, json.loads(SMALL_PROMPTS.read_text()))
+    assert len(requests) == spec.size == 88
+    assert len({r.prompt for r in requests}) == len(requests)  # no prompt served twice
+    start = 0
+    for segment in spec.segments:  # segments in order, each with exactly its counts
+        part = requests[start : start + segment.size]
+        assert {r.segment for r in part} == {segment.name}
+        assert {d: sum(r.domain == d for r in part) for d in segment.requests} == dict(segment.requests)
+        start += segment.size
+    assert 0.1 < sum(r.held_back for r in requests) / len(requests) < 0.4  # holdout 0.25
+    assert draw_requests(spec, json.loads(SMALL_PROMPTS.read_text())) == requests  # seeded
+    other = draw_requests(replace(spec, seed=1), json.loads(SMALL_PROMPTS.read_text()))
+    assert [r.prompt for r in other] != [r.prompt for r in requests]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("segments: [{name: a, requests: {code: 2}}]\nadaptaton: {every: 2}\n", "Did you mean 'adaptation'"),
+        ("segments: [{name: a, requests: {code: -1}}]\n", "count >= 0"),
+        ("segments: []\n", "segments is empty"),
+        ("segments: [{name: a, requests: [code]}]\n", "must map domains to request counts"),
+        ("segments: [{name: a, requests: {code: 2}}]\nadaptation: {holdout: 1.5}\n", "holdout"),
+        ("segments: [{name: a, requests: {code: 2}}]\nadaptation: {steps: 0}\n", "adaptation.steps"),
+        ("segments: [{name: a, requests: {code: 2}}]\nsplit: heldout\n", "split must be one of"),
+    ],
+)
+def test_bad_stream_files_name_the_key(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(StreamError, match=message):
+        load_stream(path)
+
+
+def test_missing_stream_lists_the_shipped_ones():
+    with pytest.raises(StreamError, match="code_math_prose"):
+        load_stream("no_such_stream")
+
+
+def test_more_requests_than_prompts_is_refused():
+    spec = stream(segments=(Segment("a", {"code": 9}),))
+    with pytest.raises(StreamError, match="asks for 9 'code' requests but the 'test' split has 8"):
+        draw_requests(spec, PROMPT_SETS)
+
+
+# ---- adaptation ------------------------------------------------------------------------------
+
+
+def test_adaptation_distils_judges_swaps_and_rolls_back(close_pair, monkeypatch):
+    spec = stream()
+    buffer = served_buffer(close_pair, spec, 8)
+    live = LiveDraft(close_pair.draft)
+    original = weights(close_pair.draft)
+    steps_taken = []
+    real_step = torch.optim.AdamW.step
+    monkeypatch.setattr(
+        torch.optim.AdamW, "step", lambda self, *a, **k: steps_taken.append(1) or real_step(self, *a, **k)
+    )
+    adapter = DraftAdapter(close_pair, replace(spec.adaptation, steps=25), spec.sampling)
+
+    result = adapter.adapt(live, buffer, after_request=7)
+
+    assert len(steps_taken) == result.steps == 25  # the step budget, all used, never more
+    assert result.train_requests + result.held_requests == 8 and result.held_requests > 0
+    assert result.candidate_score > result.live_score and result.swapped
+    assert live.version == 1 and live.model is not close_pair.draft and live.previous is close_pair.draft
+    assert same_weights(close_pair.draft, original)  # the live draft was never trained in place
+    held = [e for e in buffer.entries if e.request.held_back]
+    assert adapter.acceptance(live.model, held)[0] == pytest.approx(result.candidate_score)
+    live.rollback()
+    assert live.model is close_pair.draft and live.version == 2
+    with pytest.raises(RuntimeError, match="no previous draft"):
+        live.rollback()
+
+
+def test_step_budget_caps_a_small_budget(close_pair, monkeypatch):
+    spec = stream(adaptation=AdaptationSpec(every=4, window=8, holdout=0.3, steps=3, batch_size=2))
+    buffer = served_buffer(close_pair, spec, 6)
+    steps_taken = []
+    real_step = torch.optim.AdamW.step
+    monkeypatch.setattr(
+        torch.optim.AdamW, "step", lambda self, *a, **k: steps_taken.append(1) or real_step(self, *a, **k)
+    )
+    DraftAdapter(close_pair, spec.adaptation, spec.sampling).adapt(LiveDraft(close_pair.draft), buffer, 5)
+    assert len(steps_taken) == 3
+
+
+def test_a_nan_update_never_goes_live(close_pair):
+    spec = stream()
+    buffer = served_buffer(close_pair, spec, 8)
+    adapter = DraftAdapter(close_pair, spec.adaptation, spec.sampling)
+    adapter._score_with_target(list(buffer.entries))
+    for entry in buffer.entries:  # e.g. a half-precision overflow in the teacher's scores
+        entry.teacher[3] = float("nan")
+    live = LiveDraft(close_pair.draft)
+    before = weights(live.model)
+
+    result = adapter.adapt(live, buffer, after_request=7)
+
+    assert not result.swapped and "not finite" in result.reason
+    assert live.model is close_pair.draft and live.version == 0 and same_weights(live.model, before)
+
+
+def test_a_diverging_update_never_goes_live(close_pair):
+    spec = stream()
+    buffer = served_buffer(close_pair, spec, 8)
+    # a learning rate far too large: the loss climbs (finite), held-back acceptance collapses
+    adapter = DraftAdapter(close_pair, replace(spec.adaptation, lr=1.0, steps=8), spec.sampling)
+    live = LiveDraft(close_pair.draft)
+    before = weights(live.model)
+
+    result = adapter.adapt(live, buffer, after_request=7)
+
+    assert result.losses[-1] > 5 * result.losses[0] and "not better" in result.reason and not result.swapped
+    assert result.candidate_score < result.live_score
+    assert live.model is close_pair.draft and live.version == 0 and same_weights(live.model, before)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_held_back_acceptance_is_one_for_the_target_itself(twin_pair, close_pair, temperature):
+    spec = stream(sampling=specrl.SamplingConfig(temperature=temperature))
+    buffer = served_buffer(close_pair, spec, 6)
+    adapter = DraftAdapter(close_pair, spec.adaptation, spec.sampling)
+    entries = list(buffer.entries)
+    adapter._score_with_target(entries)
+    overall, by_domain = adapter.acceptance(close_pair.target, entries)
+    assert overall == pytest.approx(1.0, abs=1e-3) and set(by_domain) == {"code", "math"}
+    assert adapter.acceptance(close_pair.draft, entries)[0] < 0.99
+
+
+# ---- the stream served side by side ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(close_pair, tmp_path_factory):
+    """The word stream served by plain decoding and frozen/adapted x TCP/static, swaps forced
+    (min_gain -1), with TensorBoard scalars."""
+    spec = stream(
+        adaptation=AdaptationSpec(every=3, window=8, holdout=0.3, steps=4, batch_size=4, min_gain=-1.0)
+    )
+    setups = [Setup("plain", specrl.StaticController(0), LiveDraft(close_pair.draft))]
+    setups += build_setups(
+        close_pair, spec, {"tcp": specrl.TCPController, "static": lambda: specrl.StaticController(4)}
+    )
+    folder = tmp_path_factory.mktemp("runs")
+    scalars = StreamScalars(folder)
+    serve_stream(
+        close_pair,
+        spec,
+        setups,
+        draw_requests(spec, PROMPT_SETS),
+        scalars.request,
+        scalars.adaptation,
+        progress=False,
+    )
+    scalars.close()
+    return spec, setups, folder
+
+
+def test_greedy_outputs_are_identical_with_and_without_adaptation(served, close_pair):
+    spec, setups, _ = served
+    plain = setups[0].outputs
+    assert len(plain) == spec.size
+    for setup in setups[1:]:
+        assert setup.outputs == plain, setup.name
+    adapted = [s for s in setups if s.adapts]
+    assert adapted and all(s.draft.version >= 3 for s in adapted)  # every forced swap happened
+    assert all(r["draft_version"] > 0 for s in adapted for r in s.records[3:])
+    # and plain decoding is the target's own greedy decoding
+    request = draw_requests(spec, PROMPT_SETS)[5]
+    out = specrl.SpeculativeDecoder(close_pair, specrl.StaticController(0)).generate(request.prompt, 20)
+    assert plain[5] == out.token_ids
+
+
+def test_adaptations_run_every_n_requests_and_count_in_throughput(served):
+    spec, setups, _ = served
+    for setup in setups:
+        expected = (spec.size - 1) // spec.adaptation.every if setup.adapts else 0
+        assert [a.after_request for a in setup.adaptations] == [3 * i + 2 for i in range(expected)]
+    report = summarize(setups, spec)
+    adapted = report["setups"]["adapted + tcp"]
+    assert adapted["adaptation_seconds"] == pytest.approx(sum(a.seconds for a in setups[2].adaptations))
+    assert adapted["adaptation_seconds"] > 0
+    assert adapted["tokens_per_s"] == pytest.approx(
+        adapted["tokens"] / (adapted["decode_seconds"] + adapted["adaptation_seconds"])
+    )
+    records, events = report["records"]["adapted + tcp"], report["adaptations"]["adapted + tcp"]
+    assert cumulative_tokens_per_s(records, events)[-1] == pytest.approx(adapted["tokens_per_s"])
+
+
+def test_report_tables_plot_and_tensorboard(served, tmp_path):
+    spec, setups, folder = served
+    report = summarize(setups, spec)
+    page = markdown(report, "# words")
+    for title in ("Over the whole stream", "per segment", "Acceptance per domain", "Adaptations"):
+        assert title in page
+    assert page.count("swapped: better on held-back") == sum(len(s.adaptations) for s in setups)
+    assert {r["domain"] for r in report["domains"]} == {"code", "math"}
+    png = plot(report, tmp_path / "stream.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = EventAccumulator(str(folder / "adapted__tcp")).Reload()
+    tags = set(run.Tags()["scalars"])
+    assert tags <= set(SCALARS) and "specdec/stream/adaptation_seconds" in tags
+    assert len(run.Scalars("specdec/stream/tokens_per_s")) == spec.size
