@@ -19,6 +19,7 @@ import specrl
 from specrl.envs import load_scenario, shipped_scenarios
 from specrl.envs.scenario import PairSpec
 from specrl.features import N_FEATURES
+from specrl.serving import load_stream, shipped_streams
 
 started = time.perf_counter()
 package = Path(specrl.__file__).resolve().parent
@@ -29,6 +30,8 @@ if repository in package.parents or Path.cwd() in package.parents:
 scenario = load_scenario("code")
 assert scenario.name == "code" and "code" in scenario.prompts.domains, scenario
 assert {"code", "mixed", "prose"} <= set(shipped_scenarios()), shipped_scenarios()
+stream = load_stream("code_math_prose")  # the shipped request stream of experiments/serve_stream.py
+assert stream.size == 88 and "code_math_prose" in shipped_streams(), shipped_streams()
 
 
 def replay(scenario) -> None:

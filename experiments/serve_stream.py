@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -41,6 +42,7 @@ from specrl.io import write_text_atomic
 from specrl.serving import Setup, build_setups, draw_requests, load_stream, serve_stream
 from specrl.serving.adaptation import LiveDraft
 from specrl.serving.report import StreamScalars, markdown, plot, summarize
+from specrl.tables import markdown_table
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -57,6 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--controllers", default="tcp,learned", help="comma-separated: tcp, learned")
     parser.add_argument("--requests", type=int, default=None, help="serve only the first N requests")
+    parser.add_argument("--seeds", default=None, help="comma-separated stream seeds (default: the file's)")
     parser.add_argument("--every", type=int, default=None, help="override adaptation.every")
     parser.add_argument("--steps", type=int, default=None, help="override adaptation.steps")
     parser.add_argument("--out", default="results/stream", help="folder for stream.json, .md, .png")
@@ -66,7 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -78,49 +81,126 @@ def main(argv: list[str] | None = None) -> dict:
         spec = replace(spec, adaptation=replace(spec.adaptation, **overrides))
     pair = spec.pair.load()
     warn_if_busy(pair)
-    requests = draw_requests(spec, pair.prompts)[: args.requests]
-
-    factories = {
-        "tcp": TCPController,
-        "learned": lambda: LearnedController.load(args.policy),
-    }
+    factories = {"tcp": TCPController, "learned": lambda: LearnedController.load(args.policy)}
     names = [name.strip() for name in args.controllers.split(",") if name.strip()]
     if unknown := [n for n in names if n not in factories]:
         raise SystemExit(f"unknown controller(s) {unknown}; choose from {sorted(factories)}")
-    setups = [Setup("plain", StaticController(0), LiveDraft(pair.draft))]
-    setups += build_setups(pair, spec, {name: factories[name] for name in names})
+    seeds = [int(seed) for seed in args.seeds.split(",")] if args.seeds else [spec.seed]
 
+    out, reports = Path(args.out), []
+    for seed in seeds:
+        seeded = replace(spec, seed=seed)
+        folder = out / f"seed{seed}" if len(seeds) > 1 else out
+        reports.append(serve_one(pair, seeded, {n: factories[n] for n in names}, args, folder))
+    if len(seeds) > 1:
+        page = spread_markdown(reports, out)
+        write_text_atomic(out / "stream.md", page)
+        print(page)
+    identical = [r["outputs_identical_to_plain"] for r in reports]
+    bad = [
+        r["stream"]["seed"]
+        for r, same in zip(reports, identical, strict=True)
+        if same and not all(same.values())
+    ]
+    if bad:
+        raise SystemExit(f"greedy outputs differ from plain decoding for seed(s) {bad}")
+    return reports
+
+
+def serve_one(pair, spec, factories: dict, args: argparse.Namespace, out: Path) -> dict:
+    """Serve the stream of one seed with every setup; write its JSON, page and plot to ``out``."""
+    requests = draw_requests(spec, pair.prompts)[: args.requests]
+    setups = [Setup("plain", StaticController(0), LiveDraft(pair.draft))]
+    setups += build_setups(pair, spec, factories)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    scalars = StreamScalars(Path(args.runs) / f"stream__{spec.name}__{spec.split}__{stamp}")
+    scalars = StreamScalars(Path(args.runs) / f"stream__{spec.name}__{spec.split}__seed{spec.seed}__{stamp}")
     started = time.perf_counter()
     serve_stream(
         pair, spec, setups, requests, scalars.request, scalars.adaptation, progress=not args.no_progress
     )
     scalars.close()
-    seconds = time.perf_counter() - started
-
     reference = setups[0].outputs
-    identical = {s.name: s.outputs == reference for s in setups} if spec.sampling.greedy else None
     report = summarize(setups, spec)
     report.update(
         stream=spec.to_dict() | {"requests_served": len(requests)},
-        outputs_identical_to_plain=identical,
-        wall_seconds=seconds,
+        outputs_identical_to_plain={s.name: s.outputs == reference for s in setups}
+        if spec.sampling.greedy
+        else None,
+        wall_seconds=time.perf_counter() - started,
         pair=pair_info(pair),
         machine=machine_info(pair),
         date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         command=command_line(),
         torch_threads=torch.get_num_threads(),
     )
-    out = Path(args.out)
     write_text_atomic(out / "stream.json", json.dumps(report, indent=1, default=str) + "\n")
-    page = markdown(report, header(report))
+    page = markdown(report, header(report), image="stream.png")
     write_text_atomic(out / "stream.md", page)
     plot(report, out / "stream.png")
     print(page)
-    if identical is not None and not all(identical.values()):
-        raise SystemExit(f"greedy outputs differ from plain decoding: {identical}")
     return report
+
+
+def spread_markdown(reports: list[dict], out: Path) -> str:
+    """The seeds side by side: tokens/s (adaptation included) against plain and against the frozen
+    draft, and math acceptance frozen -> adapted after the first swap, per seed, with the median."""
+    first = reports[0]
+    setups = list(first["setups"])
+    seeds = [r["stream"]["seed"] for r in reports]
+    rows = []
+    for name in setups:
+        frozen = name.replace("adapted", "frozen", 1) if name.startswith("adapted") else None
+        vs_plain = [r["setups"][name]["tokens_per_s"] / r["setups"]["plain"]["tokens_per_s"] for r in reports]
+        cells = [name, *(f"{v:.3f}x" for v in vs_plain), f"{statistics.median(vs_plain):.3f}x"]
+        if frozen:
+            vs_frozen = [
+                r["setups"][name]["tokens_per_s"] / r["setups"][frozen]["tokens_per_s"] for r in reports
+            ]
+            cells += [*(f"{v:.3f}x" for v in vs_frozen), f"{statistics.median(vs_frozen):.3f}x"]
+        else:
+            cells += ["-"] * (len(seeds) + 1)
+        rows.append(cells)
+    header_cells = ["setup", *(f"vs plain, seed {s}" for s in seeds), "median"]
+    header_cells += [*(f"vs frozen, seed {s}" for s in seeds), "median"]
+    math_rows = []
+    for row in first["domains"]:
+        cells = [row["controller"], row["domain"]]
+        for r in reports:
+            match = next(
+                d
+                for d in r["domains"]
+                if d["controller"] == row["controller"] and d["domain"] == row["domain"]
+            )
+            before, after = match["frozen_after"], match["adapted_after"]
+            cells.append("-" if before is None or after is None else f"{before:.3f} -> {after:.3f}")
+        math_rows.append(cells)
+    machine = first["machine"]
+    git = machine.get("git") or {}
+    return "\n".join(
+        [
+            f"# Request stream `{first['stream']['name']}` ({first['stream']['split']} split), "
+            f"seeds {', '.join(map(str, seeds))}: frozen vs adapted draft",
+            "",
+            "Each seed draws its own request order and held-back requests from the same prompts; every page",
+            "below holds one seed in full (tables, plot, adaptations). Tokens/s include adaptation time.",
+            "",
+            markdown_table(header_cells, rows),
+            "",
+            "Acceptance (accepted / proposed) on the requests after the adapted draft's first swap, "
+            "frozen -> adapted:",
+            "",
+            markdown_table(["controller", "domain", *(f"seed {s}" for s in seeds)], math_rows),
+            "",
+            "Pages: " + ", ".join(f"[seed {s}](seed{s}/stream.md)" for s in seeds) + ".",
+            "",
+            f"Command: `{first['command']}`",
+            "",
+            f"Machine: {describe_machine(machine)}; commit {str(git.get('commit'))[:10]}"
+            + (" with uncommitted changes" if git.get("dirty") else "")
+            + f"; {reports[-1]['date']}; {sum(r['wall_seconds'] for r in reports) / 60:.1f} min.",
+            "",
+        ]
+    )
 
 
 def header(report: dict) -> str:
@@ -139,11 +219,13 @@ def header(report: dict) -> str:
             f"{segments}; {stream['max_new_tokens']} new tokens each, temperature "
             f"{stream['sampling']['temperature']}, seed {stream['seed']}. Pair {report['pair']['name']}.",
             "",
-            f"Adaptation after every {adaptation['every']} requests, in between requests (serving pauses; "
-            f"its time counts): at most {adaptation['steps']} AdamW steps (batch {adaptation['batch_size']}, "
-            f"lr {adaptation['lr']}) of KD (T = {adaptation['temperature']}, alpha = {adaptation['alpha']}) "
-            f"plus LM loss on the last {adaptation['window']} requests, {adaptation['holdout']:.0%} of "
-            "requests held back to judge the candidate.",
+            f"Every {adaptation['every']} requests, when the live draft's acceptance on them is below "
+            f"{adaptation['adapt_below']}, an adaptation runs in between requests (serving pauses; its time "
+            f"counts): at most {adaptation['steps']} AdamW steps (batch {adaptation['batch_size']}, lr "
+            f"{adaptation['lr']}) of KD (T = {adaptation['temperature']}, alpha = {adaptation['alpha']}) "
+            f"plus LM loss on the generated tokens of the last {adaptation['window']} requests (the target's "
+            f"logits kept from its verify forwards), {adaptation['holdout']:.0%} of requests held back to "
+            "judge the candidate.",
             "",
             "Greedy outputs identical to plain decoding in every setup: "
             + (

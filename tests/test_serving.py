@@ -51,10 +51,11 @@ def stream(adaptation: AdaptationSpec | None = None, **changes) -> StreamSpec:
 
 
 def served_buffer(pair, spec: StreamSpec, count: int) -> TrafficBuffer:
-    """The buffer after ``count`` requests served greedily with a static controller."""
-    setup = Setup(
-        "s", specrl.StaticController(3), LiveDraft(pair.draft), buffer=TrafficBuffer(spec.adaptation.window)
-    )
+    """The buffer after ``count`` requests served greedily with a static controller, keeping the
+    target's logits as an adapting setup does."""
+    adapter = DraftAdapter(pair, spec.adaptation, spec.sampling)
+    buffer = TrafficBuffer(spec.adaptation.window)
+    setup = Setup("s", specrl.StaticController(3), LiveDraft(pair.draft), adapter, buffer)
     for request in draw_requests(spec, PROMPT_SETS)[:count]:
         serve_request(pair, spec, setup, request)
     return setup.buffer
@@ -122,6 +123,27 @@ def test_more_requests_than_prompts_is_refused():
 # ---- adaptation ------------------------------------------------------------------------------
 
 
+def test_traffic_buffer_keeps_the_window_and_a_uniform_replay_sample():
+    spec = stream()
+    requests = draw_requests(replace(spec, segments=(Segment("a", {"code": 8, "math": 8}),)), PROMPT_SETS)
+    counts = [0] * 12
+    for seed in range(300):
+        buffer = TrafficBuffer(window=4, replay=3, seed=seed)
+        for request in requests[:16]:
+            buffer.add(request, [1, 2], [3])
+        assert [e.request.index for e in buffer.recent] == [12, 13, 14, 15]
+        kept = [e.request.index for e in buffer.reservoir]
+        assert len(kept) == len(set(kept)) == 3 and all(i < 12 for i in kept)
+        for i in kept:
+            counts[i] += 1
+    # each of the 12 evicted requests is kept with probability 3/12: 75 of 300 expected
+    assert all(40 < c < 110 for c in counts), counts
+    without = TrafficBuffer(window=4)
+    for request in requests[:16]:
+        without.add(request, [1], [2])
+    assert [e.request.index for e in without.entries] == [12, 13, 14, 15]
+
+
 def test_adaptation_distils_judges_swaps_and_rolls_back(close_pair, monkeypatch):
     spec = stream()
     buffer = served_buffer(close_pair, spec, 8)
@@ -161,11 +183,33 @@ def test_step_budget_caps_a_small_budget(close_pair, monkeypatch):
     assert len(steps_taken) == 3
 
 
+def test_a_draft_still_in_its_domain_is_left_alone(close_pair, monkeypatch):
+    spec = stream()
+    buffer = served_buffer(close_pair, spec, 8)
+    steps_taken = []
+    real_step = torch.optim.AdamW.step
+    monkeypatch.setattr(
+        torch.optim.AdamW, "step", lambda self, *a, **k: steps_taken.append(1) or real_step(self, *a, **k)
+    )
+    adapter = DraftAdapter(close_pair, spec.adaptation, spec.sampling)
+    recent = adapter.acceptance(close_pair.draft, list(buffer.entries))[0]
+    live = LiveDraft(close_pair.draft)
+
+    above = DraftAdapter(close_pair, replace(spec.adaptation, adapt_below=recent - 0.01), spec.sampling)
+    result = above.adapt(live, buffer, after_request=7)
+    assert result.reason.startswith("skipped") and result.live_score == pytest.approx(recent)
+    assert not steps_taken and live.version == 0
+
+    below = DraftAdapter(close_pair, replace(spec.adaptation, adapt_below=recent + 0.01), spec.sampling)
+    assert below.adapt(live, buffer, after_request=7).steps == spec.adaptation.steps == len(steps_taken)
+    # the trigger looks only at the requests since the last point: none new, the next call adapts
+    assert below.adapt(live, buffer, after_request=7).steps == spec.adaptation.steps
+
+
 def test_a_nan_update_never_goes_live(close_pair):
     spec = stream()
     buffer = served_buffer(close_pair, spec, 8)
     adapter = DraftAdapter(close_pair, spec.adaptation, spec.sampling)
-    adapter._score_with_target(list(buffer.entries))
     for entry in buffer.entries:  # e.g. a half-precision overflow in the teacher's scores
         entry.teacher[3] = float("nan")
     live = LiveDraft(close_pair.draft)
@@ -193,12 +237,31 @@ def test_a_diverging_update_never_goes_live(close_pair):
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_teacher_kept_from_verification_is_the_target_forward(close_pair, temperature):
+    """The logits the decoder keeps (one row per generated token, from the verify forwards of a
+    speculative run with rejections) equal a teacher-forced forward of the target over the output."""
+    spec = stream(sampling=specrl.SamplingConfig(temperature=temperature))
+    setup = Setup("s", specrl.StaticController(3), LiveDraft(close_pair.draft), buffer=TrafficBuffer(8))
+    setup.adapter = DraftAdapter(close_pair, spec.adaptation, spec.sampling)  # keeps the target's logits
+    for request in draw_requests(spec, PROMPT_SETS)[:3]:
+        record = serve_request(close_pair, spec, setup, request)
+        assert record["proposed"] > record["accepted"]  # rejections happened
+    kept = [e.teacher.clone() for e in setup.buffer.entries]
+    for entry in setup.buffer.entries:  # one row per generated token (an EOS may end one early)
+        assert entry.teacher.shape == (len(entry.token_ids) - entry.prompt_length, close_pair.vocab_size)
+    for entry in setup.buffer.entries:
+        entry.teacher = None
+    setup.adapter.score_with_target(setup.buffer.entries)
+    for before, entry in zip(kept, setup.buffer.entries, strict=True):
+        torch.testing.assert_close(before.float(), entry.teacher.float(), atol=2e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_held_back_acceptance_is_one_for_the_target_itself(twin_pair, close_pair, temperature):
     spec = stream(sampling=specrl.SamplingConfig(temperature=temperature))
     buffer = served_buffer(close_pair, spec, 6)
     adapter = DraftAdapter(close_pair, spec.adaptation, spec.sampling)
     entries = list(buffer.entries)
-    adapter._score_with_target(entries)
     overall, by_domain = adapter.acceptance(close_pair.target, entries)
     assert overall == pytest.approx(1.0, abs=1e-3) and set(by_domain) == {"code", "math"}
     assert adapter.acceptance(close_pair.draft, entries)[0] < 0.99

@@ -44,14 +44,19 @@ class SpeculativeDecoder:
         top_p: float = 1.0,
         seed: int = 0,
         stop_at_eos: bool = True,
+        keep_target_logits: bool = False,
     ) -> Generation:
         """Tokenize, prefill, and return the generation ready to be stepped."""
         prompt_ids = self.pair.encode(prompt) if isinstance(prompt, str) else list(prompt)
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-        return Generation(self.pair, prompt_ids, max_new_tokens, sampling, seed, stop_at_eos)
+        return Generation(
+            self.pair, prompt_ids, max_new_tokens, sampling, seed, stop_at_eos, keep_target_logits
+        )
 
     def generate(self, prompt: str | list[int], max_new_tokens: int = 64, **options) -> GenerationOutput:
-        """Decode one prompt to the end. ``options``: temperature, top_k, top_p, seed, stop_at_eos."""
+        """Decode one prompt to the end. ``options``: temperature, top_k, top_p, seed, stop_at_eos,
+        keep_target_logits (the output then carries the target's logits at every generated position,
+        taken from the verify forwards)."""
         generation = self.start(prompt, max_new_tokens, **options)
         drive(generation, self.controller)
         ids = generation.output_ids
@@ -61,6 +66,7 @@ class SpeculativeDecoder:
             prompt_ids=generation.tokens[0, : generation.prompt_length].tolist(),
             stats=generation.stats(),
             steps=generation.steps,
+            target_logits=generation.target_logits(),
         )
 
 

@@ -21,7 +21,8 @@ class Generation:
 
     The prompt is prefilled into both caches at construction (timed separately). The
     generation is done after ``max_new_tokens`` tokens, an EOS (when ``stop_at_eos``), or
-    when the context window is full.
+    when the context window is full. With ``keep_target_logits`` every step also returns the
+    target's logits at the positions it emitted (:attr:`StepResult.target_logits`).
     """
 
     def __init__(
@@ -32,6 +33,7 @@ class Generation:
         sampling: SamplingConfig,
         seed: int = 0,
         stop_at_eos: bool = True,
+        keep_target_logits: bool = False,
     ) -> None:
         if not prompt_ids:
             raise ValueError("the prompt is empty: give at least one token of text to continue")
@@ -47,6 +49,7 @@ class Generation:
         self.sampling = sampling
         self.max_new_tokens = max_new_tokens
         self.eos_token_id = pair.eos_token_id if stop_at_eos else None
+        self.keep_target_logits = keep_target_logits
         self.clock = DeviceClock(pair.device)
         self.generator = torch.Generator(device=pair.device).manual_seed(seed)
         self.tokens = torch.tensor([prompt_ids], dtype=torch.long, device=pair.device)  # (B, L)
@@ -85,12 +88,15 @@ class Generation:
         # the budget or the context window.
         k = min(action.k, self.remaining - 1)
         result = speculative_step(
-            self.tokens, self.target, self.draft, action, k, self.sampling, self.generator, self.clock
-        )
+            self.tokens, self.target, self.draft, action, k, self.sampling, self.generator, self.clock,
+            self.keep_target_logits,
+        )  # fmt: skip
         emitted = result.tokens
         if self.eos_token_id is not None and self.eos_token_id in emitted:
             emitted = emitted[: emitted.index(self.eos_token_id) + 1]
             self.finished_by_eos = True
+            if result.target_logits is not None:
+                result.target_logits = result.target_logits[: len(emitted)]
         result.tokens, result.emitted = emitted, len(emitted)
         new = torch.tensor([emitted], dtype=torch.long, device=self.tokens.device)
         self.tokens = torch.cat([self.tokens, new], 1)
@@ -100,6 +106,13 @@ class Generation:
             self.draft.rollback(self.tokens.shape[1] - 1)
         self.steps.append(result)
         return result
+
+    def target_logits(self) -> torch.Tensor | None:
+        """(new tokens, V): the target's logits at every generated position, when kept."""
+        if not self.keep_target_logits:
+            return None
+        rows = [step.target_logits for step in self.steps]
+        return torch.cat(rows) if rows else torch.empty((0, self.pair.vocab_size), device=self.tokens.device)
 
     @property
     def output_ids(self) -> list[int]:

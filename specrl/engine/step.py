@@ -34,12 +34,15 @@ def speculative_step(
     sampling: SamplingConfig,
     generator: torch.Generator | None,
     clock: DeviceClock,
+    keep_target_logits: bool = False,
 ) -> StepResult:
     """Run one iteration on the sequence ``tokens`` (B=1, L) and return what happened.
 
     Invariant on entry and exit: the target's cache holds every token but the last; the
     draft's cache holds a prefix of the sequence (it catches up on its next forward).
-    ``k`` is ``action.k`` clipped by the caller to the room left.
+    ``k`` is ``action.k`` clipped by the caller to the room left. ``keep_target_logits`` returns
+    the verify forward's logits at the emitted positions too (online draft adaptation learns
+    from them: no second target forward).
     """
     length = tokens.shape[1]
     start = clock.now()
@@ -66,7 +69,8 @@ def speculative_step(
 
     # 2. Verify: one target forward over the last emitted token plus x_1..x_m -> p_1..p_{m+1}.
     proposal = torch.stack(drafted, 1) if m else tokens.new_empty((tokens.shape[0], 0))
-    p = sampling.probs(target.feed(torch.cat([tokens[:, target.length :], proposal], 1), m + 1))
+    target_logits = target.feed(torch.cat([tokens[:, target.length :], proposal], 1), m + 1)  # (B, m + 1, V)
+    p = sampling.probs(target_logits)
 
     # 3. Accept x_i while u_i < p_i(x_i) / q_i(x_i); then a correction or bonus token.
     if m:
@@ -110,4 +114,5 @@ def speculative_step(
         stopped_by_tau=stopped_by_tau,
         context_length=length,
         tokens=emitted,
+        target_logits=target_logits[0, : accepted + 1].clone() if keep_target_logits else None,
     )

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
 
 
 @runtime_checkable
@@ -71,6 +74,9 @@ class StepResult:
             action's stop rule said stop (the name predates stop rules; feature 7 reads it).
         context_length: sequence length (prompt + generated) before the step.
         tokens: the emitted token ids.
+        target_logits: the target's logits at each emitted position, (emitted, V), from the verify
+            forward (the distribution each emitted token was decided by); only when the generation
+            keeps them (``keep_target_logits``), else None.
     """
 
     action: Action
@@ -87,6 +93,7 @@ class StepResult:
     stopped_by_tau: bool = False
     context_length: int = 0
     tokens: list[int] = field(default_factory=list)
+    target_logits: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     @property
     def seconds(self) -> float:
@@ -178,3 +185,5 @@ class GenerationOutput:
     prompt_ids: list[int]
     stats: GenerationStats
     steps: list[StepResult]
+    # (new tokens, V): the target's logits at every generated position, with keep_target_logits
+    target_logits: torch.Tensor | None = field(default=None, repr=False, compare=False)

@@ -1,17 +1,20 @@
 """Online draft adaptation: re-distil the draft on recent traffic, and swap it in only if it is better.
 
-An adaptation, run in between requests (serving pauses; its wall time is charged to the stream):
+The teacher comes for free: every served request keeps the target's logits at the positions it
+generated, taken from the verify forwards that decided those tokens (``keep_target_logits``), so
+adaptation never runs the target. An adaptation, run in between requests (serving pauses; its wall
+time is charged to the stream):
 
-1. the target scores the recent requests it has not scored yet (one teacher-forced forward each,
-   batched): the teacher log-probabilities of the distillation;
-2. a copy of the live draft is trained for at most ``steps`` optimizer steps on the requests of the
-   window that are not held back, with the zoo's loss (KL to the temperature-softened target plus
-   the LM loss, :func:`specrl.zoo.train.distillation_loss`);
+1. the live draft is scored on the requests served since the last adaptation point; if its
+   acceptance there is at least ``adapt_below``, the draft is still in its domain: nothing is done;
+2. a copy of the live draft is trained for at most ``steps`` optimizer steps on the generated tokens
+   of the buffer's requests that are not held back, with the zoo's loss (KL to the
+   temperature-softened target plus the LM loss, :func:`specrl.zoo.train.distillation_loss`);
 3. the candidate is rejected if a loss or a weight is not finite;
-4. candidate and live draft are scored on the held-back requests of the window (the acceptance
-   speculative decoding would see on the outputs: greedy agreement with the target, or the
-   expected acceptance sum_v min(p, q) when sampling); the candidate goes live only if it beats
-   the live draft by more than ``min_gain``.
+4. candidate and live draft are scored on the held-back requests (the acceptance speculative
+   decoding would see on their outputs: greedy agreement with the target, or the expected
+   acceptance sum_v min(p, q) when sampling); the candidate goes live only if it beats the live
+   draft by more than ``min_gain``.
 
 The live draft is never modified: a candidate is a copy, and going live is one reference swap
 between requests (:class:`LiveDraft`), which keeps the previous draft for :meth:`LiveDraft.rollback`.
@@ -46,8 +49,10 @@ class Traffic:
         request: the request.
         token_ids: prompt + generated tokens.
         prompt_length: the prompt's share of ``token_ids``.
-        teacher: the target's log-probabilities at every position, (T, V) float16; None until an
-            adaptation first needs them.
+        teacher: the target's log-probabilities at the generated positions (position
+            ``prompt_length - 1 + j`` predicts generated token j), (generated, V) float16; None when
+            the request was served without keeping the target's logits (then an adaptation scores
+            it with a target forward).
     """
 
     request: Request
@@ -57,13 +62,44 @@ class Traffic:
 
 
 class TrafficBuffer:
-    """The most recent ``window`` served requests."""
+    """What an adaptation learns from: the ``window`` most recent served requests, plus (``replay``) a
+    uniform sample of the older ones (reservoir sampling over every request that left the window), so
+    a draft adapted to a new domain is still trained and judged on the traffic it served before."""
 
-    def __init__(self, window: int) -> None:
-        self.entries: deque[Traffic] = deque(maxlen=window)
+    def __init__(self, window: int, replay: int = 0, seed: int = 0) -> None:
+        self.recent: deque[Traffic] = deque(maxlen=window)
+        self.reservoir: list[Traffic] = []
+        self.replay = replay
+        self.rng = random.Random(f"replay:{seed}")
+        self.evicted = 0
 
-    def add(self, request: Request, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> None:
-        self.entries.append(Traffic(request, [*prompt_ids, *output_ids], len(prompt_ids)))
+    @property
+    def entries(self) -> list[Traffic]:
+        return [*self.reservoir, *self.recent]
+
+    def add(
+        self,
+        request: Request,
+        prompt_ids: Sequence[int],
+        output_ids: Sequence[int],
+        target_logits: torch.Tensor | None = None,
+    ) -> None:
+        """Keep a served request; ``target_logits`` (generated, V), as the decoder returns them."""
+        teacher = None if target_logits is None else teacher_log_probs(target_logits)
+        self.push(Traffic(request, [*prompt_ids, *output_ids], len(prompt_ids), teacher))
+
+    def push(self, entry: Traffic) -> None:
+        if len(self.recent) == self.recent.maxlen and self.replay:
+            self._keep(self.recent[0])
+        self.recent.append(entry)
+
+    def _keep(self, old: Traffic) -> None:
+        """Algorithm R: every evicted request ends up in the reservoir with the same probability."""
+        self.evicted += 1
+        if len(self.reservoir) < self.replay:
+            self.reservoir.append(old)
+        elif (j := self.rng.randrange(self.evicted)) < self.replay:
+            self.reservoir[j] = old
 
 
 class LiveDraft:
@@ -141,12 +177,16 @@ class DraftAdapter:
         self.sampling = sampling
         self.clock = DeviceClock(pair.device)
         self.rng = random.Random(f"adapt:{seed}")
+        self.last_point = -1  # the request after which the last adaptation ran
 
     def adapt(self, live: LiveDraft, buffer: TrafficBuffer, after_request: int) -> AdaptationResult:
-        """One adaptation of ``live`` on ``buffer``; swaps the candidate in when it is better."""
+        """One adaptation of ``live`` on ``buffer`` (module doc); swaps the candidate in when it is better."""
         start = self.clock.now()
-        train = [e for e in buffer.entries if not e.request.held_back]
-        held = [e for e in buffer.entries if e.request.held_back]
+        entries = buffer.entries
+        train = [e for e in entries if not e.request.held_back]
+        held = [e for e in entries if e.request.held_back]
+        new = [e for e in entries if e.request.index > self.last_point]
+        self.last_point = after_request
 
         def result(steps: int, live_score, candidate_score, swapped: bool, reason: str, losses=()):
             return AdaptationResult(
@@ -155,10 +195,15 @@ class DraftAdapter:
             )  # fmt: skip
 
         if not train or not held:
-            return result(
-                0, None, None, False, "skipped: the window has no requests to train on or to judge by"
-            )
-        self._score_with_target([e for e in buffer.entries if e.teacher is None])
+            return result(0, None, None, False, "skipped: no requests to train on or to judge by")
+        self.score_with_target([e for e in entries if e.teacher is None])
+        if new and self.spec.adapt_below < 1.0:
+            recent = self.acceptance(live.model, new)[0]
+            if recent >= self.spec.adapt_below:
+                return result(
+                    0, recent, None, False,
+                    f"skipped: acceptance {recent:.3f} on the last {len(new)} requests >= adapt_below",
+                )  # fmt: skip
         candidate = copy.deepcopy(live.model).float().train()
         losses = self._distil(candidate, train)
         candidate.eval()
@@ -181,32 +226,37 @@ class DraftAdapter:
         adaptation.live_by_domain, adaptation.candidate_by_domain = live_domains, candidate_domains
         return adaptation
 
+    def warm_up(self, draft: torch.nn.Module) -> None:
+        """One untimed training step of a throwaway copy, so the first adaptation does not pay the
+        process's one-time costs (allocations, kernel selection)."""
+        copy_ = copy.deepcopy(draft).float().train()
+        ids = torch.zeros((self.spec.batch_size, 32), dtype=torch.long, device=self.pair.device)
+        copy_(input_ids=ids, labels=ids).loss.backward()
+
     @torch.no_grad()
-    def _score_with_target(self, entries: list[Traffic]) -> None:
+    def score_with_target(self, entries: list[Traffic]) -> None:
+        """Fill ``teacher`` of entries served without the target's logits: one batched teacher-forced
+        forward of the target (the serving loop keeps the logits, so it never needs this)."""
         for batch in _chunks(entries, self.spec.batch_size):
             ids, mask = self._pad(batch)
             logits = self.pair.target(input_ids=ids, attention_mask=mask).logits[..., : self.pair.vocab_size]
-            log_probs = logits.float().log_softmax(-1).to(torch.float16)  # (B, T, V)
             for row, entry in enumerate(batch):
-                entry.teacher = log_probs[row, : len(entry.token_ids)].cpu()
+                entry.teacher = teacher_log_probs(logits[row, generated(entry)])
 
     def _distil(self, candidate: torch.nn.Module, train: list[Traffic]) -> list[float]:
-        """At most ``steps`` AdamW steps; stops at the first non-finite loss."""
+        """At most ``steps`` AdamW steps on the generated tokens; stops at the first non-finite loss."""
         spec = self.spec
         optimizer = torch.optim.AdamW(candidate.parameters(), lr=spec.lr, betas=(0.9, 0.95), weight_decay=0.0)
         losses: list[float] = []
         for _ in range(spec.steps):
             batch = [self.rng.choice(train) for _ in range(spec.batch_size)]
             ids, mask = self._pad(batch)
-            teacher = torch.zeros(ids.shape + (self.pair.vocab_size,), dtype=torch.float32, device=ids.device)
-            for row, entry in enumerate(batch):
-                teacher[row, : len(entry.token_ids)] = entry.teacher.to(ids.device, torch.float32)
-            logits = candidate(input_ids=ids, attention_mask=mask).logits[..., : self.pair.vocab_size].float()
-            predicts = mask[:, 1:].bool()  # position t predicts token t + 1, inside the sequence
-            loss = distillation_loss(
-                logits[:, :-1][predicts], teacher[:, :-1][predicts], ids[:, 1:][predicts],
-                spec.temperature, spec.alpha,
-            )  # fmt: skip
+            logits = candidate(input_ids=ids, attention_mask=mask).logits[..., : self.pair.vocab_size]
+            rows = [(row, generated(entry)) for row, entry in enumerate(batch)]
+            student = torch.cat([logits[row, span] for row, span in rows]).float()  # (N, V)
+            labels = torch.cat([ids[row, span.start + 1 : span.stop + 1] for row, span in rows])  # (N,)
+            teacher = torch.cat([entry.teacher for entry in batch]).to(student.device, torch.float32)
+            loss = distillation_loss(student, teacher, labels, spec.temperature, spec.alpha)
             losses.append(float(loss.detach()))
             if not math.isfinite(losses[-1]):
                 break
@@ -221,18 +271,14 @@ class DraftAdapter:
         """The acceptance speculative decoding would see for ``draft`` on the generated part of
         ``entries``, over all and per domain: greedy, the share of positions where the draft's argmax
         is the target's; sampling, the mean of sum_v min(p(v), q(v)) under the stream's sampling
-        settings. Every entry must have been scored by the target."""
+        settings. Needs each entry's ``teacher``; runs the draft only."""
         sums: dict[str, list[float]] = {}
         for batch in _chunks(entries, self.spec.batch_size):
             ids, mask = self._pad(batch)
             logits = draft(input_ids=ids, attention_mask=mask).logits[..., : self.pair.vocab_size].float()
             for row, entry in enumerate(batch):
-                # positions prompt_length - 1 .. T - 2 predict the generated tokens
-                span = slice(entry.prompt_length - 1, len(entry.token_ids) - 1)
-                q_logits, p_log_probs = (
-                    logits[row, span],
-                    entry.teacher[span].to(logits.device, torch.float32),
-                )
+                span = generated(entry)
+                q_logits, p_log_probs = logits[row, span], entry.teacher.to(logits.device, torch.float32)
                 if self.sampling.greedy:
                     accepted = float((q_logits.argmax(-1) == p_log_probs.argmax(-1)).float().sum())
                 else:
@@ -254,6 +300,16 @@ class DraftAdapter:
             ids[row, : len(entry.token_ids)] = torch.tensor(entry.token_ids)
             mask[row, : len(entry.token_ids)] = 1
         return ids.to(self.pair.device), mask.to(self.pair.device)
+
+
+def generated(entry: Traffic) -> slice:
+    """The positions whose next token was generated: prompt_length - 1 .. len - 2."""
+    return slice(entry.prompt_length - 1, len(entry.token_ids) - 1)
+
+
+def teacher_log_probs(logits: torch.Tensor) -> torch.Tensor:
+    """(N, V) target logits -> log-probabilities, float16 on the CPU (what :class:`Traffic` keeps)."""
+    return logits.float().log_softmax(-1).to(torch.float16).cpu()
 
 
 def _chunks(items: list, size: int) -> list[list]:

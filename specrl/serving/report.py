@@ -103,13 +103,16 @@ def _acceptance(records: list[dict]) -> float | None:
     return sum(r["accepted"] for r in records) / proposed if proposed else None
 
 
-def markdown(report: dict[str, Any], header: str) -> str:
-    """The results page: summary, segments, acceptance per domain, adaptations."""
+def markdown(report: dict[str, Any], header: str, image: str | None = None) -> str:
+    """The results page: summary, segments, acceptance per domain, adaptations; ``image``: the plot's
+    path relative to the page, shown after the summary."""
+    figure = [f"![acceptance and tokens/s along the stream]({image})", ""] if image else []
     return "\n".join(
         [
             header,
             "",
             *_summary_table(report),
+            *figure,
             *_segment_table(report),
             *_domain_table(report),
             *_adaptation_table(report),

@@ -61,7 +61,7 @@ def build_setups(
         setups.append(Setup(f"frozen + {name}", make(), LiveDraft(pair.draft)))
         if adapt:
             adapter = DraftAdapter(pair, spec.adaptation, spec.sampling, seed=spec.seed)
-            buffer = TrafficBuffer(spec.adaptation.window)
+            buffer = TrafficBuffer(spec.adaptation.window, spec.adaptation.replay, seed=spec.seed)
             setups.append(Setup(f"adapted + {name}", make(), LiveDraft(pair.draft), adapter, buffer))
     return setups
 
@@ -78,6 +78,7 @@ def serve_request(pair: ModelPair, spec: StreamSpec, setup: Setup, request: Requ
         top_k=spec.sampling.top_k,
         top_p=spec.sampling.top_p,
         seed=request.seed,
+        keep_target_logits=setup.adapts,  # the teacher of the next adaptation, from the verify forwards
     )
     seconds = clock.now() - start
     record = {
@@ -97,8 +98,19 @@ def serve_request(pair: ModelPair, spec: StreamSpec, setup: Setup, request: Requ
     setup.records.append(record)
     setup.outputs.append(out.token_ids)
     if setup.buffer is not None:
-        setup.buffer.add(request, out.prompt_ids, out.token_ids)
+        setup.buffer.add(request, out.prompt_ids, out.token_ids, out.target_logits)
     return record
+
+
+def warm_up(pair: ModelPair, spec: StreamSpec, setups: list[Setup], request: Request) -> None:
+    """Untimed and unlogged: every setup decodes ``request`` once, every adapter takes a training
+    step on a throwaway copy (benchmarks exclude warm-up, DESIGN.md 6)."""
+    for setup in setups:
+        SpeculativeDecoder(replace(pair, draft=setup.draft.model), setup.controller).generate(
+            request.prompt, max_new_tokens=spec.max_new_tokens, temperature=spec.sampling.temperature
+        )
+        if setup.adapter is not None:
+            setup.adapter.warm_up(setup.draft.model)
 
 
 def serve_stream(
@@ -110,10 +122,12 @@ def serve_stream(
     on_adaptation: Callable[[Setup, AdaptationResult], None] | None = None,
     progress: bool = True,
 ) -> list[Setup]:
-    """Serve ``requests`` with every setup (module doc); returns the setups with their logs.
+    """Serve ``requests`` with every setup (module doc), after an untimed warm-up; returns the setups
+    with their logs.
 
     ``on_request`` and ``on_adaptation`` are called with each record and each adaptation as they
     happen (TensorBoard, progress lines)."""
+    warm_up(pair, spec, setups, requests[0])
     every = spec.adaptation.every
     for request in tqdm(requests, desc=f"stream {spec.name}", unit="request", disable=not progress):
         turn = request.index % len(setups)

@@ -11,7 +11,7 @@ seeded random order within the segment, so the domain mix changes over time::
       - {name: code, requests: {code: 20, prose: 4}}
       - {name: math, requests: {math: 32, code: 4, prose: 4}}
       - {name: prose, requests: {prose: 20, code: 4}}
-    adaptation: {every: 16, steps: 16}
+    adaptation: {every: 8, steps: 8, adapt_below: 0.6}
 
 A prompt is used at most once per stream (a repeated greedy request would be an exact copy of a
 request the draft was just trained on). Errors name the file, the key and the fix: ``StreamError``.
@@ -67,6 +67,8 @@ class AdaptationSpec:
     Attributes:
         every: adapt after every ``every`` requests served; 0 never adapts.
         window: the most recent requests an adaptation learns from and is judged on.
+        replay: older requests kept besides the window (a uniform sample of all that left it), so
+            that a draft adapted to a new domain is still trained and judged on the earlier ones.
         holdout: the share of requests held back (a seeded coin per request as it arrives): they
             never train a draft, and a candidate must do better on them than the live draft.
         steps: optimizer steps per adaptation: the step budget, never exceeded.
@@ -76,10 +78,14 @@ class AdaptationSpec:
         alpha: weight of the KL term; 1 - alpha on the LM loss (as the zoo's distillation).
         min_gain: a candidate goes live only if its held-back acceptance beats the live draft's by
             more than this.
+        adapt_below: adapt only when the live draft's acceptance on the requests served since the
+            last adaptation point is below this (a draft still in its domain is left alone; 1.0
+            adapts every time).
     """
 
     every: int = 16
     window: int = 32
+    replay: int = 0
     holdout: float = 0.25
     steps: int = 16
     batch_size: int = 8
@@ -87,17 +93,22 @@ class AdaptationSpec:
     temperature: float = 2.0
     alpha: float = 0.7
     min_gain: float = 0.0
+    adapt_below: float = 1.0
 
     def __post_init__(self) -> None:
         if self.every < 0:
             raise ValueError(f"adaptation.every must be >= 0 (0: never adapt), got {self.every}")
         if self.window < 2:
             raise ValueError(f"adaptation.window must be >= 2 requests, got {self.window}")
+        if self.replay < 0:
+            raise ValueError(f"adaptation.replay must be >= 0 requests, got {self.replay}")
         if not 0.0 < self.holdout < 1.0:
             raise ValueError(f"adaptation.holdout must lie strictly between 0 and 1, got {self.holdout}")
         for key in ("steps", "batch_size"):
             if getattr(self, key) < 1:
                 raise ValueError(f"adaptation.{key} must be >= 1, got {getattr(self, key)}")
+        if not 0.0 <= self.adapt_below <= 1.0:
+            raise ValueError(f"adaptation.adapt_below must lie in [0, 1], got {self.adapt_below}")
         if not (self.lr > 0 and self.temperature > 0 and 0.0 <= self.alpha <= 1.0):
             raise ValueError(
                 "adaptation: lr and temperature must be > 0 and alpha in [0, 1], got "
