@@ -45,7 +45,7 @@ def stream(adaptation: AdaptationSpec | None = None, **changes) -> StreamSpec:
         segments=(Segment("first", {"code": 4, "math": 1}), Segment("second", {"math": 5, "code": 2})),
         max_new_tokens=20,
         adaptation=adaptation
-        or AdaptationSpec(every=4, window=8, holdout=0.3, steps=6, batch_size=4, lr=3e-3),
+        or AdaptationSpec(every=4, window=8, holdout=0.3, steps=6, batch_size=4, lr=3e-3, adapt_below=1.0),
     )
     return replace(base, **changes)
 
@@ -172,7 +172,9 @@ def test_adaptation_distils_judges_swaps_and_rolls_back(close_pair, monkeypatch)
 
 
 def test_step_budget_caps_a_small_budget(close_pair, monkeypatch):
-    spec = stream(adaptation=AdaptationSpec(every=4, window=8, holdout=0.3, steps=3, batch_size=2))
+    spec = stream(
+        adaptation=AdaptationSpec(every=4, window=8, holdout=0.3, steps=3, batch_size=2, adapt_below=1.0)
+    )
     buffer = served_buffer(close_pair, spec, 6)
     steps_taken = []
     real_step = torch.optim.AdamW.step
@@ -275,7 +277,9 @@ def served(close_pair, tmp_path_factory):
     """The word stream served by plain decoding and frozen/adapted x TCP/static, swaps forced
     (min_gain -1), with TensorBoard scalars."""
     spec = stream(
-        adaptation=AdaptationSpec(every=3, window=8, holdout=0.3, steps=4, batch_size=4, min_gain=-1.0)
+        adaptation=AdaptationSpec(
+            every=3, window=8, holdout=0.3, steps=4, batch_size=4, min_gain=-1.0, adapt_below=1.0
+        )
     )
     setups = [Setup("plain", specrl.StaticController(0), LiveDraft(close_pair.draft))]
     setups += build_setups(
@@ -344,3 +348,57 @@ def test_report_tables_plot_and_tensorboard(served, tmp_path):
     tags = set(run.Tags()["scalars"])
     assert tags <= set(SCALARS) and "specdec/stream/adaptation_seconds" in tags
     assert len(run.Scalars("specdec/stream/tokens_per_s")) == spec.size
+
+
+# ---- the command lines, on the embedded tiny pair --------------------------------------------
+
+TINY_STREAM = """
+description: "tiny stream"
+pair: {preset: tiny}
+max_new_tokens: 12
+segments:
+  - {name: first, requests: {code: 3, prose: 1}}
+  - {name: second, requests: {math: 3, code: 1}}
+adaptation: {every: 3, window: 8, steps: 2, batch_size: 4, adapt_below: 1.0}
+"""
+
+
+@pytest.mark.slow
+def test_serve_stream_and_tune_adaptation_write_their_pages(tiny_home, tmp_path, monkeypatch):
+    from test_experiment_reports import load_script
+
+    monkeypatch.setenv("SPECRL_HOME", str(tiny_home[0]))
+    stream_file = tmp_path / "tiny.yaml"
+    stream_file.write_text(TINY_STREAM)
+    out = tmp_path / "stream"
+    common = ["--stream", str(stream_file), "--runs", str(tmp_path / "runs"), "--no-progress"]
+    reports = load_script("serve_stream").main([*common, "--seeds", "0,1", "--out", str(out)])
+    assert [r["stream"]["seed"] for r in reports] == [0, 1]
+    for seed in (0, 1):
+        page = (out / f"seed{seed}" / "stream.md").read_text()
+        assert "Greedy outputs identical to plain decoding in every setup: yes." in page
+        assert (out / f"seed{seed}" / "stream.png").stat().st_size > 0
+        data = json.loads((out / f"seed{seed}" / "stream.json").read_text())
+        assert set(data["setups"]) == {
+            "plain",
+            "frozen + tcp",
+            "adapted + tcp",
+            "frozen + learned",
+            "adapted + learned",
+        }
+        assert len(data["adaptations"]["adapted + tcp"]) == 2  # after requests 2 and 5 of 8
+    assert (
+        "seed 0" in (out / "stream.md").read_text()
+        and "[seed 1](seed1/stream.md)" in (out / "stream.md").read_text()
+    )
+
+    tune = load_script("tune_adaptation")
+    with pytest.raises(SystemExit, match="validation"):
+        tune.main(["--stream", str(stream_file), "--split", "test"])
+    grid = ["--lr", "1e-3", "--steps", "2", "--every", "3", "--adapt-below", "1.0,0.0"]
+    report = tune.main(["--stream", str(stream_file), *grid, "--out", str(tmp_path / "tune")])
+    frozen, always, never = report["rows"]
+    assert frozen["setting"] == "frozen" and frozen["seconds"] == 0
+    assert always["adaptations"] == 2 and always["seconds"] > 0
+    assert never["swaps"] == 0 and never["overall"] == pytest.approx(frozen["overall"])  # all skipped
+    assert "| frozen |" in (tmp_path / "tune" / "tuning.md").read_text()

@@ -185,14 +185,12 @@ def _domain_table(report: dict[str, Any]) -> list[str]:
         )
     header = ["controller", "domain", "requests before", "frozen", "adapted", "requests after", "frozen"]
     header += ["adapted", "change after"]
-    return [
-        "## Acceptance per domain, frozen vs adapted draft on the same requests",
-        "",
+    return _section(
+        "Acceptance per domain, frozen vs adapted draft on the same requests",
         "Accepted / proposed draft tokens in the stream, before the adapted draft's first swap and after it.",
-        "",
-        markdown_table(header, rows),
-        "",
-    ]
+        header,
+        rows,
+    )
 
 
 def _adaptation_table(report: dict[str, Any]) -> list[str]:
@@ -214,16 +212,19 @@ def _adaptation_table(report: dict[str, Any]) -> list[str]:
             )
     header = ["setup", "after request", "steps", "seconds", "train/held requests", "live", "candidate"]
     header += ["per domain (live -> candidate)", "outcome"]
-    return [
-        "## Adaptations",
-        "",
-        "Held-back acceptance: greedy agreement of draft and target (expected acceptance when sampling) on",
-        "the generated tokens of the window's held-back requests, which no draft trains on; the candidate",
-        "goes live only when it is higher.",
-        "",
-        markdown_table(header, rows),
-        "",
-    ]
+    return _section(
+        "Adaptations",
+        "Held-back acceptance: greedy agreement of draft and target (expected acceptance when sampling) on "
+        "the generated tokens of the window's held-back requests, which no draft trains on; the candidate "
+        "goes live only when it is higher. Skipped: the live draft's acceptance on the requests since the "
+        "last check was at least adapt_below.",
+        header,
+        rows,
+    )
+
+
+def _section(title: str, intro: str, header: list[str], rows: list[list]) -> list[str]:
+    return [f"## {title}", "", intro, "", markdown_table(header, rows), ""]
 
 
 def _f(value: float | None, spec: str = ".3f") -> str:
@@ -296,8 +297,10 @@ def plot(report: dict[str, Any], path: Path, width: int = 6) -> Path:
     axes[0].set_ylabel(f"acceptance rate\n(mean of {width} requests)")
     axes[1].set_ylabel(f"tokens/s\n(mean of {width} requests)")
     axes[2].set_ylabel("cumulative tokens/s\n(adaptation time included)")
-    axes[2].set_xlabel("request index   (v: adaptation swapped in, x: rejected)")
-    axes[0].legend(loc="upper right", fontsize=8)
+    axes[2].set_xlabel(
+        "request index   (v: an adaptation swapped in, x: one rejected; checks that skipped: unmarked)"
+    )
+    axes[1].legend(loc="upper left", fontsize=8, ncol=len(records))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")
