@@ -80,6 +80,8 @@ def serve_request(pair: ModelPair, spec: StreamSpec, setup: Setup, request: Requ
         seed=request.seed,
         keep_target_logits=setup.adapts,  # the teacher of the next adaptation, from the verify forwards
     )
+    if setup.buffer is not None:  # keeping the traffic (and its teacher) is part of serving it
+        setup.buffer.add(request, out.prompt_ids, out.token_ids, out.target_logits)
     seconds = clock.now() - start
     record = {
         "request": request.index,
@@ -97,8 +99,6 @@ def serve_request(pair: ModelPair, spec: StreamSpec, setup: Setup, request: Requ
     }
     setup.records.append(record)
     setup.outputs.append(out.token_ids)
-    if setup.buffer is not None:
-        setup.buffer.add(request, out.prompt_ids, out.token_ids, out.target_logits)
     return record
 
 
