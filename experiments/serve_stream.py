@@ -71,12 +71,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", default="results/stream", help="folder for stream.json, .md, .png")
     parser.add_argument("--runs", default="runs", help="folder for the TensorBoard runs")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--render", action="store_true", help="only rewrite OUT's pages and plots from its stream.json files"
+    )
     parser.add_argument("--no-progress", action="store_true")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
+    if args.render:
+        return render(Path(args.out))
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     spec = load_stream(args.stream).with_split(args.split)
@@ -99,7 +104,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         folder = out / f"seed{seed}" if len(seeds) > 1 else out
         reports.append(serve_one(pair, seeded, {n: factories[n] for n in names}, args, folder))
     if len(seeds) > 1:
-        page = spread_markdown(reports, out)
+        page = spread_markdown(reports)
         write_text_atomic(out / "stream.md", page)
         print(page)
     identical = [r["outputs_identical_to_plain"] for r in reports]
@@ -110,6 +115,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ]
     if bad:
         raise SystemExit(f"greedy outputs differ from plain decoding for seed(s) {bad}")
+    return reports
+
+
+def render(out: Path) -> list[dict]:
+    """Rewrite the pages and plots of a finished run from its JSON files (no decoding)."""
+    files = sorted(out.glob("seed*/stream.json")) or [out / "stream.json"]
+    reports = [json.loads(path.read_text()) for path in files]
+    for path, report in zip(files, reports, strict=True):
+        write_text_atomic(path.parent / "stream.md", markdown(report, header(report), image="stream.png"))
+        plot(report, path.parent / "stream.png")
+    if len(reports) > 1:
+        write_text_atomic(out / "stream.md", spread_markdown(reports))
     return reports
 
 
@@ -147,7 +164,7 @@ def serve_one(pair, spec, factories: dict, args: argparse.Namespace, out: Path) 
     return report
 
 
-def spread_markdown(reports: list[dict], out: Path) -> str:
+def spread_markdown(reports: list[dict]) -> str:
     """The seeds side by side: tokens/s (adaptation included) against plain and against the frozen
     draft, and math acceptance frozen -> adapted after the first swap, per seed, with the median."""
     first = reports[0]

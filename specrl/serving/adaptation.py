@@ -139,7 +139,8 @@ class AdaptationResult:
         seconds: its wall time (teacher scoring, training, judging), device-synchronised.
         train_requests, held_requests: the window's requests it trained on and was judged on.
         live_score, candidate_score: held-back acceptance of the live draft and the candidate
-            (candidate None when training stopped on a non-finite value).
+            (candidate None when training stopped on a non-finite value); for a check that
+            skipped, live_score is the live draft's acceptance on the requests since the last check.
         swapped: whether the candidate went live.
         reason: why it did or did not.
         losses: the training loss at every step.

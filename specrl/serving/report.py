@@ -205,7 +205,7 @@ def _adaptation_table(report: dict[str, Any]) -> list[str]:
                 [name, a["after_request"], a["steps"], f"{a['seconds']:.2f}"]
                 + [
                     f"{a['train_requests']}/{a['held_requests']}",
-                    _f(a["live_score"]),
+                    _f(a["live_score"]) if a["steps"] else "-",  # a skipped check: its reason says
                     _f(a["candidate_score"]),
                 ]
                 + [per_domain or "-", a["reason"]]
@@ -290,6 +290,8 @@ def plot(report: dict[str, Any], path: Path, width: int = 6) -> Path:
         cumulative = cumulative_tokens_per_s(rows, events)
         axes[2].plot(x, cumulative, **style)
         for a in events:
+            if a["steps"] == 0:  # a check that left the draft alone
+                continue
             at = a["after_request"]
             axes[2].plot(
                 [at], [cumulative[at]], marker="v" if a["swapped"] else "x", color=colors(i), markersize=8

@@ -20,7 +20,9 @@ class Request:
         domain: the domain its prompt comes from.
         prompt: the prompt text.
         seed: the sampling seed of its generation (the same for every setup served).
-        held_back: never used to train a draft; adaptations are judged on these.
+        held_back: never used to train a draft; adaptations are judged on these. Evenly spaced (a
+            share ``adaptation.holdout`` of every stretch of the stream, with a seeded phase), so
+            the held-back slice of recent traffic always has requests of a domain that just arrived.
     """
 
     index: int
@@ -44,6 +46,7 @@ def draw_requests(spec: StreamSpec, prompts: Mapping[str, Mapping[str, list[str]
             prompts.
     """
     rng = random.Random(f"stream:{spec.seed}")
+    holdout, phase = spec.adaptation.holdout, rng.random()
     available = prompts.get(spec.split, {})
     needed: dict[str, int] = {}
     for segment in spec.segments:
@@ -73,7 +76,8 @@ def draw_requests(spec: StreamSpec, prompts: Mapping[str, Mapping[str, list[str]
                     domain=domain,
                     prompt=pools[domain].pop(),
                     seed=rng.randrange(2**31),
-                    held_back=rng.random() < spec.adaptation.holdout,
+                    held_back=int((len(requests) + 1) * holdout + phase)
+                    > int(len(requests) * holdout + phase),
                 )
             )
     return requests

@@ -69,8 +69,9 @@ class AdaptationSpec:
         window: the most recent requests an adaptation learns from and is judged on.
         replay: older requests kept besides the window (a uniform sample of all that left it), so
             that a draft adapted to a new domain is still trained and judged on the earlier ones.
-        holdout: the share of requests held back (a seeded coin per request as it arrives): they
-            never train a draft, and a candidate must do better on them than the live draft.
+        holdout: the share of requests held back, evenly spaced along the stream (one in four for
+            0.25): they never train a draft, and a candidate must do better on them than the live
+            draft.
         steps: optimizer steps per adaptation: the step budget, never exceeded.
         batch_size: sequences (prompt + output) per step.
         lr: AdamW learning rate (constant over an adaptation's few steps).
