@@ -11,7 +11,7 @@ seeded random order within the segment, so the domain mix changes over time::
       - {name: code, requests: {code: 20, prose: 4}}
       - {name: math, requests: {math: 32, code: 4, prose: 4}}
       - {name: prose, requests: {prose: 20, code: 4}}
-    adaptation: {every: 8, steps: 8, adapt_below: 0.6}
+    adaptation: {every: 8, steps: 16, adapt_below: 0.5}
 
 A prompt is used at most once per stream (a repeated greedy request would be an exact copy of a
 request the draft was just trained on). Errors name the file, the key and the fix: ``StreamError``.
@@ -89,13 +89,13 @@ class AdaptationSpec:
     window: int = 32
     replay: int = 0
     holdout: float = 0.25
-    steps: int = 8
+    steps: int = 16
     batch_size: int = 8
     lr: float = 3e-4
     temperature: float = 2.0
     alpha: float = 0.7
     min_gain: float = 0.0
-    adapt_below: float = 0.6
+    adapt_below: float = 0.5
 
     def __post_init__(self) -> None:
         if self.every < 0:
