@@ -17,7 +17,7 @@ tokens/s. Greedy outputs are the same in every setup (checked here, and in
 The adaptation settings of the shipped stream were chosen on its validation split by
 ``experiments/tune_adaptation.py``.
 
-Run from the repository root (offline, on the embedded default pair; about 25 minutes on 2 CPU
+Run from the repository root (offline, on the embedded default pair; 21 minutes on 2 CPU
 cores for the three seeds):
 
     python experiments/serve_stream.py                         # test split, seeds 0, 1, 2: the reported run
