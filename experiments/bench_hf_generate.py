@@ -47,7 +47,7 @@ import torch
 
 import specrl
 from specrl.engine.timing import DeviceClock
-from specrl.evaluation.machine import command_line, describe_machine, machine_info, pair_info
+from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info, pair_info
 from specrl.hf import speculative_generate
 from specrl.hf_baseline import (
     ForwardCounter,
@@ -256,11 +256,9 @@ def markdown(report: dict, command: str) -> str:
     machine = report.get("machine")
     state = ""
     if machine:
-        git, load = machine.get("git") or {}, machine.get("loadavg_start")
-        if git.get("commit"):
-            state += f"; commit {git['commit'][:10]}" + (
-                " with uncommitted changes" if git.get("dirty") else ""
-            )
+        commit, load = describe_commit(machine), machine.get("loadavg_start")
+        if commit:
+            state += f"; {commit}"
         if load:
             state += f"; load average at start {load[0]:.2f}"
     lines = [

@@ -43,7 +43,14 @@ from pathlib import Path
 import torch
 
 from specrl.controllers import LearnedController, StaticController, TCPController
-from specrl.evaluation.machine import command_line, describe_machine, machine_info, pair_info, warn_if_busy
+from specrl.evaluation.machine import (
+    command_line,
+    describe_commit,
+    describe_machine,
+    machine_info,
+    pair_info,
+    warn_if_busy,
+)
 from specrl.io import write_text_atomic
 from specrl.serving import Setup, build_setups, draw_requests, load_stream, serve_stream
 from specrl.serving.adaptation import LiveDraft
@@ -198,7 +205,6 @@ def spread_markdown(reports: list[dict]) -> str:
             cells.append("-" if before is None or after is None else f"{before:.3f} -> {after:.3f}")
         math_rows.append(cells)
     machine = first["machine"]
-    git = machine.get("git") or {}
     return "\n".join(
         [
             f"# Request stream `{first['stream']['name']}` ({first['stream']['split']} split), "
@@ -218,8 +224,7 @@ def spread_markdown(reports: list[dict]) -> str:
             "",
             f"Command: `{first['command']}`",
             "",
-            f"Machine: {describe_machine(machine)}; commit {str(git.get('commit'))[:10]}"
-            + (" with uncommitted changes" if git.get("dirty") else "")
+            f"Machine: {describe_machine(machine)}; {describe_commit(machine) or 'commit unknown'}"
             + f"; {reports[-1]['date']}; {sum(r['wall_seconds'] for r in reports) / 60:.1f} min.",
             "",
         ]
@@ -232,7 +237,6 @@ def header(report: dict) -> str:
     segments = ", ".join(
         f"{s['name']} ({', '.join(f'{d} {n}' for d, n in s['requests'].items())})" for s in stream["segments"]
     )
-    git = machine.get("git") or {}
     identical = report["outputs_identical_to_plain"]
     return "\n".join(
         [
@@ -262,8 +266,7 @@ def header(report: dict) -> str:
             "",
             f"Command: `{report['command']}`",
             "",
-            f"Machine: {describe_machine(machine)}; commit {str(git.get('commit'))[:10]}"
-            + (" with uncommitted changes" if git.get("dirty") else "")
+            f"Machine: {describe_machine(machine)}; {describe_commit(machine) or 'commit unknown'}"
             + f"; {report['date']}; {report['wall_seconds'] / 60:.1f} min.",
         ]
     )

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from specrl.controllers import StaticController
 from specrl.engine.decoder import SpeculativeDecoder
-from specrl.evaluation.machine import command_line, describe_machine, machine_info
+from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info
 from specrl.io import write_text_atomic
 from specrl.serving import DraftAdapter, LiveDraft, Traffic, TrafficBuffer, draw_requests, load_stream
 from specrl.serving.adaptation import teacher_log_probs
@@ -143,7 +143,6 @@ def markdown(report: dict) -> str:
         for r in rows
     ]
     header = ["setting", *(f"{d} acceptance" for d in domains), "all", "swaps", "adaptation s"]
-    git = report["machine"].get("git") or {}
     return "\n".join(
         [
             f"# Adaptation settings on the `{stream['name']}` stream, {stream['split']} split",
@@ -156,9 +155,8 @@ def markdown(report: dict) -> str:
             "",
             f"Command: `{report['command']}`",
             "",
-            f"Machine: {describe_machine(report['machine'])}; commit {str(git.get('commit'))[:10]}"
-            + (" with uncommitted changes" if git.get("dirty") else "")
-            + f"; {report['date']}.",
+            f"Machine: {describe_machine(report['machine'])}; "
+            f"{describe_commit(report['machine']) or 'commit unknown'}; {report['date']}.",
             "",
         ]
     )

@@ -92,6 +92,14 @@ def describe_machine(machine: dict) -> str:
     )
 
 
+def describe_commit(machine: dict) -> str | None:
+    """``commit <10 hex>`` plus `` with uncommitted changes`` when the tree was dirty; None unknown."""
+    git = machine.get("git") or {}
+    if not git.get("commit"):
+        return None
+    return f"commit {git['commit'][:10]}" + (" with uncommitted changes" if git.get("dirty") else "")
+
+
 def command_line() -> str:
     """The command that is running, with the environment variables that change its results."""
     env = " ".join(

@@ -52,17 +52,16 @@ class Setup:
 
 
 def build_setups(
-    pair: ModelPair, spec: StreamSpec, controllers: dict[str, Callable[[], Controller]], adapt: bool = True
+    pair: ModelPair, spec: StreamSpec, controllers: dict[str, Callable[[], Controller]]
 ) -> list[Setup]:
-    """For every controller, a setup with the frozen draft and (``adapt``) one whose draft adapts.
-    Each setup gets its own controller (from the factory) and its own live draft."""
+    """For every controller, a setup with the frozen draft and one whose draft adapts. Each setup
+    gets its own controller (from the factory) and its own live draft."""
     setups = []
     for name, make in controllers.items():
+        adapter = DraftAdapter(pair, spec.adaptation, spec.sampling, seed=spec.seed)
+        buffer = TrafficBuffer(spec.adaptation.window, spec.adaptation.replay, seed=spec.seed)
         setups.append(Setup(f"frozen + {name}", make(), LiveDraft(pair.draft)))
-        if adapt:
-            adapter = DraftAdapter(pair, spec.adaptation, spec.sampling, seed=spec.seed)
-            buffer = TrafficBuffer(spec.adaptation.window, spec.adaptation.replay, seed=spec.seed)
-            setups.append(Setup(f"adapted + {name}", make(), LiveDraft(pair.draft), adapter, buffer))
+        setups.append(Setup(f"adapted + {name}", make(), LiveDraft(pair.draft), adapter, buffer))
     return setups
 
 
