@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from torch.utils.tensorboard import SummaryWriter
 
 from specrl.serving.server import Setup
 from specrl.serving.spec import StreamSpec
@@ -316,35 +317,26 @@ class StreamScalars:
     """Writes :data:`SCALARS` for every setup to ``folder/<setup>`` (one TensorBoard run each)."""
 
     def __init__(self, folder: Path) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
         self.folder = folder
-        self.writers: dict[str, Any] = {}
-        self.totals: dict[str, list[float]] = {}
-        self._writer = SummaryWriter
+        self.writers: dict[str, SummaryWriter] = {}
 
-    def writer(self, setup: Setup):
+    def writer(self, setup: Setup) -> SummaryWriter:
         if setup.name not in self.writers:
             slug = setup.name.replace(" + ", "__").replace(" ", "_")
-            self.writers[setup.name] = self._writer(str(self.folder / slug))
+            self.writers[setup.name] = SummaryWriter(str(self.folder / slug))
         return self.writers[setup.name]
 
     def request(self, setup: Setup, record: dict) -> None:
+        """Called after ``record`` joined ``setup.records``: the setup's logs hold everything so far."""
         w, step = self.writer(setup), record["request"]
-        tokens, seconds = self.totals.setdefault(setup.name, [0.0, 0.0])
-        self.totals[setup.name] = [tokens + record["tokens"], seconds + record["seconds"]]
+        so_far = _totals(setup.records, sum(a.seconds for a in setup.adaptations))
         w.add_scalar("specdec/stream/tokens_per_s", record["tokens_per_s"], step)
         w.add_scalar("specdec/stream/acceptance_rate", record["acceptance_rate"], step)
-        w.add_scalar(
-            "specdec/stream/cumulative_tokens_per_s",
-            self.totals[setup.name][0] / self.totals[setup.name][1],
-            step,
-        )
+        w.add_scalar("specdec/stream/cumulative_tokens_per_s", so_far["tokens_per_s"], step)
         w.add_scalar("specdec/stream/draft_version", record["draft_version"], step)
 
     def adaptation(self, setup: Setup, result) -> None:
         w, step = self.writer(setup), result.after_request
-        self.totals[setup.name][1] += result.seconds
         w.add_scalar("specdec/stream/adaptation_seconds", result.seconds, step)
         if result.live_score is not None:
             w.add_scalar("specdec/stream/holdout_acceptance_live", result.live_score, step)
