@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import (
@@ -15,6 +17,9 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 from transformers.cache_utils import DummyLayer, DynamicLayer, LinearAttentionCacheLayerMixin
+
+if TYPE_CHECKING:
+    from specrl.engine.drafters import DrafterPool
 
 
 class PairError(ValueError):
@@ -76,6 +81,8 @@ class ModelPair:
         context_length: the smaller of the two models' context windows.
         prompts: train, validation and test prompt sets per domain, for the embedded pairs.
         card: the embedded pair's model card (JSON), else None.
+        mid: a second draft of another size (``draft-mid`` and the cascade's upper stage of the
+            drafter pool), or None.
     """
 
     target: PreTrainedModel
@@ -89,9 +96,17 @@ class ModelPair:
     eos_token_id: int | None
     prompts: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     card: dict | None = None
+    mid: PreTrainedModel | None = None
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    @cached_property
+    def pool(self) -> DrafterPool:
+        """The drafters this pair offers by name (:mod:`specrl.engine.drafters`)."""
+        from specrl.engine.drafters import DrafterPool  # the engine builds on this module
+
+        return DrafterPool(self)
 
 
 def default_device() -> torch.device:
@@ -170,6 +185,7 @@ def load_pair(
     dtype: torch.dtype | str | None = None,
     trust_remote_code: bool = False,
     seed: int = 0,
+    mid: str | None = None,
 ) -> ModelPair:
     """Load a target and a draft model that share a tokenizer.
 
@@ -182,6 +198,8 @@ def load_pair(
         dtype: default bf16 on GPU, fp32 on CPU.
         trust_remote_code: passed to ``from_pretrained``; never set unless you ask.
         seed: seed of an embedded pair's build.
+        mid: HF id or local path of a second draft of another size (the drafter pool's
+            ``draft-mid``); an embedded pair loads its own when it has one.
     """
     if (target is None) != (draft is None):
         raise PairError("give both target and draft, or neither (for the embedded pair)")
@@ -200,6 +218,8 @@ def load_pair(
         preset = preset or "small"
         pair_dir = ensure_pair(preset, seed)
         target, draft = str(pair_dir / "target"), str(pair_dir / "draft")
+        if mid is None and (pair_dir / "draft-mid").is_dir():
+            mid = str(pair_dir / "draft-mid")
         prompts = json.loads((pair_dir / "prompts.json").read_text())
         card = json.loads((pair_dir / "card.json").read_text())
         name = f"specrl-zoo-{preset}"
@@ -211,18 +231,21 @@ def load_pair(
     check_tokenizers(target_tok, draft_tok, target, draft)
     check_architecture(target_model, "target")
     check_architecture(draft_model, "draft")
+    models = {"target": target_model, "draft": draft_model}
+    if mid is not None:
+        mid_tok, models["mid"] = _load(mid, "mid draft", device, dtype, trust_remote_code)
+        check_tokenizers(target_tok, mid_tok, target, mid)
+        check_architecture(models["mid"], "mid draft")
 
     vocab_size = len(target_tok)
-    for role, model in (("target", target_model), ("draft", draft_model)):
+    for role, model in models.items():
         rows = model.get_output_embeddings().weight.shape[0]
         if rows < vocab_size:
             raise PairError(
                 f"the {role} model has {rows} output rows but its tokenizer has "
                 f"{vocab_size} tokens; the checkpoint does not match its tokenizer"
             )
-    context = min(
-        getattr(m.config, "max_position_embeddings", None) or 2**31 for m in (target_model, draft_model)
-    )
+    context = min(getattr(m.config, "max_position_embeddings", None) or 2**31 for m in models.values())
     return ModelPair(
         target=target_model,
         draft=draft_model,
@@ -235,4 +258,5 @@ def load_pair(
         eos_token_id=target_tok.eos_token_id,
         prompts=prompts,
         card=card,
+        mid=models.get("mid"),
     )

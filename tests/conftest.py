@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from scipy.stats import chisquare
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import specrl
+from specrl.engine.sampling import SamplingConfig
 from specrl.envs import DomainShift, PromptSpec, RewardSpec, Scenario, collect_traces
 from specrl.latency import LatencyModel
 from specrl.traces import TraceSet
@@ -66,7 +68,9 @@ def make_pair(
     draft_sharpness: float = 8.0,
     context: int = 256,
     draft_layers: int = 1,
+    mid_seed: int | None = None,
 ) -> specrl.ModelPair:
+    """A random target and draft; with ``mid_seed``, a two-layer mid draft too (the pool's draft-mid)."""
     tokenizer = word_tokenizer(vocab_size)
     target = save_model(
         tmp_path / "target", random_llama(vocab_size, target_seed, context=context), tokenizer
@@ -75,7 +79,11 @@ def make_pair(
         vocab_size, draft_seed, layers=draft_layers, sharpness=draft_sharpness, context=context
     )
     draft = save_model(tmp_path / "draft", draft_model, tokenizer)
-    return specrl.load_pair(target=target, draft=draft, device="cpu")
+    mid = None
+    if mid_seed is not None:
+        mid_model = random_llama(vocab_size, mid_seed, layers=2, sharpness=draft_sharpness, context=context)
+        mid = save_model(tmp_path / "mid", mid_model, tokenizer)
+    return specrl.load_pair(target=target, draft=draft, mid=mid, device="cpu")
 
 
 @pytest.fixture(scope="session")
@@ -92,8 +100,16 @@ def twin_pair(tmp_path_factory) -> specrl.ModelPair:
 
 @pytest.fixture(scope="session")
 def small_vocab_pair(tmp_path_factory) -> specrl.ModelPair:
-    """Vocabulary of 6 so the joint law of two tokens has 36 cells for a chi-square test."""
-    return make_pair(tmp_path_factory.mktemp("v6"), vocab_size=6, draft_seed=3, draft_sharpness=3.0)
+    """Vocabulary of 6 so the joint law of two tokens has 36 cells for a chi-square test; with a
+    mid draft, so every drafter of the pool runs on it."""
+    directory = tmp_path_factory.mktemp("v6")
+    return make_pair(directory, vocab_size=6, draft_seed=3, draft_sharpness=3.0, mid_seed=5)
+
+
+@pytest.fixture(scope="session")
+def pool_pair(tmp_path_factory) -> specrl.ModelPair:
+    """Target, an unrelated draft and an unrelated mid draft: every drafter of the pool, many rejections."""
+    return make_pair(tmp_path_factory.mktemp("pool"), mid_seed=2)
 
 
 @pytest.fixture(scope="session")
@@ -118,6 +134,50 @@ def reference_greedy(model, prompt: list[int], n: int) -> list[int]:
     for _ in range(n):
         ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
     return ids[len(prompt) :]
+
+
+# ---- sampling: the law of the first two tokens, exact and observed ---------------------------
+
+
+@torch.inference_mode()
+def exact_two_token_law(pair, prompt, sampling: SamplingConfig) -> torch.Tensor:
+    """(V, V) probabilities of (t1, t2) when sampling from the target alone."""
+    first = sampling.probs(pair.target(torch.tensor([prompt])).logits[0, -1])
+    V = first.shape[0]
+    law = torch.zeros(V, V)
+    for t1 in range(V):
+        second = sampling.probs(pair.target(torch.tensor([prompt + [t1]])).logits[0, -1])
+        law[t1] = first[t1] * second
+    return law
+
+
+def two_token_counts(pair, prompt, k, tau, sampling, n, drafter="draft"):
+    """(V, V) counts of the first two tokens of ``n`` speculative generations with seeds 0..n-1.
+
+    The budget is k + 1 tokens, so the first step really proposes up to k (the engine clips k to
+    the room left: a budget of two would test k = 1 only)."""
+    counts = torch.zeros(pair.vocab_size, pair.vocab_size)
+    decoder = specrl.SpeculativeDecoder(pair, specrl.StaticController(k, tau, drafter))
+    options = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    budget = max(2, k + 1)
+    for seed in range(n):
+        out = decoder.generate(prompt, max_new_tokens=budget, stop_at_eos=False, seed=seed, **options)
+        t1, t2 = out.token_ids[:2]
+        counts[t1, t2] += 1
+    return counts
+
+
+def chi_square_p_value(counts: torch.Tensor, law: torch.Tensor) -> float:
+    n = counts.sum()
+    expected, observed = (law.flatten() * n).double(), counts.flatten().double()
+    assert observed[expected == 0].sum() == 0, "a token outside the target's support was emitted"
+    big = expected >= 5  # pool sparse cells so the chi-square approximation holds
+    small = (~big) & (expected > 0)
+    expected = torch.cat([expected[big], expected[small].sum(0, keepdim=True)])
+    observed = torch.cat([observed[big], observed[small].sum(0, keepdim=True)])
+    keep = expected > 0
+    expected = expected[keep] * observed[keep].sum() / expected[keep].sum()  # float rounding
+    return float(chisquare(observed[keep].numpy(), expected.numpy()).pvalue)
 
 
 # ---- trace replay: a pair with partial acceptance, prompts, scenarios, traces ----------------
@@ -185,24 +245,26 @@ def greedy_traces(close_pair, shifted) -> TraceSet:
     return collect_traces(close_pair, shifted, "test", progress=False)
 
 
-def step_and_check_rollback(pair: specrl.ModelPair, prompt: list[int], n: int, label: str = "") -> tuple:
-    """Decode ``n`` tokens at temperature 1 with k cycling through 3, 0, 5, 1, 8, 2; after every
-    step each cached model must hold a prefix of the sequence whose next-token logits equal a
-    full recompute. Returns the generation and the (all accepted, proposed any) outcomes seen."""
+def step_and_check_rollback(
+    pair: specrl.ModelPair, prompt: list[int], n: int, label: str = "", drafters: tuple[str, ...] = ("draft",)
+) -> tuple:
+    """Decode ``n`` tokens at temperature 1 with k cycling through 3, 0, 5, 1, 8, 2 (and the drafter
+    through ``drafters``); after every step each cached model must hold a prefix of the sequence
+    whose next-token logits equal a full recompute. Returns the generation and the (all accepted,
+    proposed any) outcomes seen."""
     import itertools
 
     from specrl.engine.generation import Generation
-    from specrl.engine.sampling import SamplingConfig
 
     generation = Generation(pair, prompt, n, SamplingConfig(1.0), seed=2)
     outcomes = set()
-    for k in itertools.cycle([3, 0, 5, 1, 8, 2]):
+    for k, drafter in zip(itertools.cycle([3, 0, 5, 1, 8, 2]), itertools.cycle(drafters)):
         if generation.done:
             break
-        result = generation.step(specrl.Action(k, 0.0))
+        result = generation.step(specrl.Action(k, 0.0, drafter=drafter))
         outcomes.add((result.accepted == result.proposed, result.proposed > 0))
         tokens = generation.tokens
-        for cached in (generation.target, generation.draft):
+        for cached in generation.caches():
             # a prefix of the sequence, and the next-token logits from it equal a full recompute
             assert cached.length <= tokens.shape[1] - 1
             with torch.inference_mode():

@@ -134,7 +134,7 @@ def test_cached_logits_equal_full_recompute_after_accepts_and_rejections(family_
     assert tokens.shape[1] > 2 * WINDOW
     assert {(True, True), (False, True), (True, False)} <= outcomes, f"{name}: {outcomes}"
     if name in SLIDING:  # the sliding layers stay trimmed to their window between steps
-        for cached in (generation.target, generation.draft):
+        for cached in generation.caches():
             sizes = [layer.keys.shape[-2] for layer in cached.cache.layers if layer.is_sliding]
             assert sizes and max(sizes) <= WINDOW - 1
 

@@ -6,11 +6,17 @@ import itertools
 
 import pytest
 import torch
-from conftest import prompts, reference_greedy, step_and_check_rollback
-from scipy.stats import chisquare
+from conftest import (
+    chi_square_p_value,
+    exact_two_token_law,
+    prompts,
+    reference_greedy,
+    step_and_check_rollback,
+    two_token_counts,
+)
 
 import specrl
-from specrl.engine import step as step_module
+from specrl.engine import rejection as rejection_module
 from specrl.engine.sampling import SamplingConfig
 
 
@@ -83,41 +89,6 @@ def test_step_reports_timing_and_outcomes(pair):
 # Sampling: the law of the first two emitted tokens equals the target's own sampling law.
 
 
-@torch.inference_mode()
-def exact_two_token_law(pair, prompt, sampling: SamplingConfig) -> torch.Tensor:
-    """(V, V) probabilities of (t1, t2) when sampling from the target alone."""
-    first = sampling.probs(pair.target(torch.tensor([prompt])).logits[0, -1])
-    V = first.shape[0]
-    law = torch.zeros(V, V)
-    for t1 in range(V):
-        second = sampling.probs(pair.target(torch.tensor([prompt + [t1]])).logits[0, -1])
-        law[t1] = first[t1] * second
-    return law
-
-
-def two_token_counts(pair, prompt, k, tau, sampling, n):
-    counts = torch.zeros(pair.vocab_size, pair.vocab_size)
-    decoder = specrl.SpeculativeDecoder(pair, specrl.StaticController(k, tau))
-    options = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
-    for seed in range(n):
-        t1, t2 = decoder.generate(prompt, max_new_tokens=2, stop_at_eos=False, seed=seed, **options).token_ids
-        counts[t1, t2] += 1
-    return counts
-
-
-def chi_square_p_value(counts: torch.Tensor, law: torch.Tensor) -> float:
-    n = counts.sum()
-    expected, observed = (law.flatten() * n).double(), counts.flatten().double()
-    assert observed[expected == 0].sum() == 0, "a token outside the target's support was emitted"
-    big = expected >= 5  # pool sparse cells so the chi-square approximation holds
-    small = (~big) & (expected > 0)
-    expected = torch.cat([expected[big], expected[small].sum(0, keepdim=True)])
-    observed = torch.cat([observed[big], observed[small].sum(0, keepdim=True)])
-    keep = expected > 0
-    expected = expected[keep] * observed[keep].sum() / expected[keep].sum()  # float rounding
-    return float(chisquare(observed[keep].numpy(), expected.numpy()).pvalue)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "k,tau,sampling",
@@ -139,7 +110,7 @@ def test_speculative_sampling_matches_target_law(small_vocab_pair, k, tau, sampl
 @pytest.mark.slow
 def test_chi_square_catches_resampling_from_p_instead_of_the_residual(small_vocab_pair, monkeypatch):
     """The test above has power: the classic bug (resample from p after a rejection) fails it."""
-    monkeypatch.setattr(step_module, "residual", lambda p, q: p)
+    monkeypatch.setattr(rejection_module, "residual", lambda p, q: p)
     prompt, sampling = [1, 2, 3, 0, 4], SamplingConfig(1.0)
     counts = two_token_counts(small_vocab_pair, prompt, 3, 0.0, sampling, n=2500)
     law = exact_two_token_law(small_vocab_pair, prompt, sampling)

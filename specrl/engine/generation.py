@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 
 from specrl.engine.cache import CachedModel
+from specrl.engine.drafters.base import Drafter
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.step import speculative_step
 from specrl.engine.timing import DeviceClock
-from specrl.engine.types import Action, GenerationStats, StepResult
+from specrl.engine.types import DEFAULT_DRAFTER, Action, GenerationStats, StepResult
 from specrl.models import ModelPair
 
 
@@ -19,7 +20,10 @@ class PromptTooLongError(ValueError):
 class Generation:
     """A single sequence being decoded speculatively; ``step(action)`` runs one iteration.
 
-    The prompt is prefilled into both caches at construction (timed separately). The
+    The prompt is prefilled into the target's cache and the default draft's at construction
+    (timed separately). Every other drafter an action names (:mod:`specrl.engine.drafters`) is
+    built on first use, with its own state, and catches up on the sequence then, within that
+    step's drafting time. The
     generation is done after ``max_new_tokens`` tokens, an EOS (when ``stop_at_eos``), or
     when the context window is full. With ``keep_target_logits`` every step also returns the
     target's logits at the positions it emitted (:attr:`StepResult.target_logits`).
@@ -55,15 +59,26 @@ class Generation:
         self.tokens = torch.tensor([prompt_ids], dtype=torch.long, device=pair.device)  # (B, L)
         self.prompt_length = len(prompt_ids)
         self.target = CachedModel(pair.target, pair.vocab_size)
-        self.draft = CachedModel(pair.draft, pair.vocab_size)
+        self.drafters: dict[str, Drafter] = {}
         self.steps: list[StepResult] = []
         self.finished_by_eos = False
 
         start = self.clock.now()
+        draft = self.drafter(DEFAULT_DRAFTER)
         if self.prompt_length > 1:  # both caches hold everything but the last token
             self.target.feed(self.tokens[:, :-1])
-            self.draft.feed(self.tokens[:, :-1])
+            draft.prefill(self.tokens)
         self.prefill_seconds = self.clock.now() - start
+
+    def drafter(self, name: str) -> Drafter:
+        """This generation's drafter ``name``, built from the pair's pool on first use."""
+        if name not in self.drafters:
+            self.drafters[name] = self.pair.pool.new(name)
+        return self.drafters[name]
+
+    def caches(self) -> list[CachedModel]:
+        """Every KV cache of the generation: the target's, then each drafter's."""
+        return [self.target, *(cache for drafter in self.drafters.values() for cache in drafter.caches())]
 
     @property
     def new_tokens(self) -> int:
@@ -87,8 +102,9 @@ class Generation:
         # A step emits up to k + 1 tokens and verifies k + 1 positions: never draft past
         # the budget or the context window.
         k = min(action.k, self.remaining - 1)
+        drafter = self.drafter(action.drafter)
         result = speculative_step(
-            self.tokens, self.target, self.draft, action, k, self.sampling, self.generator, self.clock,
+            self.tokens, self.target, drafter, action, k, self.sampling, self.generator, self.clock,
             self.keep_target_logits,
         )  # fmt: skip
         emitted = result.tokens
@@ -103,7 +119,7 @@ class Generation:
         if len(emitted) < result.accepted + 1:
             # EOS cut the step short: keep the caches a strict prefix of the sequence.
             self.target.rollback(self.tokens.shape[1] - 1)
-            self.draft.rollback(self.tokens.shape[1] - 1)
+            drafter.rollback(self.tokens.shape[1] - 1)
         self.steps.append(result)
         return result
 

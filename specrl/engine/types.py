@@ -25,9 +25,12 @@ class StopRule(Protocol):
     def __call__(self, position: int, confidence: float, entropy: float) -> bool: ...
 
 
+DEFAULT_DRAFTER = "draft"
+
+
 @dataclass(frozen=True)
 class Action:
-    """How far to speculate in one iteration.
+    """How far to speculate in one iteration, and with what.
 
     Attributes:
         k: most draft tokens to propose (0 = a plain target step): the cap.
@@ -35,11 +38,15 @@ class Action:
             probability max_v q(v) is below tau.
         stop: an optional :class:`StopRule` asked after each drafted token (after the tau
             cut); None drafts up to k unless tau stops it. Not part of equality.
+        drafter: the name of the drafter that proposes (:mod:`specrl.engine.drafters`:
+            ``draft``, ``draft-mid``, ``draft-int8``, ``draft-int4``, ``ngram``, ``cascade``);
+            the generation resolves it and names the choices if it is unknown.
     """
 
     k: int
     tau: float = 0.0
     stop: StopRule | None = field(default=None, compare=False)
+    drafter: str = DEFAULT_DRAFTER
 
     def __post_init__(self) -> None:
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 0:
@@ -51,6 +58,17 @@ class Action:
                 f"Action.stop must be a StopRule, called as stop(position, confidence, entropy) -> bool; "
                 f"got {self.stop!r}"
             )
+        if not isinstance(self.drafter, str) or not self.drafter:
+            raise ValueError(
+                f"Action.drafter must be a drafter's name, e.g. 'draft' or 'ngram'; got {self.drafter!r}"
+            )
+
+    def halts(self, position: int, confidence: float, entropy: float) -> bool:
+        """Whether drafting stops before the token at ``position``: its confidence is below tau, or
+        the stop rule says stop. Every drafter asks this, with the signals of its own proposal law."""
+        return confidence < self.tau or (
+            self.stop is not None and bool(self.stop(position, confidence, entropy))
+        )
 
 
 @dataclass
@@ -58,15 +76,17 @@ class StepResult:
     """What one speculative iteration did (batch row 0; batch > 1 is future work).
 
     Attributes:
-        action: the action the controller asked for.
+        action: the action the controller asked for (its ``drafter`` proposed).
         k: the k actually used (clipped by the context window and remaining budget).
         proposed: m, draft tokens proposed (m <= k; fewer when tau or the stop rule stopped drafting).
         accepted: a, proposed tokens the target accepted (a <= m).
         emitted: tokens appended to the output, a + 1 (fewer if EOS or the budget cut it).
-        draft_seconds: device-synchronised time spent drafting.
+        draft_seconds: device-synchronised time spent drafting (a cascade's inner verification
+            included; a drafter's catch-up on tokens it had not seen, too).
         verify_seconds: device-synchronised time of the target forward, acceptance and rollback.
         confidences: max_v q_i(v) of every drafted position, including the one that stopped
-            drafting under tau or the stop rule (so len is m or m + 1).
+            drafting under tau or the stop rule (so len is m or m + 1); 1.0 for an n-gram's
+            point mass.
         entropies: entropy (nats) of q_i at the same positions.
         accepted_mask: per proposed position, whether it was accepted (a leading run of True).
         acceptance_probs: per proposed position, min(1, p_i(x_i) / q_i(x_i)) (greedy: 0 or 1).
@@ -100,8 +120,13 @@ class StepResult:
         return self.draft_seconds + self.verify_seconds
 
     @property
+    def drafter(self) -> str:
+        return self.action.drafter
+
+    @property
     def draft_forwards(self) -> int:
-        """Draft forwards the step ran: one per drafted position, the tau-stopped one included."""
+        """Draft forwards the step ran: one per drafted position, the tau-stopped one included
+        (a model draft's count; other drafters report their positions the same way)."""
         return len(self.confidences)
 
 

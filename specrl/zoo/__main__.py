@@ -1,4 +1,5 @@
-"""``python -m specrl.zoo build --preset small --seed 0 [--out DIR | --ship]``."""
+"""``python -m specrl.zoo build --preset small --seed 0 [--out DIR | --ship]``;
+``python -m specrl.zoo add-mid [--preset small --ship | DIR]`` distils the second draft into a built pair."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 
 import torch
 
-from specrl.zoo.build import build, cached_dir, shipped_dir
+from specrl.zoo.build import add_mid, build, cached_dir, shipped_dir
 from specrl.zoo.presets import PRESETS
 
 
@@ -25,7 +26,25 @@ def main(argv: list[str] | None = None) -> None:
         help="write float16 weights into the package (specrl/zoo/weights/<preset>)",
     )
     b.add_argument("--device", default=None, help="training device (default: cuda if present)")
+    m = sub.add_parser("add-mid", help="distil the preset's second draft (draft-mid) into a built pair")
+    m.add_argument(
+        "dir", nargs="?", default=None, help="the pair directory (default: --preset's shipped one)"
+    )
+    m.add_argument("--preset", choices=sorted(PRESETS), default="small", help="pair size, without DIR")
+    m.add_argument("--ship", action="store_true", help="write float16 weights (as the shipped pair has)")
+    m.add_argument("--device", default=None, help="training device (default: cuda if present)")
     args = parser.parse_args(argv)
+    command = "python -m specrl.zoo " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.command == "add-mid":
+        path = add_mid(
+            args.dir or shipped_dir(args.preset),
+            save_dtype=torch.float16 if args.ship else None,
+            device=args.device,
+            command=command,
+        )
+        card = json.loads((path / "card.json").read_text())
+        print(json.dumps({"dir": str(path), "draft-mid": card["draft-mid"]["heldout"]}, indent=2))
+        return
     out = shipped_dir(args.preset) if args.ship else (args.out or cached_dir(args.preset, args.seed))
     path = build(
         args.preset,
@@ -33,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
         out,
         save_dtype=torch.float16 if args.ship else None,
         device=args.device,
-        command="python -m specrl.zoo " + " ".join(sys.argv[1:]),
+        command=command,
     )
     card = json.loads((path / "card.json").read_text())
     print(json.dumps({"dir": str(path), "heldout": card["heldout"]}, indent=2))

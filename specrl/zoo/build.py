@@ -5,6 +5,7 @@ Layout of a built pair (what ``specrl.load_pair`` reads)::
     <pair dir>/
       target/        save_pretrained: config, safetensors weights, tokenizer, generation config
       draft/         the same for the distilled draft
+      draft-mid/     a second distilled draft of another size, when the preset has one (``mid``)
       prompts.json   {"train": {domain: [prompt, ...]}, "validation": {...}, "test": {...},
                       "sources": {domain: where its text comes from}} (specrl.zoo.corpus)
       card.json      preset, seed, sizes, held-out loss per domain, draft/target agreement
@@ -31,6 +32,7 @@ from specrl.zoo.train import encode_streams, evaluate, make_model, train, train_
 
 CARD = "card.json"
 PROMPTS = "prompts.json"
+MID = "draft-mid"
 
 
 def specrl_home() -> Path:
@@ -51,12 +53,18 @@ def cached_dir(preset: str, seed: int) -> Path:
 
 
 def is_complete(pair_dir: Path) -> bool:
+    """The pair's card and both models are there (the mid draft is optional: :func:`has_mid`)."""
     return (pair_dir / CARD).is_file() and (pair_dir / "target").is_dir() and (pair_dir / "draft").is_dir()
+
+
+def has_mid(pair_dir: Path) -> bool:
+    return (pair_dir / MID).is_dir()
 
 
 def ensure_pair(preset: str = "small", seed: int = 0) -> Path:
     """The directory of a built pair: shipped weights if the package has them, else the
-    cache, else build it now (with progress) into the cache."""
+    cache, else build it now (with progress) into the cache. A cached pair built before its
+    preset had a mid draft gets one distilled into it (:func:`add_mid`)."""
     if preset not in PRESETS:
         raise ValueError(f"unknown zoo preset {preset!r}; choose one of {sorted(PRESETS)}")
     if seed == 0 and is_complete(shipped_dir(preset)):
@@ -68,6 +76,12 @@ def ensure_pair(preset: str = "small", seed: int = 0) -> Path:
             file=sys.stderr,
         )
         build(preset, seed, target_dir)
+    elif PRESETS[preset].mid is not None and not has_mid(target_dir):
+        print(
+            f"specrl: distilling the '{preset}' pair's {MID} into {target_dir} (first use only)",
+            file=sys.stderr,
+        )
+        add_mid(target_dir)
     return target_dir
 
 
@@ -108,6 +122,9 @@ def build(
         draft, train_streams, preset, seed + 1, teacher=target, desc=f"{preset_name} draft (distil)"
     )
     quality = evaluate(target, draft, heldout_streams, preset)
+    models = {"target": target, "draft": draft}
+    if preset.mid is not None:
+        models[MID], mid_card = distil_mid(target, tokenizer, train_streams, heldout_streams, preset, seed)
 
     card = {
         "preset": preset.to_dict(),
@@ -133,15 +150,13 @@ def build(
         "heldout": quality,
         "draft_trained_on": [d for d, w in zip(DOMAINS, preset.mix_draft, strict=True) if w > 0],
     }
+    if preset.mid is not None:
+        card[MID] = mid_card
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
-        for name, model in (("target", target), ("draft", draft)):
-            model = model.to("cpu")
-            if save_dtype is not None:
-                model = model.to(save_dtype)
-            model.save_pretrained(tmp / name)
-            tokenizer.save_pretrained(tmp / name)
+        for name, model in models.items():
+            _save(model, tokenizer, tmp / name, save_dtype)
         (tmp / PROMPTS).write_text(json.dumps({**corpus.prompts, "sources": corpus.sources}, indent=1))
         (tmp / CARD).write_text(json.dumps(card, indent=2))
         if out_dir.exists():
@@ -150,3 +165,76 @@ def build(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
+
+
+def _save(model, tokenizer, directory: Path, save_dtype: torch.dtype | None) -> None:
+    model = model.to("cpu")
+    if save_dtype is not None:
+        model = model.to(save_dtype)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+
+
+def distil_mid(target, tokenizer, train_streams, heldout_streams, preset, seed: int) -> tuple[object, dict]:
+    """Distil the preset's second draft (``mid``) from ``target`` as the draft is (same data mix and
+    loss, ``mid_steps`` steps), from seed + 2; return it and its card entry. On a CPU it trains in
+    fp32 (bf16 autocast there is several times slower; :func:`~specrl.zoo.train.train`)."""
+    assert preset.mid is not None
+    started = time.time()
+    device = next(target.parameters()).device
+    mid = make_model(preset.mid, preset, tokenizer, seed + 2).to(device)
+    bf16 = device.type == "cuda"
+    losses = train(
+        mid, train_streams, preset, seed + 2, teacher=target, desc=f"{preset.name} {MID} (distil)",
+        steps=preset.mid_steps or None, bf16=bf16,
+    )  # fmt: skip
+    return mid, {
+        "shape": {"hidden": preset.mid.hidden, "layers": preset.mid.layers, "heads": preset.mid.heads,
+                  "intermediate": preset.mid.intermediate},
+        "parameters": mid.num_parameters(),
+        "steps": preset.mid_steps or preset.draft_steps,
+        "precision": "bf16 autocast" if bf16 else "fp32",
+        "final_train_loss": round(sum(losses[-20:]) / 20, 4),
+        "heldout": evaluate(target, mid, heldout_streams, preset),
+        "seconds": round(time.time() - started, 1),
+    }  # fmt: skip
+
+
+def add_mid(
+    pair_dir: Path,
+    save_dtype: torch.dtype | None = None,
+    device: str | None = None,
+    command: str | None = None,
+) -> Path:
+    """Distil the mid draft into an already built pair (its ``draft-mid/``, written atomically) and
+    record it in the card; the target, draft, tokenizer and prompts are left as they are."""  # fmt: skip
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    pair_dir = Path(pair_dir)
+    card = json.loads((pair_dir / CARD).read_text())
+    preset = PRESETS[card["preset"]["name"]]
+    if preset.mid is None:
+        raise ValueError(f"preset {preset.name!r} has no mid draft (Preset.mid is None)")
+    seed = card["seed"]
+    train_device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    tokenizer = AutoTokenizer.from_pretrained(pair_dir / "target")
+    target = (
+        AutoModelForCausalLM.from_pretrained(pair_dir / "target", dtype=torch.float32).to(train_device).eval()
+    )
+    corpus = build_corpus(seed, preset.max_files, preset.prompts_per_domain, preset.heldout_percent)
+    train_streams = encode_streams(tokenizer, corpus.text["train"])
+    heldout_streams = encode_streams(tokenizer, corpus.text["heldout"])
+    mid, entry = distil_mid(target, tokenizer, train_streams, heldout_streams, preset, seed)
+    entry["command"] = command or f"python -m specrl.zoo add-mid {pair_dir}"
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{MID}.", dir=pair_dir))
+    try:
+        _save(mid, tokenizer, tmp / MID, save_dtype)
+        (tmp / CARD).write_text(json.dumps({**card, MID: entry}, indent=2))
+        if (pair_dir / MID).exists():
+            shutil.rmtree(pair_dir / MID)
+        os.replace(tmp / MID, pair_dir / MID)
+        os.replace(tmp / CARD, pair_dir / CARD)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return pair_dir

@@ -39,6 +39,10 @@ class Preset:
     distill_alpha: float  # weight of the KL term; 1 - alpha on the LM loss
     prompts_per_domain: int
     eval_batches: int
+    # The second draft of another size (the drafter pool's ``draft-mid``, and the upper stage of
+    # its cascade); distilled like the draft, from its own seed. None: the pair has one draft.
+    mid: ModelShape | None = None
+    mid_steps: int = 0  # distillation steps of the mid draft; 0: draft_steps
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -66,6 +70,7 @@ PRESETS: dict[str, Preset] = {
         distill_alpha=0.7,
         prompts_per_domain=8,
         eval_batches=2,
+        mid=ModelShape(hidden=48, layers=2, heads=2, intermediate=96),
     ),
     # The default. Sized so speculation can pay on a CPU: the 27M target costs ~9 ms per
     # forward at batch 1 (context 200), the one-layer 1.8M draft ~0.5 ms (about 1/20).
@@ -89,5 +94,8 @@ PRESETS: dict[str, Preset] = {
         distill_alpha=0.7,
         prompts_per_domain=64,
         eval_batches=8,
+        # About 3x the draft's parameters, two layers: between the draft and the 27M target.
+        mid=ModelShape(hidden=384, layers=2, heads=6, intermediate=1024),
+        mid_steps=500,  # fp32 on 2 CPU cores: about 3.5 s a step with the target as teacher
     ),
 }

@@ -1,0 +1,83 @@
+"""What every drafter gives the engine: a proposal with its law, and a cheap rollback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from specrl.engine.cache import CachedModel
+from specrl.engine.sampling import SamplingConfig
+from specrl.engine.types import Action
+
+
+class DrafterError(ValueError):
+    """A drafter that does not exist, cannot be built here, or does not fit the pair."""
+
+
+@dataclass
+class Proposal:
+    """Up to k proposed tokens and the law each was drawn from.
+
+    Attributes:
+        tokens: (B, m) the proposed tokens x_1..x_m.
+        q: (B, m, V) q_i, the distribution x_i was drawn from given the tokens before it
+            (after the generation's sampling processing); a point mass for a deterministic
+            drafter. The accept/reject rule (:mod:`specrl.engine.rejection`) needs nothing else.
+        confidences: max_v q_i(v) at every position the drafter looked at, the one that stopped
+            drafting included (m or m + 1 entries).
+        entropies: the entropy of q_i (nats) at the same positions.
+        stopped: drafting ended before k: tau or the stop rule, or nothing more to propose.
+    """
+
+    tokens: torch.Tensor
+    q: torch.Tensor
+    confidences: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    stopped: bool = False
+
+    @property
+    def m(self) -> int:
+        return self.tokens.shape[1]
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """Proposes tokens after a sequence and keeps whatever state it needs (a KV cache) as a
+    prefix of that sequence.
+
+    ``propose`` is given the whole sequence; a drafter that has not seen its tail yet catches up
+    first (that time is drafting time). The token at each position must be drawn from the q it
+    reports, and the decision to stop before a position may depend only on what came before it:
+    ``action.halts(position, confidence, entropy)`` with that position's signals. That is all
+    losslessness asks of a drafter.
+    """
+
+    name: str
+
+    def propose(
+        self,
+        tokens: torch.Tensor,
+        k: int,
+        action: Action,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+    ) -> Proposal: ...
+
+    def rollback(self, length: int) -> None:
+        """Forget everything after the first ``length`` tokens of the sequence (no recompute)."""
+
+    def caches(self) -> list[CachedModel]:
+        """The KV caches it keeps (none for a lookup drafter), for inspection and tests."""
+
+
+def empty_proposal(tokens: torch.Tensor, vocab_size: int, stopped: bool = False, **signals) -> Proposal:
+    """A proposal of no tokens (k = 0, or a drafter with nothing to say)."""
+    batch = tokens.shape[0]
+    return Proposal(
+        tokens=tokens.new_empty((batch, 0)),
+        q=torch.empty((batch, 0, vocab_size), device=tokens.device),
+        stopped=stopped,
+        **signals,
+    )

@@ -1,0 +1,71 @@
+"""Prompt-lookup drafting: propose what followed the latest earlier occurrence of the text's tail.
+
+As HF's prompt-lookup decoding (Saxena 2023) and vLLM's ``ngram`` speculator, without a model:
+the last n tokens (n from ``max_ngram`` down to ``min_ngram``) are searched for in the prompt and
+the text generated so far, and the tokens that followed the most recent match are proposed. The
+proposal is a function of the sequence, so q is a point mass on it: a proposed token is accepted
+with probability p(x), and a rejection draws from norm(max(0, p - q)), which is p with x removed.
+The output is exact for sampling as for greedy decoding.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from specrl.engine.drafters.base import Proposal, empty_proposal
+from specrl.engine.sampling import SamplingConfig
+from specrl.engine.types import Action
+
+
+class NGramDrafter:
+    """Point-mass proposals by n-gram lookup; stateless, so rollback is free."""
+
+    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1, name: str = "ngram") -> None:
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram} and {max_ngram}")
+        self.name = name
+        self.vocab_size = vocab_size
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+
+    def lookup(self, sequence: torch.Tensor, k: int) -> torch.Tensor:
+        """(L,) -> up to k tokens that followed the latest earlier match of the longest matching tail."""
+        length = sequence.shape[0]
+        for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
+            windows = sequence[: length - 1].unfold(0, n, 1)  # windows ending before the last token
+            hits = (windows == sequence[length - n :]).all(-1).nonzero()
+            if hits.numel():
+                start = int(hits[-1]) + n  # the latest occurrence; what followed it
+                return sequence[start : start + k]
+        return sequence[:0]
+
+    def propose(
+        self,
+        tokens: torch.Tensor,
+        k: int,
+        action: Action,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+    ) -> Proposal:
+        found = self.lookup(tokens[0], k) if k else tokens[0, :0]
+        confidences: list[float] = []
+        for i in range(found.shape[0]):  # a point mass: confidence 1, entropy 0
+            confidences.append(1.0)
+            if action.halts(i, 1.0, 0.0):
+                found, stopped = found[:i], True
+                break
+        else:
+            stopped = found.shape[0] < k
+        if not found.shape[0]:
+            return empty_proposal(
+                tokens, self.vocab_size, stopped, confidences=confidences, entropies=[0.0] * len(confidences)
+            )
+        proposal = found[None]
+        q = F.one_hot(proposal, self.vocab_size).float()
+        return Proposal(proposal, q, confidences, [0.0] * len(confidences), stopped)
+
+    def rollback(self, length: int) -> None:
+        """Nothing to forget: the lookup reads the sequence it is given."""
+
+    def caches(self) -> list:
+        return []

@@ -1,0 +1,80 @@
+"""The drafters a pair offers, by name, and a fresh drafter per generation.
+
+=============  ==================================================================================
+``draft``      the pair's distilled draft
+``draft-mid``  the pair's second draft, of another size (the embedded pair's ``draft-mid/``, or
+               ``load_pair(..., mid=...)``)
+``draft-int8`` the draft with int8 weights and activations (torchao)
+``draft-int4`` the draft with int4 weights and int8 activations (torchao)
+``ngram``      prompt lookup over the prompt and the text so far (no model)
+``cascade``    the draft drafting for ``draft-mid``, which proposes to the target
+=============  ==================================================================================
+
+Models are shared by every generation of the pair (a quantised copy is made on first use);
+each generation gets its own drafter state (KV caches), so generations never see each other.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from transformers import PreTrainedModel
+
+from specrl.engine.drafters.base import Drafter, DrafterError
+from specrl.engine.drafters.cascade import CascadeDrafter
+from specrl.engine.drafters.model import ModelDrafter
+from specrl.engine.drafters.ngram import NGramDrafter
+from specrl.engine.drafters.quantized import quantize
+from specrl.engine.types import DEFAULT_DRAFTER
+
+if TYPE_CHECKING:
+    from specrl.models import ModelPair
+
+DRAFTERS = ("draft", "draft-mid", "draft-int8", "draft-int4", "ngram", "cascade")
+QUANTIZED = {"draft-int8": 8, "draft-int4": 4}
+NEEDS_MID = ("draft-mid", "cascade")
+
+
+class DrafterPool:
+    """Resolves drafter names for one pair; ``new(name)`` builds the drafter a generation steps."""
+
+    def __init__(self, pair: ModelPair, cascade_inner_k: int = 3) -> None:
+        self.pair = pair
+        self.cascade_inner_k = cascade_inner_k
+        self._models: dict[str, PreTrainedModel] = {DEFAULT_DRAFTER: pair.draft}
+        if pair.mid is not None:
+            self._models["draft-mid"] = pair.mid
+
+    def available(self) -> list[str]:
+        """The names this pair can serve (quantised drafts are listed; they may still fail to build)."""
+        return [name for name in DRAFTERS if name not in NEEDS_MID or self.pair.mid is not None]
+
+    def check(self, name: str) -> None:
+        """Raise a :class:`DrafterError` naming the fix if ``name`` cannot be served by this pair."""
+        if name not in DRAFTERS:
+            raise DrafterError(f"unknown drafter {name!r}; choose one of {', '.join(DRAFTERS)}")
+        if name in NEEDS_MID and self.pair.mid is None:
+            raise DrafterError(
+                f"the drafter {name!r} needs the pair's second draft, and {self.pair.name} has none: pass "
+                "load_pair(target, draft, mid=PATH) with a draft of another size, or for an embedded pair "
+                "run `python -m specrl.zoo add-mid --preset <preset>` once"
+            )
+
+    def model(self, name: str) -> PreTrainedModel:
+        """The model behind a model drafter; a quantised draft is built on first use."""
+        self.check(name)
+        if name not in self._models:
+            if name not in QUANTIZED:
+                raise DrafterError(f"the drafter {name!r} is not a single model")
+            self._models[name] = quantize(self.pair.draft, QUANTIZED[name])
+        return self._models[name]
+
+    def new(self, name: str) -> Drafter:
+        """A fresh drafter with empty state (it catches up on the sequence when first asked)."""
+        self.check(name)
+        vocab = self.pair.vocab_size
+        if name == "ngram":
+            return NGramDrafter(vocab)
+        if name == "cascade":
+            return CascadeDrafter(self.pair.draft, self.model("draft-mid"), vocab, self.cascade_inner_k)
+        return ModelDrafter(name, self.model(name), vocab)

@@ -1,0 +1,192 @@
+"""The drafter pool: every drafter is lossless, switching drafters per step is too, and bad names,
+missing models and missing libraries are refused by name."""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+
+import pytest
+import torch
+from conftest import (
+    chi_square_p_value,
+    exact_two_token_law,
+    make_pair,
+    prompts,
+    reference_greedy,
+    step_and_check_rollback,
+    two_token_counts,
+)
+
+import specrl
+from specrl.engine import rejection as rejection_module
+from specrl.engine.drafters import DRAFTERS, DrafterError, NGramDrafter
+from specrl.engine.drafters.cascade import CascadeDrafter
+from specrl.engine.sampling import SamplingConfig
+
+
+class CycleDrafters:
+    """A controller that changes drafter (and k) every step."""
+
+    def __init__(self, drafters, ks=(3, 1, 5, 0, 2)):
+        self.drafters, self.ks = drafters, ks
+
+    def reset(self):
+        self.cycle = zip(itertools.cycle(self.ks), itertools.cycle(self.drafters))
+
+    def act(self, observation):
+        k, drafter = next(self.cycle)
+        return specrl.Action(k, 0.0, drafter=drafter)
+
+    def observe(self, result):
+        pass
+
+
+def decode(pair, prompt, controller, n=24, **options):
+    return specrl.SpeculativeDecoder(pair, controller).generate(
+        prompt, max_new_tokens=n, stop_at_eos=False, **options
+    )
+
+
+def repetitive_prompt(vocab_size: int) -> list[int]:
+    """A prompt whose text repeats, so the n-gram drafter has something to look up."""
+    return prompts(1, vocab_size, seed=3, length=6)[0] * 3
+
+
+@pytest.mark.parametrize("drafter", DRAFTERS)
+def test_greedy_output_equals_plain_greedy_for_every_drafter(pool_pair, drafter):
+    for prompt in (prompts(1, pool_pair.vocab_size, seed=11)[0], repetitive_prompt(pool_pair.vocab_size)):
+        expected = reference_greedy(pool_pair.target, prompt, 24)
+        proposed = 0
+        for k in (1, 3, 6):
+            out = decode(pool_pair, prompt, specrl.StaticController(k, 0.0, drafter))
+            assert out.token_ids == expected, f"{drafter} k={k}"
+            assert all(step.drafter == drafter for step in out.steps)
+            proposed += out.stats.proposed
+        assert proposed > 0, f"{drafter} never proposed: equality would be trivial"
+
+
+def test_switching_drafters_every_step_is_lossless_and_keeps_every_cache_a_true_prefix(pool_pair):
+    prompt = repetitive_prompt(pool_pair.vocab_size)
+    expected = reference_greedy(pool_pair.target, prompt, 40)
+    out = decode(pool_pair, prompt, CycleDrafters(DRAFTERS), n=40)
+    assert out.token_ids == expected
+    assert {step.drafter for step in out.steps} == set(DRAFTERS)
+    # at temperature 1, after every step each cache of every drafter equals a full recompute
+    generation, outcomes = step_and_check_rollback(pool_pair, prompt, 60, drafters=(*DRAFTERS, "draft"))
+    assert set(generation.drafters) == set(DRAFTERS)
+    assert {(True, True), (False, True), (True, False)} <= outcomes
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "drafter,k,sampling",
+    [
+        ("ngram", 2, SamplingConfig(1.0)),
+        ("ngram", 3, SamplingConfig(0.7, top_k=4)),
+        ("cascade", 3, SamplingConfig(1.0)),
+        ("cascade", 2, SamplingConfig(1.3, top_p=0.9)),
+    ],
+)
+def test_sampling_with_ngram_and_cascade_follows_the_target_law(small_vocab_pair, drafter, k, sampling):
+    prompt = [1, 2, 3, 1, 2, 3, 1, 2]  # repeats: the n-gram drafter proposes at both positions
+    counts = two_token_counts(small_vocab_pair, prompt, k, 0.0, sampling, n=2000, drafter=drafter)
+    law = exact_two_token_law(small_vocab_pair, prompt, sampling)
+    assert chi_square_p_value(counts, law) > 1e-3
+
+
+@pytest.mark.slow
+def test_chi_square_catches_a_point_mass_rejection_that_resamples_from_p(small_vocab_pair, monkeypatch):
+    """Power: after rejecting an n-gram token, drawing from p (instead of p without it) fails."""
+    monkeypatch.setattr(rejection_module, "residual", lambda p, q: p)
+    prompt, sampling = [1, 2, 3, 1, 2, 3, 1, 2], SamplingConfig(1.0)
+    counts = two_token_counts(small_vocab_pair, prompt, 2, 0.0, sampling, n=2000, drafter="ngram")
+    assert chi_square_p_value(counts, exact_two_token_law(small_vocab_pair, prompt, sampling)) < 1e-3
+
+
+def test_ngram_lookup_takes_the_longest_tail_and_its_latest_occurrence():
+    drafter = NGramDrafter(vocab_size=20, max_ngram=3)
+    lookup = lambda ids, k: drafter.lookup(torch.tensor(ids), k).tolist()  # noqa: E731
+    # tail (7, 8, 9): its latest earlier occurrence is followed by 4, 5
+    assert lookup([7, 8, 9, 1, 2, 7, 8, 9, 4, 5, 6, 7, 8, 9], 2) == [4, 5]
+    # no 3-gram or 2-gram match: the 1-gram 9 is followed by 3
+    assert lookup([1, 9, 3, 5, 9], 4) == [3, 5, 9]
+    assert lookup([1, 2, 3], 4) == []  # the tail never occurred before
+    assert lookup([5], 4) == []
+    assert lookup([4, 4, 4, 4], 8) == [4]  # the latest match is followed by the last token only
+
+
+def test_ngram_proposes_a_point_mass_and_obeys_the_stop_rule():
+    drafter = NGramDrafter(vocab_size=10)
+    tokens = torch.tensor([[1, 2, 3, 4, 1, 2]])
+    proposal = drafter.propose(tokens, 5, specrl.Action(5), SamplingConfig(1.0), None)
+    assert proposal.tokens.tolist() == [[3, 4, 1, 2]]
+    assert proposal.stopped  # fewer than k to propose
+    assert torch.equal(proposal.q.sum(-1), torch.ones(1, 4))
+    assert proposal.q[0].argmax(-1).tolist() == [3, 4, 1, 2]
+    stop_at_two = specrl.Action(5, stop=lambda position, confidence, entropy: position == 2)
+    proposal = drafter.propose(tokens, 5, stop_at_two, SamplingConfig(1.0), None)
+    assert proposal.tokens.tolist() == [[3, 4]] and proposal.stopped and len(proposal.confidences) == 3
+
+
+@torch.inference_mode()
+def test_cascade_proposes_the_mid_drafts_own_greedy_continuation(pool_pair):
+    """The middle model verifies the small draft: what reaches the target is the mid's text."""
+    prompt = prompts(1, pool_pair.vocab_size, seed=4)[0]
+    cascade = CascadeDrafter(pool_pair.draft, pool_pair.mid, pool_pair.vocab_size, inner_k=2)
+    tokens = torch.tensor([prompt])
+    proposal = cascade.propose(tokens, 7, specrl.Action(7), SamplingConfig(0.0), None)
+    assert proposal.tokens[0].tolist() == reference_greedy(pool_pair.mid, prompt, 7)
+    # q is the mid's distribution at each position (a point of its softmax's argmax)
+    assert proposal.q[0].argmax(-1).tolist() == proposal.tokens[0].tolist()
+    assert all(cache.length <= len(prompt) + 7 for cache in cascade.caches())
+
+
+def test_quantized_drafts_really_are_quantized_and_close_to_the_draft(pool_pair):
+    prompt = torch.tensor([prompts(1, pool_pair.vocab_size, seed=2)[0]])
+    with torch.inference_mode():
+        full = pool_pair.draft(prompt).logits
+        for name in ("draft-int8", "draft-int4"):
+            model = pool_pair.pool.model(name)
+            assert model is not pool_pair.draft and model is pool_pair.pool.model(name)  # built once
+            assert "Linear" in type(model.lm_head).__name__
+            assert type(model.lm_head.weight).__name__ != "Parameter"  # a torchao quantised tensor
+            logits = model(prompt).logits
+            assert not torch.equal(logits, full)
+            assert (logits - full).abs().mean() < 0.25 * full.abs().mean()
+
+
+def test_unknown_or_unavailable_drafters_are_refused_by_name(pair, pool_pair):
+    with pytest.raises(DrafterError, match="unknown drafter 'eagle'.*draft, draft-mid, draft-int8"):
+        decode(pool_pair, [1, 2, 3], specrl.StaticController(2, 0.0, "eagle"))
+    assert "cascade" not in pair.pool.available() and "cascade" in pool_pair.pool.available()
+    for name in ("draft-mid", "cascade"):
+        with pytest.raises(DrafterError, match=f"{name}.*needs the pair's second draft.*add-mid"):
+            decode(pair, [1, 2, 3], specrl.StaticController(2, 0.0, name))
+    with pytest.raises(ValueError, match="Action.drafter must be a drafter's name"):
+        specrl.Action(2, drafter="")
+
+
+def test_a_missing_quantization_library_is_named_with_the_install_command(tmp_path, monkeypatch):
+    pair = make_pair(tmp_path)  # a fresh pair: no quantised copy cached
+    real_import = builtins.__import__
+
+    def no_torchao(name, *args, **kwargs):
+        if name.startswith("torchao"):
+            raise ImportError("No module named 'torchao'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torchao)
+    with pytest.raises(DrafterError, match=r"int8 draft needs torchao.*pip install 'specrl\[quant\]'"):
+        pair.pool.model("draft-int8")
+
+
+def test_a_mid_draft_with_another_tokenizer_is_refused(tmp_path):
+    from conftest import random_llama, save_model, word_tokenizer
+
+    tokenizer = word_tokenizer(64)
+    target = save_model(tmp_path / "t", random_llama(64, 0), tokenizer)
+    draft = save_model(tmp_path / "d", random_llama(64, 1), tokenizer)
+    mid = save_model(tmp_path / "m", random_llama(64, 2), word_tokenizer(64, offset=7))
+    with pytest.raises(specrl.PairError, match="tokenizers differ"):
+        specrl.load_pair(target=target, draft=draft, mid=mid, device="cpu")
