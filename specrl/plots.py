@@ -4,12 +4,14 @@
 - :func:`plot_shift`: k and tau against the tokens generated through a domain shift (code -> math),
   the TCP heuristic against the learned policy.
 - :func:`plot_acceptance`: the distribution of the per-step acceptance fraction (accepted / proposed).
+- :func:`bar_groups`: grouped bars of any named series (the drafter bench).
 
 :func:`write_plots` draws all of them into a folder. Needs the ``eval`` extra (matplotlib).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +31,40 @@ def _colors(names: list[str], palette: str = "tab20") -> dict[str, Any]:
 
 
 def _save(fig: Any, path: Path) -> Path:
+    """Write the figure atomically (a temporary file in the same folder, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
+    try:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
     return path
+
+
+def bar_groups(
+    path: Path,
+    groups: list[str],
+    series: dict[str, list[float]],
+    ylabel: str,
+    title: str,
+    reference: float | None = None,
+) -> Path:
+    """Grouped bars: x = ``groups``, one bar per series name; a dashed line at ``reference``."""
+    colors = _colors(list(series), "tab10")
+    width = 0.8 / max(1, len(series))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(groups) * max(1, len(series)) * 0.35), 4.2))
+    x = np.arange(len(groups))
+    for i, (name, values) in enumerate(series.items()):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, values, width, label=name, color=colors[name])
+    if reference is not None:
+        ax.axhline(reference, color="black", linestyle="--", linewidth=0.8)
+    ax.set_xticks(x, groups)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8, ncol=min(3, len(series)))
+    return _save(fig, path)
 
 
 def plot_tokens_per_s(results: dict, path: Path) -> Path:

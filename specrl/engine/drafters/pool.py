@@ -4,8 +4,8 @@
 ``draft``      the pair's distilled draft
 ``draft-mid``  the pair's second draft, of another size (the embedded pair's ``draft-mid/``, or
                ``load_pair(..., mid=...)``)
-``draft-int8`` the draft with int8 weights and activations (torchao)
-``draft-int4`` the draft with int4 weights and int8 activations (torchao)
+``draft-int8`` the draft with int8 weights (torchao)
+``draft-int4`` the draft with int4 weights, in groups of 32 (torchao)
 ``ngram``      prompt lookup over the prompt and the text so far (no model)
 ``cascade``    the draft drafting for ``draft-mid``, which proposes to the target
 =============  ==================================================================================

@@ -1,0 +1,315 @@
+"""The drafter pool measured in the real loop: acceptance, cost and speed-up of every drafter, per domain.
+
+For every domain, every drafter (``draft``, ``draft-mid``, ``draft-int8``, ``draft-int4``, ``ngram``,
+``cascade``) and every k of ``--ks``, greedy decoding of the same prompts with
+``StaticController(k, 0, drafter)``, interleaved with plain decoding (k = 0): within a pass every
+prompt runs every configuration in a shuffled (seeded) order, so machine noise hits all alike;
+one untimed warm-up pass first. A configuration's speed is the median over passes of (tokens /
+seconds summed over the prompts), prefill included; its speed-up is that over plain decoding's.
+
+The best static k of each drafter is chosen on the **validation** prompts and reported on the
+**test** prompts (DESIGN.md 4b). Per drafter and domain the table gives:
+
+- acceptance (accepted / proposed) at the chosen k, on test;
+- the cost of one drafted position relative to one target verification (draft seconds per
+  drafted position over verify seconds per step), on test over every k;
+- the speed-up over plain decoding at the chosen k, on test; and the best single drafter per domain.
+
+For the quantised drafts it also gives the change against the full-precision draft at the same k
+(acceptance difference, cost ratio): the seed's claim is that quantisation trades acceptance for
+cost. Every output is checked token for token against plain decoding.
+
+Run from the repository root (offline, on the embedded default pair; about 25 minutes on 2 CPU cores):
+
+    python experiments/bench_drafters.py
+    python experiments/bench_drafters.py --quick     # a minute: 1 prompt, 16 tokens, k 1 and 4, 1 pass
+
+Writes ``results/drafters/drafters.json`` (every run), ``drafters.md`` and ``drafters.png``. A
+benchmark, not a test: the ratios are the claim, measured on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import random
+import statistics
+from pathlib import Path
+
+import specrl
+from specrl.engine.drafters import DRAFTERS
+from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info, pair_info
+from specrl.io import write_text_atomic
+from specrl.tables import markdown_table
+
+REPO = Path(__file__).resolve().parent.parent
+DOMAINS = ("code", "prose", "math", "c_header", "perl")
+SPLITS = ("validation", "test")
+QUANTIZED = ("draft-int8", "draft-int4")
+PLAIN = ("plain", 0)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--drafters", default=",".join(DRAFTERS), help="comma-separated drafter names")
+    parser.add_argument("--domains", default=",".join(DOMAINS), help="comma-separated prompt domains")
+    parser.add_argument("--ks", default="1,2,3,4,6,8", help="static k values tried per drafter")
+    parser.add_argument("--prompts", type=int, default=4, help="prompts per domain and split")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved passes; medians over them")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the configuration order")
+    parser.add_argument("--out", default=str(REPO / "results" / "drafters"), help="output folder")
+    parser.add_argument("--render", action="store_true", help="rewrite the page and plot from the JSON")
+    parser.add_argument("--quick", action="store_true", help="1 prompt, 16 tokens, k 1 and 4, 1 pass")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.prompts, args.max_new_tokens, args.ks, args.repeats = 1, 16, "1,4", 1
+    return args
+
+
+def configurations(drafters: list[str], ks: list[int]) -> list[tuple[str, int]]:
+    return [PLAIN] + [(drafter, k) for drafter in drafters for k in ks]
+
+
+def call(pair: specrl.ModelPair, drafter: str, k: int, prompt: list[int], max_new_tokens: int) -> dict:
+    controller = specrl.StaticController(k, 0.0, "draft" if drafter == "plain" else drafter)
+    out = specrl.SpeculativeDecoder(pair, controller).generate(prompt, max_new_tokens=max_new_tokens)
+    stats = out.stats
+    return {
+        "ids": out.token_ids,
+        "seconds": stats.seconds,
+        "draft_seconds": stats.draft_seconds,
+        "verify_seconds": stats.verify_seconds,
+        "steps": stats.steps,
+        "proposed": stats.proposed,
+        "accepted": stats.accepted,
+        "drafted_positions": sum(step.draft_forwards for step in out.steps),
+    }
+
+
+def measure(pair, prompts: dict, configs, max_new_tokens: int, repeats: int, seed: int) -> list[dict]:
+    """Every configuration on every prompt of every (split, domain): a warm-up, then interleaved passes."""
+    from tqdm.auto import tqdm
+
+    items = [(split, domain, i, p) for split, by_domain in prompts.items() for domain, ps in by_domain.items()
+             for i, p in enumerate(ps)]  # fmt: skip
+    order = random.Random(seed)
+    for drafter, k in configs:  # warm-up (and the quantised copies are built here, untimed)
+        call(pair, drafter, k, items[0][3], max_new_tokens)
+    runs = []
+    progress = tqdm(total=repeats * len(items) * len(configs), desc="drafters", unit="gen", mininterval=5.0)
+    for repeat in range(repeats):
+        for split, domain, index, prompt in items:
+            for drafter, k in order.sample(configs, len(configs)):
+                record = call(pair, drafter, k, prompt, max_new_tokens)
+                runs.append({"split": split, "domain": domain, "prompt": index, "repeat": repeat,
+                             "drafter": drafter, "k": k, **record})  # fmt: skip
+                progress.update()
+    progress.close()
+    return runs
+
+
+def _median_speed(runs: list[dict]) -> float:
+    by_repeat: dict[int, list[dict]] = {}
+    for run in runs:
+        by_repeat.setdefault(run["repeat"], []).append(run)
+    return statistics.median(
+        sum(len(r["ids"]) for r in rs) / sum(r["seconds"] for r in rs) for rs in by_repeat.values()
+    )
+
+
+def _speedup(runs: list[dict], plain: list[dict]) -> float:
+    """Median over passes of (this configuration's tokens/s) / (plain's tokens/s) in the same pass."""
+    ratios = []
+    for repeat in sorted({r["repeat"] for r in runs}):
+        mine = [r for r in runs if r["repeat"] == repeat]
+        base = [r for r in plain if r["repeat"] == repeat]
+        ratios.append(
+            (sum(len(r["ids"]) for r in mine) / sum(r["seconds"] for r in mine))
+            / (sum(len(r["ids"]) for r in base) / sum(r["seconds"] for r in base))
+        )
+    return statistics.median(ratios)
+
+
+def _acceptance(runs: list[dict]) -> float:
+    proposed = sum(r["proposed"] for r in runs)
+    return sum(r["accepted"] for r in runs) / proposed if proposed else 0.0
+
+
+def _cost(runs: list[dict]) -> float | None:
+    """Draft seconds per drafted position over verify seconds per step."""
+    positions = sum(r["drafted_positions"] for r in runs)
+    if not positions:
+        return None
+    return (sum(r["draft_seconds"] for r in runs) / positions) / (
+        sum(r["verify_seconds"] for r in runs) / sum(r["steps"] for r in runs)
+    )
+
+
+def summarise(runs: list[dict], drafters: list[str], domains: list[str], ks: list[int]) -> dict:
+    """Per domain and drafter: speed-up per k on both splits, the k chosen on validation, test figures."""
+
+    def select(split, domain, drafter=None, k=None):
+        return [r for r in runs if r["split"] == split and r["domain"] == domain
+                and (drafter is None or r["drafter"] == drafter) and (k is None or r["k"] == k)]  # fmt: skip
+
+    plain_ids = {
+        (r["split"], r["domain"], r["prompt"], r["repeat"]): r["ids"] for r in runs if r["drafter"] == "plain"
+    }
+    table: dict = {}
+    for domain in domains:
+        plain = {split: select(split, domain, "plain") for split in SPLITS}
+        table[domain] = {"plain_tokens_per_s": _median_speed(plain["test"]), "drafters": {}}
+        for drafter in drafters:
+            by_k = {  # keyed by str(k), as the JSON has them
+                split: {str(k): _speedup(select(split, domain, drafter, k), plain[split]) for k in ks}
+                for split in SPLITS
+            }
+            best_k = max(ks, key=lambda k: by_k["validation"][str(k)])
+            test_runs = select("test", domain, drafter)
+            table[domain]["drafters"][drafter] = {
+                "speedup_by_k": by_k,
+                "best_k": best_k,
+                "speedup": by_k["test"][str(best_k)],
+                "acceptance": _acceptance(select("test", domain, drafter, best_k)),
+                "acceptance_by_k": {str(k): _acceptance(select("test", domain, drafter, k)) for k in ks},
+                "cost": _cost(test_runs),
+                "identical_to_plain": all(
+                    r["ids"] == plain_ids[(r["split"], r["domain"], r["prompt"], r["repeat"])]
+                    for r in runs if r["domain"] == domain and r["drafter"] == drafter
+                ),
+            }  # fmt: skip
+        best = max(drafters, key=lambda d: table[domain]["drafters"][d]["speedup"])
+        table[domain]["best_drafter"] = best
+        if "draft" in drafters:
+            full = table[domain]["drafters"]["draft"]
+            for name in (q for q in QUANTIZED if q in drafters):
+                row = table[domain]["drafters"][name]
+                row["vs_draft"] = {
+                    "acceptance_change": statistics.mean(
+                        row["acceptance_by_k"][str(k)] - full["acceptance_by_k"][str(k)] for k in ks
+                    ),
+                    "cost_ratio": row["cost"] / full["cost"] if row["cost"] and full["cost"] else None,
+                }
+    return table
+
+
+def markdown(report: dict) -> str:
+    table, config = report["table"], report["config"]
+    drafters, domains = config["drafters"], config["domains"]
+    header = ["domain", "drafter", "best k (validation)", "acceptance", "cost / verify", "speed-up (test)",
+              "equals plain"]  # fmt: skip
+    rows = []
+    for domain in domains:
+        for drafter in drafters:
+            row = table[domain]["drafters"][drafter]
+            mark = " **best**" if drafter == table[domain]["best_drafter"] else ""
+            rows.append([
+                domain, drafter, str(row["best_k"]), f"{row['acceptance']:.2f}",
+                "-" if row["cost"] is None else f"{row['cost']:.3f}", f"{row['speedup']:.2f}x{mark}",
+                "yes" if row["identical_to_plain"] else "NO",
+            ])  # fmt: skip
+    quant_rows = []
+    for domain in domains:
+        for name in (q for q in QUANTIZED if q in drafters and "vs_draft" in table[domain]["drafters"][q]):
+            change = table[domain]["drafters"][name]["vs_draft"]
+            ratio = change["cost_ratio"]
+            quant_rows.append([domain, name, f"{change['acceptance_change']:+.3f}",
+                               "-" if ratio is None else f"{ratio:.2f}x"])  # fmt: skip
+    by_k_header = ["domain", "drafter", *(f"k={k}" for k in config["ks"])]
+    by_k_rows = []
+    for domain in domains:
+        for drafter in drafters:
+            test = table[domain]["drafters"][drafter]["speedup_by_k"]["test"]
+            by_k_rows.append([domain, drafter, *(f"{test[str(k)]:.2f}" for k in config["ks"])])
+    machine = report["machine"]
+    commit = describe_commit(machine)
+    lines = [
+        "# The drafter pool, measured in the real loop",
+        "",
+        f"Pair {report['pair']['name']}; greedy, {config['max_new_tokens']} new tokens; {config['prompts']} "
+        f"prompts per domain and split; median of {config['repeats']} interleaved passes after a warm-up; "
+        "time includes prefill. Best k chosen on the validation prompts, every figure on the test prompts. "
+        "Cost: draft seconds per drafted position over target-verify seconds per step (n-gram lookup: no "
+        "model forward). Speed-up: over plain decoding of the same prompts, in the same passes.",
+        "",
+        markdown_table(header, rows),
+        "",
+        "## Quantised drafts against the full-precision draft (test, mean over k)",
+        "",
+        markdown_table(["domain", "drafter", "acceptance change", "cost ratio"], quant_rows)
+        if quant_rows
+        else "(no quantised drafter measured)",
+        "",
+        "## Speed-up over plain decoding by k (test)",
+        "",
+        markdown_table(by_k_header, by_k_rows),
+        "",
+        "![speed-up at the best static k per drafter and domain](drafters.png)",
+        "",
+        f"Command: `{report['command']}`",
+        "",
+        f"Machine: {describe_machine(machine)}{'; ' + commit if commit else ''}; {report['date']}.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: Path) -> None:
+    from specrl.plots import bar_groups
+
+    table, config = report["table"], report["config"]
+    bar_groups(
+        path,
+        groups=config["domains"],
+        series={
+            d: [table[dom]["drafters"][d]["speedup"] for dom in config["domains"]] for d in config["drafters"]
+        },
+        ylabel="speed-up over plain decoding (test, best k on validation)",
+        title=f"Drafter pool on {report['pair']['name']}",
+        reference=1.0,
+    )
+
+
+def write(report: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "drafters.json", json.dumps(report, indent=1) + "\n")
+    write_text_atomic(out / "drafters.md", markdown(report))
+    plot(report, out / "drafters.png")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    out = Path(args.out)
+    if args.render:
+        report = json.loads((out / "drafters.json").read_text())
+        write(report, out)
+        return report
+    drafters, domains = args.drafters.split(","), args.domains.split(",")
+    ks = [int(k) for k in args.ks.split(",")]
+    pair = specrl.load_pair()
+    for drafter in drafters:
+        pair.pool.check(drafter)
+    prompts = {
+        split: {d: [pair.encode(t) for t in pair.prompts[split][d][: args.prompts]] for d in domains}
+        for split in SPLITS
+    }
+    runs = measure(pair, prompts, configurations(drafters, ks), args.max_new_tokens, args.repeats, args.seed)
+    report = {
+        "table": summarise(runs, drafters, domains, ks),
+        "config": {"drafters": drafters, "domains": domains, "ks": ks, "prompts": args.prompts,
+                   "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "seed": args.seed},
+        "pair": pair_info(pair),
+        "machine": machine_info(pair),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command_line(),
+        "runs": runs,
+    }  # fmt: skip
+    write(report, out)
+    print(markdown(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()
