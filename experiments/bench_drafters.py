@@ -38,24 +38,25 @@ import statistics
 from pathlib import Path
 
 import specrl
-from specrl.engine.drafters import DRAFTERS
+from specrl.engine.drafters import DRAFTERS, DrafterPool
 from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info, pair_info
 from specrl.io import write_text_atomic
 from specrl.tables import markdown_table
 
 REPO = Path(__file__).resolve().parent.parent
-DOMAINS = ("code", "prose", "math", "c_header", "perl")
+DOMAINS = ("code", "prose", "math", "perl")
 SPLITS = ("validation", "test")
 QUANTIZED = ("draft-int8", "draft-int4")
 PLAIN = ("plain", 0)
+POOL_RULE = "pool rule"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--drafters", default=",".join(DRAFTERS), help="comma-separated drafter names")
     parser.add_argument("--domains", default=",".join(DOMAINS), help="comma-separated prompt domains")
-    parser.add_argument("--ks", default="1,2,3,4,6,8", help="static k values tried per drafter")
-    parser.add_argument("--prompts", type=int, default=4, help="prompts per domain and split")
+    parser.add_argument("--ks", default="1,2,4,6", help="static k values tried per drafter")
+    parser.add_argument("--prompts", type=int, default=3, help="prompts per domain and split")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3, help="interleaved passes; medians over them")
     parser.add_argument("--seed", type=int, default=0, help="seed of the configuration order")
@@ -69,11 +70,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def configurations(drafters: list[str], ks: list[int]) -> list[tuple[str, int]]:
-    return [PLAIN] + [(drafter, k) for drafter in drafters for k in ks]
+    """Plain decoding, every (drafter, k), and the seed's pool rule over the same drafters at each k."""
+    return [PLAIN] + [(drafter, k) for drafter in [*drafters, POOL_RULE] for k in ks]
 
 
-def call(pair: specrl.ModelPair, drafter: str, k: int, prompt: list[int], max_new_tokens: int) -> dict:
-    controller = specrl.StaticController(k, 0.0, "draft" if drafter == "plain" else drafter)
+def controller_of(drafter: str, k: int, drafters: list[str]):
+    if drafter == POOL_RULE:
+        return specrl.PoolRuleController(tuple(drafters), k=k)
+    return specrl.StaticController(k, 0.0, "draft" if drafter == "plain" else drafter)
+
+
+def call(pair: specrl.ModelPair, controller, prompt: list[int], max_new_tokens: int) -> dict:
     out = specrl.SpeculativeDecoder(pair, controller).generate(prompt, max_new_tokens=max_new_tokens)
     stats = out.stats
     return {
@@ -88,21 +95,21 @@ def call(pair: specrl.ModelPair, drafter: str, k: int, prompt: list[int], max_ne
     }
 
 
-def measure(pair, prompts: dict, configs, max_new_tokens: int, repeats: int, seed: int) -> list[dict]:
+def measure(pair, prompts: dict, drafters, ks, max_new_tokens: int, repeats: int, seed: int) -> list[dict]:
     """Every configuration on every prompt of every (split, domain): a warm-up, then interleaved passes."""
     from tqdm.auto import tqdm
 
     items = [(split, domain, i, p) for split, by_domain in prompts.items() for domain, ps in by_domain.items()
              for i, p in enumerate(ps)]  # fmt: skip
-    order = random.Random(seed)
+    order, configs = random.Random(seed), configurations(drafters, ks)
     for drafter, k in configs:  # warm-up (and the quantised copies are built here, untimed)
-        call(pair, drafter, k, items[0][3], max_new_tokens)
+        call(pair, controller_of(drafter, k, drafters), items[0][3], max_new_tokens)
     runs = []
     progress = tqdm(total=repeats * len(items) * len(configs), desc="drafters", unit="gen", mininterval=5.0)
     for repeat in range(repeats):
         for split, domain, index, prompt in items:
             for drafter, k in order.sample(configs, len(configs)):
-                record = call(pair, drafter, k, prompt, max_new_tokens)
+                record = call(pair, controller_of(drafter, k, drafters), prompt, max_new_tokens)
                 runs.append({"split": split, "domain": domain, "prompt": index, "repeat": repeat,
                              "drafter": drafter, "k": k, **record})  # fmt: skip
                 progress.update()
@@ -180,8 +187,13 @@ def summarise(runs: list[dict], drafters: list[str], domains: list[str], ks: lis
                     for r in runs if r["domain"] == domain and r["drafter"] == drafter
                 ),
             }  # fmt: skip
-        best = max(drafters, key=lambda d: table[domain]["drafters"][d]["speedup"])
+        rows = table[domain]["drafters"]
+        singles = [d for d in drafters if d != POOL_RULE]
+        # the best single drafter at its best static k, both chosen on validation
+        best = max(singles, key=lambda d: rows[d]["speedup_by_k"]["validation"][str(rows[d]["best_k"])])
         table[domain]["best_drafter"] = best
+        if POOL_RULE in rows:
+            table[domain]["pool_rule_vs_best_single"] = rows[POOL_RULE]["speedup"] / rows[best]["speedup"]
         if "draft" in drafters:
             full = table[domain]["drafters"]["draft"]
             for name in (q for q in QUANTIZED if q in drafters):
@@ -204,12 +216,16 @@ def markdown(report: dict) -> str:
     for domain in domains:
         for drafter in drafters:
             row = table[domain]["drafters"][drafter]
-            mark = " **best**" if drafter == table[domain]["best_drafter"] else ""
+            mark = " (best single)" if drafter == table[domain]["best_drafter"] else ""
             rows.append([
                 domain, drafter, str(row["best_k"]), f"{row['acceptance']:.2f}",
                 "-" if row["cost"] is None else f"{row['cost']:.3f}", f"{row['speedup']:.2f}x{mark}",
                 "yes" if row["identical_to_plain"] else "NO",
             ])  # fmt: skip
+    pool_rows = [
+        [domain, table[domain]["best_drafter"], f"{table[domain]['pool_rule_vs_best_single']:.2f}x"]
+        for domain in domains if "pool_rule_vs_best_single" in table[domain]
+    ]  # fmt: skip
     quant_rows = []
     for domain in domains:
         for name in (q for q in QUANTIZED if q in drafters and "vs_draft" in table[domain]["drafters"][q]):
@@ -235,6 +251,16 @@ def markdown(report: dict) -> str:
         "model forward). Speed-up: over plain decoding of the same prompts, in the same passes.",
         "",
         markdown_table(header, rows),
+        "",
+        "## The seed's pool rule against the best single drafter (test)",
+        "",
+        "The pool rule drafts with the drafter of best recent acceptance (window 8, the least recently used "
+        "every 16th step), at its k chosen on validation; the best single drafter and its k are chosen on "
+        "validation too.",
+        "",
+        markdown_table(["domain", "best single drafter", "pool rule / best single"], pool_rows)
+        if pool_rows
+        else "(the pool rule was not measured)",
         "",
         "## Quantised drafts against the full-precision draft (test, mean over k)",
         "",
@@ -290,15 +316,15 @@ def main(argv: list[str] | None = None) -> dict:
     ks = [int(k) for k in args.ks.split(",")]
     pair = specrl.load_pair()
     for drafter in drafters:
-        pair.pool.check(drafter)
+        DrafterPool(pair).check(drafter)
     prompts = {
         split: {d: [pair.encode(t) for t in pair.prompts[split][d][: args.prompts]] for d in domains}
         for split in SPLITS
     }
-    runs = measure(pair, prompts, configurations(drafters, ks), args.max_new_tokens, args.repeats, args.seed)
+    runs = measure(pair, prompts, drafters, ks, args.max_new_tokens, args.repeats, args.seed)
     report = {
-        "table": summarise(runs, drafters, domains, ks),
-        "config": {"drafters": drafters, "domains": domains, "ks": ks, "prompts": args.prompts,
+        "table": summarise(runs, [*drafters, POOL_RULE], domains, ks),
+        "config": {"drafters": [*drafters, POOL_RULE], "domains": domains, "ks": ks, "prompts": args.prompts,
                    "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "seed": args.seed},
         "pair": pair_info(pair),
         "machine": machine_info(pair),

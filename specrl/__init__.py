@@ -5,6 +5,7 @@ Usage::
     pair = specrl.load_pair()                      # embedded default pair, offline
     dec = specrl.SpeculativeDecoder(pair, controller=specrl.StaticController(4))
     out = dec.generate("def fib(n):", max_new_tokens=64)
+    specrl.StaticController(k=4, tau=0.0, drafter="ngram")   # drafter: specrl.engine.drafters
     env = gymnasium.make("specrl/SpecDecode-v0", scenario="envs/code.yaml")   # registered on import
     ctrl = specrl.LearnedController.load("policies/default")   # an exported PPO policy
 """
@@ -15,11 +16,13 @@ from specrl.controllers import (
     HFConfidenceController,
     HFHeuristicController,
     LearnedController,
+    PoolRuleController,
     StaticController,
     TCPController,
 )
 from specrl.engine import (
     Action,
+    DrafterError,
     Generation,
     GenerationOutput,
     GenerationStats,
@@ -38,6 +41,7 @@ __all__ = [
     "FEATURE_VERSION",
     "Action",
     "Controller",
+    "DrafterError",
     "FeatureTracker",
     "Generation",
     "GenerationOutput",
@@ -47,6 +51,7 @@ __all__ = [
     "LearnedController",
     "ModelPair",
     "PairError",
+    "PoolRuleController",
     "SamplingConfig",
     "Scenario",
     "ScenarioError",

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from transformers import (
@@ -17,9 +15,6 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 from transformers.cache_utils import DummyLayer, DynamicLayer, LinearAttentionCacheLayerMixin
-
-if TYPE_CHECKING:
-    from specrl.engine.drafters import DrafterPool
 
 
 class PairError(ValueError):
@@ -83,6 +78,8 @@ class ModelPair:
         card: the embedded pair's model card (JSON), else None.
         mid: a second draft of another size (``draft-mid`` and the cascade's upper stage of the
             drafter pool), or None.
+        derived: models derived from these, built on first use and kept for the pair's life
+            (the drafter pool's quantised drafts: drafter name -> (the draft it was made from, copy)).
     """
 
     target: PreTrainedModel
@@ -97,16 +94,10 @@ class ModelPair:
     prompts: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     card: dict | None = None
     mid: PreTrainedModel | None = None
+    derived: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    @cached_property
-    def pool(self) -> DrafterPool:
-        """The drafters this pair offers by name (:mod:`specrl.engine.drafters`)."""
-        from specrl.engine.drafters import DrafterPool  # the engine builds on this module
-
-        return DrafterPool(self)
 
 
 def default_device() -> torch.device:

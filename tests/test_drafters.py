@@ -20,7 +20,7 @@ from conftest import (
 
 import specrl
 from specrl.engine import rejection as rejection_module
-from specrl.engine.drafters import DRAFTERS, DrafterError, NGramDrafter
+from specrl.engine.drafters import DRAFTERS, DrafterError, DrafterPool, NGramDrafter
 from specrl.engine.drafters.cascade import CascadeDrafter
 from specrl.engine.sampling import SamplingConfig
 
@@ -147,8 +147,8 @@ def test_quantized_drafts_really_are_quantized_and_close_to_the_draft(pool_pair)
     with torch.inference_mode():
         full = pool_pair.draft(prompt).logits
         for name in ("draft-int8", "draft-int4"):
-            model = pool_pair.pool.model(name)
-            assert model is not pool_pair.draft and model is pool_pair.pool.model(name)  # built once
+            model = DrafterPool(pool_pair).model(name)
+            assert model is not pool_pair.draft and model is DrafterPool(pool_pair).model(name)  # built once
             assert "Linear" in type(model.lm_head).__name__
             assert type(model.lm_head.weight).__name__ != "Parameter"  # a torchao quantised tensor
             logits = model(prompt).logits
@@ -159,7 +159,7 @@ def test_quantized_drafts_really_are_quantized_and_close_to_the_draft(pool_pair)
 def test_unknown_or_unavailable_drafters_are_refused_by_name(pair, pool_pair):
     with pytest.raises(DrafterError, match="unknown drafter 'eagle'.*draft, draft-mid, draft-int8"):
         decode(pool_pair, [1, 2, 3], specrl.StaticController(2, 0.0, "eagle"))
-    assert "cascade" not in pair.pool.available() and "cascade" in pool_pair.pool.available()
+    assert "cascade" not in DrafterPool(pair).available() and "cascade" in DrafterPool(pool_pair).available()
     for name in ("draft-mid", "cascade"):
         with pytest.raises(DrafterError, match=f"{name}.*needs the pair's second draft.*add-mid"):
             decode(pair, [1, 2, 3], specrl.StaticController(2, 0.0, name))
@@ -178,7 +178,7 @@ def test_a_missing_quantization_library_is_named_with_the_install_command(tmp_pa
 
     monkeypatch.setattr(builtins, "__import__", no_torchao)
     with pytest.raises(DrafterError, match=r"int8 draft needs torchao.*pip install 'specrl\[quant\]'"):
-        pair.pool.model("draft-int8")
+        DrafterPool(pair).model("draft-int8")
 
 
 def test_a_mid_draft_with_another_tokenizer_is_refused(tmp_path):
@@ -190,3 +190,41 @@ def test_a_mid_draft_with_another_tokenizer_is_refused(tmp_path):
     mid = save_model(tmp_path / "m", random_llama(64, 2), word_tokenizer(64, offset=7))
     with pytest.raises(specrl.PairError, match="tokenizers differ"):
         specrl.load_pair(target=target, draft=draft, mid=mid, device="cpu")
+
+
+def _result(drafter: str, proposed: int, accepted: int) -> specrl.StepResult:
+    action = specrl.Action(4, drafter=drafter)
+    return specrl.StepResult(action, 4, proposed, accepted, accepted + 1, 0.001, 0.01)
+
+
+def test_pool_rule_tries_each_drafter_then_follows_acceptance_and_explores():
+    rule = specrl.PoolRuleController(("draft", "ngram", "draft-mid"), k=3, window=4, explore_every=5)
+    rule.reset()
+    chosen = []
+    outcomes = {"draft": (4, 1), "ngram": (4, 4), "draft-mid": (4, 2)}  # ngram is accepted best
+    for _ in range(10):
+        action = rule.act(None)
+        chosen.append(action.drafter)
+        assert action.k == 3
+        rule.observe(_result(action.drafter, *outcomes[action.drafter]))
+    # untried first, in order; then the best; every 5th step the least recently used
+    assert chosen[:3] == ["draft", "ngram", "draft-mid"]
+    assert chosen[3] == "ngram"
+    assert chosen[4] == "draft"  # step 5: explore the least recently used
+    assert chosen[5:9] == ["ngram"] * 4 and chosen[9] == "draft-mid"
+    # a drafter that proposes nothing (no n-gram match) counts as acceptance 0
+    rule.reset()
+    for name, proposed, accepted in (("draft", 4, 1), ("ngram", 0, 0), ("draft-mid", 4, 1)):
+        rule.act(None)
+        rule.observe(_result(name, proposed, accepted))
+    assert rule.act(None).drafter == "draft"
+
+
+def test_pool_rule_decodes_losslessly_with_the_drafters_it_chooses(pool_pair):
+    prompt = repetitive_prompt(pool_pair.vocab_size)
+    rule = specrl.PoolRuleController(("draft", "ngram", "cascade"), k=3, explore_every=4)
+    out = decode(pool_pair, prompt, rule, n=40)
+    assert out.token_ids == reference_greedy(pool_pair.target, prompt, 40)
+    assert {step.drafter for step in out.steps} == {"draft", "ngram", "cascade"}
+    with pytest.raises(ValueError, match="distinct drafter names"):
+        specrl.PoolRuleController(("draft", "draft"))

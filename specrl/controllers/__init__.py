@@ -1,8 +1,9 @@
-"""Controllers choose (k, tau) for each speculative iteration."""
+"""Controllers choose (k, tau, drafter) for each speculative iteration."""
 
 from specrl.controllers.base import Controller
 from specrl.controllers.hf import HFConfidenceController, HFHeuristicController
 from specrl.controllers.learned import LearnedController
+from specrl.controllers.pool import PoolRuleController
 from specrl.controllers.static import StaticController
 from specrl.controllers.tcp import TCPController
 
@@ -11,6 +12,7 @@ __all__ = [
     "HFConfidenceController",
     "HFHeuristicController",
     "LearnedController",
+    "PoolRuleController",
     "StaticController",
     "TCPController",
 ]

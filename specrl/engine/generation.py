@@ -6,6 +6,7 @@ import torch
 
 from specrl.engine.cache import CachedModel
 from specrl.engine.drafters.base import Drafter
+from specrl.engine.drafters.pool import DrafterPool
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.step import speculative_step
 from specrl.engine.timing import DeviceClock
@@ -59,6 +60,7 @@ class Generation:
         self.tokens = torch.tensor([prompt_ids], dtype=torch.long, device=pair.device)  # (B, L)
         self.prompt_length = len(prompt_ids)
         self.target = CachedModel(pair.target, pair.vocab_size)
+        self.pool = DrafterPool(pair)
         self.drafters: dict[str, Drafter] = {}
         self.steps: list[StepResult] = []
         self.finished_by_eos = False
@@ -73,7 +75,7 @@ class Generation:
     def drafter(self, name: str) -> Drafter:
         """This generation's drafter ``name``, built from the pair's pool on first use."""
         if name not in self.drafters:
-            self.drafters[name] = self.pair.pool.new(name)
+            self.drafters[name] = self.pool.new(name)
         return self.drafters[name]
 
     def caches(self) -> list[CachedModel]:

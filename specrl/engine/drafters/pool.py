@@ -10,8 +10,9 @@
 ``cascade``    the draft drafting for ``draft-mid``, which proposes to the target
 =============  ==================================================================================
 
-Models are shared by every generation of the pair (a quantised copy is made on first use);
-each generation gets its own drafter state (KV caches), so generations never see each other.
+Models are shared by every generation of the pair (a quantised copy is made on first use and
+kept in ``pair.derived``); each generation gets its own drafter state (KV caches), so
+generations never see each other.
 """
 
 from __future__ import annotations
@@ -41,9 +42,6 @@ class DrafterPool:
     def __init__(self, pair: ModelPair, cascade_inner_k: int = 3) -> None:
         self.pair = pair
         self.cascade_inner_k = cascade_inner_k
-        self._models: dict[str, PreTrainedModel] = {DEFAULT_DRAFTER: pair.draft}
-        if pair.mid is not None:
-            self._models["draft-mid"] = pair.mid
 
     def available(self) -> list[str]:
         """The names this pair can serve (quantised drafts are listed; they may still fail to build)."""
@@ -63,11 +61,17 @@ class DrafterPool:
     def model(self, name: str) -> PreTrainedModel:
         """The model behind a model drafter; a quantised draft is built on first use."""
         self.check(name)
-        if name not in self._models:
-            if name not in QUANTIZED:
-                raise DrafterError(f"the drafter {name!r} is not a single model")
-            self._models[name] = quantize(self.pair.draft, QUANTIZED[name])
-        return self._models[name]
+        if name == DEFAULT_DRAFTER:
+            return self.pair.draft
+        if name == "draft-mid":
+            return self.pair.mid
+        if name not in QUANTIZED:
+            raise DrafterError(f"the drafter {name!r} is not a single model")
+        source, quantized = self.pair.derived.get(name, (None, None))
+        if source is not self.pair.draft:  # first use, or a pair copied with another draft
+            quantized = quantize(self.pair.draft, QUANTIZED[name])
+            self.pair.derived[name] = (self.pair.draft, quantized)
+        return quantized
 
     def new(self, name: str) -> Drafter:
         """A fresh drafter with empty state (it catches up on the sequence when first asked)."""
