@@ -1,11 +1,11 @@
 """Command line: decode one prompt speculatively and print the text and the generation's statistics.
 
-    python -m specrl generate --prompt "def fib(n):" [--k 4 --tau 0.0]
+    python -m specrl generate --prompt "def fib(n):" [--k 4 --tau 0.0 --drafter ngram]
     python -m specrl generate --prompt "def fib(n):" --policy policies/default
 
-``--k``/``--tau`` fix (k, tau) for every iteration; ``--policy`` lets an exported PPO policy
-(``specrl.LearnedController``) choose them each iteration instead. The statistics are JSON:
-tokens/s, acceptance rate, steps, and the mean k and tau the controller asked for.
+``--k``/``--tau``/``--drafter`` fix (k, tau, drafter) for every iteration; ``--policy`` lets an
+exported PPO policy (``specrl.LearnedController``) choose them each iteration instead. The
+statistics are JSON: tokens/s, acceptance rate, steps, and the mean k and tau the controller asked for.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import sys
 
 import specrl
 from specrl.controllers import Controller, LearnedController, StaticController
+from specrl.engine.drafters import DRAFTERS, DrafterError, DrafterPool
 from specrl.export import PolicyError
 
 DEFAULT_K = 4
@@ -27,7 +28,12 @@ def make_controller(args: argparse.Namespace, pair: specrl.ModelPair) -> tuple[C
     if args.policy is None:
         k = DEFAULT_K if args.k is None else args.k
         tau = DEFAULT_TAU if args.tau is None else args.tau
-        return StaticController(k, tau), {"k": k, "tau": tau}
+        drafter = args.drafter or "draft"
+        try:
+            DrafterPool(pair).check(drafter)
+        except DrafterError as error:
+            raise SystemExit(f"error: {error}") from None
+        return StaticController(k, tau, drafter), {"k": k, "tau": tau, "drafter": drafter}
     try:
         controller = LearnedController.load(args.policy)
     except PolicyError as error:
@@ -81,6 +87,9 @@ def main(argv: list[str] | None = None) -> None:
     g.add_argument(
         "--tau", type=float, help=f"draft confidence cut in [0, 1] (default {DEFAULT_TAU}; not with --policy)"
     )
+    g.add_argument(
+        "--drafter", choices=DRAFTERS, help="what proposes the tokens (default draft; not with --policy)"
+    )
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--top-k", type=int, default=0, help="top-k filter (0 = off)")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus filter (1 = off)")
@@ -92,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.policy is not None and args.tau is not None:
         g.error("argument --tau: not allowed with argument --policy (the policy chooses tau)")
+    if args.policy is not None and args.drafter is not None:
+        g.error("argument --drafter: not allowed with argument --policy (the policy drafts with the draft)")
     generate(args)
 
 

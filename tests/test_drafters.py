@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import itertools
+import json
 
 import pytest
 import torch
@@ -228,3 +229,19 @@ def test_pool_rule_decodes_losslessly_with_the_drafters_it_chooses(pool_pair):
     assert {step.drafter for step in out.steps} == {"draft", "ngram", "cascade"}
     with pytest.raises(ValueError, match="distinct drafter names"):
         specrl.PoolRuleController(("draft", "draft"))
+
+
+def test_cli_decodes_with_the_embedded_pairs_cascade_and_refuses_a_drafter_with_a_policy(tiny_home, capsys):
+    from specrl.__main__ import main
+
+    home, pair = tiny_home
+    assert pair.mid is not None  # the embedded tiny pair has its draft-mid
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECRL_HOME", str(home))
+        main(["generate", "--preset", "tiny", "--device", "cpu", "--drafter", "cascade", "--k", "3",
+              "--prompt", "def f(x):", "--max-new-tokens", "12"])  # fmt: skip
+    printed = capsys.readouterr().out
+    stats = json.loads(printed[printed.index("\n{") :])
+    assert stats["drafter"] == "cascade" and stats["new_tokens"] == 12 and stats["proposed"] > 0
+    with pytest.raises(SystemExit):
+        main(["generate", "--policy", "x", "--prompt", "a", "--drafter", "ngram"])

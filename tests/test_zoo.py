@@ -39,6 +39,34 @@ def test_tiny_pair_builds_on_first_use_with_card_and_prompts(tiny_home):
         splits = [set(pair.prompts[s][domain]) for s in ("train", "validation", "test")]
         assert not (splits[0] & splits[1] or splits[0] & splits[2] or splits[1] & splits[2]), domain
     assert not list(pair_dir.parent.glob(".*")), "no temporary build directory is left behind"
+    # the second draft, of another size: distilled the same way, recorded in the card, loaded
+    assert card["draft-mid"]["parameters"] == pair.mid.num_parameters() != card["parameters"]["draft"]
+    assert set(card["draft-mid"]["heldout"]) == {"code", "prose", "math"}
+    assert pair.mid.config.num_hidden_layers == 2
+
+
+def test_a_cached_pair_without_its_mid_draft_gets_one_distilled_into_it(tiny_home, tmp_path, monkeypatch):
+    import shutil
+
+    from specrl.zoo import ensure_pair
+
+    home, _ = tiny_home
+    copy = tmp_path / "zoo" / "tiny-seed0"
+    shutil.copytree(home / "zoo" / "tiny-seed0", copy)
+    shutil.rmtree(copy / "draft-mid")
+    card = json.loads((copy / "card.json").read_text())
+    del card["draft-mid"]
+    (copy / "card.json").write_text(json.dumps(card))
+    target_before = (copy / "target" / "model.safetensors").read_bytes()
+    monkeypatch.setenv("SPECRL_HOME", str(tmp_path))
+    assert ensure_pair("tiny", 0) == copy
+    assert (copy / "draft-mid" / "config.json").is_file() and "draft-mid" in json.loads(
+        (copy / "card.json").read_text()
+    )
+    assert (copy / "target" / "model.safetensors").read_bytes() == target_before  # left as it was
+    original = (home / "zoo" / "tiny-seed0" / "draft-mid" / "model.safetensors").read_bytes()
+    assert (copy / "draft-mid" / "model.safetensors").read_bytes() == original  # deterministic for the seed
+    assert not list(copy.glob(".*")), "no temporary directory is left behind"
 
 
 def test_tiny_pair_decodes_text(tiny_home):
