@@ -60,6 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3, help="interleaved passes; medians over them")
     parser.add_argument("--seed", type=int, default=0, help="seed of the configuration order")
+    parser.add_argument("--preset", default="small", help="embedded pair (small, or tiny for a smoke test)")
     parser.add_argument("--out", default=str(REPO / "results" / "drafters"), help="output folder")
     parser.add_argument("--render", action="store_true", help="rewrite the page and plot from the JSON")
     parser.add_argument("--quick", action="store_true", help="1 prompt, 16 tokens, k 1 and 4, 1 pass")
@@ -314,7 +315,7 @@ def main(argv: list[str] | None = None) -> dict:
         return report
     drafters, domains = args.drafters.split(","), args.domains.split(",")
     ks = [int(k) for k in args.ks.split(",")]
-    pair = specrl.load_pair()
+    pair = specrl.load_pair(preset=args.preset)
     for drafter in drafters:
         DrafterPool(pair).check(drafter)
     prompts = {

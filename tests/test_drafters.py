@@ -91,7 +91,7 @@ def test_switching_drafters_every_step_is_lossless_and_keeps_every_cache_a_true_
 )
 def test_sampling_with_ngram_and_cascade_follows_the_target_law(small_vocab_pair, drafter, k, sampling):
     prompt = [1, 2, 3, 1, 2, 3, 1, 2]  # repeats: the n-gram drafter proposes at both positions
-    counts = two_token_counts(small_vocab_pair, prompt, k, 0.0, sampling, n=2000, drafter=drafter)
+    counts = two_token_counts(small_vocab_pair, prompt, k, 0.0, sampling, n=1500, drafter=drafter)
     law = exact_two_token_law(small_vocab_pair, prompt, sampling)
     assert chi_square_p_value(counts, law) > 1e-3
 
@@ -101,7 +101,7 @@ def test_chi_square_catches_a_point_mass_rejection_that_resamples_from_p(small_v
     """Power: after rejecting an n-gram token, drawing from p (instead of p without it) fails."""
     monkeypatch.setattr(rejection_module, "residual", lambda p, q: p)
     prompt, sampling = [1, 2, 3, 1, 2, 3, 1, 2], SamplingConfig(1.0)
-    counts = two_token_counts(small_vocab_pair, prompt, 2, 0.0, sampling, n=2000, drafter="ngram")
+    counts = two_token_counts(small_vocab_pair, prompt, 2, 0.0, sampling, n=1500, drafter="ngram")
     assert chi_square_p_value(counts, exact_two_token_law(small_vocab_pair, prompt, sampling)) < 1e-3
 
 
@@ -245,3 +245,28 @@ def test_cli_decodes_with_the_embedded_pairs_cascade_and_refuses_a_drafter_with_
     assert stats["drafter"] == "cascade" and stats["new_tokens"] == 12 and stats["proposed"] > 0
     with pytest.raises(SystemExit):
         main(["generate", "--policy", "x", "--prompt", "a", "--drafter", "ngram"])
+
+
+@pytest.mark.slow
+def test_bench_drafters_writes_its_table_and_plot_and_renders_them_again(tiny_home, tmp_path, monkeypatch):
+    from test_experiment_reports import load_script
+
+    monkeypatch.setenv("SPECRL_HOME", str(tiny_home[0]))
+    out = tmp_path / "drafters"
+    bench = load_script("bench_drafters")
+    report = bench.main(["--quick", "--preset", "tiny", "--drafters", "draft,ngram,cascade", "--domains",
+                         "code,math", "--out", str(out)])  # fmt: skip
+    table = report["table"]
+    assert set(table) == {"code", "math"}
+    for domain in table:
+        rows = table[domain]["drafters"]
+        assert set(rows) == {"draft", "ngram", "cascade", "pool rule"}
+        assert all(row["identical_to_plain"] for row in rows.values())
+        assert table[domain]["best_drafter"] != "pool rule" and table[domain]["pool_rule_vs_best_single"] > 0
+        assert rows["ngram"]["best_k"] in (1, 4) and rows["draft"]["cost"] > 0
+    page = (out / "drafters.md").read_text()
+    assert "| code | cascade |" in page and "pool rule / best single" in page
+    assert (out / "drafters.png").stat().st_size > 0
+    (out / "drafters.md").write_text("stale")
+    bench.main(["--render", "--out", str(out)])
+    assert (out / "drafters.md").read_text() == page
