@@ -19,7 +19,7 @@ For the quantised drafts it also gives the change against the full-precision dra
 (acceptance difference, cost ratio): the seed's claim is that quantisation trades acceptance for
 cost. Every output is checked token for token against plain decoding.
 
-Run from the repository root (offline, on the embedded default pair; about 25 minutes on 2 CPU cores):
+Run from the repository root (offline, on the embedded default pair; about 30 minutes on 2 CPU cores):
 
     python experiments/bench_drafters.py
     python experiments/bench_drafters.py --quick     # a minute: 1 prompt, 16 tokens, k 1 and 4, 1 pass
@@ -44,7 +44,7 @@ from specrl.io import write_text_atomic
 from specrl.tables import markdown_table
 
 REPO = Path(__file__).resolve().parent.parent
-DOMAINS = ("code", "prose", "math", "perl")
+DOMAINS = ("code", "prose", "math")
 SPLITS = ("validation", "test")
 QUANTIZED = ("draft-int8", "draft-int4")
 PLAIN = ("plain", 0)

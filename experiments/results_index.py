@@ -38,8 +38,9 @@ class Section:
 SECTIONS = (
     Section(
         "The embedded default pair",
-        "Sizes, held-out losses and greedy agreement of the shipped target and draft (its card).",
-        "python -m specrl.zoo build --preset small --seed 0 --ship",
+        "Sizes, held-out losses and greedy agreement of the shipped target, draft and mid draft (its card).",
+        "python -m specrl.zoo build --preset small --seed 0 --ship; "
+        "python -m specrl.zoo add-mid --preset small --ship",
         ("specrl/zoo/weights/small/card.json",),
     ),
     Section(
@@ -153,6 +154,16 @@ SECTIONS = (
         "results/notes/stream.md",
     ),
     Section(
+        "The drafter pool",
+        "Every drafter (the draft, the mid draft, its int8 and int4 copies, prompt lookup, the cascade) "
+        "and the seed's pool rule per domain in the real loop: acceptance, cost per drafted position, "
+        "speed-up at the best static k (chosen on validation, reported on test); quantised against full "
+        "precision.",
+        "python experiments/bench_drafters.py",
+        ("results/drafters/drafters.md", "results/drafters/drafters.png", "results/drafters/drafters.json"),
+        "results/notes/drafters.md",
+    ),
+    Section(
         "Decoding benchmark",
         "Plain, static, TCP and Hugging Face assisted decoding on the default pair, and forward costs.",
         "python experiments/bench_decode.py --prompts-per-domain 2 --max-new-tokens 128 --repeats 3",
@@ -201,6 +212,23 @@ def zoo_card_markdown(card_path: Path) -> str:
             ],
         ),
     ]
+    mid = card.get("draft-mid")
+    if mid:
+        lines += [
+            "",
+            f"The mid draft (`draft-mid`, the drafter pool's second draft and the cascade's upper stage): "
+            f"{mid['parameters'] / 1e6:.1f}M parameters, {mid['shape']['layers']} layers of "
+            f"{mid['shape']['hidden']}, distilled like the draft for {mid['steps']} steps "
+            f"({mid['precision']}) in {mid['seconds'] / 60:.0f} min by `{mid['command']}`.",
+            "",
+            markdown_table(
+                ["held-out domain", "mid loss", "greedy agreement with the target"],
+                [
+                    [d, f"{row['draft_loss']:.3f}", f"{row['agreement']:.3f}"]
+                    for d, row in mid["heldout"].items()
+                ],
+            ),
+        ]
     return "\n".join(lines)
 
 
