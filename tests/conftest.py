@@ -155,14 +155,18 @@ def two_token_counts(pair, prompt, k, tau, sampling, n, drafter="draft"):
     """(V, V) counts of the first two tokens of ``n`` speculative generations with seeds 0..n-1.
 
     The budget is k + 1 tokens, so the first step really proposes up to k (the engine clips k to
-    the room left: a budget of two would test k = 1 only)."""
+    the room left: a budget of two would test k = 1 only); each generation stops once it has
+    emitted two tokens, which cannot change them."""
+    from specrl.engine.decoder import drive
+
     counts = torch.zeros(pair.vocab_size, pair.vocab_size)
     decoder = specrl.SpeculativeDecoder(pair, specrl.StaticController(k, tau, drafter))
     options = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
     budget = max(2, k + 1)
     for seed in range(n):
-        out = decoder.generate(prompt, max_new_tokens=budget, stop_at_eos=False, seed=seed, **options)
-        t1, t2 = out.token_ids[:2]
+        generation = decoder.start(prompt, max_new_tokens=budget, stop_at_eos=False, seed=seed, **options)
+        drive(generation, decoder.controller, stop=lambda g=generation: g.new_tokens >= 2)
+        t1, t2 = generation.output_ids[:2]
         counts[t1, t2] += 1
     return counts
 

@@ -91,7 +91,7 @@ def test_switching_drafters_every_step_is_lossless_and_keeps_every_cache_a_true_
 )
 def test_sampling_with_ngram_and_cascade_follows_the_target_law(small_vocab_pair, drafter, k, sampling):
     prompt = [1, 2, 3, 1, 2, 3, 1, 2]  # repeats: the n-gram drafter proposes at both positions
-    counts = two_token_counts(small_vocab_pair, prompt, k, 0.0, sampling, n=1500, drafter=drafter)
+    counts = two_token_counts(small_vocab_pair, prompt, k, 0.0, sampling, n=1000, drafter=drafter)
     law = exact_two_token_law(small_vocab_pair, prompt, sampling)
     assert chi_square_p_value(counts, law) > 1e-3
 
@@ -101,7 +101,7 @@ def test_chi_square_catches_a_point_mass_rejection_that_resamples_from_p(small_v
     """Power: after rejecting an n-gram token, drawing from p (instead of p without it) fails."""
     monkeypatch.setattr(rejection_module, "residual", lambda p, q: p)
     prompt, sampling = [1, 2, 3, 1, 2, 3, 1, 2], SamplingConfig(1.0)
-    counts = two_token_counts(small_vocab_pair, prompt, 2, 0.0, sampling, n=1500, drafter="ngram")
+    counts = two_token_counts(small_vocab_pair, prompt, 2, 0.0, sampling, n=1000, drafter="ngram")
     assert chi_square_p_value(counts, exact_two_token_law(small_vocab_pair, prompt, sampling)) < 1e-3
 
 

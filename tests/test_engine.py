@@ -102,7 +102,7 @@ def test_step_reports_timing_and_outcomes(pair):
 )
 def test_speculative_sampling_matches_target_law(small_vocab_pair, k, tau, sampling):
     prompt = [1, 2, 3, 0, 4]
-    counts = two_token_counts(small_vocab_pair, prompt, k, tau, sampling, n=1500)
+    counts = two_token_counts(small_vocab_pair, prompt, k, tau, sampling, n=1000)
     law = exact_two_token_law(small_vocab_pair, prompt, sampling)
     assert chi_square_p_value(counts, law) > 1e-3
 
@@ -112,7 +112,7 @@ def test_chi_square_catches_resampling_from_p_instead_of_the_residual(small_voca
     """The test above has power: the classic bug (resample from p after a rejection) fails it."""
     monkeypatch.setattr(rejection_module, "residual", lambda p, q: p)
     prompt, sampling = [1, 2, 3, 0, 4], SamplingConfig(1.0)
-    counts = two_token_counts(small_vocab_pair, prompt, 3, 0.0, sampling, n=1500)
+    counts = two_token_counts(small_vocab_pair, prompt, 3, 0.0, sampling, n=1000)
     law = exact_two_token_law(small_vocab_pair, prompt, sampling)
     assert chi_square_p_value(counts, law) < 1e-3
 
