@@ -118,26 +118,25 @@ def measure(pair, prompts: dict, drafters, ks, max_new_tokens: int, repeats: int
     return runs
 
 
-def _median_speed(runs: list[dict]) -> float:
+def _speed_per_pass(runs: list[dict]) -> dict[int, float]:
+    """Tokens / seconds summed over the runs of each pass (repeat)."""
     by_repeat: dict[int, list[dict]] = {}
     for run in runs:
         by_repeat.setdefault(run["repeat"], []).append(run)
-    return statistics.median(
-        sum(len(r["ids"]) for r in rs) / sum(r["seconds"] for r in rs) for rs in by_repeat.values()
-    )
+    return {
+        repeat: sum(len(r["ids"]) for r in rs) / sum(r["seconds"] for r in rs)
+        for repeat, rs in by_repeat.items()
+    }
+
+
+def _median_speed(runs: list[dict]) -> float:
+    return statistics.median(_speed_per_pass(runs).values())
 
 
 def _speedup(runs: list[dict], plain: list[dict]) -> float:
     """Median over passes of (this configuration's tokens/s) / (plain's tokens/s) in the same pass."""
-    ratios = []
-    for repeat in sorted({r["repeat"] for r in runs}):
-        mine = [r for r in runs if r["repeat"] == repeat]
-        base = [r for r in plain if r["repeat"] == repeat]
-        ratios.append(
-            (sum(len(r["ids"]) for r in mine) / sum(r["seconds"] for r in mine))
-            / (sum(len(r["ids"]) for r in base) / sum(r["seconds"] for r in base))
-        )
-    return statistics.median(ratios)
+    mine, base = _speed_per_pass(runs), _speed_per_pass(plain)
+    return statistics.median(mine[repeat] / base[repeat] for repeat in sorted(mine))
 
 
 def _acceptance(runs: list[dict]) -> float:

@@ -22,6 +22,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -183,16 +184,15 @@ def distil_mid(target, tokenizer, train_streams, heldout_streams, preset, seed: 
     started = time.time()
     device = next(target.parameters()).device
     mid = make_model(preset.mid, preset, tokenizer, seed + 2).to(device)
-    bf16 = device.type == "cuda"
+    bf16, steps = device.type == "cuda", preset.mid_steps or preset.draft_steps
     losses = train(
         mid, train_streams, preset, seed + 2, teacher=target, desc=f"{preset.name} {MID} (distil)",
-        steps=preset.mid_steps or None, bf16=bf16,
+        steps=steps, bf16=bf16,
     )  # fmt: skip
     return mid, {
-        "shape": {"hidden": preset.mid.hidden, "layers": preset.mid.layers, "heads": preset.mid.heads,
-                  "intermediate": preset.mid.intermediate},
+        "shape": asdict(preset.mid),
         "parameters": mid.num_parameters(),
-        "steps": preset.mid_steps or preset.draft_steps,
+        "steps": steps,
         "precision": "bf16 autocast" if bf16 else "fp32",
         "final_train_loss": round(sum(losses[-20:]) / 20, 4),
         "heldout": evaluate(target, mid, heldout_streams, preset),

@@ -134,8 +134,8 @@ def train(
     teacher distribution, weighted ``distill_alpha``, plus the LM loss. Returns losses.
 
     ``steps`` defaults to the preset's for the role; ``bf16`` runs forwards under bf16 autocast
-    (how the shipped pair was built; on a CPU without bf16 units it is several times slower than
-    fp32: 13 s against 2 s for the small target's forward over a batch, measured on this machine).
+    (how the shipped pair was built; on the 2-core CPU this project is built on it is several times
+    slower than fp32: 13 s against 2 s for the small target's forward over a training batch).
     """
     device = next(student.parameters()).device
     steps = steps or (preset.draft_steps if teacher is not None else preset.target_steps)

@@ -72,12 +72,19 @@ class Drafter(Protocol):
         """The KV caches it keeps (none for a lookup drafter), for inspection and tests."""
 
 
-def empty_proposal(tokens: torch.Tensor, vocab_size: int, stopped: bool = False, **signals) -> Proposal:
-    """A proposal of no tokens (k = 0, or a drafter with nothing to say)."""
-    batch = tokens.shape[0]
-    return Proposal(
-        tokens=tokens.new_empty((batch, 0)),
-        q=torch.empty((batch, 0, vocab_size), device=tokens.device),
-        stopped=stopped,
-        **signals,
-    )
+def stacked_proposal(
+    tokens: torch.Tensor,
+    vocab_size: int,
+    drafted: list[torch.Tensor],
+    laws: list[torch.Tensor],
+    confidences: list[float],
+    entropies: list[float],
+    stopped: bool,
+) -> Proposal:
+    """The proposal of the tokens ``drafted`` one position at a time ((B,) each), drawn from
+    ``laws`` ((B, V) each); none drafted (k = 0, or stopped at once) gives m = 0."""
+    if not drafted:
+        batch = tokens.shape[0]
+        empty_q = torch.empty((batch, 0, vocab_size), device=tokens.device)
+        return Proposal(tokens.new_empty((batch, 0)), empty_q, confidences, entropies, stopped)
+    return Proposal(torch.stack(drafted, 1), torch.stack(laws, 1), confidences, entropies, stopped)

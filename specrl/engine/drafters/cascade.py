@@ -14,7 +14,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specrl.engine.cache import CachedModel
-from specrl.engine.drafters.base import Proposal, empty_proposal
+from specrl.engine.drafters.base import Proposal, stacked_proposal
 from specrl.engine.drafters.model import ModelDrafter
 from specrl.engine.rejection import verify
 from specrl.engine.sampling import SamplingConfig, entropy
@@ -42,6 +42,7 @@ class CascadeDrafter:
         self.name = name
         self.vocab_size = vocab_size
         self.inner_k = inner_k
+        self.inner_action = Action(inner_k)  # no cut inside: tau applies to the mid's output
         self.small = ModelDrafter(f"{name}/small", small, vocab_size)
         self.mid = CachedModel(mid, vocab_size)
 
@@ -66,7 +67,7 @@ class CascadeDrafter:
         while len(proposed) < k and not stopped:
             # An inner step emits up to inner k + 1 tokens: keep within k.
             inner = self.small.propose(
-                sequence, min(self.inner_k, k - len(proposed) - 1), Action(self.inner_k), sampling, generator
+                sequence, min(self.inner_k, k - len(proposed) - 1), self.inner_action, sampling, generator
             )
             length = sequence.shape[1]
             logits = self.mid.feed(torch.cat([sequence[:, self.mid.length :], inner.tokens], 1), inner.m + 1)
@@ -87,11 +88,7 @@ class CascadeDrafter:
                 proposed.append(emitted[:, j])
                 laws.append(law)
             sequence = torch.cat([sequence, emitted], 1)
-        if not proposed:
-            return empty_proposal(
-                tokens, self.vocab_size, stopped, confidences=confidences, entropies=entropies
-            )
-        return Proposal(torch.stack(proposed, 1), torch.stack(laws, 1), confidences, entropies, stopped)
+        return stacked_proposal(tokens, self.vocab_size, proposed, laws, confidences, entropies, stopped)
 
     def rollback(self, length: int) -> None:
         self.small.rollback(length)

@@ -6,7 +6,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specrl.engine.cache import CachedModel
-from specrl.engine.drafters.base import Proposal, empty_proposal
+from specrl.engine.drafters.base import Proposal, stacked_proposal
 from specrl.engine.sampling import SamplingConfig, entropy
 from specrl.engine.types import Action
 
@@ -49,12 +49,8 @@ class ModelDrafter:
             drafted.append(x)
             q_of_drafted.append(q)
             pending = x[:, None]
-        if not drafted:
-            return empty_proposal(
-                tokens, self.cache.vocab_size, stopped, confidences=confidences, entropies=entropies
-            )
-        return Proposal(
-            torch.stack(drafted, 1), torch.stack(q_of_drafted, 1), confidences, entropies, stopped
+        return stacked_proposal(
+            tokens, self.cache.vocab_size, drafted, q_of_drafted, confidences, entropies, stopped
         )
 
     def rollback(self, length: int) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from specrl.engine.drafters.base import Proposal, empty_proposal
+from specrl.engine.drafters.base import Proposal
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import Action
 
@@ -56,11 +56,7 @@ class NGramDrafter:
                 break
         else:
             stopped = found.shape[0] < k
-        if not found.shape[0]:
-            return empty_proposal(
-                tokens, self.vocab_size, stopped, confidences=confidences, entropies=[0.0] * len(confidences)
-            )
-        proposal = found[None]
+        proposal = found[None]  # (1, m), m = 0 included
         q = F.one_hot(proposal, self.vocab_size).float()
         return Proposal(proposal, q, confidences, [0.0] * len(confidences), stopped)
 
