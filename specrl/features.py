@@ -38,17 +38,36 @@ value through runs of plain (k = 0) steps, and ``steps_since_draft`` says how st
  16   progress                tokens generated / max_new_tokens
  17   temperature             sampling temperature / 2, clipped (0 = greedy)
  18   batch_size              log2(batch size) / 8, clipped (0 for batch 1, 1 for 256)
+ 19   lookup_available        tokens the n-gram lookup could propose now / 16, clipped; 0 when
+                              the generation's drafters do not include ``ngram``
+ 20   acceptance_draft        accepted / proposed over the last 4 proposing steps of ``draft`` (0)
+ 21   acceptance_draft-mid    the same for ``draft-mid`` (0)
+ 22   acceptance_draft-int8   the same for ``draft-int8`` (0)
+ 23   acceptance_draft-int4   the same for ``draft-int4`` (0)
+ 24   acceptance_ngram        the same for ``ngram`` (0)
+ 25   acceptance_cascade      the same for ``cascade`` (0)
+ 26   drafter_draft           1 if the last step drafted with ``draft``, else 0 (0 before a step)
+ 27   drafter_draft-mid       the same for ``draft-mid``
+ 28   drafter_draft-int8      the same for ``draft-int8``
+ 29   drafter_draft-int4      the same for ``draft-int4``
+ 30   drafter_ngram           the same for ``ngram``
+ 31   drafter_cascade         the same for ``cascade``
 ====  ======================  =============================================================
 
+Versions are prefixes: version 1 is the first 19 features (one draft, before the drafter pool),
+version 2 all 32. A policy records its version and sees the first ``FEATURE_COUNTS[version]``
+features, so a version-1 policy still runs, on the features it was trained with.
+
 Changing a definition, the order, or a constant below changes ``FEATURE_VERSION``; an
-exported policy records the version it was trained with and refuses another.
+exported policy records the version it was trained with, and a version this specrl does not
+compute is refused.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -58,7 +77,12 @@ if TYPE_CHECKING:  # annotations only: the engine's decoder imports this module
     from specrl.engine.generation import Generation
     from specrl.engine.types import StepResult
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2
+
+# The drafters with features of their own (specrl.engine.drafters.DRAFTERS, in order; a test
+# keeps the two equal: adding a drafter is a new feature version).
+FEATURE_DRAFTERS = ("draft", "draft-mid", "draft-int8", "draft-int4", "ngram", "cascade")
+LOOKUP_DRAFTER = "ngram"
 
 FEATURE_NAMES: tuple[str, ...] = (
     "acceptance_short",
@@ -80,8 +104,12 @@ FEATURE_NAMES: tuple[str, ...] = (
     "progress",
     "temperature",
     "batch_size",
+    "lookup_available",
+    *(f"acceptance_{name}" for name in FEATURE_DRAFTERS),
+    *(f"drafter_{name}" for name in FEATURE_DRAFTERS),
 )
 N_FEATURES = len(FEATURE_NAMES)
+FEATURE_COUNTS = {1: 19, 2: N_FEATURES}  # version -> its features: the first that many
 FEATURE_LOW = 0.0  # every feature lies in [FEATURE_LOW, FEATURE_HIGH]
 FEATURE_HIGH = 1.0
 
@@ -104,6 +132,7 @@ class GenerationSettings:
         vocab_size: the shared vocabulary (entropy is divided by its log).
         temperature: sampling temperature (0 = greedy).
         batch_size: sequences decoded together.
+        drafters: the drafters the controller may choose (``lookup_available`` needs ``ngram``).
     """
 
     max_new_tokens: int
@@ -111,9 +140,15 @@ class GenerationSettings:
     vocab_size: int
     temperature: float = 0.0
     batch_size: int = 1
+    drafters: tuple[str, ...] = ("draft",)
 
     @classmethod
-    def of(cls, generation: Generation, max_new_tokens: int | None = None) -> GenerationSettings:
+    def of(
+        cls,
+        generation: Generation,
+        max_new_tokens: int | None = None,
+        drafters: tuple[str, ...] = ("draft",),
+    ) -> GenerationSettings:
         """Settings of an engine generation; ``max_new_tokens`` overrides its own budget."""
         return cls(
             max_new_tokens=max_new_tokens or generation.max_new_tokens,
@@ -121,6 +156,7 @@ class GenerationSettings:
             vocab_size=generation.pair.vocab_size,
             temperature=generation.sampling.temperature,
             batch_size=generation.tokens.shape[0],
+            drafters=tuple(drafters),
         )
 
 
@@ -146,12 +182,22 @@ class FeatureTracker:
     tens of thousands of times a second.
     """
 
-    def __init__(self, settings: GenerationSettings, prompt_length: int) -> None:
-        self.reset(settings, prompt_length)
+    def __init__(
+        self, settings: GenerationSettings, prompt_length: int, lookup: Callable[[], int] | None = None
+    ) -> None:
+        self.reset(settings, prompt_length, lookup)
 
-    def reset(self, settings: GenerationSettings, prompt_length: int) -> None:
-        """Forget all history: a new generation of ``prompt_length`` prompt tokens starts."""
+    def reset(
+        self, settings: GenerationSettings, prompt_length: int, lookup: Callable[[], int] | None = None
+    ) -> None:
+        """Forget all history: a new generation of ``prompt_length`` prompt tokens starts.
+        ``lookup()`` answers how many tokens the n-gram lookup could propose now (asked by
+        :meth:`vector` when ``settings.drafters`` include ``ngram``)."""
         self.settings = settings
+        self.lookup = lookup if LOOKUP_DRAFTER in settings.drafters else None
+        # per drafter: (accepted, proposed) of its last proposing steps; the last step's drafter
+        self.by_drafter = {name: deque(maxlen=SHORT_WINDOW) for name in FEATURE_DRAFTERS}
+        self.pool_history = [0.0] * (2 * len(FEATURE_DRAFTERS))
         self.context_length = prompt_length
         self.generated = 0
         self.steps_since_draft: int | None = None
@@ -168,7 +214,7 @@ class FeatureTracker:
         self.draft_forwards: deque[int] = deque(maxlen=COST_WINDOW)
         self.verify_seconds: deque[float] = deque(maxlen=COST_WINDOW)
         self.log_vocab = math.log(max(2, settings.vocab_size))
-        # features 0-14 as of the last update (15-18 depend on the running lengths)
+        # features 0-14 as of the last update (15-19 depend on the running lengths and the text)
         self.history = [0.0] * 14 + [1.0]
 
     def set_context_length(self, length: int) -> None:
@@ -215,6 +261,18 @@ class FeatureTracker:
         history[6] = result.action.tau
         history[7] = 1.0 if result.stopped_by_tau else 0.0
         history[14] = 1.0 if self.steps_since_draft is None else self.steps_since_draft / K_NORM
+        self._update_pool(result.action.drafter, accepted, proposed)
+
+    def _update_pool(self, drafter: str, accepted: int, proposed: int) -> None:
+        pool, n = self.pool_history, len(FEATURE_DRAFTERS)
+        index = FEATURE_DRAFTERS.index(drafter) if drafter in FEATURE_DRAFTERS else None
+        if index is not None and proposed:
+            window = self.by_drafter[drafter]
+            window.append((accepted, proposed))
+            pool[index] = _rate((a for a, _ in window), (m for _, m in window))
+        pool[n:] = [0.0] * n
+        if index is not None:
+            pool[n + index] = 1.0
 
     def _cost_ratio(self) -> float:
         draft_forwards = sum(self.draft_forwards)
@@ -234,6 +292,8 @@ class FeatureTracker:
                 self.generated / settings.max_new_tokens,
                 settings.temperature / TEMPERATURE_NORM,
                 math.log2(max(1, settings.batch_size)) / BATCH_LOG2_NORM,
+                self.lookup() / K_NORM if self.lookup is not None else 0.0,
+                *self.pool_history,
             ],
             dtype=np.float32,
         )

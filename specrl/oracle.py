@@ -2,16 +2,19 @@
 
 - **Clairvoyant optimum** (:func:`clairvoyant`): knowing every acceptance outcome in
   advance, the minimum modeled time to emit a trace, by dynamic programming over positions:
-  T(j) = min_k [ seconds of the step at j with k + T(j + tokens it emits) ], T(end) = 0, per
-  segment. Only tau = 0 is searched: a tau cut after i proposals gives the same outcome as
+  T(j) = min_{k, d} [ seconds of the step at j with k and drafter d + T(j + tokens it emits) ],
+  T(end) = 0, per segment, d over the drafters offered (the draft alone by default).
+  Only tau = 0 is searched: a tau cut after i proposals gives the same outcome as
   k = i and costs one more draft forward, so it never helps a controller that knows the
   outcomes. No controller can emit the trace faster; its tokens/sec is an upper bound.
-- **Best static (k, tau) in hindsight** (:func:`best_static`): every (k, tau) of the grid
-  replayed unchanged over all traces; the one with the highest throughput.
+- **Best static (k, tau, drafter) in hindsight** (:func:`best_static`): every (k, tau) of the
+  grid with every drafter offered, replayed unchanged over all traces; the one with the highest
+  throughput.
 
 Throughput over many traces is total tokens / total seconds. With sampling, acceptance is
 random: both bounds are computed on the same ``realisations`` per trace (seeded draws, each
-with the law of the real loop), and a controller is compared on the same draws.
+with the law of the real loop, one uniform per position shared by the drafters), and a
+controller is compared on the same draws.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specrl.engine.sampling import SamplingConfig
-from specrl.envs.replay import replay_step
+from specrl.engine.types import DEFAULT_DRAFTER
+from specrl.envs.replay import ReplayedStep, replay_step
+from specrl.envs.trace_replay import realise_acceptance
 from specrl.latency import LatencyModel
-from specrl.traces import Trace, TraceSet
+from specrl.traces import Segment, Trace, TraceSet
 
 
 @dataclass(frozen=True)
@@ -43,63 +48,89 @@ class Bound:
         return Bound(self.tokens + other.tokens, self.seconds + other.seconds)
 
 
+Setting = tuple[int, float, str]  # (k, tau, drafter)
+Accepts = list[dict[str, list[bool]]]  # per segment, per drafter, per position
+
+
 @dataclass(frozen=True)
 class StaticBound:
-    """The best static setting and the throughput of every setting on the grid."""
+    """The best static setting and the throughput of every (k, tau, drafter) setting."""
 
     k: int
     tau: float
     tokens_per_s: float
-    table: dict[tuple[int, float], float] = field(default_factory=dict)
+    table: dict[Setting, float] = field(default_factory=dict)
+    drafter: str = DEFAULT_DRAFTER
 
 
-def realisations(trace: Trace, count: int, seed: int) -> list[list[list[bool]]]:
-    """``count`` acceptance realisations of ``trace`` (per segment, per position). Greedy
-    traces have one: the outcome is deterministic."""
+def realisations(
+    trace: Trace, count: int, seed: int, drafters: tuple[str, ...] = (DEFAULT_DRAFTER,)
+) -> list[Accepts]:
+    """``count`` acceptance realisations of ``trace`` for each of ``drafters``, drawn as
+    :class:`~specrl.envs.TraceReplayEnv` draws them after ``reset(seed=seed)``. Greedy traces
+    have one: the outcome is deterministic."""
     greedy = all(p in (0.0, 1.0) for s in trace.segments for p in s.accept_prob)
     rng = np.random.default_rng(seed)
-    count = 1 if greedy else count
-    return [
-        [(rng.random(len(s.accept_prob)) < np.asarray(s.accept_prob)).tolist() for s in trace.segments]
-        for _ in range(count)
-    ]
+    return [realise_acceptance(trace, rng, drafters) for _ in range(1 if greedy else count)]
+
+
+def _priced_step(
+    segment: Segment, accepts: dict[str, list[bool]], latency: LatencyModel, position: int,
+    k: int, tau: float, drafter: str, context_window: int,
+) -> tuple[ReplayedStep, float]:  # fmt: skip
+    step = replay_step(segment, position, k, tau, accepts.get(drafter, ()), context_window, None, drafter)
+    draft, verify = latency.step_seconds(
+        segment.prompt_length + position, len(step.confidences), step.proposed, drafter
+    )
+    return step, draft + verify
 
 
 def clairvoyant(
-    trace: Trace, accepts: list[list[bool]], latency: LatencyModel, k_max: int, context_window: int
+    trace: Trace,
+    accepts: Accepts,
+    latency: LatencyModel,
+    k_max: int,
+    context_window: int,
+    drafters: tuple[str, ...] = (DEFAULT_DRAFTER,),
 ) -> Bound:
-    """The minimum modeled time to emit ``trace`` given its acceptance outcomes ``accepts``."""
+    """The minimum modeled time to emit ``trace`` given its acceptance outcomes ``accepts``,
+    choosing k and the drafter each step."""
     total = Bound(0, 0.0)
     for segment, segment_accepts in zip(trace.segments, accepts, strict=True):
         best = [0.0] * (segment.end + 1)  # best[j]: fastest way to finish from position j
         for j in range(segment.end - 1, -1, -1):
             options = []
-            for k in range(k_max + 1):
-                step = replay_step(segment, j, k, 0.0, segment_accepts, context_window)
-                draft, verify = latency.step_seconds(
-                    segment.prompt_length + j, len(step.confidences), step.proposed
-                )
-                options.append(draft + verify + best[j + step.emitted])
-                if step.k < k:  # clipped by the room left: larger k are the same step
-                    break
+            for drafter in drafters:
+                for k in range(k_max + 1):
+                    step, seconds = _priced_step(
+                        segment, segment_accepts, latency, j, k, 0.0, drafter, context_window
+                    )
+                    options.append(seconds + best[j + step.emitted])
+                    if step.k < k:  # clipped by the room left: larger k are the same step
+                        break
             best[j] = min(options)
         total += Bound(segment.end, best[0])
     return total
 
 
 def static_run(
-    trace: Trace, accepts: list[list[bool]], latency: LatencyModel, k: int, tau: float, context_window: int
+    trace: Trace,
+    accepts: Accepts,
+    latency: LatencyModel,
+    k: int,
+    tau: float,
+    context_window: int,
+    drafter: str = DEFAULT_DRAFTER,
 ) -> Bound:
-    """Tokens and modeled seconds of ``trace`` decoded with the same (k, tau) every step."""
+    """Tokens and modeled seconds of ``trace`` decoded with the same (k, tau, drafter) every step."""
     total = Bound(0, 0.0)
     for segment, segment_accepts in zip(trace.segments, accepts, strict=True):
         position, seconds = 0, 0.0
         while position < segment.end:
-            step = replay_step(segment, position, k, tau, segment_accepts, context_window)
-            draft, verify = latency.step_seconds(
-                segment.prompt_length + position, len(step.confidences), step.proposed
+            step, step_seconds = _priced_step(
+                segment, segment_accepts, latency, position, k, tau, drafter, context_window
             )
-            seconds += draft + verify
+            seconds += step_seconds
             position += step.emitted
         total += Bound(segment.end, seconds)
     return total
@@ -110,67 +141,95 @@ def priced(latency: LatencyModel, traces: TraceSet) -> LatencyModel:
     return latency.for_sampling(SamplingConfig(temperature=float(traces.meta["sampling"]["temperature"])))
 
 
-def clairvoyant_bound(traces: TraceSet, latency: LatencyModel, *, count: int = 4, seed: int = 0) -> Bound:
+def clairvoyant_bound(
+    traces: TraceSet,
+    latency: LatencyModel,
+    *,
+    count: int = 4,
+    seed: int = 0,
+    drafters: tuple[str, ...] = (DEFAULT_DRAFTER,),
+) -> Bound:
     """The clairvoyant optimum summed over every trace and realisation (priced for the traces' sampling)."""
     window = int(traces.meta["context_window"])
     latency = priced(latency, traces)
     total = Bound(0, 0.0)
     for index, trace in enumerate(traces.traces):
-        for accepts in realisations(trace, count, seed + index):
-            total += clairvoyant(trace, accepts, latency, traces.k_max, window)
+        for accepts in realisations(trace, count, seed + index, drafters):
+            total += clairvoyant(trace, accepts, latency, traces.k_max, window, drafters)
     return total
 
 
-def static_settings(k_max: int, tau_grid: Sequence[float]) -> list[tuple[int, float]]:
-    """Every static (k, tau): k in 0..k_max, tau on the grid; k = 0 once (tau does nothing
-    without drafting)."""
+def static_settings(
+    k_max: int, tau_grid: Sequence[float], drafters: tuple[str, ...] = (DEFAULT_DRAFTER,)
+) -> list[Setting]:
+    """Every static (k, tau, drafter): k in 0..k_max, tau on the grid, each drafter; k = 0 once
+    (neither tau nor the drafter does anything without drafting; it is listed as the first drafter's)."""
     return [
-        (k, float(tau)) for k, tau in itertools.product(range(k_max + 1), tau_grid) if k or tau == tau_grid[0]
+        (k, float(tau), drafter)
+        for drafter, k, tau in itertools.product(drafters, range(k_max + 1), tau_grid)
+        if k or (tau == tau_grid[0] and drafter == drafters[0])
     ]
 
 
 def static_runs(
-    traces: TraceSet, latency: LatencyModel, tau_grid: Sequence[float], count: int, seed: int
-) -> list[dict[tuple[int, float], Bound]]:
+    traces: TraceSet,
+    latency: LatencyModel,
+    tau_grid: Sequence[float],
+    count: int,
+    seed: int,
+    drafters: tuple[str, ...] = (DEFAULT_DRAFTER,),
+) -> list[dict[Setting, Bound]]:
     """Per trace, every static setting's tokens and modeled seconds summed over the trace's
     ``count`` acceptance realisations (priced for the traces' sampling)."""
     window = int(traces.meta["context_window"])
     latency = priced(latency, traces)
-    settings = static_settings(traces.k_max, tau_grid)
+    settings = static_settings(traces.k_max, tau_grid, drafters)
     runs = []
     for index, trace in enumerate(traces.traces):
-        draws = realisations(trace, count, seed + index)
+        draws = realisations(trace, count, seed + index, drafters)
         per_setting = {}
-        for k, tau in settings:
+        for k, tau, drafter in settings:
             run = Bound(0, 0.0)
             for accepts in draws:
-                run += static_run(trace, accepts, latency, k, tau, window)
-            per_setting[(k, tau)] = run
+                run += static_run(trace, accepts, latency, k, tau, window, drafter)
+            per_setting[(k, tau, drafter)] = run
         runs.append(per_setting)
     return runs
 
 
 def best_static(
-    traces: TraceSet, latency: LatencyModel, tau_grid: Sequence[float], *, count: int = 4, seed: int = 0
+    traces: TraceSet,
+    latency: LatencyModel,
+    tau_grid: Sequence[float],
+    *,
+    count: int = 4,
+    seed: int = 0,
+    drafters: tuple[str, ...] = (DEFAULT_DRAFTER,),
 ) -> StaticBound:
-    """Every static (k, tau), k in 0..k_max and tau on the grid, over every trace and realisation
-    (priced for the traces' sampling)."""
-    runs = static_runs(traces, latency, tau_grid, count, seed)
+    """Every static (k, tau, drafter), k in 0..k_max, tau on the grid and each of ``drafters``,
+    over every trace and realisation (priced for the traces' sampling)."""
+    runs = static_runs(traces, latency, tau_grid, count, seed, drafters)
     table = {}
-    for setting in static_settings(traces.k_max, tau_grid):
+    for setting in static_settings(traces.k_max, tau_grid, drafters):
         table[setting] = sum((per_setting[setting] for per_setting in runs), Bound(0, 0.0)).tokens_per_s
-    (k, tau), best = max(table.items(), key=lambda item: item[1])
-    return StaticBound(k=k, tau=tau, tokens_per_s=best, table=table)
+    (k, tau, drafter), best = max(table.items(), key=lambda item: item[1])
+    return StaticBound(k=k, tau=tau, tokens_per_s=best, table=table, drafter=drafter)
 
 
 def best_static_per_trace(
-    traces: TraceSet, latency: LatencyModel, tau_grid: Sequence[float], *, count: int = 4, seed: int = 0
+    traces: TraceSet,
+    latency: LatencyModel,
+    tau_grid: Sequence[float],
+    *,
+    count: int = 4,
+    seed: int = 0,
+    drafters: tuple[str, ...] = (DEFAULT_DRAFTER,),
 ) -> Bound:
     """Each trace decoded with its own fastest static (k, tau), summed: the bound of a controller
     that knows at the first step which setting suits the prompt (the same draws as
     :func:`best_static` for the same ``count`` and ``seed``). It lies between :func:`best_static`
     and :func:`clairvoyant_bound`."""
-    runs = static_runs(traces, latency, tau_grid, count, seed)
+    runs = static_runs(traces, latency, tau_grid, count, seed, drafters)
     return sum(
         (min(per_setting.values(), key=lambda run: run.seconds) for per_setting in runs), Bound(0, 0.0)
     )

@@ -207,6 +207,25 @@ def close_pair(tmp_path_factory) -> specrl.ModelPair:
 
 
 @pytest.fixture(scope="session")
+def close_pool_pair(tmp_path_factory) -> specrl.ModelPair:
+    """The target with two noisy copies: the draft (head noise 0.4) and the mid draft (0.2), so
+    every drafter of the pool has partial, varied acceptance."""
+    tmp = tmp_path_factory.mktemp("close_pool_pair")
+    tokenizer = word_tokenizer(VOCAB)
+    target = random_llama(VOCAB, seed=0, context=128)
+    copies = {}
+    for name, noise, seed in (("draft", 0.4, 5), ("mid", 0.2, 6)):
+        copy = random_llama(VOCAB, seed=0, context=128)
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            copy.lm_head.weight.add_(
+                torch.randn_like(copy.lm_head.weight) * copy.lm_head.weight.std() * noise
+            )
+        copies[name] = save_model(tmp / name, copy, tokenizer)
+    return specrl.load_pair(target=save_model(tmp / "target", target, tokenizer), **copies, device="cpu")
+
+
+@pytest.fixture(scope="session")
 def prompt_file(tmp_path_factory) -> str:
     texts = [" ".join(f"w{i}" for i in ids) for ids in prompts(20, VOCAB, seed=4)]
     sets = {

@@ -17,7 +17,15 @@ from specrl import features as features_module
 from specrl.engine.timing import DeviceClock
 from specrl.engine.types import Action, StepResult
 from specrl.envs import run_episode
-from specrl.features import FEATURE_NAMES, FEATURE_VERSION, N_FEATURES, FeatureTracker, GenerationSettings
+from specrl.features import (
+    FEATURE_COUNTS,
+    FEATURE_DRAFTERS,
+    FEATURE_NAMES,
+    FEATURE_VERSION,
+    N_FEATURES,
+    FeatureTracker,
+    GenerationSettings,
+)
 from specrl.latency import LatencyModel
 
 SETTINGS = GenerationSettings(max_new_tokens=100, context_window=200, vocab_size=64, temperature=0.0)
@@ -37,12 +45,13 @@ def step(
     context=100,
     emitted=None,
     stopped=False,
+    drafter="draft",
 ) -> StepResult:
     confidences = list(confidences)
     if probs is None:  # greedy-style: 1 for the accepted run, 0 after
         probs = [1.0] * accepted + [0.0] * (proposed - accepted)
     return StepResult(
-        action=Action(k, tau),
+        action=Action(k, tau, drafter=drafter),
         k=k,
         proposed=proposed,
         accepted=accepted,
@@ -125,10 +134,48 @@ def test_scripted_history_gives_the_documented_values():
         "progress": 9 / 100,
         "temperature": 0.0,
         "batch_size": 0.0,
+        "lookup_available": 0.0,  # the generation's drafters have no n-gram lookup
+        "acceptance_draft": 5 / 9,  # every step was the draft's
+        "drafter_draft": 1.0,
+        **{f"{kind}_{d}": 0.0 for kind in ("acceptance", "drafter") for d in FEATURE_DRAFTERS[1:]},
     }
     assert set(expected) == set(FEATURE_NAMES)
     for name, value in expected.items():
         assert values[name] == pytest.approx(value, abs=1e-6), name
+
+
+def test_pool_features_follow_each_drafter_and_the_lookup():
+    available = [5]
+    settings = replace(SETTINGS, drafters=("draft", "ngram"))
+    tracker = FeatureTracker(settings, prompt_length=50, lookup=lambda: available[0])
+    assert features(tracker)["lookup_available"] == pytest.approx(5 / 16)
+    assert all(features(tracker)[f"drafter_{d}"] == 0.0 for d in FEATURE_DRAFTERS)  # no step yet
+    tracker.update(step(4, 4, 2, [1.0] * 4, drafter="ngram"))
+    tracker.update(step(4, 4, 4, [0.9] * 4, drafter="draft"))
+    tracker.update(step(4, 0, 0, [], drafter="ngram", stopped=True))  # the lookup found nothing
+    available[0] = 40
+    values = features(tracker)
+    assert values["acceptance_ngram"] == pytest.approx(2 / 4)  # the empty step does not count
+    assert values["acceptance_draft"] == pytest.approx(1.0)
+    assert values["acceptance_short"] == pytest.approx(6 / 8)  # both drafters' steps
+    assert values["drafter_ngram"] == 1.0 and values["drafter_draft"] == 0.0
+    assert values["lookup_available"] == 1.0  # 40 / 16, clipped
+    for _ in range(4):  # the window of a drafter is its own last 4 proposing steps
+        tracker.update(step(2, 2, 0, [1.0] * 2, drafter="ngram"))
+    assert features(tracker)["acceptance_ngram"] == 0.0
+    assert features(tracker)["acceptance_draft"] == pytest.approx(1.0)
+    # without ngram among the drafters the lookup is never asked
+    silent = FeatureTracker(SETTINGS, prompt_length=50, lookup=lambda: 1 / 0)
+    assert features(silent)["lookup_available"] == 0.0
+
+
+def test_feature_versions_are_prefixes_and_name_every_drafter():
+    from specrl.engine.drafters import DRAFTERS
+
+    assert FEATURE_DRAFTERS == DRAFTERS  # a new drafter is a new feature version
+    assert FEATURE_COUNTS[FEATURE_VERSION] == N_FEATURES
+    assert sorted(FEATURE_COUNTS.values()) == list(FEATURE_COUNTS.values())
+    assert FEATURE_NAMES[: FEATURE_COUNTS[1]][-1] == "batch_size"  # version 1's last feature
 
 
 def test_short_window_forgets_and_long_window_remembers():

@@ -105,9 +105,9 @@ def test_best_static_is_the_best_of_an_exhaustive_search_in_the_env(shifted, gre
             run_episode(env, StaticController(k, tau), seed=0, options={"trace_index": i})
             for i in range(len(greedy_traces))
         ]
-        measured[(k, tau)] = sum(r.tokens for r in runs) / sum(r.seconds for r in runs)
+        measured[(k, tau, "draft")] = sum(r.tokens for r in runs) / sum(r.seconds for r in runs)
     assert bound.table == pytest.approx(measured)
-    assert (bound.k, bound.tau) == max(measured, key=measured.get)
+    assert (bound.k, bound.tau, bound.drafter) == max(measured, key=measured.get)
     assert bound.tokens_per_s == pytest.approx(max(measured.values()))
     assert clairvoyant_bound(greedy_traces, latency).tokens_per_s >= bound.tokens_per_s
 

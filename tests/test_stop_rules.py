@@ -28,6 +28,7 @@ from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import Action, StepResult
 from specrl.envs import InvalidActionError, SpecDecodeEnv, TraceReplayEnv, VecTraceReplay
 from specrl.export import PolicyError, export_policy, verify_parity
+from specrl.features import N_FEATURES
 from specrl.traces import TraceSet
 from specrl.tuning import fit_acceptance_predictor, on_trajectory_signals, tune_controller
 
@@ -367,7 +368,7 @@ def test_a_policy_with_a_stop_dimension_exports_loads_and_runs_both_decisions(
     with pytest.raises(PolicyError, match="MultiDiscrete"):
         export_policy(model, folder, **common)  # the model has a third dimension
     export_policy(model, folder, stop_grid=shifted.stop_grid, predictor=predictor, **common)
-    observations = np.random.default_rng(0).random((500, 19), dtype=np.float32)
+    observations = np.random.default_rng(0).random((500, N_FEATURES), dtype=np.float32)
     verify_parity(model, folder, observations)
     controller = LearnedController.load(folder)
     assert controller.stop_grid == tuple(shifted.stop_grid)

@@ -12,6 +12,7 @@ import torch
 from specrl.controllers.stop_rules import stop_rule_table
 from specrl.engine.types import Action, StepResult
 from specrl.export import ExportedPolicy, load_policy
+from specrl.export.layout import action_sizes
 from specrl.features import N_FEATURES
 
 
@@ -64,13 +65,19 @@ class LearnedController:
         self.tau_grid = policy.tau_grid
         self.pair = policy.pair
         self._program = policy.module
-        self._input = torch.zeros(1, N_FEATURES)  # (1, 19), reused by every act
+        self.drafters = policy.drafters
+        self.n_features = policy.n_features  # it reads the first n of the features
+        self._input = torch.zeros(1, self.n_features)  # reused by every act
         self._input_row = self._input.numpy()[0]  # a numpy view of the same memory
         self._fast = NumpyPolicy.of(policy)
         self.stop_grid = policy.stop_grid
         rules = stop_rule_table(policy.predictor, policy.stop_grid or (0.0,))
+        self._has_stop, self._has_drafter = bool(policy.stop_grid), len(self.drafters) > 1
         self._actions = tuple(
-            tuple(tuple(Action(k, tau, stop=rule) for rule in rules) for tau in self.tau_grid)
+            tuple(
+                tuple(tuple(Action(k, tau, stop=rule, drafter=d) for d in self.drafters) for rule in rules)
+                for tau in self.tau_grid
+            )
             for k in range(self.k_max + 1)
         )
 
@@ -98,23 +105,26 @@ class LearnedController:
         """Nothing to forget: the observation carries the history."""
 
     def act(self, observation: Any) -> Action:
-        """The policy's deterministic action for one (19,) observation.
+        """The policy's deterministic action for one (N_FEATURES,) observation (it reads the
+        first :attr:`n_features`, its feature version's).
 
         Raises:
-            ValueError: the observation does not have shape (19,).
+            ValueError: the observation does not have shape (N_FEATURES,).
         """
         if np.shape(observation) != (N_FEATURES,):
             raise ValueError(
-                f"LearnedController expects the ({N_FEATURES},) observation of specrl.features "
-                f"(feature version {self.metadata['feature_version']}), got shape {np.shape(observation)}"
+                f"LearnedController expects the ({N_FEATURES},) observation of specrl.features, got "
+                f"shape {np.shape(observation)}"
             )
+        observation = observation[: self.n_features]
         indices = None if self._fast is None else self._fast(observation)
         if indices is None:
             self._input_row[:] = observation
             with torch.inference_mode():
                 indices = self._program(self._input)[0].tolist()
-        k, tau_index, *stop_index = indices
-        return self._actions[k][tau_index][stop_index[0] if stop_index else 0]
+        stop_index = indices[2] if self._has_stop else 0
+        drafter_index = indices[-1] if self._has_drafter else 0
+        return self._actions[indices[0]][indices[1]][stop_index][drafter_index]
 
     def observe(self, result: StepResult) -> None:
         """Ignored: the next observation already reflects the result."""
@@ -174,12 +184,10 @@ class NumpyPolicy:
             normalize = policy.metadata["observation_normalized"] is True
             mean = weights["mean"].astype(np.float64) if normalize else None
             std = weights["std"].astype(np.float64)
-            sizes = [policy.k_max + 1, len(policy.tau_grid)] + (
-                [len(policy.stop_grid)] if policy.stop_grid else []
-            )
+            sizes = action_sizes(policy.k_max, policy.tau_grid, policy.stop_grid, policy.drafters)
             bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
             twin = cls(layers, mean, std, float(network["observation_clip"]), bounds)
-            probes = np.random.default_rng(0).random((cls.PROBES, N_FEATURES), dtype=np.float32)
+            probes = np.random.default_rng(0).random((cls.PROBES, policy.n_features), dtype=np.float32)
             expected = policy.predict(probes).tolist()
             answers = [twin(probe) for probe in probes]
         except (AttributeError, KeyError, IndexError, RuntimeError, TypeError, ValueError):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig
-from specrl.engine.types import GenerationOutput
+from specrl.engine.types import DEFAULT_DRAFTER, GenerationOutput
 from specrl.features import FeatureTracker, GenerationSettings
 from specrl.models import ModelPair
 
@@ -74,7 +74,8 @@ def drive(generation: Generation, controller: Controller, stop: Callable[[], boo
     """Step ``generation`` to its end with ``controller`` choosing each action from the features of
     :mod:`specrl.features` and observing each step's result; ``stop()``, asked after every step,
     may end it earlier. The one controller loop of the decoder and of :mod:`specrl.hf`."""
-    features = FeatureTracker(GenerationSettings.of(generation), generation.prompt_length)
+    settings = GenerationSettings.of(generation, drafters=getattr(controller, "drafters", (DEFAULT_DRAFTER,)))
+    features = FeatureTracker(settings, generation.prompt_length, generation.lookup_available)
     controller.reset()
     while not generation.done:
         result = generation.step(controller.act(features.vector()))

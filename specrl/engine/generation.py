@@ -6,6 +6,7 @@ import torch
 
 from specrl.engine.cache import CachedModel
 from specrl.engine.drafters.base import Drafter
+from specrl.engine.drafters.ngram import NGramDrafter
 from specrl.engine.drafters.pool import DrafterPool
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.step import speculative_step
@@ -62,6 +63,7 @@ class Generation:
         self.target = CachedModel(pair.target, pair.vocab_size)
         self.pool = DrafterPool(pair)
         self.drafters: dict[str, Drafter] = {}
+        self._lookup: NGramDrafter | None = None
         self.steps: list[StepResult] = []
         self.finished_by_eos = False
 
@@ -77,6 +79,12 @@ class Generation:
         if name not in self.drafters:
             self.drafters[name] = self.pool.new(name)
         return self.drafters[name]
+
+    def lookup_available(self) -> int:
+        """How many tokens the n-gram lookup could propose now (the ``lookup_available`` feature)."""
+        if self._lookup is None:
+            self._lookup = NGramDrafter(self.pair.vocab_size)
+        return self._lookup.available(self.tokens[0])
 
     def caches(self) -> list[CachedModel]:
         """Every KV cache of the generation: the target's, then each drafter's."""

@@ -19,7 +19,7 @@ from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 from specrl.traces.analysis import analyse_segment, extend_past_eos
 from specrl.traces.cache import load_or_collect
-from specrl.traces.format import Segment, Trace, TraceSet
+from specrl.traces.format import Segment, Trace, TraceSet, make_fields
 
 
 def record_episode(
@@ -38,7 +38,8 @@ def record_episode(
         stored = list(trajectory)
         if generation.finished_by_eos:
             stored += extend_past_eos(pair, sampling, prompt_ids + trajectory, k_max, seed + len(segments))
-        fields = analyse_segment(pair, sampling, prompt_ids, stored, k_max, generator)
+        fields = analyse_segment(pair, sampling, prompt_ids, stored, k_max, generator, env.scenario.drafters)
+        others = fields.pop("drafters", {})
         segments.append(
             Segment(
                 prompt_length=len(prompt_ids),
@@ -46,6 +47,7 @@ def record_episode(
                 end=len(trajectory),
                 eos=generation.finished_by_eos,
                 **fields,
+                others={name: make_fields(name, values) for name, values in others.items()},
             )
         )
     return Trace(domain=info["domain"], prompt_index=info["prompt_index"], seed=seed, segments=segments)
@@ -94,6 +96,7 @@ def collect_traces(
         "max_new_tokens": scenario.max_new_tokens,
         "stop_at_eos": scenario.stop_at_eos,
         "shift": [[s.after_tokens, s.domain] for s in scenario.shift],
+        "drafters": list(scenario.drafters),
         "seed": seed,
         "prompts_per_domain": prompts_per_domain,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

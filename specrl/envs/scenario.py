@@ -16,6 +16,7 @@ The keys and the dataclass that holds each section::
     sampling: {...}                     SamplingConfig (specrl.engine.sampling): temperature, top_k, top_p
     max_new_tokens, stop_at_eos, k_max  Scenario
     tau_grid, stop_grid                 Scenario: lists of thresholds in [0, 1]
+    drafters                            Scenario: the drafters an action may choose (see below)
     reward: {...}                       RewardSpec: time, reference_tokens_per_s, scale
     latency                             Scenario: calibrated | constant | PATH.json (see below)
     cost_model: {...}                   CostModel (specrl.latency.cost_model): draft_forward_s,
@@ -35,6 +36,10 @@ For example, arithmetic sampled at temperature 1 that turns into prose mid-episo
 threshold below which the predicted probability that every token drafted so far in the step is
 accepted stops drafting (:class:`specrl.controllers.stop_rules.AcceptanceThreshold`, cumulative;
 0 never stops). Without a predictor that dimension has the single value 0.
+
+``drafters`` lists the drafters of :mod:`specrl.engine.drafters` the env offers, default
+``[draft]``. With more than one, the action gains a last dimension, the index of the drafter in
+this list, and traces record each drafter's fields (:mod:`specrl.traces.format`).
 
 ``latency`` chooses the :class:`~specrl.latency.LatencyModel` behind ``modeled`` time and the
 default rho: ``calibrated`` learns it from the pair's decoding loop on its device once and caches
@@ -61,9 +66,11 @@ import torch
 import yaml
 
 import specrl.latency
+from specrl.engine.drafters.pool import DRAFTERS
 from specrl.engine.sampling import SamplingConfig
 from specrl.latency import CostModel, LatencyModel, device_key
 from specrl.latency.calibrate import cached_calibration
+from specrl.latency.drafters import measure_drafter_costs, with_drafter_costs
 from specrl.models import ModelPair, default_device, default_dtype, load_pair
 from specrl.zoo.corpus import SPLITS
 
@@ -242,6 +249,7 @@ class Scenario:
     k_max: int = 8  # the action k runs over 0..k_max
     tau_grid: tuple[float, ...] = DEFAULT_TAU_GRID  # the action's confidence thresholds tau
     stop_grid: tuple[float, ...] = DEFAULT_STOP_GRID  # per-token stop thresholds (module doc)
+    drafters: tuple[str, ...] = ("draft",)  # the drafters the action chooses among (module doc)
     reward: RewardSpec = field(default_factory=RewardSpec)  # time source, rho, scale
     latency: str = "calibrated"  # calibrated | constant | PATH.json (module doc)
     cost_model: CostModel = field(default_factory=CostModel)  # the constants of latency: constant
@@ -260,6 +268,13 @@ class Scenario:
                     f"{key} must be a non-empty, strictly increasing list of values in [0, 1], "
                     f"got {list(grid)}"
                 )
+        if not self.drafters or len(set(self.drafters)) != len(self.drafters):
+            raise ValueError(
+                f"drafters must be a non-empty list of distinct names, got {list(self.drafters)}"
+            )
+        unknown = [d for d in self.drafters if d not in DRAFTERS]
+        if unknown:
+            raise ValueError(f"unknown drafter(s) {unknown} in drafters; choose among {list(DRAFTERS)}")
         if self.stop_grid[0] != 0.0:
             raise ValueError(f"stop_grid must start with 0 (never stop), got {list(self.stop_grid)}")
         last = 0
@@ -297,8 +312,20 @@ class Scenario:
                 model = specrl.latency.calibrated(
                     loaded_pair(pair, why), k_max=self.k_max, progress=progress, recalibrate=True
                 )
+            unpriced = [d for d in self.drafters if d != "draft" and d not in model.drafter_costs]
+            if unpriced:  # measured once, then kept in the cached file
+                why = f"price the drafters {unpriced} in its loop"
+                costs = measure_drafter_costs(loaded_pair(pair, why), unpriced, progress=progress)
+                model = with_drafter_costs(model, costs)
+                model.save(specrl.latency.latency_path(pair))
             return model.for_sampling(self.sampling)
         model = LatencyModel.load(self.latency).for_sampling(self.sampling)
+        unpriced = [d for d in self.drafters if d != "draft" and d not in model.drafter_costs]
+        if unpriced:
+            raise ScenarioError(
+                f"{self._origin()}: latency file '{self.latency}' prices no step of the drafters "
+                f"{unpriced}; set latency: calibrated (it measures them), or add their prices to the file"
+            )
         if model.pair != pair.name:
             raise ScenarioError(
                 f"{self._origin()}: latency file '{self.latency}' was measured for pair "
@@ -550,6 +577,13 @@ def _parse(data: Any, source: str, base_dir: Path) -> Scenario:
             if not isinstance(grid, list):
                 raise ScenarioError(f"{source}: '{key}' must be a list of numbers in [0, 1], got {grid!r}")
             kwargs[key] = tuple(_typed(v, float, f"{key}[]", source) for v in grid)
+    if "drafters" in top:
+        names = top["drafters"]
+        if not isinstance(names, list):
+            raise ScenarioError(
+                f"{source}: 'drafters' must be a list of names like [draft, ngram], got {names!r}"
+            )
+        kwargs["drafters"] = tuple(_typed(v, str, "drafters[]", source) for v in names)
     if "reward" in top:
         section = _mapping(top["reward"], RewardSpec, "reward", source)
         kwargs["reward"] = RewardSpec(**_leaves(section, RewardSpec, "reward.", source))

@@ -154,8 +154,14 @@ class SpecDecodeEnv(gym.Env):
     # ---- actions ---------------------------------------------------------------------
 
     def to_engine_action(self, action: Any) -> Action:
-        """``[k, tau_index]`` (or an :class:`Action`) -> the engine's Action; refuses invalid ones."""
-        return to_engine_action(action, self.scenario.k_max, self.tau_grid, self.stop_rules)
+        """``[k, tau_index(, stop_index)(, drafter_index)]`` (or an :class:`Action`) -> the engine's
+        Action; refuses invalid ones."""
+        return to_engine_action(
+            action, self.scenario.k_max, self.tau_grid, self.stop_rules, self.scenario.drafters
+        )
+
+    def _lookup_available(self) -> int:
+        return self.generation.lookup_available() if self.generation is not None else 0
 
     # ---- the episode ---------------------------------------------------------------------
 
@@ -184,8 +190,10 @@ class SpecDecodeEnv(gym.Env):
         self.episode_tokens, self.episode_seconds = 0, 0.0
         prompt_ids = self.pair.encode(texts[index])
         self.generation = self._generation(prompt_ids)
-        settings = GenerationSettings.of(self.generation, max_new_tokens=self.scenario.max_new_tokens)
-        self.features = FeatureTracker(settings, len(prompt_ids))
+        settings = GenerationSettings.of(
+            self.generation, max_new_tokens=self.scenario.max_new_tokens, drafters=self.scenario.drafters
+        )
+        self.features = FeatureTracker(settings, len(prompt_ids), self._lookup_available)
         info = {
             "domain": domain,
             "prompt_index": index,

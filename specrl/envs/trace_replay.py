@@ -13,6 +13,7 @@ from specrl.controllers.stop_rules import AcceptancePredictor, stop_rule_table
 from specrl.engine.types import StepResult
 from specrl.envs.actions import make_action_space, to_engine_action
 from specrl.envs.recording import cached_traces
+from specrl.envs.replay import realise_acceptance as replay_acceptance
 from specrl.envs.replay import replay_step
 from specrl.envs.reward import step_reward
 from specrl.envs.scenario import Scenario, load_scenario
@@ -24,9 +25,15 @@ from specrl.traces import Trace, TraceSet, with_scenario
 RESET_OPTIONS = ("trace_index", "domain", "prompt_index")
 
 
-def realise_acceptance(trace: Trace, rng: np.random.Generator) -> list[list[bool]]:
-    """Per segment and position, whether a proposal there is accepted (see ``replay_step``)."""
-    return [(rng.random(len(s.accept_prob)) < np.asarray(s.accept_prob)).tolist() for s in trace.segments]
+def realise_acceptance(
+    trace: Trace, rng: np.random.Generator, drafters: tuple[str, ...]
+) -> list[dict[str, list[bool]]]:
+    """Per segment, drafter and position, whether a proposal there is accepted (see
+    ``replay_step``): one uniform per position, shared by the drafters."""
+    return [
+        replay_acceptance(segment, drafters, rng.random(len(segment.accept_prob)).tolist())
+        for segment in trace.segments
+    ]
 
 
 class TraceReplayEnv(gym.Env):
@@ -127,10 +134,12 @@ class TraceReplayEnv(gym.Env):
             context_window=self.context_window,
             vocab_size=int(traces.meta["vocab_size"]),
             temperature=self.scenario.sampling.temperature,
+            drafters=self.scenario.drafters,
         )
         self.tau_grid = tuple(self.scenario.tau_grid)
         self.predictor = predictor
         self.stop_rules = stop_rule_table(predictor, self.scenario.stop_grid)
+        self.drafters = self.scenario.drafters
         self.action_space = make_action_space(self.scenario, predictor)
         self.observation_space = spaces.Box(FEATURE_LOW, FEATURE_HIGH, (N_FEATURES,), np.float32)
         weights = self.scenario.prompts.domains
@@ -148,11 +157,11 @@ class TraceReplayEnv(gym.Env):
         super().reset(seed=seed)
         index = self._choose_trace(dict(options or {}))
         self.trace_index, self.trace = index, self.traces.traces[index]
-        self.accepts = realise_acceptance(self.trace, self.np_random)
+        self.accepts = realise_acceptance(self.trace, self.np_random, self.drafters)
         self.segment_index, self.position = 0, 0
         self.episode_tokens, self.episode_seconds = 0, 0.0
         segment = self.trace.segments[0]
-        self.features = FeatureTracker(self.settings, segment.prompt_length)
+        self.features = FeatureTracker(self.settings, segment.prompt_length, self._lookup_available)
         info = {
             "domain": self.trace.domain,
             "prompt_index": self.trace.prompt_index,
@@ -169,19 +178,23 @@ class TraceReplayEnv(gym.Env):
         segment = self.trace.segments[self.segment_index]
         if self.position >= segment.end:
             raise RuntimeError("the episode is over; call reset() to start a new one")
-        engine_action = to_engine_action(action, self.scenario.k_max, self.tau_grid, self.stop_rules)
+        engine_action = to_engine_action(
+            action, self.scenario.k_max, self.tau_grid, self.stop_rules, self.drafters
+        )
         context_length = segment.prompt_length + self.position
+        drafter = engine_action.drafter
         step = replay_step(
             segment,
             self.position,
             engine_action.k,
             engine_action.tau,
-            self.accepts[self.segment_index],
+            self.accepts[self.segment_index].get(drafter, ()),
             self.context_window,
             engine_action.stop,
+            drafter,
         )
         draft_seconds, verify_seconds = self.latency.step_seconds(
-            context_length, len(step.confidences), step.proposed
+            context_length, len(step.confidences), step.proposed, drafter
         )
         start = self.position
         self.position += step.emitted
@@ -232,6 +245,12 @@ class TraceReplayEnv(gym.Env):
         return self.features.vector(), float(reward), terminated, False, info
 
     # ---- helpers ---------------------------------------------------------------------------
+
+    def _lookup_available(self) -> int:
+        """The recorded ``ngram/available`` where the next step starts (0 at the episode's end)."""
+        segment = self.trace.segments[self.segment_index]
+        available = segment.fields("ngram").available
+        return available[self.position] if self.position < len(available) else 0
 
     def _domain(self) -> str:
         if self.segment_index == 0:

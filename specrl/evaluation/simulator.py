@@ -91,16 +91,22 @@ class SimulatorRun:
         window = int(self.traces.meta["context_window"])
         total = oracle.Bound(0, 0.0)
         for i, trace in enumerate(self.traces.traces):
-            accepts = oracle.realisations(trace, 1, self.seed + i)[0]
-            total += oracle.clairvoyant(trace, accepts, self.latency, scenario.k_max, window)
+            accepts = oracle.realisations(trace, 1, self.seed + i, scenario.drafters)[0]
+            total += oracle.clairvoyant(
+                trace, accepts, self.latency, scenario.k_max, window, scenario.drafters
+            )
         tau_grid = tuple(scenario.tau_grid)
-        best = oracle.best_static(self.traces, self.latency, tau_grid, count=1, seed=self.seed)
+        best = oracle.best_static(
+            self.traces, self.latency, tau_grid, count=1, seed=self.seed, drafters=scenario.drafters
+        )
         setting = {"k": int(best.k), "tau": float(best.tau), "tokens_per_s": float(best.tokens_per_s)}
+        pool = len(scenario.drafters) > 1  # a drafter is named where there was a choice
         return {
             "oracle": {"tokens": total.tokens, "seconds": total.seconds, "tokens_per_s": total.tokens_per_s},
-            "best_static": setting,
+            "best_static": setting | ({"drafter": best.drafter} if pool else {}),
             "static_grid": [
                 {"k": int(k), "tau": float(tau), "tokens_per_s": float(value)}
-                for (k, tau), value in sorted(best.table.items())
+                | ({"drafter": d} if pool else {})
+                for (k, tau, d), value in sorted(best.table.items())
             ],
         }

@@ -29,7 +29,10 @@ The action mapping is the envs' (:func:`specrl.envs.actions.to_engine_action`):
 ``stop_index`` picks the per-token stop rule of
 :func:`specrl.controllers.stop_rules.stop_rule_table` from the metadata's ``stop_grid`` and the
 acceptance predictor stored beside it (``action.stop_predictor``), so the folder carries both
-decisions.
+decisions. A policy over a drafter pool has a last index into ``action.drafters``.
+
+A policy reads the first ``FEATURE_COUNTS[feature_version]`` features (versions are prefixes,
+:mod:`specrl.features`), so folders of feature version 1 still load and act.
 
 One concern per module; each imports only those above it:
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from specrl.features import FEATURE_DRAFTERS
+
 FORMAT_NAME = "specrl-policy"
 #: Version of the folder layout and metadata schema; the loader refuses others. Version 1 held a
 #: TorchScript ``policy.pt``; version 2 holds a ``torch.export`` program ``policy.pt2``.
@@ -100,9 +102,31 @@ def check_stop_dimension(stop_grid: Any, predictor: Any) -> tuple[float, ...] | 
     return grid
 
 
-def action_sizes(k_max: int, tau_grid: tuple[float, ...], stop_grid: tuple[float, ...] | None) -> list[int]:
-    """The size of each action dimension: k in 0..k_max, the tau index, the stop index if any."""
-    return [k_max + 1, len(tau_grid)] + ([len(stop_grid)] if stop_grid else [])
+def check_drafters(drafters: Any) -> tuple[str, ...]:
+    """Validate the drafters a policy's last action index points into: distinct drafter names
+    of :data:`specrl.features.FEATURE_DRAFTERS`, at least one (["draft"] for a policy of one draft).
+
+    Raises:
+        ValueError: naming the bad value.
+    """
+    if not isinstance(drafters, (list, tuple)) or not drafters or len(set(drafters)) != len(drafters):
+        raise ValueError(f"drafters must be a non-empty list of distinct drafter names, got {drafters!r}")
+    unknown = [d for d in drafters if d not in FEATURE_DRAFTERS]
+    if unknown:
+        raise ValueError(f"unknown drafter(s) {unknown}; this specrl knows {list(FEATURE_DRAFTERS)}")
+    return tuple(str(d) for d in drafters)
+
+
+def action_sizes(
+    k_max: int,
+    tau_grid: tuple[float, ...],
+    stop_grid: tuple[float, ...] | None,
+    drafters: tuple[str, ...] | None = None,
+) -> list[int]:
+    """The size of each action dimension: k in 0..k_max, the tau index, the stop index if any,
+    the drafter index if there is more than one drafter."""
+    stops = [len(stop_grid)] if stop_grid else []
+    return [k_max + 1, len(tau_grid)] + stops + ([len(drafters)] if drafters and len(drafters) > 1 else [])
 
 
 def sha256(path: Path) -> str:

@@ -36,9 +36,10 @@ class PolicyModule(nn.Module):
         policy_net: SB3's ``mlp_extractor.policy_net`` (observations -> latent).
         action_net: SB3's ``action_net`` (latent -> the concatenated logits of every dimension).
         sizes: the size of each action dimension (k_max + 1, the tau grid's, the stop grid's).
-        mean: (19,) float64 VecNormalize mean, or None for no normalisation.
-        std: (19,) float64 ``sqrt(var + epsilon)``, with ``mean``.
+        mean: (F,) float64 VecNormalize mean, or None for no normalisation.
+        std: (F,) float64 ``sqrt(var + epsilon)``, with ``mean``.
         clip: VecNormalize's ``clip_obs``, with ``mean``.
+        n_features: F, the observation's width (the policy's feature version's count).
     """
 
     def __init__(
@@ -49,6 +50,7 @@ class PolicyModule(nn.Module):
         mean: np.ndarray | None = None,
         std: np.ndarray | None = None,
         clip: float = 0.0,
+        n_features: int = N_FEATURES,
     ) -> None:
         super().__init__()
         self.policy_net = policy_net
@@ -57,7 +59,8 @@ class PolicyModule(nn.Module):
         self.bounds = np.concatenate([[0], np.cumsum([int(n) for n in sizes])]).tolist()
         self.normalize = mean is not None
         # Float64 like VecNormalize's numpy statistics, so normalised inputs match SB3's exactly.
-        shape = (N_FEATURES,)
+        shape = (n_features,)
+        self.n_features = n_features
         self.register_buffer(
             "mean", torch.as_tensor(mean if mean is not None else np.zeros(shape), dtype=torch.float64)
         )
@@ -93,7 +96,7 @@ class PolicyModule(nn.Module):
         }
 
 
-def _normalizer_stats(obs_normalizer: VecNormalize | None) -> dict[str, Any]:
+def _normalizer_stats(obs_normalizer: VecNormalize | None, n_features: int) -> dict[str, Any]:
     """The mean/std/clip :class:`PolicyModule` bakes in; empty when observations are not normalised."""
     if obs_normalizer is None or not obs_normalizer.norm_obs:
         return {}
@@ -103,8 +106,8 @@ def _normalizer_stats(obs_normalizer: VecNormalize | None) -> dict[str, Any]:
             "dict observation normalisation is not supported: specrl observations are one vector"
         )
     mean = np.asarray(rms.mean, dtype=np.float64)
-    if mean.shape != (N_FEATURES,):
-        raise PolicyError(f"VecNormalize statistics have shape {mean.shape}, expected ({N_FEATURES},)")
+    if mean.shape != (n_features,):
+        raise PolicyError(f"VecNormalize statistics have shape {mean.shape}, expected ({n_features},)")
     std = np.sqrt(np.asarray(rms.var, dtype=np.float64) + obs_normalizer.epsilon)
     return {"mean": mean, "std": std, "clip": float(obs_normalizer.clip_obs)}
 
@@ -123,11 +126,13 @@ def build_module(model: PPO, obs_normalizer: VecNormalize | None = None) -> Poli
     policy_net = copy.deepcopy(policy.mlp_extractor.policy_net).cpu().float()
     action_net = _fresh_linear(policy.action_net).cpu().float()
     sizes = [int(n) for n in policy.action_space.nvec]
-    return PolicyModule(policy_net, action_net, sizes, **_normalizer_stats(obs_normalizer)).eval()
+    n_features = int(policy.observation_space.shape[0])
+    stats = _normalizer_stats(obs_normalizer, n_features)
+    return PolicyModule(policy_net, action_net, sizes, **stats, n_features=n_features).eval()
 
 
 def export_program(module: nn.Module) -> torch.export.ExportedProgram:
     """``module`` as a ``torch.export`` program over (B, 19) float32 observations, B dynamic."""
     batch = torch.export.Dim("batch")
-    example = torch.zeros(2, N_FEATURES)  # a batch of 1 would be specialised; 2 is traced as B
+    example = torch.zeros(2, module.n_features)  # a batch of 1 would be specialised; 2 is traced as B
     return torch.export.export(module, (example,), dynamic_shapes=({0: batch},))

@@ -9,8 +9,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from specrl.features import N_FEATURES
-
 INPUT_NAME = "observation"
 OUTPUT_NAME = "action"
 
@@ -25,7 +23,7 @@ def write_onnx(module: nn.Module, path: Path) -> None:
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.onnx.export(
             module,
-            (torch.zeros(1, N_FEATURES),),
+            (torch.zeros(1, module.n_features),),
             str(path),
             input_names=[INPUT_NAME],
             output_names=[OUTPUT_NAME],

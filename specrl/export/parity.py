@@ -12,7 +12,6 @@ import numpy as np
 from specrl.export.layout import ONNX_FILE, POLICY_FILE, PolicyError
 from specrl.export.onnx_file import run_onnx
 from specrl.export.read import load_policy
-from specrl.features import N_FEATURES
 
 if TYPE_CHECKING:
     from stable_baselines3 import PPO
@@ -66,8 +65,9 @@ def verify_parity(
         PolicyError: an exported action differs from the model's (the first difference is shown).
     """
     observations = np.asarray(observations, dtype=np.float32)
-    if observations.ndim != 2 or observations.shape[1] != N_FEATURES:
-        raise ValueError(f"observations must have shape (N, {N_FEATURES}), got {observations.shape}")
+    width = int(model.observation_space.shape[0])
+    if observations.ndim != 2 or observations.shape[1] != width:
+        raise ValueError(f"observations must have shape (N, {width}), got {observations.shape}")
     model_input = obs_normalizer.normalize_obs(observations) if obs_normalizer is not None else observations
     expected, _ = model.predict(model_input, deterministic=True)
     expected = np.asarray(expected, dtype=np.int64).reshape(len(observations), len(model.action_space.nvec))

@@ -22,12 +22,13 @@ from specrl.export.layout import (
     PolicyError,
     action_sizes,
     check_action_mapping,
+    check_drafters,
     check_stop_dimension,
     policy_folder,
     sha256,
     shipped_policies,
 )
-from specrl.features import FEATURE_NAMES, FEATURE_VERSION, N_FEATURES
+from specrl.features import FEATURE_COUNTS, FEATURE_NAMES, FEATURE_VERSION
 
 #: Batch sizes the loader probes the program with (the online controller calls it with 1).
 _PROBE_BATCHES = (1, 3)
@@ -48,6 +49,9 @@ class ExportedPolicy:
         stop_grid: the per-token stop thresholds the stop index points into, or None (D = 2).
         predictor: the acceptance predictor they apply to, or None.
         program: the ``torch.export`` program ``module`` runs.
+        drafters: the drafters the last index points into; one (no index) for a policy of the draft.
+        n_features: the observation's width: the first ``n_features`` features of
+            :mod:`specrl.features` (its feature version's, ``FEATURE_COUNTS``).
     """
 
     folder: Path
@@ -59,6 +63,8 @@ class ExportedPolicy:
     stop_grid: tuple[float, ...] | None = None
     predictor: AcceptancePredictor | None = None
     program: torch.export.ExportedProgram | None = None
+    drafters: tuple[str, ...] = ("draft",)
+    n_features: int = FEATURE_COUNTS[FEATURE_VERSION]
 
     def predict(self, observations: np.ndarray) -> np.ndarray:
         """Deterministic actions of a batch: (B, 19) observations -> (B, D) int64 actions."""
@@ -111,36 +117,51 @@ def _check_format(metadata: dict[str, Any], path: Path) -> None:
         )
 
 
-def _check_metadata(
-    metadata: dict[str, Any], path: Path
-) -> tuple[int, tuple[float, ...], tuple[float, ...] | None, AcceptancePredictor | None]:
-    """Refuse metadata this specrl cannot serve; return the action mapping (k_max, tau grid,
-    stop grid and acceptance predictor, the last two None without a stop dimension)."""
+@dataclass(frozen=True)
+class PolicyDescription:
+    """What the metadata says a policy maps: the first ``n_features`` features to
+    ``[k, tau_index(, stop_index)(, drafter_index)]``."""
+
+    k_max: int
+    tau_grid: tuple[float, ...]
+    stop_grid: tuple[float, ...] | None
+    predictor: AcceptancePredictor | None
+    drafters: tuple[str, ...]
+    n_features: int
+
+    @property
+    def sizes(self) -> list[int]:
+        return action_sizes(self.k_max, self.tau_grid, self.stop_grid, self.drafters)
+
+
+def _check_metadata(metadata: dict[str, Any], path: Path) -> PolicyDescription:
+    """Refuse metadata this specrl cannot serve; return the policy's description."""
     _check_format(metadata, path)
     return check_policy_description(metadata, path)
 
 
-def check_policy_description(
-    metadata: dict[str, Any], path: Path
-) -> tuple[int, tuple[float, ...], tuple[float, ...] | None, AcceptancePredictor | None]:
-    """The checks of the metadata that hold in every format version: the features are this
-    specrl's and the action mapping is valid. Returns the mapping as :func:`load_policy` uses it.
+def check_policy_description(metadata: dict[str, Any], path: Path) -> PolicyDescription:
+    """The checks of the metadata that hold in every format version: the features are a version
+    this specrl computes and the action mapping is valid. Returns the description as
+    :func:`load_policy` uses it.
 
     Raises:
         PolicyError: naming ``path`` and the fix.
     """
     version = metadata.get("feature_version")
-    if version != FEATURE_VERSION:
+    if version not in FEATURE_COUNTS:
         raise PolicyError(
             f"{path}: the policy was trained on feature version {version!r} but this specrl computes feature "
-            f"version {FEATURE_VERSION}; retrain the policy, or use a specrl version with feature version "
-            f"{version}"
+            f"versions {sorted(FEATURE_COUNTS)}; retrain the policy, or use a specrl version with feature "
+            f"version {version}"
         )
+    n_features = FEATURE_COUNTS[version]
     names = metadata.get("feature_names")
-    if names != list(FEATURE_NAMES):
+    if names != list(FEATURE_NAMES[:n_features]):
         raise PolicyError(
-            f"{path}: feature_names {names!r} differ from this specrl's {list(FEATURE_NAMES)} at the same "
-            "feature version; the file was edited or written by a modified specrl: re-export the policy"
+            f"{path}: feature_names {names!r} differ from this specrl's {list(FEATURE_NAMES[:n_features])} "
+            "at the same feature version; the file was edited or written by a modified specrl: re-export "
+            "the policy"
         )
     action = metadata.get("action")
     if not isinstance(action, dict) or action.get("type") != "multidiscrete":
@@ -153,9 +174,10 @@ def check_policy_description(
         if predictor is not None:
             predictor = AcceptancePredictor.from_dict(predictor, f"{path} action.stop_predictor")
         stop_grid = check_stop_dimension(action.get("stop_grid"), predictor)
+        drafters = check_drafters(action.get("drafters", ["draft"]))
     except (ValueError, PredictorError) as error:
         raise PolicyError(f"{path}: bad action mapping: {error}; re-export the policy") from None
-    return k_max, tau_grid, stop_grid, predictor
+    return PolicyDescription(k_max, tau_grid, stop_grid, predictor, drafters, n_features)
 
 
 def _check_files(folder: Path, metadata: dict[str, Any]) -> None:
@@ -181,7 +203,9 @@ def _check_files(folder: Path, metadata: dict[str, Any]) -> None:
             )
 
 
-def _load_program(path: Path, sizes: list[int]) -> tuple[torch.export.ExportedProgram, torch.nn.Module]:
+def _load_program(
+    path: Path, sizes: list[int], n_features: int
+) -> tuple[torch.export.ExportedProgram, torch.nn.Module]:
     """``torch.export.load`` the verified file and probe it with zeros: shape, dtype, range of the actions."""
     try:
         program = torch.export.load(str(path))
@@ -193,10 +217,10 @@ def _load_program(path: Path, sizes: list[int]) -> tuple[torch.export.ExportedPr
     for batch in _PROBE_BATCHES:
         try:
             with torch.inference_mode():
-                actions = module(torch.zeros(batch, N_FEATURES))
+                actions = module(torch.zeros(batch, n_features))
         except Exception as error:
             raise PolicyError(
-                f"{path} fails on a ({batch}, {N_FEATURES}) probe ({error}); re-export the policy"
+                f"{path} fails on a ({batch}, {n_features}) probe ({error}); re-export the policy"
             ) from None
         width = len(sizes)
         if (
@@ -208,12 +232,12 @@ def _load_program(path: Path, sizes: list[int]) -> tuple[torch.export.ExportedPr
                 (tuple(actions.shape), actions.dtype) if isinstance(actions, torch.Tensor) else type(actions)
             )
             raise PolicyError(
-                f"{path} returns {got} on a ({batch}, {N_FEATURES}) probe, expected ({batch}, {width}) int64 "
+                f"{path} returns {got} on a ({batch}, {n_features}) probe, expected ({batch}, {width}) int64 "
                 f"actions (the layout of {METADATA_FILE}); re-export the policy"
             )
         if int(actions.min()) < 0 or (actions >= torch.tensor(sizes)).any():
             raise PolicyError(
-                f"{path} returns actions outside 0..{[n - 1 for n in sizes]} (k, tau_index, stop_index) of "
+                f"{path} returns actions outside 0..{[n - 1 for n in sizes]} (k, tau_index, ...) of "
                 f"{METADATA_FILE}; re-export the policy"
             )
     return program, module
@@ -233,8 +257,19 @@ def load_policy(folder: str | Path) -> ExportedPolicy:
     """
     folder = policy_folder(folder)
     metadata = read_metadata(folder)
-    k_max, tau_grid, stop_grid, predictor = _check_metadata(metadata, folder / METADATA_FILE)
+    description = _check_metadata(metadata, folder / METADATA_FILE)
     _check_files(folder, metadata)
-    program, module = _load_program(folder / POLICY_FILE, action_sizes(k_max, tau_grid, stop_grid))
-    pair = str(metadata.get("pair", ""))
-    return ExportedPolicy(folder, module, metadata, k_max, tau_grid, pair, stop_grid, predictor, program)
+    program, module = _load_program(folder / POLICY_FILE, description.sizes, description.n_features)
+    return ExportedPolicy(
+        folder,
+        module,
+        metadata,
+        description.k_max,
+        description.tau_grid,
+        str(metadata.get("pair", "")),
+        description.stop_grid,
+        description.predictor,
+        program,
+        description.drafters,
+        description.n_features,
+    )

@@ -35,7 +35,6 @@ from specrl.export.layout import (
 from specrl.export.parity import ParityReport, verify_parity
 from specrl.export.read import check_policy_description, read_metadata
 from specrl.export.write import export_policy, install
-from specrl.features import N_FEATURES
 from specrl.provenance import git_commit
 
 
@@ -70,7 +69,7 @@ def upgrade_policy(
     path = folder / METADATA_FILE
     if old.get("format") != FORMAT_NAME:
         raise PolicyError(f"{path}: format {old.get('format')!r} is not a specrl policy folder")
-    k_max, tau_grid, stop_grid, predictor = check_policy_description(old, path)
+    description = check_policy_description(old, path)
     if not (folder / SB3_MODEL_FILE).is_file():
         raise PolicyError(
             f"{folder / SB3_MODEL_FILE} is missing: the policy can only be re-exported from its checkpoint"
@@ -94,11 +93,12 @@ def upgrade_policy(
         export_policy(
             model,
             staged,
-            k_max=k_max,
-            tau_grid=tau_grid,
+            k_max=description.k_max,
+            tau_grid=description.tau_grid,
             obs_normalizer=normalizer,
-            stop_grid=stop_grid,
-            predictor=predictor,
+            stop_grid=description.stop_grid,
+            predictor=description.predictor,
+            drafters=description.drafters,
             scenarios=list(old.get("scenarios") or []),
             pair=str(old.get("pair", "")),
             evaluation=old.get("evaluation"),
@@ -106,7 +106,8 @@ def upgrade_policy(
             onnx=bool(old.get("onnx")),
             provenance=provenance,
         )
-        sample = np.random.default_rng(seed).random((observations, N_FEATURES), dtype=np.float32)
+        width = description.n_features
+        sample = np.random.default_rng(seed).random((observations, width), dtype=np.float32)
         report = verify_parity(model, staged, sample, normalizer)
         listed = set(old.get("files") or {}) | {METADATA_FILE}
         for extra in sorted(folder.iterdir()):  # what the writer did not write: reports beside the policy

@@ -31,13 +31,14 @@ from specrl.export.layout import (
     PolicyError,
     action_sizes,
     check_action_mapping,
+    check_drafters,
     check_stop_dimension,
     sha256,
 )
 from specrl.export.module import build_module, export_program
 from specrl.export.onnx_file import write_onnx
 from specrl.export.read import load_policy
-from specrl.features import FEATURE_NAMES, FEATURE_VERSION, N_FEATURES
+from specrl.features import FEATURE_COUNTS, FEATURE_NAMES, N_FEATURES
 from specrl.provenance import git_commit
 
 if TYPE_CHECKING:
@@ -46,22 +47,30 @@ if TYPE_CHECKING:
 
 
 def _check_model_spaces(
-    model: PPO, k_max: int, tau_grid: tuple[float, ...], stop_grid: tuple[float, ...] | None
+    model: PPO,
+    k_max: int,
+    tau_grid: tuple[float, ...],
+    stop_grid: tuple[float, ...] | None,
+    drafters: tuple[str, ...],
 ) -> None:
     from gymnasium import spaces
 
     action_space, observation_space = model.action_space, model.observation_space
-    expected = action_sizes(k_max, tau_grid, stop_grid)
+    expected = action_sizes(k_max, tau_grid, stop_grid, drafters)
     if not isinstance(action_space, spaces.MultiDiscrete) or list(action_space.nvec) != expected:
         stop = f" and a stop grid of {len(stop_grid)} values" if stop_grid else ""
+        stop += f" and {len(drafters)} drafters" if len(drafters) > 1 else ""
         raise PolicyError(
             f"the model's action space is {action_space}, but k_max={k_max} and a tau grid of "
             f"{len(tau_grid)} values{stop} need MultiDiscrete({expected}); pass the scenario's k_max and "
-            "tau_grid (and stop_grid with the predictor for a policy that stops per token)"
+            "tau_grid (and stop_grid with the predictor for a policy that stops per token, and "
+            "the drafters of a policy over a drafter pool)"
         )
-    if observation_space.shape != (N_FEATURES,):
+    widths = sorted(FEATURE_COUNTS.values())
+    if len(observation_space.shape) != 1 or observation_space.shape[0] not in widths:
         raise PolicyError(
-            f"the model observes shape {observation_space.shape}, specrl features are ({N_FEATURES},)"
+            f"the model observes shape {observation_space.shape}, specrl features are ({N_FEATURES},) "
+            f"(or the first {widths[:-1]} of them, for an older feature version)"
         )
 
 
@@ -138,6 +147,7 @@ def export_policy(
     command: str | None = None,
     onnx: bool | None = None,
     provenance: dict | None = None,
+    drafters: Sequence[str] = ("draft",),
 ) -> Path:
     """Write ``model``'s deterministic policy as a self-describing folder (see :mod:`specrl.export`).
 
@@ -165,6 +175,8 @@ def export_policy(
             values allowed), e.g. ``{"git_commit", "config", "seed", "latency_file"}`` of the
             training run. ``git_commit`` (:func:`specrl.provenance.git_commit`) is filled in
             when the dict does not give it, and is all that is recorded when it is None.
+        drafters: the scenario's drafters, for a model whose action has the last (drafter)
+            dimension; one drafter (the default, the draft) means no such dimension.
 
     Returns:
         The policy folder.
@@ -179,9 +191,10 @@ def export_policy(
     try:
         k_max, grid = check_action_mapping(k_max, list(tau_grid))
         stops = check_stop_dimension(None if stop_grid is None else list(stop_grid), predictor)
+        drafters = check_drafters(list(drafters))
     except ValueError as error:
         raise PolicyError(f"bad action mapping: {error}") from None
-    _check_model_spaces(model, k_max, grid, stops)
+    _check_model_spaces(model, k_max, grid, stops, drafters)
     _check_replaceable(folder)
     if isinstance(scenarios, str) or not all(isinstance(s, str) for s in scenarios):
         raise PolicyError(f"scenarios must be a list of names or paths, got {scenarios!r}")
@@ -195,6 +208,9 @@ def export_policy(
     write_onnx_copy = has_onnx if onnx is None else onnx
 
     module = build_module(model, obs_normalizer)
+    # the feature version whose count is the model's width: the current one, or an older one
+    # for a model trained before (an upgrade re-exports those as they are)
+    version = max(v for v, count in FEATURE_COUNTS.items() if count == module.n_features)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
     try:
@@ -208,14 +224,17 @@ def export_policy(
         metadata = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
-            "feature_version": FEATURE_VERSION,
-            "feature_names": list(FEATURE_NAMES),
+            "feature_version": version,
+            "feature_names": list(FEATURE_NAMES[: FEATURE_COUNTS[version]]),
             "action": {
                 "type": "multidiscrete",
-                "layout": ["k", "tau_index"] + (["stop_index"] if stops else []),
+                "layout": ["k", "tau_index"]
+                + (["stop_index"] if stops else [])
+                + (["drafter_index"] if len(drafters) > 1 else []),
                 "k_max": k_max,
                 "tau_grid": list(grid),
                 **({"stop_grid": list(stops), "stop_predictor": predictor.to_dict()} if stops else {}),
+                **({"drafters": list(drafters)} if len(drafters) > 1 else {}),
             },
             "observation_normalized": module.normalize,
             "network": module.network(),

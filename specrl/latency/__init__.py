@@ -29,11 +29,14 @@ The package, one concern per module; each imports only the ones above it in this
 - :mod:`~specrl.latency.profiling`: :func:`profile`, forwards timed in isolation.
 - :mod:`~specrl.latency.records`: :class:`StepRecords`, :func:`record_loop`, steps of the loop.
 - :mod:`~specrl.latency.fit`: :func:`fit_records` and :func:`learn`, the loop-learned model.
+- :mod:`~specrl.latency.drafters`: :func:`measure_drafter_costs`, each drafter's price relative
+  to the draft, measured in the loop.
 - :mod:`~specrl.latency.calibrate`: :func:`calibrated`, measured once and cached.
 """
 
 from specrl.latency.calibrate import METHODS, calibrated
 from specrl.latency.cost_model import CostModel
+from specrl.latency.drafters import measure_drafter_costs, with_drafter_costs
 from specrl.latency.fileformat import (
     KINDS,
     LATENCY_FORMAT,
@@ -55,6 +58,8 @@ from specrl.latency.records import LOOP_INCLUDED, StepRecords, calibration_actio
 from specrl.latency.store import device_key, latency_path
 
 __all__ = [
+    "measure_drafter_costs",
+    "with_drafter_costs",
     "CostModel",
     "INCLUDED",
     "KINDS",

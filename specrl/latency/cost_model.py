@@ -9,6 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The constant model's prices of the other drafters, relative to the draft, per drafted position:
+# the small pair on 2 CPU cores (results/drafters/drafters.md, cost / verify over the draft's,
+# median over domains). The calibrated model measures its own (specrl.latency.drafters).
+CONSTANT_DRAFTER_COSTS = {
+    "draft-mid": 1.86,
+    "draft-int8": 1.27,
+    "draft-int4": 3.85,
+    "ngram": 0.05,
+    "cascade": 2.35,
+}
+
 
 @dataclass(frozen=True)
 class CostModel:

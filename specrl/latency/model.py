@@ -12,6 +12,10 @@ of context lengths::
            = first(ctx) + (draft_forwards - 1) * next(ctx)  otherwise
     verify = target(proposed + 1, ctx)
 
+Other drafters (:mod:`specrl.engine.drafters`) are priced relative to the draft: a step of drafter
+d costs ``drafter_costs[d]`` times the draft's seconds for the same positions (measured in the loop
+by :mod:`specrl.latency.drafters`; the draft's own price is 1).
+
 The first draft forward after a verification is priced apart from the following ones: in the
 loop it is measurably dearer (on the small pair on CPU, 3.05 ms against 2.53 ms for each next
 one; likely because the target's forward has just evicted the draft's weights from the CPU
@@ -41,9 +45,9 @@ from typing import Any
 import numpy as np
 
 from specrl.engine.sampling import SamplingConfig
-from specrl.engine.types import StepResult
+from specrl.engine.types import DEFAULT_DRAFTER, StepResult
 from specrl.latency import fileformat
-from specrl.latency.cost_model import CostModel
+from specrl.latency.cost_model import CONSTANT_DRAFTER_COSTS, CostModel
 from specrl.latency.fileformat import (
     COST_KEYS,
     KINDS,
@@ -152,11 +156,12 @@ class LatencyModel:
         kind: str = "profiled",
         fit_error: dict[str, Any] | None = None,
         measurement: dict[str, Any] | None = None,
+        drafter_costs: Mapping[str, float] | None = None,
     ) -> None:
         """Build from the greedy tables (``target_table`` (n_max, C), ``draft_table`` the first
         draft forward (C,), ``draft_next_table`` the following ones, default equal to the first)
         and ``sampled``, a mapping with the three ``*_seconds`` keys of the file format (default:
-        the greedy tables)."""
+        the greedy tables). ``drafter_costs``: drafter -> its price relative to the draft."""
         contexts = [int(c) for c in contexts]
         increasing = all(a < b for a, b in zip(contexts, contexts[1:], strict=False))
         if not contexts or contexts[0] < 0 or not increasing:
@@ -193,6 +198,7 @@ class LatencyModel:
         self.mode = "greedy"
         self.fit_error = fit_error
         self.measurement = dict(measurement or {})
+        self.drafter_costs = check_drafter_costs(drafter_costs or {})
         self._grid = np.array(contexts, dtype=np.float64)
         self._views = {"greedy": self}  # mode -> view; shared by all views of these tables
         self._reset_caches()
@@ -301,13 +307,29 @@ class LatencyModel:
         first, following = (float(v[0]) for v in self._draft(np.array([context_length])))
         return first + (forwards - 1) * following if forwards else 0.0
 
-    def step_seconds(self, context_length: int, draft_forwards: int, proposed: int) -> tuple[float, float]:
+    def drafter_cost(self, drafter: str) -> float:
+        """The price of ``drafter``'s drafting relative to the draft's (1 for the draft)."""
+        if drafter == DEFAULT_DRAFTER:
+            return 1.0
+        cost = self.drafter_costs.get(drafter)
+        if cost is None:
+            raise LatencyError(
+                f"this latency model ({self.kind}, pair {self.pair}) has no price for the drafter "
+                f"{drafter!r} (it prices {[DEFAULT_DRAFTER, *self.drafter_costs]}); a scenario with "
+                "`drafters:` and `latency: calibrated` measures it on first use "
+                "(specrl.latency.drafters.measure_drafter_costs)"
+            )
+        return cost
+
+    def step_seconds(
+        self, context_length: int, draft_forwards: int, proposed: int, drafter: str = DEFAULT_DRAFTER
+    ) -> tuple[float, float]:
         """(draft seconds, verify seconds) of one speculative step. The one definition.
 
         draft = draft_seconds(context_length, ``draft_forwards``) (one forward per drafted
         position, the tau-stopped one included: :attr:`StepResult.draft_forwards`; the first
-        priced apart from the following ones); verify = target_seconds(``proposed`` + 1,
-        context_length); both in this view's sampling mode.
+        priced apart from the following ones) times :meth:`drafter_cost` of ``drafter``;
+        verify = target_seconds(``proposed`` + 1, context_length); both in this view's sampling mode.
         """
         if draft_forwards < 0 or proposed < 0:
             raise ValueError(f"draft_forwards and proposed must be >= 0, got {draft_forwards}, {proposed}")
@@ -322,6 +344,8 @@ class LatencyModel:
             row = self._rows[context_length] = (first, following, targets)
         first, following, targets = row
         draft = first + (draft_forwards - 1) * following if draft_forwards else 0.0
+        if drafter != DEFAULT_DRAFTER:
+            draft *= self.drafter_cost(drafter)
         verify = (
             targets[proposed + 1]
             if proposed < self.n_max
@@ -331,7 +355,9 @@ class LatencyModel:
 
     def seconds(self, result: StepResult) -> tuple[float, float]:
         """(draft seconds, verify seconds) of an engine step: :meth:`step_seconds` of its counts."""
-        return self.step_seconds(result.context_length, result.draft_forwards, result.proposed)
+        return self.step_seconds(
+            result.context_length, result.draft_forwards, result.proposed, result.drafter
+        )
 
     @property
     def plain_tokens_per_s(self) -> float:
@@ -352,7 +378,7 @@ class LatencyModel:
     ) -> LatencyModel:
         """The constant model (scenario ``latency: constant``): no dependence on the context or
         the sampling mode, target = target_forward_s + target_per_token_s * (n - 1), every draft
-        forward draft_forward_s."""
+        forward draft_forward_s; the other drafters at ``CONSTANT_DRAFTER_COSTS``."""
         if cost_model is None:
             cost_model = CostModel()
         first, extra = cost_model.target_forward_s, cost_model.target_per_token_s
@@ -366,6 +392,7 @@ class LatencyModel:
             dtype=dtype,
             kind="constant",
             measurement={"cost_model": dataclasses.asdict(cost_model)},
+            drafter_costs=CONSTANT_DRAFTER_COSTS,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -382,6 +409,7 @@ class LatencyModel:
             **{mode: self.costs[mode].to_dict() for mode in MODES},
             "fit_error": self.fit_error,
             "measurement": self.measurement,
+            "drafter_costs": dict(self.drafter_costs),
         }
 
     @classmethod
@@ -404,6 +432,7 @@ class LatencyModel:
                 kind=data["kind"],
                 fit_error=data.get("fit_error"),
                 measurement=data.get("measurement"),
+                drafter_costs=data.get("drafter_costs"),
             )
         except (TypeError, ValueError) as error:  # LatencyError included
             raise fileformat.invalid(source, error) from None
@@ -444,6 +473,18 @@ class LatencyModel:
             ]
         lines += ["", fit_error_line(self.fit_error)]
         return "\n".join(lines) + "\n"
+
+
+def check_drafter_costs(costs: Mapping[str, float]) -> dict[str, float]:
+    """drafter -> price relative to the draft, each finite and >= 0 (a lookup is nearly free)."""
+    if not isinstance(costs, Mapping):
+        raise LatencyError(f"drafter_costs must map drafter names to prices, got {costs!r}")
+    out = {}
+    for name, cost in costs.items():
+        if not isinstance(cost, int | float) or not np.isfinite(cost) or cost < 0:
+            raise LatencyError(f"drafter_costs[{name!r}] must be a finite number >= 0, got {cost!r}")
+        out[str(name)] = float(cost)
+    return out
 
 
 def fit_error_line(fit_error: dict[str, Any] | None) -> str:

@@ -6,13 +6,39 @@ that produces a segment is recorded by :mod:`specrl.envs.recording`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from specrl.engine.cache import CachedModel
+from specrl.engine.drafters.ngram import NGramDrafter
+from specrl.engine.drafters.pool import DrafterPool
 from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig, entropy
-from specrl.engine.types import Action
+from specrl.engine.types import DEFAULT_DRAFTER, Action
 from specrl.models import ModelPair
+from specrl.traces.format import LOOKUP_DRAFTER, analysed_drafters
+
+
+class _Verifier:
+    """The target over the true sequence, teacher-forced once; then cut back and fed a wrong
+    continuation wherever one must be verified, catching up on the true tokens in between."""
+
+    def __init__(
+        self, pair: ModelPair, sampling: SamplingConfig, ids: torch.Tensor, length: int, n: int
+    ) -> None:
+        self.model, self.sampling, self.ids = CachedModel(pair.target, pair.vocab_size), sampling, ids
+        self.p = sampling.probs(self.model.feed(ids[:, : length + n - 1], keep=n))[0]  # p[j] predicts y_j
+        self.valid = length + n - 1  # the cache holds the true sequence up to here
+
+    def after(self, prefix: int, tokens: list[int]) -> torch.Tensor:
+        """(len(tokens), V): the target's laws after each of ``tokens``, fed after the true prefix."""
+        self.model.rollback(min(self.valid, prefix))
+        self.valid = prefix
+        step = torch.cat(
+            [self.ids[:, self.model.length : prefix], torch.tensor([tokens], device=self.ids.device)], 1
+        )
+        return self.sampling.probs(self.model.feed(step, keep=len(tokens)))[0]
 
 
 def analyse_segment(
@@ -22,19 +48,54 @@ def analyse_segment(
     trajectory: list[int],
     k_max: int,
     generator: torch.Generator,
-) -> dict[str, list]:
+    drafters: tuple[str, ...] = (DEFAULT_DRAFTER,),
+) -> dict[str, Any]:
     """Teacher-forced statistics of ``trajectory`` after ``prompt_ids``: the position fields
-    of a segment, as :mod:`specrl.traces.format` describes them.
+    of a segment, as :mod:`specrl.traces.format` describes them: the draft's at the top level,
+    and under ``"drafters"`` those of every other drafter in ``drafters`` that has its own
+    (:func:`~specrl.traces.format.analysed_drafters`).
 
-    Both models run once over the whole sequence; then, for every position where a rejection
-    can happen, the draft continues from its rejected proposal and the target verifies that
-    continuation. The caches are cut back between positions, never recomputed.
+    The target runs once over the whole sequence; it is cut back and fed each wrong
+    continuation that must be verified, never recomputed.
     """
     length, n = len(prompt_ids), len(trajectory)
-    sequence = prompt_ids + trajectory
-    ids = torch.tensor([sequence], dtype=torch.long, device=pair.device)
-    target, draft = CachedModel(pair.target, pair.vocab_size), CachedModel(pair.draft, pair.vocab_size)
-    p = sampling.probs(target.feed(ids[:, : length + n - 1], keep=n))[0]  # (n, V): p[j] predicts y_j
+    ids = torch.tensor([prompt_ids + trajectory], dtype=torch.long, device=pair.device)
+    verifier = _Verifier(pair, sampling, ids, length, n)
+    pool = DrafterPool(pair)
+    fields: dict[str, Any] = {
+        "tokens": trajectory,
+        **_model_fields(pool.model(DEFAULT_DRAFTER), pair, sampling, verifier, length, n, k_max, generator),
+    }
+    others = {}
+    for name in analysed_drafters(drafters):
+        if name == DEFAULT_DRAFTER:
+            continue
+        if name == LOOKUP_DRAFTER:
+            others[name] = _lookup_fields(pair, sampling, verifier, length, n, k_max)
+        else:
+            others[name] = _model_fields(
+                pool.model(name), pair, sampling, verifier, length, n, k_max, generator
+            )
+    if others:
+        fields["drafters"] = others
+    return fields
+
+
+def _model_fields(
+    model: Any,
+    pair: ModelPair,
+    sampling: SamplingConfig,
+    verifier: _Verifier,
+    length: int,
+    n: int,
+    k_max: int,
+    generator: torch.Generator,
+) -> dict[str, list]:
+    """The position fields of a model drafter: it runs once over the whole sequence; then, for
+    every position where a rejection can happen, it continues from its rejected proposal and
+    the target verifies that continuation. Its cache is cut back between positions."""
+    ids, p = verifier.ids, verifier.p
+    draft = CachedModel(model, pair.vocab_size)
     q = sampling.probs(draft.feed(ids[:, : length + n - 1], keep=n))[0]  # (n, V)
     y = ids[0, length:]
     confidence, entropies = q.max(-1).values, entropy(q)
@@ -48,8 +109,7 @@ def analyse_segment(
     off_confidence, off_entropy, off_ap = (torch.zeros(n, k_max) for _ in range(3))
     off_confidence[:, 0], off_entropy[:, 0] = confidence, entropies
     rejectable = (accept_prob < 1.0).nonzero()[:, 0].tolist()
-    # Both caches hold the true sequence up to ``valid`` tokens (then earlier continuations).
-    draft_valid = target_valid = length + n - 1
+    draft_valid = length + n - 1  # the draft's cache holds the true sequence up to here
     for j in rejectable:
         # The rejected proposal at j: its law given rejection.
         if sampling.greedy:
@@ -71,12 +131,7 @@ def analyse_segment(
             q_off.append(sampling.probs(draft.feed(step_input)[0, -1]))
             x.append(int(sampling.choose(q_off[-1][None], generator)[0]))
             pending = ids[:, :0]
-        target.rollback(min(target_valid, length + j))
-        target_valid = length + j
-        verify_input = torch.cat(
-            [ids[:, target.length : length + j], torch.tensor([x[:steps]], device=ids.device)], 1
-        )
-        p_off = sampling.probs(target.feed(verify_input, keep=steps))[0]  # (steps, V)
+        p_off = verifier.after(length + j, x[:steps])  # (steps, V)
         for i in range(1, steps + 1):
             q_i, p_i, x_i = q_off[i - 1], p_off[i - 1], x[i]
             off_confidence[j, i] = q_i.max()
@@ -86,7 +141,6 @@ def analyse_segment(
             else:
                 off_ap[j, i] = min(1.0, float(p_i[x_i] / q_i[x_i]))
     return {
-        "tokens": trajectory,
         "confidence": confidence.tolist(),
         "entropy": entropies.tolist(),
         "accept_prob": accept_prob.tolist(),
@@ -95,6 +149,35 @@ def analyse_segment(
         "off_entropy": off_entropy.tolist(),
         "off_ap": off_ap.tolist(),
     }
+
+
+def _lookup_fields(
+    pair: ModelPair, sampling: SamplingConfig, verifier: _Verifier, length: int, n: int, k_max: int
+) -> dict[str, list]:
+    """The n-gram lookup's fields (:data:`~specrl.traces.format.LOOKUP_FIELDS`): per position, the
+    tokens a lookup there could propose, how many of them lead the trajectory, and the engine's
+    acceptance_probs entry of each; past the first mismatch the target verifies the lookup."""
+    ids, p = verifier.ids, verifier.p
+    sequence, y = ids[0], ids[0, length:].tolist()
+    lookup = NGramDrafter(pair.vocab_size)
+    available, match, ap = [], [], torch.zeros(n, k_max)
+    for j in range(n):
+        room = pair.context_length - (length + j) - 1  # the engine never drafts past the window
+        found = lookup.lookup(sequence[: length + j], max(0, min(k_max, room, n - j))).tolist()
+        available.append(lookup.available(sequence[: length + j]))
+        m = next((i for i, x in enumerate(found) if x != y[j + i]), len(found))
+        match.append(m)
+        for i, x in enumerate(found[: m + 1]):  # on the trajectory: the teacher-forced p
+            ap[j, i] = float(x == int(p[j + i].argmax())) if sampling.greedy else float(p[j + i, x])
+        if m + 1 < len(found):  # past the first mismatch: the target on the lookup's own text
+            p_off = verifier.after(length + j + m, found[m:-1])
+            for i, x in enumerate(found[m + 1 :], start=m + 1):
+                ap[j, i] = (
+                    float(x == int(p_off[i - m - 1].argmax()))
+                    if sampling.greedy
+                    else float(p_off[i - m - 1, x])
+                )
+    return {"available": available, "match": match, "ap": ap.tolist()}
 
 
 def extend_past_eos(

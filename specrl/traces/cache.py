@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from specrl.models import ModelPair
-from specrl.traces.format import TRACE_FORMAT_VERSION, TraceError, TraceSet
+from specrl.traces.format import (
+    DEFAULT_DRAFTERS,
+    TRACE_FORMAT_VERSION,
+    TraceError,
+    TraceSet,
+    analysed_drafters,
+)
 
 
 class Collector(Protocol):
@@ -59,6 +65,9 @@ def cache_key(scenario: Any, split: str, prompts_per_domain: int | None, seed: i
         "seed": seed,
         "version": TRACE_FORMAT_VERSION,
     }
+    drafters = analysed_drafters(getattr(scenario, "drafters", DEFAULT_DRAFTERS))
+    if drafters != list(DEFAULT_DRAFTERS):  # files of the draft alone keep their names
+        facts["drafters"] = drafters
     digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:12]
     stem = scenario.name if scenario.shift else "+".join(facts["domains"])
     return f"{stem}__{split}__{digest}"
@@ -149,6 +158,12 @@ def with_scenario(traces: TraceSet, scenario: Any) -> TraceSet:
         },
         "max_new_tokens": scenario.max_new_tokens,
     }
+    missing = [d for d in scenario.drafters if d not in traces.drafters]
+    if missing:
+        raise TraceError(
+            f"traces from {traces.source} replay the drafters {list(traces.drafters)}, but scenario "
+            f"'{scenario.name}' offers {missing} too; collect traces for this scenario"
+        )
     for key, value in expected.items():
         if traces.meta[key] != value:
             raise TraceError(

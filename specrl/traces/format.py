@@ -23,6 +23,20 @@ So for greedy decoding the replay reproduces the real loop's accepted counts, pr
 confidences and features exactly; for sampling, it reproduces the acceptance process in
 distribution (a rejection's continuation is one stored draw, not a fresh one per replay).
 
+Other drafters (DESIGN.md section 4; :mod:`specrl.engine.drafters`): ``meta["drafters"]`` lists the
+drafters a trace set can replay (a file without it holds the draft only). Each model drafter
+(``draft-mid``, ``draft-int8``, ``draft-int4``) has the fields above of its own model, stored as
+``<name>/confidence`` and so on; the ``cascade`` proposes the middle model's text with its law,
+so it replays ``draft-mid``'s fields (only its cost differs). The n-gram lookup (``ngram``) is a
+function of the text, so per position j it stores what a step starting there would see:
+
+- ``ngram/available[j]``: the tokens a lookup at j could propose (0 without a match);
+- ``ngram/match[j]``: how many of the lookup's first k_max tokens equal y_j, y_j+1, ...: a step
+  accepts exactly these, for greedy decoding and for sampling alike, since a point-mass
+  proposal x is accepted iff the token the target emits is x;
+- ``ngram/ap[j, i]``: the engine's acceptance_probs entry of the lookup's token i, p(x_i) (greedy:
+  1 if x_i is the target's argmax); past the first mismatch the target is run on the lookup's text.
+
 A segment ends at its token budget or at EOS; after an EOS the trajectory runs k_max tokens
 further (``stored`` > ``end``), because the engine drafts past an EOS it has not seen yet.
 
@@ -38,7 +52,7 @@ import io
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -74,6 +88,13 @@ POSITION_FIELDS = {
     "off_entropy": ("f", 2),
     "off_ap": ("f", 2),
 }
+MODEL_FIELDS = {name: spec for name, spec in POSITION_FIELDS.items() if name != "tokens"}
+LOOKUP_DRAFTER = "ngram"
+LOOKUP_FIELDS = {"available": ("i", 1), "match": ("i", 1), "ap": ("f", 2)}
+# A drafter replayed from another's fields: the cascade proposes its middle model's text and law.
+REPLAYED_AS = {"cascade": "draft-mid"}
+DEFAULT_DRAFTERS = ("draft",)
+
 META_KEYS = (
     "format_version",
     "pair",
@@ -89,6 +110,44 @@ META_KEYS = (
 
 class TraceError(ValueError):
     """A trace file is missing, corrupt or incompatible; the message says how to fix it."""
+
+
+def analysed_drafters(drafters: Sequence[str]) -> list[str]:
+    """The drafters whose fields a trace of ``drafters`` stores: the draft first, each other once,
+    a cascade as the middle model it replays."""
+    return list(dict.fromkeys(["draft", *(REPLAYED_AS.get(d, d) for d in drafters)]))
+
+
+def drafter_fields(drafter: str) -> dict[str, tuple[str, int]]:
+    """The schema of one stored drafter's fields."""
+    return LOOKUP_FIELDS if drafter == LOOKUP_DRAFTER else MODEL_FIELDS
+
+
+@dataclass
+class ModelFields:
+    """A model drafter's position fields (the module doc); a :class:`Segment` is the draft's."""
+
+    confidence: list[float]
+    entropy: list[float]
+    accept_prob: list[float]
+    accepted_ap: list[float]
+    off_confidence: list[list[float]]
+    off_entropy: list[list[float]]
+    off_ap: list[list[float]]
+
+
+@dataclass
+class LookupFields:
+    """The n-gram lookup's position fields (the module doc)."""
+
+    available: list[int]
+    match: list[int]
+    ap: list[list[float]]
+
+
+def make_fields(drafter: str, values: dict[str, list]) -> ModelFields | LookupFields:
+    """The fields object of ``drafter`` from its lists (as :func:`~specrl.traces.analyse_segment` gives)."""
+    return (LookupFields if drafter == LOOKUP_DRAFTER else ModelFields)(**values)
 
 
 @dataclass
@@ -108,6 +167,19 @@ class Segment:
     off_confidence: list[list[float]]
     off_entropy: list[list[float]]
     off_ap: list[list[float]]
+    others: dict[str, ModelFields | LookupFields] = field(default_factory=dict)  # drafters but the draft
+
+    def fields(self, drafter: str) -> Segment | ModelFields | LookupFields:
+        """What ``drafter`` replays: the segment itself for the draft, else its stored fields."""
+        if drafter == "draft":
+            return self
+        stored = REPLAYED_AS.get(drafter, drafter)
+        if stored not in self.others:
+            raise TraceError(
+                f"this trace has no fields of the drafter {drafter!r} (it holds "
+                f"{['draft', *self.others]}); collect traces of a scenario whose `drafters:` list names it"
+            )
+        return self.others[stored]
 
 
 @dataclass
@@ -143,6 +215,15 @@ class TraceSet:
         return int(self.meta["k_max"])
 
     @property
+    def drafters(self) -> tuple[str, ...]:
+        """The drafters these traces replay (the draft only for files without the key)."""
+        return tuple(self.meta.get("drafters", DEFAULT_DRAFTERS))
+
+    def stored_drafters(self) -> list[str]:
+        """The drafters other than the draft whose fields are stored."""
+        return [d for d in analysed_drafters(self.drafters) if d != "draft"]
+
+    @property
     def greedy(self) -> bool:
         return float(self.meta["sampling"]["temperature"]) == 0.0
 
@@ -158,6 +239,7 @@ class TraceSet:
         """Every trace as Python objects (built once; scalar replay indexes lists fast)."""
         a = self.arrays
         segments = []
+        stored = self.stored_drafters()
         for s in range(len(a["segment_trace"])):
             lo = int(a["segment_offset"][s])
             hi = lo + int(a["segment_stored"][s])
@@ -168,6 +250,10 @@ class TraceSet:
                     end=int(a["segment_end"][s]),
                     eos=bool(a["segment_eos"][s]),
                     **{name: a[name][lo:hi].tolist() for name in POSITION_FIELDS},
+                    others={
+                        d: make_fields(d, {f: a[f"{d}/{f}"][lo:hi].tolist() for f in drafter_fields(d)})
+                        for d in stored
+                    },
                 )
             )
         return [
@@ -206,11 +292,13 @@ class TraceSet:
             "segment_offset": np.cumsum([0] + lengths)[:-1].astype(np.int64),
             "segment_stored": np.array(lengths, dtype=np.int64),
         }
-        for name, (_, ndim) in POSITION_FIELDS.items():
-            rows = [v for s in segments for v in getattr(s, name)]
-            shape = (0, k_max) if ndim == 2 else (0,)
-            dtype = np.int64 if name == "tokens" else np.float32
-            arrays[name] = np.array(rows, dtype=dtype) if rows else np.zeros(shape, dtype=dtype)
+        for name, (kind, ndim) in POSITION_FIELDS.items():
+            arrays[name] = _column([getattr(s, name) for s in segments], kind, ndim, k_max)
+        drafters = tuple(meta.get("drafters", DEFAULT_DRAFTERS))
+        for drafter in analysed_drafters(drafters)[1:]:
+            for name, (kind, ndim) in drafter_fields(drafter).items():
+                values = [getattr(s.fields(drafter), name) for s in segments]
+                arrays[f"{drafter}/{name}"] = _column(values, kind, ndim, k_max)
         for name in ("segment_trace", "segment_offset", "trace_first_segment"):
             arrays[name] = arrays[name].reshape(-1)
         return cls(arrays, {**meta, "format_version": TRACE_FORMAT_VERSION})
@@ -221,11 +309,12 @@ class TraceSet:
         if not sets:
             raise ValueError("nothing to concatenate")
         for other in sets[1:]:
-            for key in ("pair", "k_max", "sampling", "context_window"):
-                if other.meta[key] != sets[0].meta[key]:
+            facts = ("pair", "k_max", "sampling", "context_window", "drafters")
+            for key, ours, theirs in zip(facts, _joined(sets[0]), _joined(other), strict=True):
+                if ours != theirs:
                     raise TraceError(
-                        f"cannot join trace sets with different {key}: {sets[0].meta[key]!r} "
-                        f"({sets[0].source}) vs {other.meta[key]!r} ({other.source})"
+                        f"cannot join trace sets with different {key}: {ours!r} "
+                        f"({sets[0].source}) vs {theirs!r} ({other.source})"
                     )
         traces = [t for s in sets for t in s.traces]
         meta = {**sets[0].meta, "scenario": "+".join(dict.fromkeys(s.meta["scenario"] for s in sets))}
@@ -265,7 +354,15 @@ class TraceSet:
                 f"trace file '{path}' has format version {meta['format_version']}, this specrl "
                 f"reads version {TRACE_FORMAT_VERSION}; {fix}"
             )
-        schema = {**SEGMENT_FIELDS, **TRACE_FIELDS, **POSITION_FIELDS}
+        stored = TraceSet(contents, meta).stored_drafters()
+        unknown = [d for d in stored if d not in ("draft-mid", "draft-int8", "draft-int4", LOOKUP_DRAFTER)]
+        if unknown:
+            raise TraceError(f"trace file '{path}' names unknown drafters {unknown}; {fix}")
+        position_fields = {
+            **POSITION_FIELDS,
+            **{f"{d}/{name}": spec for d in stored for name, spec in drafter_fields(d).items()},
+        }
+        schema = {**SEGMENT_FIELDS, **TRACE_FIELDS, **position_fields}
         for name, (kind, ndim) in schema.items():
             array = contents.get(name)
             if array is None:
@@ -276,7 +373,7 @@ class TraceSet:
                     f"dimension(s), expected kind '{kind}' with {ndim}; {fix}"
                 )
         n_positions = len(contents["tokens"])
-        for name, (_, ndim) in POSITION_FIELDS.items():
+        for name, (_, ndim) in position_fields.items():
             expected = (n_positions, int(meta["k_max"])) if ndim == 2 else (n_positions,)
             if contents[name].shape != expected:
                 raise TraceError(
@@ -287,3 +384,16 @@ class TraceSet:
         if len(stored_end) and stored_end.max() > n_positions:
             raise TraceError(f"trace file '{path}': segments point past the stored positions; {fix}")
         return cls(contents, meta, source=str(path))
+
+
+def _column(per_segment: list[list], kind: str, ndim: int, k_max: int) -> np.ndarray:
+    """One position field of every segment, concatenated (typed even when empty)."""
+    rows = [v for values in per_segment for v in values]
+    dtype = np.int64 if kind == "i" else np.float32
+    return np.array(rows, dtype=dtype) if rows else np.zeros((0, k_max) if ndim == 2 else (0,), dtype=dtype)
+
+
+def _joined(traces: TraceSet) -> tuple:
+    """What trace sets must share to be joined."""
+    meta = traces.meta
+    return meta["pair"], meta["k_max"], meta["sampling"], meta["context_window"], traces.drafters

@@ -28,16 +28,26 @@ class NGramDrafter:
         self.vocab_size = vocab_size
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
 
-    def lookup(self, sequence: torch.Tensor, k: int) -> torch.Tensor:
-        """(L,) -> up to k tokens that followed the latest earlier match of the longest matching tail."""
+    def match_start(self, sequence: torch.Tensor) -> int | None:
+        """(L,) -> where the text that followed the latest earlier match of the longest matching
+        tail starts (the lookup proposes from there), or None without a match."""
         length = sequence.shape[0]
         for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
             windows = sequence[: length - 1].unfold(0, n, 1)  # windows ending before the last token
             hits = (windows == sequence[length - n :]).all(-1).nonzero()
             if hits.numel():
-                start = int(hits[-1]) + n  # the latest occurrence; what followed it
-                return sequence[start : start + k]
-        return sequence[:0]
+                return int(hits[-1]) + n  # the latest occurrence; what followed it
+        return None
+
+    def lookup(self, sequence: torch.Tensor, k: int) -> torch.Tensor:
+        """(L,) -> up to k tokens that followed the latest earlier match of the longest matching tail."""
+        start = self.match_start(sequence)
+        return sequence[:0] if start is None else sequence[start : start + k]
+
+    def available(self, sequence: torch.Tensor) -> int:
+        """How many tokens a lookup could propose now (any k): 0 without a match."""
+        start = self.match_start(sequence)
+        return 0 if start is None else sequence.shape[0] - start
 
     def propose(
         self,

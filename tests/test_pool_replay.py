@@ -1,0 +1,307 @@
+"""The drafter pool in the simulator: traces of every drafter, exact greedy replay of a drafter
+chosen each step, sampled replay in law, the latency model's prices, the bounds over drafters,
+the action's drafter index and a policy that uses it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from conftest import scenario
+
+from specrl.controllers import StaticController
+from specrl.engine.drafters import DRAFTERS
+from specrl.envs import (
+    InvalidActionError,
+    SpecDecodeEnv,
+    TraceReplayEnv,
+    VecTraceReplay,
+    collect_traces,
+    run_episode,
+)
+from specrl.envs.actions import to_engine_action
+from specrl.envs.scenario import DomainShift, Scenario, ScenarioError
+from specrl.latency import LatencyError, LatencyModel, measure_drafter_costs
+from specrl.oracle import best_static, clairvoyant, clairvoyant_bound, realisations
+from specrl.traces import TraceError, TraceSet, cache_key
+from specrl.traces.format import LookupFields, ModelFields
+
+POOL = DRAFTERS  # every drafter: draft, draft-mid, draft-int8, draft-int4, ngram, cascade
+
+
+@pytest.fixture(scope="module")
+def pool_scenario(prompt_file) -> Scenario:
+    return scenario(prompt_file, shift=(DomainShift(10, "math"),), drafters=POOL)
+
+
+@pytest.fixture(scope="module")
+def pool_traces(close_pool_pair, pool_scenario) -> TraceSet:
+    return collect_traces(close_pool_pair, pool_scenario, "test", progress=False)
+
+
+def pool_actions(rng: np.random.Generator, n: int) -> list[np.ndarray]:
+    return [np.array([rng.integers(0, 9), rng.integers(0, 10), rng.integers(0, len(POOL))]) for _ in range(n)]
+
+
+def outcome(result) -> tuple:
+    return (
+        result.action.drafter,
+        result.k,
+        result.proposed,
+        result.accepted,
+        result.emitted,
+        result.stopped_by_tau,
+        result.tokens,
+        result.draft_forwards,
+    )
+
+
+def test_pool_traces_store_each_drafter_and_its_lookups(pool_traces):
+    assert pool_traces.drafters == POOL
+    assert pool_traces.stored_drafters() == ["draft-mid", "draft-int8", "draft-int4", "ngram"]
+    segment = pool_traces.traces[0].segments[0]
+    assert segment.fields("draft") is segment
+    assert isinstance(segment.fields("draft-mid"), ModelFields)
+    assert segment.fields("cascade") is segment.fields("draft-mid")  # the cascade replays its mid
+    lookup = segment.fields("ngram")
+    assert isinstance(lookup, LookupFields)
+    every = [s.fields("ngram") for t in pool_traces.traces for s in t.segments]
+    matches = [m for f in every for m in f.match]
+    available = [a for f in every for a in f.available]
+    assert max(available) > 0 and max(matches) > 0 and min(matches) == 0  # found, accepted, rejected
+    for fields in every:  # what a lookup matches it found
+        assert all(m <= a for m, a in zip(fields.match, fields.available, strict=True))
+    mid_accept = np.concatenate(
+        [s.fields("draft-mid").accept_prob for t in pool_traces.traces for s in t.segments]
+    )
+    assert 0.2 < mid_accept.mean() < 0.95  # the mid is closer to the target than the draft
+    assert mid_accept.mean() > pool_traces.arrays["accept_prob"].mean()
+
+
+def test_greedy_pool_replay_equals_the_real_env_step_by_step(
+    close_pool_pair, pool_scenario, pool_traces, latency
+):
+    real = SpecDecodeEnv(pool_scenario, pair=close_pool_pair, split="test", latency=latency)
+    sim = TraceReplayEnv(pool_scenario, traces=pool_traces, latency=latency)
+    assert list(sim.action_space.nvec) == list(real.action_space.nvec) == [9, 10, len(POOL)]
+    rng = np.random.default_rng(0)
+    used, steps = set(), 0
+    for index, trace in enumerate(pool_traces.traces):
+        real_observation, _ = real.reset(
+            seed=trace.seed, options={"domain": trace.domain, "prompt_index": trace.prompt_index}
+        )
+        sim_observation, _ = sim.reset(seed=1, options={"trace_index": index})
+        np.testing.assert_allclose(real_observation, sim_observation, atol=1e-6)
+        done = False
+        while not done:
+            action = pool_actions(rng, 1)[0]
+            real_observation, real_reward, done, _, real_info = real.step(action)
+            sim_observation, sim_reward, sim_done, _, sim_info = sim.step(action)
+            result = sim_info["step_result"]
+            assert outcome(result) == outcome(real_info["step_result"])
+            assert result.confidences == pytest.approx(real_info["step_result"].confidences, abs=1e-5)
+            assert result.acceptance_probs == pytest.approx(
+                real_info["step_result"].acceptance_probs, abs=1e-5
+            )
+            if not done:  # the last observation's lookup is past the stored trajectory
+                np.testing.assert_allclose(sim_observation, real_observation, atol=1e-5)
+            assert sim_reward == pytest.approx(real_reward) and sim_done == done
+            used.add((result.action.drafter, result.proposed > result.accepted))
+            steps += 1
+    assert steps > 60
+    for drafter in POOL:  # each drafter both had a proposal rejected and ran without one
+        assert {(drafter, True), (drafter, False)} <= used, drafter
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("drafter", "temperature"), [("ngram", 0.3), ("draft-mid", 1.0)])
+def test_sampled_pool_replay_matches_the_real_acceptance_per_position(
+    close_pool_pair, prompt_file, latency, drafter, temperature
+):
+    """Static k = 3 with one drafter, sampled: P(accept | proposed) at positions 1..3, real env vs
+    replay, each over 40 independently sampled episodes; within 4 standard errors wherever both
+    together accepted at least 10 tokens (position 1 always does). For the lookup the replay has
+    no draw of its own: a token is accepted iff the trace emits it (temperature 0.3, so that the
+    random models' text repeats and the lookup finds something)."""
+    sampled = scenario(prompt_file, temperature=temperature, max_new_tokens=24, drafters=("draft", drafter))
+    traces = TraceSet.concatenate(
+        [
+            collect_traces(close_pool_pair, sampled, "train", seed=s, progress=False)
+            for s in (100, 200, 300, 400, 500)
+        ]
+    )
+    real = SpecDecodeEnv(sampled, pair=close_pool_pair, split="train", latency=latency)
+    sim = TraceReplayEnv(sampled, traces=traces, latency=latency)
+
+    def acceptance(env, episodes):
+        counts = np.zeros((2, 3))  # proposed, accepted per position
+        for episode in episodes:
+            env.reset(**episode)
+            done = False
+            while not done:
+                _, _, done, _, info = env.step(np.array([3, 0, 1]))
+                result = info["step_result"]
+                counts[0, : result.proposed] += 1
+                counts[1, : result.accepted] += 1
+        return counts
+
+    real_counts = acceptance(real, [{"seed": 1000 + i} for i in range(len(traces))])
+    sim_counts = acceptance(sim, [{"seed": i, "options": {"trace_index": i}} for i in range(len(traces))])
+    compared = 0
+    for (real_n, real_a), (sim_n, sim_a) in zip(real_counts.T, sim_counts.T, strict=False):
+        if real_a + sim_a < 10:
+            continue
+        p_real, p_sim = real_a / real_n, sim_a / sim_n
+        pooled = (real_a + sim_a) / (real_n + sim_n)
+        error = np.sqrt(pooled * (1 - pooled) * (1 / real_n + 1 / sim_n))
+        assert abs(p_real - p_sim) < 4 * error, (p_real, p_sim, error)
+        compared += 1
+    assert compared >= 1 and real_counts[1, 0] + sim_counts[1, 0] >= 10
+
+
+def test_the_vectorised_env_replays_the_pool_like_the_single_env(pool_scenario, pool_traces, latency):
+    vec = VecTraceReplay(pool_scenario, pool_traces, latency, num_envs=4)
+    single = TraceReplayEnv(pool_scenario, traces=pool_traces, latency=latency)
+    vec.start_traces([0, 1, 2, 3], seeds=[5, 6, 7, 8])
+    single.reset(seed=5, options={"trace_index": 0})
+    rng = np.random.default_rng(2)
+    for _ in range(6):
+        actions = np.stack(pool_actions(rng, 4))
+        observations, rewards, dones, _ = vec.step(actions)
+        observation, reward, done, _, _ = single.step(actions[0])
+        np.testing.assert_allclose(observations[0], observation, atol=1e-6)
+        assert rewards[0] == pytest.approx(reward)
+        if done:
+            break
+
+
+def test_pool_trace_files_round_trip_and_old_files_mean_the_draft(pool_traces, tmp_path):
+    path = pool_traces.save(tmp_path / "pool.npz")
+    again = TraceSet.load(path)
+    assert again.drafters == POOL
+    assert again.traces[3].segments[1].fields("ngram") == pool_traces.traces[3].segments[1].fields("ngram")
+    assert again.traces[3].segments[1].fields("draft-int4") == pool_traces.traces[3].segments[1].fields(
+        "draft-int4"
+    )
+    # a file without drafters (written before the pool) replays the draft alone
+    draft_only = TraceSet({k: v for k, v in again.arrays.items() if "/" not in k}, {**again.meta})
+    del draft_only.meta["drafters"]
+    old = TraceSet.load(draft_only.save(tmp_path / "old.npz"))
+    assert old.drafters == ("draft",)
+    with pytest.raises(TraceError, match="no fields of the drafter 'ngram'"):
+        old.traces[0].segments[0].fields("ngram")
+    # a file that names a drafter whose fields are missing is refused by name
+    arrays = {k: v for k, v in again.arrays.items() if k != "ngram/match"}
+    broken = TraceSet(arrays, again.meta)
+    np.savez(tmp_path / "broken.npz", meta=np.array(json.dumps(again.meta)), **broken.arrays)
+    with pytest.raises(TraceError, match="no field 'ngram/match'"):
+        TraceSet.load(tmp_path / "broken.npz")
+
+
+def test_traces_without_a_scenarios_drafter_are_refused_and_cached_apart(
+    pool_scenario, greedy_traces, latency, shifted
+):
+    with pytest.raises(TraceError, match="offers .*'ngram'"):
+        TraceReplayEnv(pool_scenario, traces=greedy_traces, latency=latency)
+    # the draft-only scenario keeps its cache name; the pool's names its drafters in the hash
+    assert cache_key(shifted, "test", 8, 0) != cache_key(pool_scenario, "test", 8, 0)
+    default = Scenario(prompts=shifted.prompts)
+    assert cache_key(default, "test", 8, 0) == cache_key(default.with_overrides(), "test", 8, 0)
+
+
+def test_latency_prices_each_drafter_relative_to_the_draft(tmp_path):
+    model = LatencyModel.from_cost_model()
+    draft, _ = model.step_seconds(100, 4, 3)
+    ngram, verify = model.step_seconds(100, 4, 3, "ngram")
+    assert ngram == pytest.approx(draft * model.drafter_cost("ngram")) and ngram < draft
+    assert model.drafter_cost("draft") == 1.0
+    plain = LatencyModel.from_dict({**model.to_dict(), "drafter_costs": {"ngram": 0.1}})
+    with pytest.raises(LatencyError, match="no price for the drafter 'draft-mid'"):
+        plain.step_seconds(100, 2, 2, "draft-mid")
+    plain.save(tmp_path / "latency.json")
+    assert LatencyModel.load(tmp_path / "latency.json").drafter_costs == {"ngram": 0.1}
+    with pytest.raises(LatencyError, match="drafter_costs"):
+        LatencyModel.from_dict({**model.to_dict(), "drafter_costs": {"ngram": -1.0}})
+
+
+def test_drafter_costs_are_measured_in_the_loop(close_pool_pair):
+    costs = measure_drafter_costs(
+        close_pool_pair, ["ngram", "draft-mid", "cascade"], steps=6, warmup_steps=1, progress=False
+    )
+    assert set(costs) == {"ngram", "draft-mid", "cascade"}
+    assert all(np.isfinite(v) and v > 0 for v in costs.values())
+    assert measure_drafter_costs(close_pool_pair, ["draft"], progress=False) == {}
+
+
+def test_a_latency_file_without_the_pools_prices_is_refused(tmp_path):
+    path = tmp_path / "latency.json"
+    LatencyModel.from_dict({**LatencyModel.from_cost_model().to_dict(), "drafter_costs": {}}).save(path)
+    pool = Scenario.from_dict({"latency": str(path), "drafters": ["draft", "ngram"]})
+    with pytest.raises(ScenarioError, match="prices no step of the drafters \\['ngram'\\]"):
+        pool.latency_model(pool.pair.info())
+
+
+def test_best_static_ranges_over_drafters_and_matches_an_exhaustive_search(
+    pool_scenario, pool_traces, latency
+):
+    grid = (0.0, 0.5)
+    drafters = ("draft", "ngram", "cascade")
+    bound = best_static(pool_traces, latency, grid, drafters=drafters)
+    env = TraceReplayEnv(pool_scenario, traces=pool_traces, latency=latency)
+    measured = {}
+    for drafter, k, tau in itertools.product(drafters, range(pool_traces.k_max + 1), grid):
+        if k == 0 and (tau > 0 or drafter != drafters[0]):
+            continue
+        runs = [
+            run_episode(env, StaticController(k, tau, drafter), seed=0, options={"trace_index": i})
+            for i in range(len(pool_traces))
+        ]
+        measured[(k, tau, drafter)] = sum(r.tokens for r in runs) / sum(r.seconds for r in runs)
+    assert bound.table == pytest.approx(measured)
+    assert (bound.k, bound.tau, bound.drafter) == max(measured, key=measured.get)
+    draft_only = best_static(pool_traces, latency, grid)
+    assert bound.tokens_per_s >= draft_only.tokens_per_s
+    pooled = clairvoyant_bound(pool_traces, latency, drafters=drafters)
+    assert pooled.tokens_per_s >= bound.tokens_per_s
+    assert pooled.tokens_per_s >= clairvoyant_bound(pool_traces, latency).tokens_per_s
+
+
+def test_no_controller_beats_the_clairvoyant_pool(pool_scenario, pool_traces, latency):
+    env = TraceReplayEnv(pool_scenario, traces=pool_traces, latency=latency)
+    window = int(pool_traces.meta["context_window"])
+    rng = np.random.default_rng(4)
+
+    class Random:
+        def reset(self):
+            pass
+
+        def act(self, observation):
+            return pool_actions(rng, 1)[0]
+
+        def observe(self, result):
+            pass
+
+    for index, trace in enumerate(pool_traces.traces):
+        accepts = realisations(trace, 1, 10 + index, POOL)[0]
+        bound = clairvoyant(trace, accepts, env.latency, pool_traces.k_max, window, POOL)
+        for controller in (Random(), StaticController(4, 0.0, "ngram"), StaticController(2, 0.0, "cascade")):
+            summary = run_episode(env, controller, seed=10 + index, options={"trace_index": index})
+            assert summary.tokens == bound.tokens and summary.seconds >= bound.seconds - 1e-12
+
+
+def test_the_drafter_index_is_checked():
+    tau = (0.0, 0.5)
+    pool = ("draft", "ngram")
+    assert to_engine_action(np.array([3, 1, 1]), 8, tau, drafters=pool).drafter == "ngram"
+    assert to_engine_action(np.array([3, 1, 0, 1]), 8, tau, (None, None), pool).drafter == "ngram"
+    for bad in (np.array([3, 1, 2]), np.array([3, 1]), np.array([3, 1, 0, 0, 1])):
+        with pytest.raises(InvalidActionError, match="drafter_index"):
+            to_engine_action(bad, 8, tau, drafters=pool)
+    with pytest.raises(InvalidActionError, match="not offered here"):
+        to_engine_action(StaticController(2, 0.0, "cascade").act(None), 8, tau, drafters=pool)
+    with pytest.raises(ScenarioError, match="unknown drafter"):
+        Scenario.from_dict({"drafters": ["draft", "medusa"]})
+    with pytest.raises(ScenarioError, match="distinct"):
+        Scenario.from_dict({"drafters": ["ngram", "ngram"]})
