@@ -25,7 +25,7 @@ from specrl.envs.scenario import SPLITS
 from specrl.traces.cache import DEFAULT_PROMPTS_PER_DOMAIN, cache_key, cache_parts, trace_dirs
 
 # Scenarios whose traces are the union of others' (same prompts, same settings): not recorded twice.
-JOINED = {"mixed", "mixed_t1"}
+JOINED = {"mixed", "mixed_t1", "mixed_pool"}
 
 
 def main() -> None:

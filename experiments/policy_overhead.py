@@ -11,8 +11,12 @@ Two measurements, one run:
    ``--warmup`` untimed calls; the median is the cost of one decision without cache effects of
    the models in between.
 
+For a policy over a drafter pool that offers the n-gram lookup, the ``lookup_available`` feature
+(a lookup over the text before each decision, :meth:`Generation.lookup_available`) is timed too
+and counted in the decision: it is work the policy makes the loop do.
+
 The share of an iteration is the median, over iterations, of the step decision plus that
-step's stop-rule calls, over the mean iteration time.
+step's stop-rule calls (plus its lookup feature), over the mean iteration time.
 Writes JSON (``--json``) and a markdown table (``--markdown``) and prints the table.
 
 Run from the repository root:
@@ -35,6 +39,7 @@ import numpy as np
 
 import specrl
 from specrl.controllers import LearnedController
+from specrl.engine.generation import Generation
 from specrl.engine.types import Action, StepResult, StopRule
 from specrl.export import PolicyError
 from specrl.io import write_text_atomic
@@ -64,8 +69,10 @@ class TimedController:
         self.controller = controller
         self.act_ns: list[int] = []
         self.stop_ns: list[int] = []
+        self.lookup_ns: list[int] = []  # the lookup feature before each decision (pool policies)
         self.observations: list[np.ndarray] = []
         self._timed: dict[int, Action] = {}  # id of the policy's action -> the same action, timed
+        self.drafters = controller.drafters  # the decoder builds the features of these drafters
 
     def reset(self) -> None:
         self.controller.reset()
@@ -81,7 +88,7 @@ class TimedController:
         timed = self._timed.get(id(action))
         if timed is None:  # the policy's actions are a fixed table: wrap each once
             timed = self._timed[id(action)] = Action(
-                action.k, action.tau, TimedRule(action.stop, self.stop_ns)
+                action.k, action.tau, TimedRule(action.stop, self.stop_ns), drafter=action.drafter
             )
         return timed
 
@@ -121,6 +128,19 @@ def held_out_prompts(pair: specrl.ModelPair, per_domain: int) -> list[str]:
     return prompts or [FALLBACK_PROMPT]
 
 
+def timed_lookups(timed: TimedController) -> None:
+    """Time every lookup feature the decoder computes (``Generation.lookup_available``)."""
+    untimed = Generation.lookup_available
+
+    def lookup_available(generation: Generation) -> int:
+        start = time.perf_counter_ns()
+        available = untimed(generation)
+        timed.lookup_ns.append(time.perf_counter_ns() - start)
+        return available
+
+    Generation.lookup_available = lookup_available
+
+
 def decode(pair: specrl.ModelPair, timed: TimedController, args: argparse.Namespace) -> dict[str, float]:
     """Decode the prompts with the timed policy (one untimed warm-up generation first)."""
     decoder = specrl.SpeculativeDecoder(pair, timed)
@@ -129,6 +149,7 @@ def decode(pair: specrl.ModelPair, timed: TimedController, args: argparse.Namesp
     decoder.generate(prompts[0], **options)  # warm-up: allocator, kernels, the exported program
     timed.act_ns.clear()
     timed.stop_ns.clear()
+    timed.lookup_ns.clear()
     timed.observations.clear()
     steps = tokens = 0
     decode_seconds = 0.0
@@ -177,7 +198,8 @@ def markdown(result: dict[str, Any]) -> str:
             "per-token stop calls of a step, median / mean",
             f"{result['stop_us_median']:.1f} / {result['stop_us_mean']:.1f} µs",
         ),
-        ("both, median per iteration", f"{result['decision_us_median']:.1f} µs"),
+        ("lookup feature of a step, median", f"{result['lookup_us_median']:.1f} µs"),
+        ("all of it, median per iteration", f"{result['decision_us_median']:.1f} µs"),
         ("mean iteration (draft + verify)", f"{result['mean_iteration_ms']:.3f} ms"),
         ("decision / iteration", f"{100 * result['share_of_iteration']:.2f} %"),
     ]
@@ -201,10 +223,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"warning: {warning}", file=sys.stderr)
 
     timed = TimedController(controller)
+    timed_lookups(timed)
     decoded = decode(pair, timed, args)
     in_decode_us = np.median(timed.act_ns) / 1e3
     stop_us = np.asarray(timed.stop_ns) / 1e3
-    decision_us = np.median(np.asarray(timed.act_ns) / 1e3 + stop_us)
+    # one lookup before each decision (and one after the last step of each generation)
+    lookup_us = np.zeros(len(stop_us))
+    if timed.lookup_ns:
+        lookup_us = np.asarray(timed.lookup_ns[: len(stop_us)]) / 1e3
+    decision_us = np.median(np.asarray(timed.act_ns) / 1e3 + stop_us + lookup_us)
     alone_us = time_alone(controller, timed.observations, args.calls, args.warmup) / 1e3
     result = {
         "policy": args.policy,
@@ -217,6 +244,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "in_decode_us_median": float(in_decode_us),
         "stop_us_median": float(np.median(stop_us)),
         "stop_us_mean": float(np.mean(stop_us)),
+        "lookup_us_median": float(np.median(lookup_us)),
         "decision_us_median": float(decision_us),
         **decoded,
         # the step decision and the per-token stop calls together, per iteration

@@ -164,6 +164,17 @@ SECTIONS = (
         "results/notes/drafters.md",
     ),
     Section(
+        "The drafter pool: a learned policy that picks the drafter",
+        "PPO trained on the mixed pool scenario (code, prose, arithmetic; every drafter, the action "
+        "picks k, tau and the drafter) against every rule, the seed's pool rule and the best static "
+        "(k, tau, drafter) on test traces (simulator) and in the real loop, as train_ppo.py wrote it "
+        "next to the policy.",
+        "python experiments/train_ppo.py --scenarios mixed_pool --eval-scenarios code_pool prose_pool "
+        "math_pool --validate-scenarios mixed_pool code_pool prose_pool math_pool --no-stop --policy-name pool",
+        ("specrl/policies/pool/results.md", "specrl/policies/pool/metadata.json"),
+        "results/notes/pool_policy.md",
+    ),
+    Section(
         "Decoding benchmark",
         "Plain, static, TCP and Hugging Face assisted decoding on the default pair, and forward costs.",
         "python experiments/bench_decode.py --prompts-per-domain 2 --max-new-tokens 128 --repeats 3",

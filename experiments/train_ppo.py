@@ -47,9 +47,10 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 from tqdm.auto import tqdm
 
-from specrl.controllers import HFHeuristicController, StaticController, TCPController
+from specrl.controllers import HFHeuristicController, PoolRuleController, StaticController, TCPController
 from specrl.controllers.learned import LearnedController
 from specrl.controllers.stop_rules import AcceptancePredictor, AdaEDLController, SpecDecPPController
+from specrl.engine.types import DEFAULT_DRAFTER
 from specrl.envs import ScenarioError, SpecDecodeEnv, VecTraceReplay, cached_traces, load_scenario
 from specrl.evaluation.compare import by_player, compare, env_players, paired_ratios, tokens_per_s
 from specrl.export import export_policy, verify_parity
@@ -215,10 +216,10 @@ def main() -> None:
     # 1. The pair, its latency on this machine, the traces.
     scenarios = load_scenarios(args.scenarios, args.preset)
     pair = scenarios[0].pair.load()
-    k_max, tau_grid = scenarios[0].k_max, tuple(scenarios[0].tau_grid)
-    if any(s.k_max != k_max or tuple(s.tau_grid) != tau_grid for s in scenarios):
-        raise SystemExit("all training scenarios must share k_max and tau_grid (one action space)")
-    latency = calibrated(pair, k_max=k_max)
+    k_max, tau_grid, drafters = scenarios[0].k_max, tuple(scenarios[0].tau_grid), scenarios[0].drafters
+    if any(s.k_max != k_max or tuple(s.tau_grid) != tau_grid or s.drafters != drafters for s in scenarios):
+        raise SystemExit("all training scenarios must share k_max, tau_grid and drafters (one action space)")
+    latency = calibrated(pair, k_max=k_max, drafters=drafters)
     print(
         f"pair {pair.name} on {pair.device}; latency model {latency.device}: target "
         f"{latency.target_seconds(1, 256) * 1e3:.2f} ms (1 token, context 256), draft "
@@ -311,7 +312,7 @@ def main() -> None:
         lambda: evaluate(policy_predict(model, venv if normalize else None)), save_best, state
     )
     callbacks = [
-        SpecdecMetrics(tau_grid, stop_grid=stop_grid),
+        SpecdecMetrics(tau_grid, stop_grid=stop_grid, drafters=drafters),
         every(budget["eval_freq"], evaluation),
         every(budget["checkpoint_freq"], save_checkpoint),
         Progress(budget["total_timesteps"], state["timesteps"]),
@@ -361,18 +362,25 @@ def main() -> None:
     compared = scenarios + [e for e in load_scenarios(args.eval_scenarios, args.preset) if e.name not in test]
     for s in compared:
         traces, repeats = test.get(s.name) or cached_traces(s, "test", pair), args.sim_repeats
-        static = best_static(traces, latency, tau_grid, count=repeats)
+        static = best_static(traces, latency, tau_grid, count=repeats, drafters=s.drafters)
+        pool_rule = {}
+        if len(s.drafters) > 1:  # the seed's pool rule, at its k tuned on validation traces
+            k = tuned_pool_k(s, pair, latency, repeats)
+            rule = PoolRuleController(s.drafters, k=k)
+            pool_rule = {"pool-rule": evaluate_controller(rule, s, traces, latency, repeats).tokens_per_s}
+            pool_rule["_pool-rule"] = {"k": k}
         rows[s.name] = {
             "plain": evaluate_controller(StaticController(0), s, traces, latency, repeats).tokens_per_s,
             "tcp": evaluate_controller(TCPController(), s, traces, latency, repeats).tokens_per_s,
             "hf-heuristic": evaluate_controller(
                 HFHeuristicController(), s, traces, latency, repeats
             ).tokens_per_s,
-            f"best static (k={static.k}, tau={static.tau})": static.tokens_per_s,
+            f"best static {static_label(static.k, static.tau, static.drafter)}": static.tokens_per_s,
             **rule_baselines(s, pair, latency, repeats, rule_predictor, traces),
+            **pool_rule,
             "ppo": evaluate_policy(predict, s, traces, latency, repeats, predictor=predictor).tokens_per_s,
-            "oracle": clairvoyant_bound(traces, latency, count=repeats).tokens_per_s,
-            "_best_static": (static.k, static.tau),
+            "oracle": clairvoyant_bound(traces, latency, count=repeats, drafters=s.drafters).tokens_per_s,
+            "_best_static": (static.k, static.tau, static.drafter),
         }
     sim_table = comparison_table(rows)
 
@@ -386,6 +394,7 @@ def main() -> None:
         tau_grid=tau_grid,
         stop_grid=stop_grid,
         predictor=predictor,
+        drafters=drafters,
         scenarios=args.scenarios,
         pair=pair.name,
         evaluation={
@@ -493,11 +502,37 @@ def policy_predict(model: PPO, normalizer: VecNormalize | None):
 REAL_RULES = (*RULES, "static")  # the controller names of the real-loop comparison
 
 
+def static_label(k: int, tau: float, drafter: str) -> str:
+    """``(k=.., tau=..)``, with the drafter when it is not the draft."""
+    return f"(k={k}, tau={tau}" + (f", {drafter})" if drafter != DEFAULT_DRAFTER else ")")
+
+
+def tuned_pool_k(scenario, pair, latency, repeats: int) -> int:
+    """The pool rule's k: the fastest of :data:`POOL_RULE_KS` on the validation traces."""
+    traces = cached_traces(scenario, "validation", pair)
+    speeds = {
+        k: evaluate_controller(PoolRuleController(scenario.drafters, k=k), scenario, traces, latency, repeats)
+        for k in POOL_RULE_KS
+    }
+    return max(speeds, key=lambda k: speeds[k].tokens_per_s)
+
+
+POOL_RULE_KS = (1, 2, 4, 6)  # as in experiments/bench_drafters.py
+
+
 def comparison_table(rows: dict[str, dict]) -> str:
     """Markdown: a row per scenario, tokens/s per controller, and PPO's ratios to TCP, to the best
     static setting in hindsight, to the best of every rule (that static setting included) and to
-    the clairvoyant oracle."""
-    names = [n for n in next(iter(rows.values())) if not n.startswith(("_", "best static")) and n != "oracle"]
+    the clairvoyant oracle. A controller a scenario has no row for (the pool rule without a pool)
+    is shown as "-"."""
+    names = list(
+        dict.fromkeys(
+            n
+            for row in rows.values()
+            for n in row
+            if not n.startswith(("_", "best static")) and n not in ("oracle", "ppo")
+        )
+    ) + ["ppo"]
     columns = [
         *names,
         "best static",
@@ -510,10 +545,9 @@ def comparison_table(rows: dict[str, dict]) -> str:
     lines = []
     for scenario, row in rows.items():
         static_name = next(n for n in row if n.startswith("best static"))
-        k, tau = row["_best_static"]
         ratios = comparison_ratios(row)
-        cells = [f"{row[n]:.1f}" for n in names] + [
-            f"{row[static_name]:.1f} (k={k}, tau={tau})",
+        cells = [f"{row[n]:.1f}" if n in row else "-" for n in names] + [
+            f"{row[static_name]:.1f} {static_label(*row['_best_static'])}",
             f"{row['oracle']:.1f}",
         ]
         cells += [f"{ratios[key]:.3f}" for key in ("tcp", "best static", "best rule", "oracle")]
@@ -532,7 +566,10 @@ def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict], pred
     controller's in the same repeat, which cancels the machine's drift between repeats. The best
     rule is the rule with the highest median."""
     learned = LearnedController.load(folder)
-    names = ["plain", *REAL_RULES, "ppo"]
+    names = ["plain", *(r for r in RULES if r != "pool-rule")]
+    if any(len(load_scenario(name).drafters) > 1 for name in args.validate_scenarios):
+        names.append("pool-rule")
+    names += ["static", "ppo"]
     lines = []
     jobs = []
     for name in args.validate_scenarios:
@@ -541,12 +578,16 @@ def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict], pred
         if name not in rows:
             modeled = scenario.with_overrides(time="modeled")
             traces = cached_traces(modeled, "test", pair)
-            static = best_static(traces, latency, scenario.tau_grid, count=args.sim_repeats)
+            static = best_static(
+                traces, latency, scenario.tau_grid, count=args.sim_repeats, drafters=scenario.drafters
+            )
             rows[name] = {
-                "_best_static": (static.k, static.tau),
+                "_best_static": (static.k, static.tau, static.drafter),
                 **rule_baselines(modeled, pair, latency, args.sim_repeats, predictor, traces),
             }
-        k, tau = rows[name]["_best_static"]
+            if len(scenario.drafters) > 1:
+                rows[name]["_pool-rule"] = {"k": tuned_pool_k(modeled, pair, latency, args.sim_repeats)}
+        k, tau, drafter = rows[name]["_best_static"]
         adaedl, specdecpp = rows[name]["_adaedl"], rows[name]["_specdec++"]
         controllers = {
             "plain": StaticController(0),
@@ -554,9 +595,11 @@ def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict], pred
             "hf-heuristic": HFHeuristicController(),
             "adaedl": AdaEDLController(k=adaedl["k"], gamma=adaedl["gamma"]),
             "specdec++": SpecDecPPController(predictor, **specdecpp),
-            "static": StaticController(k, tau),
+            "static": StaticController(k, tau, drafter),
             "ppo": learned,
         }
+        if "_pool-rule" in rows[name]:
+            controllers["pool-rule"] = PoolRuleController(scenario.drafters, k=rows[name]["_pool-rule"]["k"])
         episodes = [
             {"domain": domain, "prompt_index": index}
             for domain, weight in scenario.prompts.domains.items()
@@ -587,10 +630,10 @@ def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict], pred
         }
         median = {c: statistics.median(v) for c, v in throughput.items()}
         paired = paired_ratios(throughput, "ppo")
-        best_rule = max(REAL_RULES, key=median.__getitem__)
+        best_rule = max([r for r in REAL_RULES if r in median], key=median.__getitem__)
         static = controllers["static"].action
-        cells = [f"{median[c]:.1f}" for c in names[:-2]] + [
-            f"{median['static']:.1f} ({static.k}, {static.tau})",
+        cells = [f"{median[c]:.1f}" if c in median else "-" for c in names[:-2]] + [
+            f"{median['static']:.1f} {static_label(static.k, static.tau, static.drafter)}",
             f"{median['ppo']:.1f}",
             f"{paired['plain']:.3f}",
             f"{paired['tcp']:.3f}",
@@ -598,7 +641,7 @@ def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict], pred
             f"{paired[best_rule]:.3f} ({best_rule})",
         ]
         lines.append([name, *cells])
-    header = ["scenario", "plain", "tcp", "hf-heuristic", "adaedl", "specdec++", "best static", "PPO"]
+    header = ["scenario", *names[:-2], "best static", "PPO"]
     header += ["PPO / plain", "PPO / TCP", "PPO / best static", "PPO / best rule (which)"]
     return markdown_table(header, lines)
 

@@ -152,14 +152,20 @@ def tensorboard_writer(logger: Any):
 
 class SpecdecMetrics(BaseCallback):
     """Logs ``specdec/`` scalars of finished training episodes and histograms of k, tau and, with
-    the per-token stop dimension, the stop threshold."""
+    the per-token stop dimension, the stop threshold; with a drafter pool, the share of the
+    sampled actions that chose each drafter (``specdec/drafter_share/<name>``)."""
 
     def __init__(
-        self, tau_grid: Sequence[float], histogram_every: int = 20, stop_grid: Sequence[float] | None = None
+        self,
+        tau_grid: Sequence[float],
+        histogram_every: int = 20,
+        stop_grid: Sequence[float] | None = None,
+        drafters: Sequence[str] = ("draft",),
     ) -> None:
         super().__init__()
         self.tau_grid = np.asarray(tau_grid)
         self.stop_grid = None if stop_grid is None else np.asarray(stop_grid)
+        self.drafters = tuple(drafters)
         self.histogram_every = histogram_every
         self.episodes: list[dict[str, Any]] = []
         self.actions: list[np.ndarray] = []
@@ -199,8 +205,12 @@ class SpecdecMetrics(BaseCallback):
             actions = np.concatenate(self.actions)
             writer.add_histogram("specdec/k", actions[:, 0], self.num_timesteps)
             writer.add_histogram("specdec/tau", self.tau_grid[actions[:, 1]], self.num_timesteps)
-            if self.stop_grid is not None and actions.shape[1] == 3:
+            if self.stop_grid is not None and actions.shape[1] >= 3:
                 writer.add_histogram("specdec/stop", self.stop_grid[actions[:, 2]], self.num_timesteps)
+            if len(self.drafters) > 1:  # the last index picks the drafter: the share of each
+                shares = np.bincount(actions[:, -1], minlength=len(self.drafters)) / len(actions)
+                for name, share in zip(self.drafters, shares, strict=True):
+                    writer.add_scalar(f"specdec/drafter_share/{name}", share, self.num_timesteps)
             self.actions = []
 
 
@@ -305,7 +315,7 @@ def save_state(path: Path, state: dict[str, Any]) -> None:
 
 
 # with the best static setting in hindsight: the rules a policy must beat
-RULES = ("tcp", "hf-heuristic", "adaedl", "specdec++")
+RULES = ("tcp", "hf-heuristic", "adaedl", "specdec++", "pool-rule")  # the pool rule: pool scenarios only
 
 
 def comparison_ratios(row: dict[str, float]) -> dict[str, float]:

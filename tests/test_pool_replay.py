@@ -305,3 +305,70 @@ def test_the_drafter_index_is_checked():
         Scenario.from_dict({"drafters": ["draft", "medusa"]})
     with pytest.raises(ScenarioError, match="distinct"):
         Scenario.from_dict({"drafters": ["ngram", "ngram"]})
+
+
+def test_a_pool_policy_exports_loads_and_chooses_drafters_online(
+    tmp_path, close_pool_pair, pool_scenario, pool_traces, latency
+):
+    import torch
+    from conftest import prompts, reference_greedy
+    from stable_baselines3 import PPO
+
+    import specrl
+    from specrl.controllers import LearnedController
+    from specrl.export import export_policy, verify_parity
+    from specrl.features import N_FEATURES
+
+    vec = VecTraceReplay(pool_scenario, pool_traces, latency, num_envs=4, seed=0)
+    model = PPO("MlpPolicy", vec, n_steps=32, batch_size=64, n_epochs=1, seed=0, device="cpu")
+    model.learn(128)
+    with torch.no_grad():  # SB3's head starts near-uniform: re-draw it so the drafters vary
+        weight = model.policy.action_net.weight
+        weight.copy_(torch.randn(weight.shape, generator=torch.Generator().manual_seed(0)) * 5)
+    folder = tmp_path / "pool"
+    common = dict(k_max=8, tau_grid=pool_scenario.tau_grid, scenarios=["words"], pair=close_pool_pair.name)
+    with pytest.raises(Exception, match="drafters"):
+        export_policy(model, folder, **common)  # the model has a drafter dimension
+    export_policy(model, folder, drafters=POOL, **common)
+    metadata = json.loads((folder / "metadata.json").read_text())
+    assert metadata["action"]["layout"] == ["k", "tau_index", "drafter_index"]
+    assert metadata["action"]["drafters"] == list(POOL) and metadata["feature_version"] == 2
+    observations = np.random.default_rng(0).random((500, N_FEATURES), dtype=np.float32)
+    verify_parity(model, folder, observations)
+    controller = LearnedController.load(folder)
+    assert controller.drafters == POOL and controller.n_features == N_FEATURES
+    actions = controller.policy.predict(observations)
+    assert len(set(actions[:, 2])) > 2
+    for observation, (k, tau_index, drafter_index) in zip(observations[:50], actions[:50], strict=True):
+        action = controller.act(observation)
+        assert (action.k, action.tau, action.drafter) == (
+            k,
+            pool_scenario.tau_grid[tau_index],
+            POOL[drafter_index],
+        )
+    # online: the greedy output is still the target's
+    prompt = prompts(1, close_pool_pair.vocab_size, seed=3)[0]
+    out = specrl.SpeculativeDecoder(close_pool_pair, controller).generate(
+        prompt, max_new_tokens=24, stop_at_eos=False
+    )
+    assert out.token_ids == reference_greedy(close_pool_pair.target, prompt, 24)
+    assert {step.drafter for step in out.steps} <= set(POOL)  # switching is tested in test_drafters
+
+
+def test_a_policy_of_feature_version_1_reads_its_prefix():
+    from specrl.controllers import LearnedController
+    from specrl.features import FEATURE_COUNTS, N_FEATURES
+
+    controller = LearnedController.load("default")  # shipped before the drafter pool
+    assert controller.policy.metadata["feature_version"] == 1 and controller.n_features == FEATURE_COUNTS[1]
+    assert controller.drafters == ("draft",)
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        observation = rng.random(N_FEATURES, dtype=np.float32)
+        changed = observation.copy()
+        changed[FEATURE_COUNTS[1] :] = rng.random(N_FEATURES - FEATURE_COUNTS[1])
+        assert controller.act(observation) == controller.act(changed)  # the pool features are not read
+        ((k, tau_index, *_),) = controller.policy.predict(observation[None, : FEATURE_COUNTS[1]])
+        assert controller.act(observation).k == k
+    with pytest.raises(ValueError, match="observation"):
+        controller.act(np.zeros(FEATURE_COUNTS[1], dtype=np.float32))

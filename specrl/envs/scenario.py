@@ -70,7 +70,6 @@ from specrl.engine.drafters.pool import DRAFTERS
 from specrl.engine.sampling import SamplingConfig
 from specrl.latency import CostModel, LatencyModel, device_key
 from specrl.latency.calibrate import cached_calibration
-from specrl.latency.drafters import measure_drafter_costs, with_drafter_costs
 from specrl.models import ModelPair, default_device, default_dtype, load_pair
 from specrl.zoo.corpus import SPLITS
 
@@ -307,17 +306,14 @@ class Scenario:
             return LatencyModel.from_cost_model(self.cost_model, pair=pair.name, device=device, dtype=dtype)
         if self.latency == "calibrated":
             model = cached_calibration(pair, k_max=self.k_max)
-            if model is None:
-                why = f"calibrate its latency model (none cached at {specrl.latency.latency_path(pair)})"
+            priced = {"draft"} | set(model.drafter_costs if model is not None else ())
+            unpriced = [d for d in self.drafters if d not in priced]
+            if model is None or unpriced:  # measured once, then cached
+                what = "its latency model" if model is None else f"the drafters {unpriced}"
+                why = f"calibrate {what} (not in {specrl.latency.latency_path(pair)})"
                 model = specrl.latency.calibrated(
-                    loaded_pair(pair, why), k_max=self.k_max, progress=progress, recalibrate=True
+                    loaded_pair(pair, why), k_max=self.k_max, progress=progress, drafters=self.drafters
                 )
-            unpriced = [d for d in self.drafters if d != "draft" and d not in model.drafter_costs]
-            if unpriced:  # measured once, then kept in the cached file
-                why = f"price the drafters {unpriced} in its loop"
-                costs = measure_drafter_costs(loaded_pair(pair, why), unpriced, progress=progress)
-                model = with_drafter_costs(model, costs)
-                model.save(specrl.latency.latency_path(pair))
             return model.for_sampling(self.sampling)
         model = LatencyModel.load(self.latency).for_sampling(self.sampling)
         unpriced = [d for d in self.drafters if d != "draft" and d not in model.drafter_costs]

@@ -7,8 +7,11 @@ use; the cache lives at :func:`~specrl.latency.store.latency_path`.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
+from specrl.engine.types import DEFAULT_DRAFTER
+from specrl.latency.drafters import measure_drafter_costs, with_drafter_costs
 from specrl.latency.fileformat import LatencyError
 from specrl.latency.fit import learn
 from specrl.latency.model import LatencyModel
@@ -44,23 +47,28 @@ def calibrated(
     recalibrate: bool = False,
     progress: bool = True,
     method: str = "loop",
+    drafters: Sequence[str] = (),
 ) -> LatencyModel:
     """The pair's latency model on its device (greedy view): the cached file
     (:func:`latency_path`), or a fresh one saved there when it is missing, covers fewer than
     k_max + 1 new tokens, is unreadable (another format version included: a warning says so),
     or ``recalibrate`` is set. ``method`` "loop" (default) learns from the loop
-    (:func:`learn`), "profile" profiles forwards in isolation (:func:`profile`)."""
+    (:func:`learn`), "profile" profiles forwards in isolation (:func:`profile`). Every drafter
+    of ``drafters`` the model has no price for is priced in the loop
+    (:func:`~specrl.latency.drafters.measure_drafter_costs`) and the file saved again."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if not recalibrate:
-        model = cached_calibration(pair, k_max=k_max, method=method)
-        if model is not None:
-            return model
     path = latency_path(pair, method)
-    model = (
-        learn(pair, k_max=k_max, progress=progress)
-        if method == "loop"
-        else profile(pair, k_max=k_max, progress=progress)
-    )
-    model.save(path)
+    model = None if recalibrate else cached_calibration(pair, k_max=k_max, method=method)
+    if model is None:
+        model = (
+            learn(pair, k_max=k_max, progress=progress)
+            if method == "loop"
+            else profile(pair, k_max=k_max, progress=progress)
+        )
+        model.save(path)
+    unpriced = [d for d in drafters if d != DEFAULT_DRAFTER and d not in model.drafter_costs]
+    if unpriced:
+        model = with_drafter_costs(model, measure_drafter_costs(pair, unpriced, progress=progress))
+        model.save(path)
     return model
