@@ -170,8 +170,15 @@ SECTIONS = (
         "(k, tau, drafter) on test traces (simulator) and in the real loop, as train_ppo.py wrote it "
         "next to the policy.",
         "python experiments/train_ppo.py --scenarios mixed_pool --eval-scenarios code_pool prose_pool "
-        "math_pool --validate-scenarios mixed_pool code_pool prose_pool math_pool --no-stop --policy-name pool",
-        ("specrl/policies/pool/results.md", "specrl/policies/pool/metadata.json"),
+        "math_pool --validate-scenarios mixed_pool code_pool prose_pool math_pool --no-stop "
+        "--policy-name pool; "
+        "python experiments/policy_overhead.py specrl/policies/pool --calls 5000 --warmup 500 "
+        "--json results/pool/policy_overhead.json --markdown results/pool/policy_overhead.md",
+        (
+            "specrl/policies/pool/results.md",
+            "results/pool/policy_overhead.md",
+            "specrl/policies/pool/metadata.json",
+        ),
         "results/notes/pool_policy.md",
     ),
     Section(

@@ -10,6 +10,7 @@ The output is exact for sampling as for greedy decoding.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -30,13 +31,21 @@ class NGramDrafter:
 
     def match_start(self, sequence: torch.Tensor) -> int | None:
         """(L,) -> where the text that followed the latest earlier match of the longest matching
-        tail starts (the lookup proposes from there), or None without a match."""
+        tail starts (the lookup proposes from there), or None without a match.
+
+        A window starting at i matches when sequence[i + j] == sequence[L - n + j] for j < n, and
+        it must end before the last token (i < L - n). On CPU the comparison runs in numpy on the
+        tensor's own memory: a policy asks this before every step (``lookup_available``), and
+        numpy does it in a fraction of torch's per-op overhead."""
         length = sequence.shape[0]
+        tokens = sequence.numpy() if sequence.device.type == "cpu" else sequence
         for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
-            windows = sequence[: length - 1].unfold(0, n, 1)  # windows ending before the last token
-            hits = (windows == sequence[length - n :]).all(-1).nonzero()
-            if hits.numel():
-                return int(hits[-1]) + n  # the latest occurrence; what followed it
+            hits = tokens[: length - n] == tokens[length - n]
+            for j in range(1, n):
+                hits = hits & (tokens[j : length - n + j] == tokens[length - n + j])
+            found = hits.nonzero()[0] if isinstance(hits, np.ndarray) else hits.nonzero()[:, 0]
+            if len(found):
+                return int(found[-1]) + n  # the latest occurrence; what followed it
         return None
 
     def lookup(self, sequence: torch.Tensor, k: int) -> torch.Tensor:
