@@ -297,3 +297,17 @@ def step_and_check_rollback(
             torch.testing.assert_close(step_logits, full, atol=1e-4, rtol=1e-4, msg=lambda m: f"{label}: {m}")
         assert generation.target.length == tokens.shape[1] - 1
     return generation, outcomes
+
+
+def step_outcome(result) -> tuple:
+    """What a replayed step must share with the real one (greedy): counts, tokens, cuts, drafter."""
+    return (
+        result.action.drafter,
+        result.k,
+        result.proposed,
+        result.accepted,
+        result.emitted,
+        result.stopped_by_tau,
+        result.tokens,
+        result.draft_forwards,
+    )

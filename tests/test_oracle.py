@@ -59,7 +59,7 @@ def brute_force(segment: Segment, accepts: list[bool], latency, k_max: int) -> f
 def test_the_dp_equals_brute_force_on_hand_made_segments(latency, pattern):
     accepts = [bool(a) for a in pattern]
     segment = hand_segment(accepts)
-    bound = clairvoyant(Trace("x", 0, 0, [segment]), [accepts], latency, 3, 1024)
+    bound = clairvoyant(Trace("x", 0, 0, [segment]), [{"draft": accepts}], latency, 3, 1024)
     assert bound.tokens == 6
     assert bound.seconds == pytest.approx(brute_force(segment, accepts, latency, 3))
 

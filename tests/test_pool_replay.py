@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import scenario
+from conftest import scenario, step_outcome
 
 from specrl.controllers import StaticController
 from specrl.engine.drafters import DRAFTERS
@@ -43,19 +43,6 @@ def pool_traces(close_pool_pair, pool_scenario) -> TraceSet:
 
 def pool_actions(rng: np.random.Generator, n: int) -> list[np.ndarray]:
     return [np.array([rng.integers(0, 9), rng.integers(0, 10), rng.integers(0, len(POOL))]) for _ in range(n)]
-
-
-def outcome(result) -> tuple:
-    return (
-        result.action.drafter,
-        result.k,
-        result.proposed,
-        result.accepted,
-        result.emitted,
-        result.stopped_by_tau,
-        result.tokens,
-        result.draft_forwards,
-    )
 
 
 def test_pool_traces_store_each_drafter_and_its_lookups(pool_traces):
@@ -100,7 +87,7 @@ def test_greedy_pool_replay_equals_the_real_env_step_by_step(
             real_observation, real_reward, done, _, real_info = real.step(action)
             sim_observation, sim_reward, sim_done, _, sim_info = sim.step(action)
             result = sim_info["step_result"]
-            assert outcome(result) == outcome(real_info["step_result"])
+            assert step_outcome(result) == step_outcome(real_info["step_result"])
             assert result.confidences == pytest.approx(real_info["step_result"].confidences, abs=1e-5)
             assert result.acceptance_probs == pytest.approx(
                 real_info["step_result"].acceptance_probs, abs=1e-5

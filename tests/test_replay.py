@@ -8,7 +8,7 @@ import json
 import gymnasium
 import numpy as np
 import pytest
-from conftest import scenario
+from conftest import scenario, step_outcome
 from gymnasium.utils.env_checker import check_env as gymnasium_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
@@ -27,18 +27,6 @@ from specrl.traces import TRACE_FORMAT_VERSION, TraceError, TraceSet
 
 def random_actions(rng: np.random.Generator, n: int, k_max: int = 8, n_tau: int = 10) -> list[np.ndarray]:
     return [np.array([rng.integers(0, k_max + 1), rng.integers(0, n_tau)]) for _ in range(n)]
-
-
-def outcome(result) -> tuple:
-    return (
-        result.k,
-        result.proposed,
-        result.accepted,
-        result.emitted,
-        result.stopped_by_tau,
-        result.tokens,
-        result.draft_forwards,
-    )
 
 
 def test_traces_have_partial_acceptance_and_both_segments(greedy_traces):
@@ -65,7 +53,7 @@ def test_greedy_replay_equals_the_real_env_step_by_step(close_pair, shifted, gre
             action = random_actions(rng, 1)[0]
             real_observation, real_reward, done, _, real_info = real.step(action)
             sim_observation, sim_reward, sim_done, _, sim_info = sim.step(action)
-            assert outcome(sim_info["step_result"]) == outcome(real_info["step_result"])
+            assert step_outcome(sim_info["step_result"]) == step_outcome(real_info["step_result"])
             assert sim_info["step_result"].confidences == pytest.approx(
                 real_info["step_result"].confidences, abs=1e-5
             )
@@ -96,7 +84,7 @@ def test_long_greedy_replay_equals_the_real_env_with_every_feature_window_full(
             action = np.array([rng.integers(1, 3), rng.integers(0, 2)])
             real_observation, real_reward, done, _, real_info = real.step(action)
             sim_observation, sim_reward, sim_done, _, sim_info = sim.step(action)
-            assert outcome(sim_info["step_result"]) == outcome(real_info["step_result"])
+            assert step_outcome(sim_info["step_result"]) == step_outcome(real_info["step_result"])
             np.testing.assert_allclose(sim_observation, real_observation, atol=1e-5)
             assert sim_reward == pytest.approx(real_reward) and sim_done == done
         tracker = sim.features

@@ -125,7 +125,7 @@ def drafter_fields(drafter: str) -> dict[str, tuple[str, int]]:
 
 @dataclass
 class ModelFields:
-    """A model drafter's position fields (the module doc); a :class:`Segment` is the draft's."""
+    """A model drafter's position fields (the module doc); a :class:`Segment` holds the draft's."""
 
     confidence: list[float]
     entropy: list[float]
@@ -151,22 +151,16 @@ def make_fields(drafter: str, values: dict[str, list]) -> ModelFields | LookupFi
 
 
 @dataclass
-class Segment:
+class Segment(ModelFields):
     """One segment of a trace (an episode has one, or one per domain shift), as Python lists
-    for fast scalar replay. Position j generates token j of the segment."""
+    for fast scalar replay. Position j generates token j of the segment. Its own model fields
+    are the draft's; ``others`` holds every other drafter's."""
 
     prompt_length: int  # context length when the segment starts
     budget: int  # the engine generation's max_new_tokens
     end: int  # tokens the segment emits (EOS included)
     eos: bool  # ended by EOS (else by its budget or the context window)
     tokens: list[int]
-    confidence: list[float]
-    entropy: list[float]
-    accept_prob: list[float]
-    accepted_ap: list[float]
-    off_confidence: list[list[float]]
-    off_entropy: list[list[float]]
-    off_ap: list[list[float]]
     others: dict[str, ModelFields | LookupFields] = field(default_factory=dict)  # drafters but the draft
 
     def fields(self, drafter: str) -> Segment | ModelFields | LookupFields:
