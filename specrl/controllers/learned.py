@@ -197,7 +197,7 @@ class NumpyPolicy:
         return twin
 
     def __call__(self, observation: Any) -> list[int] | None:
-        """Action indices of one (19,) observation, or None near a tie (ask the program)."""
+        """Action indices of one observation of the policy's width, or None near a tie (ask the program)."""
         x = np.asarray(observation, dtype=np.float32)
         if self.mean is not None:
             x = np.clip((x.astype(np.float64) - self.mean) / self.std, -self.clip, self.clip).astype(

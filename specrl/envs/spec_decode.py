@@ -51,12 +51,13 @@ class SpecDecodeEnv(gym.Env):
     plain target step) and tau = ``tau_grid[tau_index]``. Defaults: k_max = 8 and
     tau_grid = (0.0, 0.1, ..., 0.9); both set by the scenario. ``step`` also accepts a
     :class:`specrl.Action` with ``k <= k_max`` and any tau in [0, 1], so that baseline
-    controllers with continuous thresholds run unquantised. Anything else raises
-    :class:`InvalidActionError`.
+    controllers with continuous thresholds run unquantised. A scenario with several ``drafters``
+    adds a last dimension, the drafter index (``[k, tau_index, drafter_index]``). Anything else
+    raises :class:`InvalidActionError`.
 
     ## Observation Space
 
-    ``Box(0, 1, (19,), float32)``: the feature vector of :mod:`specrl.features`
+    ``Box(0, 1, (32,), float32)``: the feature vector of :mod:`specrl.features`
     (``FEATURE_NAMES``, ``FEATURE_VERSION``), the same one ``SpeculativeDecoder`` gives online
     controllers: acceptance rates over short and long windows, the last step's proposed /
     accepted / k / tau, draft confidence statistics, the draft/verify cost ratio, context
@@ -117,7 +118,8 @@ class SpecDecodeEnv(gym.Env):
 
     ## Version History
 
-    - v0: initial version (observation features version 1).
+    - v0: initial version (observation features version 1); the drafter index and features
+      version 2 (32 features) came with the drafter pool, same id.
     """
 
     metadata = {"render_modes": []}

@@ -54,13 +54,14 @@ class TraceReplayEnv(gym.Env):
     ## Action Space
 
     ``MultiDiscrete([k_max + 1, len(tau_grid)])`` as in ``SpecDecodeEnv``, with a third dimension
-    ``len(stop_grid)`` (the per-token stop threshold) when an acceptance ``predictor`` is given (also
+    ``len(stop_grid)`` (the per-token stop threshold) when an acceptance ``predictor`` is given, and
+    a last one ``len(drafters)`` (the drafter index) when the scenario offers several drafters (also
     a :class:`specrl.Action`); invalid actions raise :class:`InvalidActionError`.
 
     ## Observation Space
 
-    ``Box(0, 1, (19,), float32)``: the features of :mod:`specrl.features`, computed by the same
-    :class:`FeatureTracker` from the replayed step results.
+    ``Box(0, 1, (32,), float32)``: the features of :mod:`specrl.features`, computed by the same
+    :class:`FeatureTracker` from the replayed step results (the lookup feature from the trace).
 
     ## Rewards
 
@@ -99,7 +100,8 @@ class TraceReplayEnv(gym.Env):
 
     ## Version History
 
-    - v0: initial version (observation features version 1, trace format version 1).
+    - v0: initial version (observation features version 1, trace format version 1); the drafter
+      index and features version 2 (32 features) came with the drafter pool, same id.
     """
 
     metadata = {"render_modes": []}

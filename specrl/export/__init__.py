@@ -2,7 +2,7 @@
 
 A policy folder (``policies/<name>/``) describes itself::
 
-    policy.pt2        torch.export program: observations (B, 19) float32 -> actions (B, 2) int64
+    policy.pt2        torch.export program: observations (B, F) float32 -> actions (B, D) int64
                       [k, tau_index], or (B, 3) [k, tau_index, stop_index] for a policy that also
                       sets the per-token stop rule, the deterministic action (argmax per dimension),
                       with the VecNormalize observation statistics baked in when training used them;

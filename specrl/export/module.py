@@ -70,7 +70,7 @@ class PolicyModule(nn.Module):
         self.clip = float(clip)
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        """(B, 19) float32 observations -> (B, D) int64 ``[k, tau_index(, stop_index)]``."""
+        """(B, F) float32 observations -> (B, D) int64 ``[k, tau_index(, stop_index)(, drafter_index)]``."""
         x = observations
         if self.normalize:
             x = ((x.to(torch.float64) - self.mean) / self.std).clamp(-self.clip, self.clip).to(torch.float32)
@@ -122,7 +122,7 @@ def build_module(model: PPO, obs_normalizer: VecNormalize | None = None) -> Poli
             f"only the MlpPolicy's FlattenExtractor can be exported, got "
             f"{type(policy.pi_features_extractor).__name__}; train with policy='MlpPolicy'"
         )
-    # FlattenExtractor on (B, 19) observations is the identity, so it is left out.
+    # FlattenExtractor on (B, F) observations is the identity, so it is left out.
     policy_net = copy.deepcopy(policy.mlp_extractor.policy_net).cpu().float()
     action_net = _fresh_linear(policy.action_net).cpu().float()
     sizes = [int(n) for n in policy.action_space.nvec]
@@ -132,7 +132,7 @@ def build_module(model: PPO, obs_normalizer: VecNormalize | None = None) -> Poli
 
 
 def export_program(module: nn.Module) -> torch.export.ExportedProgram:
-    """``module`` as a ``torch.export`` program over (B, 19) float32 observations, B dynamic."""
+    """``module`` as a ``torch.export`` program over (B, F) float32 observations, B dynamic."""
     batch = torch.export.Dim("batch")
     example = torch.zeros(2, module.n_features)  # a batch of 1 would be specialised; 2 is traced as B
     return torch.export.export(module, (example,), dynamic_shapes=({0: batch},))

@@ -14,7 +14,7 @@ OUTPUT_NAME = "action"
 
 
 def write_onnx(module: nn.Module, path: Path) -> None:
-    """Write ``module`` as ONNX (input "observation" (B, 19), output "action" (B, D)) and check it."""
+    """Write ``module`` as ONNX (input "observation" (B, F), output "action" (B, D)) and check it."""
     import onnx
 
     # torch's default (dynamo) exporter needs onnxscript, which specrl does not depend on; the

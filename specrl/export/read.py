@@ -40,7 +40,7 @@ class ExportedPolicy:
 
     Attributes:
         folder: where it was loaded from.
-        module: the program as a callable module, (B, 19) float32 -> (B, D) int64
+        module: the program as a callable module, (B, F) float32 -> (B, D) int64
             ``[k, tau_index(, stop_index)]``; its state dict holds the weights and statistics.
         metadata: the parsed ``metadata.json``.
         k_max: the largest k the policy picks.
@@ -67,7 +67,7 @@ class ExportedPolicy:
     n_features: int = FEATURE_COUNTS[FEATURE_VERSION]
 
     def predict(self, observations: np.ndarray) -> np.ndarray:
-        """Deterministic actions of a batch: (B, 19) observations -> (B, D) int64 actions."""
+        """Deterministic actions of a batch: (B, F) observations -> (B, D) int64 actions."""
         with torch.inference_mode():
             return self.module(torch.as_tensor(np.asarray(observations, dtype=np.float32))).numpy()
 
@@ -248,9 +248,10 @@ def load_policy(folder: str | Path) -> ExportedPolicy:
 
     Checks, in order: the folder and ``metadata.json`` exist and parse; the format version is
     this specrl's (a TorchScript folder of version 1 is refused with the upgrade command); the
-    feature version and names equal this specrl's; the action mapping is valid; every file listed
-    in the metadata matches its sha256 (``policy.pt2`` must be there); the ``torch.export``
-    program loads and maps (B, 19) float32 to (B, D) int64 actions within the mapping.
+    feature version is one this specrl computes, with its names; the action mapping is valid; every
+    file listed in the metadata matches its sha256 (``policy.pt2`` must be there); the
+    ``torch.export`` program loads and maps (B, F) float32 (F: its feature version's count) to
+    (B, D) int64 actions within the mapping.
 
     Raises:
         PolicyError: naming the file at fault and the fix.
