@@ -47,7 +47,7 @@ def replay_step(
     ``drafter`` proposing.
 
     ``accepts[j]`` is the realised acceptance of a proposal of ``drafter`` at position j
-    (:func:`realise_acceptance`): greedy, whether the drafter's argmax is the target's token;
+    (:func:`segment_acceptance`): greedy, whether the drafter's argmax is the target's token;
     sampled, one Bernoulli(accept_prob[j]) draw per position, made when the episode starts (each
     position is proposed at most once, so one draw per position has the law of the real loop's
     draws). The n-gram lookup needs none: its proposal is accepted iff it is the trace's token.
@@ -112,7 +112,7 @@ def _replay_lookup(
     )
 
 
-def realise_acceptance(
+def segment_acceptance(
     segment: Segment, drafters: tuple[str, ...], uniforms: list[float]
 ) -> dict[str, list[bool]]:
     """Per drafter of ``drafters``, whether its proposal at each position of ``segment`` is

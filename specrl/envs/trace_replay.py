@@ -13,8 +13,7 @@ from specrl.controllers.stop_rules import AcceptancePredictor, stop_rule_table
 from specrl.engine.types import StepResult
 from specrl.envs.actions import make_action_space, to_engine_action
 from specrl.envs.recording import cached_traces
-from specrl.envs.replay import realise_acceptance as replay_acceptance
-from specrl.envs.replay import replay_step
+from specrl.envs.replay import replay_step, segment_acceptance
 from specrl.envs.reward import step_reward
 from specrl.envs.scenario import Scenario, load_scenario
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, N_FEATURES, FeatureTracker, GenerationSettings
@@ -31,7 +30,7 @@ def realise_acceptance(
     """Per segment, drafter and position, whether a proposal there is accepted (see
     ``replay_step``): one uniform per position, shared by the drafters."""
     return [
-        replay_acceptance(segment, drafters, rng.random(len(segment.accept_prob)).tolist())
+        segment_acceptance(segment, drafters, rng.random(len(segment.accept_prob)).tolist())
         for segment in trace.segments
     ]
 
