@@ -306,8 +306,7 @@ class Scenario:
             return LatencyModel.from_cost_model(self.cost_model, pair=pair.name, device=device, dtype=dtype)
         if self.latency == "calibrated":
             model = cached_calibration(pair, k_max=self.k_max)
-            priced = {"draft"} | set(model.drafter_costs if model is not None else ())
-            unpriced = [d for d in self.drafters if d not in priced]
+            unpriced = [] if model is None else model.unpriced(self.drafters)
             if model is None or unpriced:  # measured once, then cached
                 what = "its latency model" if model is None else f"the drafters {unpriced}"
                 why = f"calibrate {what} (not in {specrl.latency.latency_path(pair)})"
@@ -316,7 +315,7 @@ class Scenario:
                 )
             return model.for_sampling(self.sampling)
         model = LatencyModel.load(self.latency).for_sampling(self.sampling)
-        unpriced = [d for d in self.drafters if d != "draft" and d not in model.drafter_costs]
+        unpriced = model.unpriced(self.drafters)
         if unpriced:
             raise ScenarioError(
                 f"{self._origin()}: latency file '{self.latency}' prices no step of the drafters "

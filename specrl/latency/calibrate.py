@@ -10,7 +10,6 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from specrl.engine.types import DEFAULT_DRAFTER
 from specrl.latency.drafters import measure_drafter_costs, with_drafter_costs
 from specrl.latency.fileformat import LatencyError
 from specrl.latency.fit import learn
@@ -67,7 +66,7 @@ def calibrated(
             else profile(pair, k_max=k_max, progress=progress)
         )
         model.save(path)
-    unpriced = [d for d in drafters if d != DEFAULT_DRAFTER and d not in model.drafter_costs]
+    unpriced = model.unpriced(drafters)
     if unpriced:
         model = with_drafter_costs(model, measure_drafter_costs(pair, unpriced, progress=progress))
         model.save(path)

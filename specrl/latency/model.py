@@ -321,6 +321,10 @@ class LatencyModel:
             )
         return cost
 
+    def unpriced(self, drafters: Sequence[str]) -> list[str]:
+        """The drafters of ``drafters`` this model has no price for (the draft is always priced)."""
+        return [d for d in drafters if d != DEFAULT_DRAFTER and d not in self.drafter_costs]
+
     def step_seconds(
         self, context_length: int, draft_forwards: int, proposed: int, drafter: str = DEFAULT_DRAFTER
     ) -> tuple[float, float]:

@@ -163,8 +163,10 @@ def _lookup_fields(
     available, match, ap = [], [], torch.zeros(n, k_max)
     for j in range(n):
         room = pair.context_length - (length + j) - 1  # the engine never drafts past the window
-        found = lookup.lookup(sequence[: length + j], max(0, min(k_max, room, n - j))).tolist()
-        available.append(lookup.available(sequence[: length + j]))
+        context = sequence[: length + j]
+        start = lookup.match_start(context)  # one search gives both fields
+        available.append(0 if start is None else len(context) - start)
+        found = [] if start is None else context[start : start + max(0, min(k_max, room, n - j))].tolist()
         m = next((i for i, x in enumerate(found) if x != y[j + i]), len(found))
         match.append(m)
         for i, x in enumerate(found[: m + 1]):  # on the trajectory: the teacher-forced p

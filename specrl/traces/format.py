@@ -118,6 +118,11 @@ def analysed_drafters(drafters: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(["draft", *(REPLAYED_AS.get(d, d) for d in drafters)]))
 
 
+def stored_drafters(meta: dict[str, Any]) -> list[str]:
+    """The drafters other than the draft whose fields a trace set of ``meta`` stores."""
+    return analysed_drafters(meta.get("drafters", DEFAULT_DRAFTERS))[1:]
+
+
 def drafter_fields(drafter: str) -> dict[str, tuple[str, int]]:
     """The schema of one stored drafter's fields."""
     return LOOKUP_FIELDS if drafter == LOOKUP_DRAFTER else MODEL_FIELDS
@@ -215,7 +220,7 @@ class TraceSet:
 
     def stored_drafters(self) -> list[str]:
         """The drafters other than the draft whose fields are stored."""
-        return [d for d in analysed_drafters(self.drafters) if d != "draft"]
+        return stored_drafters(self.meta)
 
     @property
     def greedy(self) -> bool:
@@ -288,8 +293,7 @@ class TraceSet:
         }
         for name, (kind, ndim) in POSITION_FIELDS.items():
             arrays[name] = _column([getattr(s, name) for s in segments], kind, ndim, k_max)
-        drafters = tuple(meta.get("drafters", DEFAULT_DRAFTERS))
-        for drafter in analysed_drafters(drafters)[1:]:
+        for drafter in stored_drafters(meta):
             for name, (kind, ndim) in drafter_fields(drafter).items():
                 values = [getattr(s.fields(drafter), name) for s in segments]
                 arrays[f"{drafter}/{name}"] = _column(values, kind, ndim, k_max)
@@ -348,7 +352,7 @@ class TraceSet:
                 f"trace file '{path}' has format version {meta['format_version']}, this specrl "
                 f"reads version {TRACE_FORMAT_VERSION}; {fix}"
             )
-        stored = TraceSet(contents, meta).stored_drafters()
+        stored = stored_drafters(meta)
         unknown = [d for d in stored if d not in ("draft-mid", "draft-int8", "draft-int4", LOOKUP_DRAFTER)]
         if unknown:
             raise TraceError(f"trace file '{path}' names unknown drafters {unknown}; {fix}")
