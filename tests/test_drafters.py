@@ -7,6 +7,7 @@ import builtins
 import itertools
 import json
 
+import numpy as np
 import pytest
 import torch
 from conftest import (
@@ -115,6 +116,39 @@ def test_ngram_lookup_takes_the_longest_tail_and_its_latest_occurrence():
     assert lookup([1, 2, 3], 4) == []  # the tail never occurred before
     assert lookup([5], 4) == []
     assert lookup([4, 4, 4, 4], 8) == [4]  # the latest match is followed by the last token only
+
+
+def scan_match_start(tokens: list[int], max_ngram: int = 3, min_ngram: int = 1) -> int | None:
+    """The definition, by brute force: the latest earlier window equal to the longest tail."""
+    length = len(tokens)
+    for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
+        tail = tokens[length - n :]
+        starts = [i for i in range(length - n) if tokens[i : i + n] == tail]
+        if starts:
+            return starts[-1] + n
+    return None
+
+
+def test_ngram_index_equals_the_scan_as_the_sequence_grows_and_when_it_changes():
+    """The incremental index answers as a full search would: on sequences that grow by steps of
+    1..8 tokens (as a generation's do), and on a sequence that does not extend the indexed one."""
+    rng = np.random.default_rng(0)
+    checked = 0
+    for trial in range(60):
+        vocab = int(rng.integers(2, 12))  # small vocabularies: many matches of every order
+        drafter = NGramDrafter(vocab_size=vocab, max_ngram=3, min_ngram=int(rng.integers(1, 3)))
+        sequence = rng.integers(0, vocab, int(rng.integers(1, 6))).tolist()
+        while len(sequence) < 120:
+            expected = scan_match_start(sequence, 3, drafter.min_ngram)
+            assert drafter.match_start(torch.tensor(sequence)) == expected, (trial, sequence)
+            checked += 1
+            sequence += rng.integers(0, vocab, int(rng.integers(1, 9))).tolist()
+        changed = list(sequence)
+        changed[int(rng.integers(0, len(changed)))] = vocab  # an edit inside the indexed prefix
+        assert drafter.match_start(torch.tensor(changed)) == scan_match_start(changed, 3, drafter.min_ngram)
+        shorter = sequence[: int(rng.integers(1, len(sequence)))]  # a rollback
+        assert drafter.match_start(torch.tensor(shorter)) == scan_match_start(shorter, 3, drafter.min_ngram)
+    assert checked > 1000
 
 
 def test_ngram_proposes_a_point_mass_and_obeys_the_stop_rule():

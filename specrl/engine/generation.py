@@ -11,7 +11,7 @@ from specrl.engine.drafters.pool import DrafterPool
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.step import speculative_step
 from specrl.engine.timing import DeviceClock
-from specrl.engine.types import DEFAULT_DRAFTER, Action, GenerationStats, StepResult
+from specrl.engine.types import DEFAULT_DRAFTER, LOOKUP_DRAFTER, Action, GenerationStats, StepResult
 from specrl.models import ModelPair
 
 
@@ -63,7 +63,6 @@ class Generation:
         self.target = CachedModel(pair.target, pair.vocab_size)
         self.pool = DrafterPool(pair)
         self.drafters: dict[str, Drafter] = {}
-        self._lookup: NGramDrafter | None = None
         self.steps: list[StepResult] = []
         self.finished_by_eos = False
 
@@ -82,9 +81,9 @@ class Generation:
 
     def lookup_available(self) -> int:
         """How many tokens the n-gram lookup could propose now (the ``lookup_available`` feature)."""
-        if self._lookup is None:
-            self._lookup = NGramDrafter(self.pair.vocab_size)
-        return self._lookup.available(self.tokens[0])
+        lookup = self.drafter(LOOKUP_DRAFTER)  # the n-gram drafter's own index: it proposes from this search
+        assert isinstance(lookup, NGramDrafter)
+        return lookup.available(self.tokens[0])
 
     def caches(self) -> list[CachedModel]:
         """Every KV cache of the generation: the target's, then each drafter's."""

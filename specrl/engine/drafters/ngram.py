@@ -20,7 +20,13 @@ from specrl.engine.types import Action
 
 
 class NGramDrafter:
-    """Point-mass proposals by n-gram lookup; stateless, so rollback is free."""
+    """Point-mass proposals by n-gram lookup.
+
+    Its state is an index of the sequence it was given, kept as a prefix of that sequence like a
+    KV cache: for each n, the latest position that followed every n-gram. A call extends it by the
+    tokens it has not seen (a few dictionary updates per new token), so a lookup costs the same at
+    any context length; a sequence that does not extend the indexed prefix is indexed afresh.
+    Rollback needs nothing: the next call checks the prefix."""
 
     def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1, name: str = "ngram") -> None:
         if not 1 <= min_ngram <= max_ngram:
@@ -28,24 +34,47 @@ class NGramDrafter:
         self.name = name
         self.vocab_size = vocab_size
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self._forget()
+
+    def _forget(self) -> None:
+        self._indexed = np.empty(0, dtype=np.int64)  # the prefix the index describes
+        # n -> {n-gram: the position that followed its latest occurrence}
+        self._latest: dict[int, dict[tuple[int, ...], int]] = {
+            n: {} for n in range(self.min_ngram, self.max_ngram + 1)
+        }
+
+    def _index(self, tokens: np.ndarray) -> None:
+        """Extend the index to ``tokens`` (or rebuild it if they do not extend its prefix)."""
+        seen = len(self._indexed)
+        if seen > len(tokens) or tokens[:seen].tobytes() != self._indexed.tobytes():  # a memcmp
+            self._forget()
+            seen = 0
+        if seen == len(tokens):
+            return
+        first = max(seen, 1)  # position p follows the n-grams that end at p - 1
+        offset = max(0, first - self.max_ngram)
+        text = tokens[offset:].tolist()
+        for p in range(first, len(tokens)):
+            i = p - offset
+            for n in range(self.min_ngram, min(self.max_ngram, p) + 1):
+                self._latest[n][tuple(text[i - n : i])] = p
+        self._indexed = tokens.copy()
 
     def match_start(self, sequence: torch.Tensor) -> int | None:
         """(L,) -> where the text that followed the latest earlier match of the longest matching
         tail starts (the lookup proposes from there), or None without a match.
 
-        A window starting at i matches when sequence[i + j] == sequence[L - n + j] for j < n, and
-        it must end before the last token (i < L - n). On CPU the comparison runs in numpy on the
-        tensor's own memory: a policy asks this before every step (``lookup_available``), and
-        numpy does it in a fraction of torch's per-op overhead."""
-        length = sequence.shape[0]
-        tokens = sequence.numpy() if sequence.device.type == "cpu" else sequence
+        An earlier occurrence of the tail's n tokens must start before L - n (the tail itself does
+        not count). A policy asks this before every step (``lookup_available``) and the drafter
+        again when it proposes; the index answers both from the tokens new since the last call."""
+        tokens = sequence.numpy() if sequence.device.type == "cpu" else sequence.cpu().numpy()
+        self._index(tokens)
+        length = len(tokens)
+        tail = tokens[max(0, length - self.max_ngram) :].tolist()
         for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
-            hits = tokens[: length - n] == tokens[length - n]
-            for j in range(1, n):
-                hits = hits & (tokens[j : length - n + j] == tokens[length - n + j])
-            found = hits.nonzero()[0] if isinstance(hits, np.ndarray) else hits.nonzero()[:, 0]
-            if len(found):
-                return int(found[-1]) + n  # the latest occurrence; what followed it
+            start = self._latest[n].get(tuple(tail[len(tail) - n :]))
+            if start is not None:
+                return start
         return None
 
     def lookup(self, sequence: torch.Tensor, k: int) -> torch.Tensor:
@@ -80,7 +109,7 @@ class NGramDrafter:
         return Proposal(proposal, q, confidences, [0.0] * len(confidences), stopped)
 
     def rollback(self, length: int) -> None:
-        """Nothing to forget: the lookup reads the sequence it is given."""
+        """Nothing to do: the next lookup checks that its index is a prefix of the sequence."""
 
     def caches(self) -> list:
         return []
