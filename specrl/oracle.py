@@ -74,10 +74,11 @@ def realisations(
     return [realise_acceptance(trace, rng, drafters) for _ in range(1 if greedy else count)]
 
 
-def _priced_step(
+def priced_step(
     segment: Segment, accepts: dict[str, list[bool]], latency: LatencyModel, position: int,
     k: int, tau: float, drafter: str, context_window: int,
 ) -> tuple[ReplayedStep, float]:  # fmt: skip
+    """The step at ``position`` replayed with (k, tau, drafter), and its modeled seconds."""
     step = replay_step(segment, position, k, tau, accepts.get(drafter, ()), context_window, None, drafter)
     draft, verify = latency.step_seconds(
         segment.prompt_length + position, len(step.confidences), step.proposed, drafter
@@ -102,7 +103,7 @@ def clairvoyant(
             options = []
             for drafter in drafters:
                 for k in range(k_max + 1):
-                    step, seconds = _priced_step(
+                    step, seconds = priced_step(
                         segment, segment_accepts, latency, j, k, 0.0, drafter, context_window
                     )
                     options.append(seconds + best[j + step.emitted])
@@ -127,7 +128,7 @@ def static_run(
     for segment, segment_accepts in zip(trace.segments, accepts, strict=True):
         position, seconds = 0, 0.0
         while position < segment.end:
-            step, step_seconds = _priced_step(
+            step, step_seconds = priced_step(
                 segment, segment_accepts, latency, position, k, tau, drafter, context_window
             )
             seconds += step_seconds

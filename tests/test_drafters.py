@@ -118,14 +118,15 @@ def test_ngram_lookup_takes_the_longest_tail_and_its_latest_occurrence():
     assert lookup([4, 4, 4, 4], 8) == [4]  # the latest match is followed by the last token only
 
 
-def scan_match_start(tokens: list[int], max_ngram: int = 3, min_ngram: int = 1) -> int | None:
-    """The definition, by brute force: the latest earlier window equal to the longest tail."""
+def scan_match(tokens: list[int], max_ngram: int = 3, min_ngram: int = 1) -> tuple[int, int] | None:
+    """The definition, by brute force: the longest tail's order and where the text that followed
+    its latest earlier window starts."""
     length = len(tokens)
     for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
         tail = tokens[length - n :]
         starts = [i for i in range(length - n) if tokens[i : i + n] == tail]
         if starts:
-            return starts[-1] + n
+            return n, starts[-1] + n
     return None
 
 
@@ -139,15 +140,16 @@ def test_ngram_index_equals_the_scan_as_the_sequence_grows_and_when_it_changes()
         drafter = NGramDrafter(vocab_size=vocab, max_ngram=3, min_ngram=int(rng.integers(1, 3)))
         sequence = rng.integers(0, vocab, int(rng.integers(1, 6))).tolist()
         while len(sequence) < 120:
-            expected = scan_match_start(sequence, 3, drafter.min_ngram)
-            assert drafter.match_start(torch.tensor(sequence)) == expected, (trial, sequence)
+            expected = scan_match(sequence, 3, drafter.min_ngram)
+            assert drafter.longest_match(torch.tensor(sequence)) == expected, (trial, sequence)
+            assert drafter.match_start(torch.tensor(sequence)) == (expected and expected[1])
             checked += 1
             sequence += rng.integers(0, vocab, int(rng.integers(1, 9))).tolist()
         changed = list(sequence)
         changed[int(rng.integers(0, len(changed)))] = vocab  # an edit inside the indexed prefix
-        assert drafter.match_start(torch.tensor(changed)) == scan_match_start(changed, 3, drafter.min_ngram)
+        assert drafter.longest_match(torch.tensor(changed)) == scan_match(changed, 3, drafter.min_ngram)
         shorter = sequence[: int(rng.integers(1, len(sequence)))]  # a rollback
-        assert drafter.match_start(torch.tensor(shorter)) == scan_match_start(shorter, 3, drafter.min_ngram)
+        assert drafter.longest_match(torch.tensor(shorter)) == scan_match(shorter, 3, drafter.min_ngram)
     assert checked > 1000
 
 

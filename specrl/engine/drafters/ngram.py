@@ -60,9 +60,10 @@ class NGramDrafter:
                 self._latest[n][tuple(text[i - n : i])] = p
         self._indexed = tokens.copy()
 
-    def match_start(self, sequence: torch.Tensor) -> int | None:
-        """(L,) -> where the text that followed the latest earlier match of the longest matching
-        tail starts (the lookup proposes from there), or None without a match.
+    def longest_match(self, sequence: torch.Tensor) -> tuple[int, int] | None:
+        """(L,) -> (n, start): the length n of the longest tail that occurred earlier, and where the
+        text that followed its latest earlier occurrence starts (the lookup proposes from there);
+        None without a match.
 
         An earlier occurrence of the tail's n tokens must start before L - n (the tail itself does
         not count). A policy asks this before every step (``lookup_available``) and the drafter
@@ -74,8 +75,13 @@ class NGramDrafter:
         for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
             start = self._latest[n].get(tuple(tail[len(tail) - n :]))
             if start is not None:
-                return start
+                return n, start
         return None
+
+    def match_start(self, sequence: torch.Tensor) -> int | None:
+        """(L,) -> where the lookup proposes from (:meth:`longest_match`), or None without a match."""
+        match = self.longest_match(sequence)
+        return None if match is None else match[1]
 
     def lookup(self, sequence: torch.Tensor, k: int) -> torch.Tensor:
         """(L,) -> up to k tokens that followed the latest earlier match of the longest matching tail."""
