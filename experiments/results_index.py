@@ -168,14 +168,17 @@ SECTIONS = (
         "PPO trained on the mixed pool scenario (code, prose, arithmetic; every drafter, the action "
         "picks k, tau and the drafter) against every rule, the seed's pool rule and the best static "
         "(k, tau, drafter) on test traces (simulator) and in the real loop, as train_ppo.py wrote it "
-        "next to the policy.",
+        "next to the policy; what a table policy over the text's own signals (the lookup's n-gram "
+        "order, a copy run, a short match) takes of the clairvoyant room; the decision overhead.",
         "python experiments/train_ppo.py --scenarios mixed_pool --eval-scenarios code_pool prose_pool "
         "math_pool --validate-scenarios mixed_pool code_pool prose_pool math_pool --no-stop "
         "--policy-name pool; "
         "python experiments/policy_overhead.py specrl/policies/pool --calls 5000 --warmup 500 "
-        "--json results/pool/policy_overhead.json --markdown results/pool/policy_overhead.md",
+        "--json results/pool/policy_overhead.json --markdown results/pool/policy_overhead.md; "
+        "python experiments/pool_signals.py",
         (
             "specrl/policies/pool/results.md",
+            "results/pool/signals.md",
             "results/pool/policy_overhead.md",
             "specrl/policies/pool/metadata.json",
         ),
