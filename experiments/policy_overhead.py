@@ -11,8 +11,8 @@ Two measurements, one run:
    ``--warmup`` untimed calls; the median is the cost of one decision without cache effects of
    the models in between.
 
-For a policy over a drafter pool that offers the n-gram lookup, the ``lookup_available`` feature
-(a lookup over the text before each decision, :meth:`Generation.lookup_available`) is timed too
+For a policy over a drafter pool that offers the n-gram lookup, the lookup features
+(a lookup over the text before each decision, :meth:`Generation.lookup_match`) are timed too
 and counted in the decision: it is work the policy makes the loop do.
 
 The share of an iteration is the median, over iterations, of the step decision plus that
@@ -129,16 +129,16 @@ def held_out_prompts(pair: specrl.ModelPair, per_domain: int) -> list[str]:
 
 
 def timed_lookups(timed: TimedController) -> None:
-    """Time every lookup feature the decoder computes (``Generation.lookup_available``)."""
-    untimed = Generation.lookup_available
+    """Time every lookup the decoder's features make (``Generation.lookup_match``)."""
+    untimed = Generation.lookup_match
 
-    def lookup_available(generation: Generation) -> int:
+    def lookup_match(generation: Generation) -> tuple[int, int]:
         start = time.perf_counter_ns()
-        available = untimed(generation)
+        match = untimed(generation)
         timed.lookup_ns.append(time.perf_counter_ns() - start)
-        return available
+        return match
 
-    Generation.lookup_available = lookup_available
+    Generation.lookup_match = lookup_match
 
 
 def decode(pair: specrl.ModelPair, timed: TimedController, args: argparse.Namespace) -> dict[str, float]:

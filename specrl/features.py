@@ -52,11 +52,15 @@ value through runs of plain (k = 0) steps, and ``steps_since_draft`` says how st
  29   drafter_draft-int4      the same for ``draft-int4``
  30   drafter_ngram           the same for ``ngram``
  31   drafter_cascade         the same for ``cascade``
+ 32   lookup_order            the length of the n-gram the lookup matched now (3, 2, 1) / 3; 0
+                              without a match or when the drafters do not include ``ngram``
 ====  ======================  =============================================================
 
 Versions are prefixes: version 1 is the first 19 features (one draft, before the drafter pool),
-version 2 all 32. A policy records its version and sees the first ``FEATURE_COUNTS[version]``
-features, so a version-1 policy still runs, on the features it was trained with.
+version 2 the first 32, version 3 all 33 (the lookup's match order: a trigram match predicts the
+next tokens far better than a single token's; ``experiments/pool_signals.py`` measures it). A
+policy records its version and sees the first ``FEATURE_COUNTS[version]`` features, so an older
+policy still runs, on the features it was trained with.
 
 Changing a definition, the order, or a constant below changes ``FEATURE_VERSION``; an
 exported policy records the version it was trained with, and a version this specrl does not
@@ -77,12 +81,13 @@ if TYPE_CHECKING:  # annotations only: the engine's decoder imports this module
     from specrl.engine.generation import Generation
     from specrl.engine.types import StepResult
 
-FEATURE_VERSION = 2
+FEATURE_VERSION = 3
 
 # The drafters with features of their own (specrl.engine.drafters.DRAFTERS, in order; a test
 # keeps the two equal: adding a drafter is a new feature version).
 FEATURE_DRAFTERS = ("draft", "draft-mid", "draft-int8", "draft-int4", "ngram", "cascade")
 LOOKUP_DRAFTER = "ngram"
+Lookup = Callable[[], tuple[int, int]]  # -> (tokens the lookup could propose now, its match order)
 
 FEATURE_NAMES: tuple[str, ...] = (
     "acceptance_short",
@@ -107,9 +112,10 @@ FEATURE_NAMES: tuple[str, ...] = (
     "lookup_available",
     *(f"acceptance_{name}" for name in FEATURE_DRAFTERS),
     *(f"drafter_{name}" for name in FEATURE_DRAFTERS),
+    "lookup_order",
 )
 N_FEATURES = len(FEATURE_NAMES)
-FEATURE_COUNTS = {1: 19, 2: N_FEATURES}  # version -> its features: the first that many
+FEATURE_COUNTS = {1: 19, 2: 32, 3: N_FEATURES}  # version -> its features: the first that many
 FEATURE_LOW = 0.0  # every feature lies in [FEATURE_LOW, FEATURE_HIGH]
 FEATURE_HIGH = 1.0
 
@@ -120,6 +126,7 @@ COST_WINDOW = 16  # steps
 K_NORM = 16  # token counts and k are divided by this (larger values clip to 1)
 TEMPERATURE_NORM = 2.0
 BATCH_LOG2_NORM = 8.0
+ORDER_NORM = 3  # the n-gram drafter's longest n-gram
 
 
 @dataclass(frozen=True)
@@ -132,7 +139,7 @@ class GenerationSettings:
         vocab_size: the shared vocabulary (entropy is divided by its log).
         temperature: sampling temperature (0 = greedy).
         batch_size: sequences decoded together.
-        drafters: the drafters the controller may choose (``lookup_available`` needs ``ngram``).
+        drafters: the drafters the controller may choose (the lookup features need ``ngram``).
     """
 
     max_new_tokens: int
@@ -183,16 +190,15 @@ class FeatureTracker:
     """
 
     def __init__(
-        self, settings: GenerationSettings, prompt_length: int, lookup: Callable[[], int] | None = None
+        self, settings: GenerationSettings, prompt_length: int, lookup: Lookup | None = None
     ) -> None:
         self.reset(settings, prompt_length, lookup)
 
-    def reset(
-        self, settings: GenerationSettings, prompt_length: int, lookup: Callable[[], int] | None = None
-    ) -> None:
+    def reset(self, settings: GenerationSettings, prompt_length: int, lookup: Lookup | None = None) -> None:
         """Forget all history: a new generation of ``prompt_length`` prompt tokens starts.
-        ``lookup()`` answers how many tokens the n-gram lookup could propose now (asked by
-        :meth:`vector` when ``settings.drafters`` include ``ngram``)."""
+        ``lookup()`` answers what the n-gram lookup finds now: (tokens it could propose, the
+        order of its match), (0, 0) without one (asked by :meth:`vector` when
+        ``settings.drafters`` include ``ngram``)."""
         self.settings = settings
         self.lookup = lookup if LOOKUP_DRAFTER in settings.drafters else None
         # per drafter: (accepted, proposed) of its last proposing steps; the last step's drafter
@@ -285,6 +291,7 @@ class FeatureTracker:
     def vector(self) -> np.ndarray:
         """The observation now: float32 array of shape (N_FEATURES,), every entry in [0, 1]."""
         settings = self.settings
+        available, order = self.lookup() if self.lookup is not None else (0, 0)
         features = np.array(
             [
                 *self.history,
@@ -292,8 +299,9 @@ class FeatureTracker:
                 self.generated / settings.max_new_tokens,
                 settings.temperature / TEMPERATURE_NORM,
                 math.log2(max(1, settings.batch_size)) / BATCH_LOG2_NORM,
-                self.lookup() / K_NORM if self.lookup is not None else 0.0,
+                available / K_NORM,
                 *self.pool_history,
+                order / ORDER_NORM,
             ],
             dtype=np.float32,
         )

@@ -135,6 +135,7 @@ def test_scripted_history_gives_the_documented_values():
         "temperature": 0.0,
         "batch_size": 0.0,
         "lookup_available": 0.0,  # the generation's drafters have no n-gram lookup
+        "lookup_order": 0.0,
         "acceptance_draft": 5 / 9,  # every step was the draft's
         "drafter_draft": 1.0,
         **{f"{kind}_{d}": 0.0 for kind in ("acceptance", "drafter") for d in FEATURE_DRAFTERS[1:]},
@@ -145,28 +146,30 @@ def test_scripted_history_gives_the_documented_values():
 
 
 def test_pool_features_follow_each_drafter_and_the_lookup():
-    available = [5]
+    match = [(5, 3)]  # (tokens the lookup could propose, the order of its match)
     settings = replace(SETTINGS, drafters=("draft", "ngram"))
-    tracker = FeatureTracker(settings, prompt_length=50, lookup=lambda: available[0])
+    tracker = FeatureTracker(settings, prompt_length=50, lookup=lambda: match[0])
     assert features(tracker)["lookup_available"] == pytest.approx(5 / 16)
+    assert features(tracker)["lookup_order"] == pytest.approx(1.0)  # a trigram match
     assert all(features(tracker)[f"drafter_{d}"] == 0.0 for d in FEATURE_DRAFTERS)  # no step yet
     tracker.update(step(4, 4, 2, [1.0] * 4, drafter="ngram"))
     tracker.update(step(4, 4, 4, [0.9] * 4, drafter="draft"))
     tracker.update(step(4, 0, 0, [], drafter="ngram", stopped=True))  # the lookup found nothing
-    available[0] = 40
+    match[0] = (40, 1)
     values = features(tracker)
     assert values["acceptance_ngram"] == pytest.approx(2 / 4)  # the empty step does not count
     assert values["acceptance_draft"] == pytest.approx(1.0)
     assert values["acceptance_short"] == pytest.approx(6 / 8)  # both drafters' steps
     assert values["drafter_ngram"] == 1.0 and values["drafter_draft"] == 0.0
     assert values["lookup_available"] == 1.0  # 40 / 16, clipped
+    assert values["lookup_order"] == pytest.approx(1 / 3)  # a single token matched
     for _ in range(4):  # the window of a drafter is its own last 4 proposing steps
         tracker.update(step(2, 2, 0, [1.0] * 2, drafter="ngram"))
     assert features(tracker)["acceptance_ngram"] == 0.0
     assert features(tracker)["acceptance_draft"] == pytest.approx(1.0)
     # without ngram among the drafters the lookup is never asked
     silent = FeatureTracker(SETTINGS, prompt_length=50, lookup=lambda: 1 / 0)
-    assert features(silent)["lookup_available"] == 0.0
+    assert features(silent)["lookup_available"] == 0.0 and features(silent)["lookup_order"] == 0.0
 
 
 def test_feature_versions_are_prefixes_and_name_every_drafter():
@@ -176,6 +179,7 @@ def test_feature_versions_are_prefixes_and_name_every_drafter():
     assert FEATURE_COUNTS[FEATURE_VERSION] == N_FEATURES
     assert sorted(FEATURE_COUNTS.values()) == list(FEATURE_COUNTS.values())
     assert FEATURE_NAMES[: FEATURE_COUNTS[1]][-1] == "batch_size"  # version 1's last feature
+    assert FEATURE_NAMES[: FEATURE_COUNTS[2]][-1] == "drafter_cascade"  # version 2's last feature
 
 
 def test_short_window_forgets_and_long_window_remembers():

@@ -23,6 +23,7 @@ from specrl.envs import (
 )
 from specrl.envs.actions import to_engine_action
 from specrl.envs.scenario import DomainShift, Scenario, ScenarioError
+from specrl.features import FEATURE_VERSION
 from specrl.latency import LatencyError, LatencyModel, measure_drafter_costs
 from specrl.oracle import best_static, clairvoyant, clairvoyant_bound, realisations
 from specrl.traces import TraceError, TraceSet, cache_key
@@ -319,7 +320,7 @@ def test_a_pool_policy_exports_loads_and_chooses_drafters_online(
     export_policy(model, folder, drafters=POOL, **common)
     metadata = json.loads((folder / "metadata.json").read_text())
     assert metadata["action"]["layout"] == ["k", "tau_index", "drafter_index"]
-    assert metadata["action"]["drafters"] == list(POOL) and metadata["feature_version"] == 2
+    assert metadata["action"]["drafters"] == list(POOL) and metadata["feature_version"] == FEATURE_VERSION
     observations = np.random.default_rng(0).random((500, N_FEATURES), dtype=np.float32)
     verify_parity(model, folder, observations)
     controller = LearnedController.load(folder)

@@ -75,7 +75,7 @@ def drive(generation: Generation, controller: Controller, stop: Callable[[], boo
     :mod:`specrl.features` and observing each step's result; ``stop()``, asked after every step,
     may end it earlier. The one controller loop of the decoder and of :mod:`specrl.hf`."""
     settings = GenerationSettings.of(generation, drafters=getattr(controller, "drafters", (DEFAULT_DRAFTER,)))
-    features = FeatureTracker(settings, generation.prompt_length, generation.lookup_available)
+    features = FeatureTracker(settings, generation.prompt_length, generation.lookup_match)
     controller.reset()
     while not generation.done:
         result = generation.step(controller.act(features.vector()))

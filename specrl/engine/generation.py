@@ -79,11 +79,13 @@ class Generation:
             self.drafters[name] = self.pool.new(name)
         return self.drafters[name]
 
-    def lookup_available(self) -> int:
-        """How many tokens the n-gram lookup could propose now (the ``lookup_available`` feature)."""
+    def lookup_match(self) -> tuple[int, int]:
+        """What the n-gram lookup finds now: (tokens it could propose, the order of its match),
+        (0, 0) without a match (the ``lookup_available`` and ``lookup_order`` features)."""
         lookup = self.drafter(LOOKUP_DRAFTER)  # the n-gram drafter's own index: it proposes from this search
         assert isinstance(lookup, NGramDrafter)
-        return lookup.available(self.tokens[0])
+        match = lookup.longest_match(self.tokens[0])
+        return (0, 0) if match is None else (self.tokens.shape[1] - match[1], match[0])
 
     def caches(self) -> list[CachedModel]:
         """Every KV cache of the generation: the target's, then each drafter's."""

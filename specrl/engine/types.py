@@ -26,7 +26,7 @@ class StopRule(Protocol):
 
 
 DEFAULT_DRAFTER = "draft"
-LOOKUP_DRAFTER = "ngram"  # the n-gram lookup drafter (its search also feeds the `lookup_available` feature)
+LOOKUP_DRAFTER = "ngram"  # the n-gram lookup drafter (its search also feeds the lookup features)
 
 
 @dataclass(frozen=True)

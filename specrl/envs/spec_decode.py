@@ -162,8 +162,8 @@ class SpecDecodeEnv(gym.Env):
             action, self.scenario.k_max, self.tau_grid, self.stop_rules, self.scenario.drafters
         )
 
-    def _lookup_available(self) -> int:
-        return self.generation.lookup_available() if self.generation is not None else 0
+    def _lookup_match(self) -> tuple[int, int]:
+        return self.generation.lookup_match() if self.generation is not None else (0, 0)
 
     # ---- the episode ---------------------------------------------------------------------
 
@@ -195,7 +195,7 @@ class SpecDecodeEnv(gym.Env):
         settings = GenerationSettings.of(
             self.generation, max_new_tokens=self.scenario.max_new_tokens, drafters=self.scenario.drafters
         )
-        self.features = FeatureTracker(settings, len(prompt_ids), self._lookup_available)
+        self.features = FeatureTracker(settings, len(prompt_ids), self._lookup_match)
         info = {
             "domain": domain,
             "prompt_index": index,

@@ -162,7 +162,7 @@ class TraceReplayEnv(gym.Env):
         self.segment_index, self.position = 0, 0
         self.episode_tokens, self.episode_seconds = 0, 0.0
         segment = self.trace.segments[0]
-        self.features = FeatureTracker(self.settings, segment.prompt_length, self._lookup_available)
+        self.features = FeatureTracker(self.settings, segment.prompt_length, self._lookup_match)
         info = {
             "domain": self.trace.domain,
             "prompt_index": self.trace.prompt_index,
@@ -247,11 +247,14 @@ class TraceReplayEnv(gym.Env):
 
     # ---- helpers ---------------------------------------------------------------------------
 
-    def _lookup_available(self) -> int:
-        """The recorded ``ngram/available`` where the next step starts (0 at the episode's end)."""
+    def _lookup_match(self) -> tuple[int, int]:
+        """The recorded ``ngram/available`` and ``ngram/order`` where the next step starts ((0, 0)
+        at the episode's end)."""
         segment = self.trace.segments[self.segment_index]
-        available = segment.fields("ngram").available
-        return available[self.position] if self.position < len(available) else 0
+        fields = segment.fields("ngram")
+        if self.position >= len(fields.available):
+            return 0, 0
+        return fields.available[self.position], fields.order[self.position]
 
     def _domain(self) -> str:
         if self.segment_index == 0:

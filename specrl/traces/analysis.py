@@ -155,17 +155,20 @@ def _lookup_fields(
     pair: ModelPair, sampling: SamplingConfig, verifier: _Verifier, length: int, n: int, k_max: int
 ) -> dict[str, list]:
     """The n-gram lookup's fields (:data:`~specrl.traces.format.LOOKUP_FIELDS`): per position, the
-    tokens a lookup there could propose, how many of them lead the trajectory, and the engine's
-    acceptance_probs entry of each; past the first mismatch the target verifies the lookup."""
+    tokens a lookup there could propose, the order of its match, how many of them lead the
+    trajectory, and the engine's acceptance_probs entry of each; past the first mismatch the target
+    verifies the lookup."""
     ids, p = verifier.ids, verifier.p
     sequence, y = ids[0], ids[0, length:].tolist()
     lookup = NGramDrafter(pair.vocab_size)
-    available, match, ap = [], [], torch.zeros(n, k_max)
+    available, order, match, ap = [], [], [], torch.zeros(n, k_max)
     for j in range(n):
         room = pair.context_length - (length + j) - 1  # the engine never drafts past the window
         context = sequence[: length + j]
-        start = lookup.match_start(context)  # one search gives both fields
+        found_match = lookup.longest_match(context)  # one search gives the fields
+        start = None if found_match is None else found_match[1]
         available.append(0 if start is None else len(context) - start)
+        order.append(0 if found_match is None else found_match[0])
         found = [] if start is None else context[start : start + max(0, min(k_max, room, n - j))].tolist()
         m = next((i for i, x in enumerate(found) if x != y[j + i]), len(found))
         match.append(m)
@@ -179,7 +182,7 @@ def _lookup_fields(
                     if sampling.greedy
                     else float(p_off[i - m - 1, x])
                 )
-    return {"available": available, "match": match, "ap": ap.tolist()}
+    return {"available": available, "order": order, "match": match, "ap": ap.tolist()}
 
 
 def extend_past_eos(

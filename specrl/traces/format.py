@@ -31,6 +31,7 @@ so it replays ``draft-mid``'s fields (only its cost differs). The n-gram lookup 
 function of the text, so per position j it stores what a step starting there would see:
 
 - ``ngram/available[j]``: the tokens a lookup at j could propose (0 without a match);
+- ``ngram/order[j]``: the length of the n-gram it matched (0 without a match), a feature;
 - ``ngram/match[j]``: how many of the lookup's first k_max tokens equal y_j, y_j+1, ...: a step
   accepts exactly these, for greedy decoding and for sampling alike, since a point-mass
   proposal x is accepted iff the token the target emits is x;
@@ -90,7 +91,7 @@ POSITION_FIELDS = {
 }
 MODEL_FIELDS = {name: spec for name, spec in POSITION_FIELDS.items() if name != "tokens"}
 LOOKUP_DRAFTER = "ngram"
-LOOKUP_FIELDS = {"available": ("i", 1), "match": ("i", 1), "ap": ("f", 2)}
+LOOKUP_FIELDS = {"available": ("i", 1), "order": ("i", 1), "match": ("i", 1), "ap": ("f", 2)}
 # A drafter replayed from another's fields: the cascade proposes its middle model's text and law.
 REPLAYED_AS = {"cascade": "draft-mid"}
 DEFAULT_DRAFTERS = ("draft",)
@@ -146,6 +147,7 @@ class LookupFields:
     """The n-gram lookup's position fields (the module doc)."""
 
     available: list[int]
+    order: list[int]
     match: list[int]
     ap: list[list[float]]
 

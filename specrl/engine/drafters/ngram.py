@@ -66,7 +66,7 @@ class NGramDrafter:
         None without a match.
 
         An earlier occurrence of the tail's n tokens must start before L - n (the tail itself does
-        not count). A policy asks this before every step (``lookup_available``) and the drafter
+        not count). A policy asks this before every step (the lookup features) and the drafter
         again when it proposes; the index answers both from the tokens new since the last call."""
         tokens = sequence.numpy() if sequence.device.type == "cpu" else sequence.cpu().numpy()
         self._index(tokens)
@@ -87,11 +87,6 @@ class NGramDrafter:
         """(L,) -> up to k tokens that followed the latest earlier match of the longest matching tail."""
         start = self.match_start(sequence)
         return sequence[:0] if start is None else sequence[start : start + k]
-
-    def available(self, sequence: torch.Tensor) -> int:
-        """How many tokens a lookup could propose now (any k): 0 without a match."""
-        start = self.match_start(sequence)
-        return 0 if start is None else sequence.shape[0] - start
 
     def propose(
         self,
