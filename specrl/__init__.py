@@ -5,6 +5,7 @@ Usage::
     pair = specrl.load_pair()                      # embedded default pair, offline
     dec = specrl.SpeculativeDecoder(pair, controller=specrl.StaticController(4))
     out = dec.generate("def fib(n):", max_new_tokens=64)
+    outs = dec.generate(["def fib(n):", "The river"], max_new_tokens=64)   # a batch: one output each
     specrl.StaticController(k=4, tau=0.0, drafter="ngram")   # drafter: specrl.engine.drafters
     env = gymnasium.make("specrl/SpecDecode-v0", scenario="envs/code.yaml")   # registered on import
     ctrl = specrl.LearnedController.load("policies/default")   # an exported PPO policy

@@ -9,6 +9,9 @@ step results (the real loop, a trace replay) produces them.
 Every feature lies in [0, 1]. Windows count *steps*, not tokens. "Proposing step" means a
 step that proposed at least one draft token; statistics over proposing steps keep their last
 value through runs of plain (k = 0) steps, and ``steps_since_draft`` says how stale they are.
+A batched step (:meth:`FeatureTracker.update_batch`, one action for every row) is one step: its
+counts are the rows' sums in the rates and their means in ``last_*``, the signals of drafted
+positions pool every row's, lengths are means over rows, and ``batch_size`` counts the rows.
 
 ====  ======================  =============================================================
  idx  name                    definition (range [0, 1]; value before any data)
@@ -73,7 +76,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -173,6 +176,48 @@ def _rate(numerators: Iterable[float], denominators: Iterable[float]) -> float:
     return sum(numerators) / denominator if denominator > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class _Step:
+    """What the features read of one step, summed over the rows of a batched step."""
+
+    action: Any
+    rows: int
+    proposed: int
+    accepted: int
+    emitted: int
+    context_length: int  # summed over rows
+    draft_forwards: int  # the batch's draft forwards (the rows share them)
+    draft_seconds: float
+    verify_seconds: float
+    confidences: list[float]  # every row's drafted positions
+    entropies: list[float]
+    acceptance_prob_sum: float
+    rejected_confidences: list[float]  # per row with a rejection: its first rejected token's confidence
+    accepted_confidence_sum: float
+    stopped: int  # rows whose drafting ended early
+
+    @classmethod
+    def of(cls, results: list[StepResult]) -> _Step:
+        first = results[0]
+        return cls(
+            action=first.action,
+            rows=len(results),
+            proposed=sum(r.proposed for r in results),
+            accepted=sum(r.accepted for r in results),
+            emitted=sum(r.emitted for r in results),
+            context_length=sum(r.context_length for r in results),
+            draft_forwards=max(len(r.confidences) for r in results),  # StepResult.draft_forwards
+            draft_seconds=first.draft_seconds,
+            verify_seconds=first.verify_seconds,
+            confidences=[c for r in results for c in r.confidences],
+            entropies=[h for r in results for h in r.entropies],
+            acceptance_prob_sum=sum(sum(r.acceptance_probs) for r in results),
+            rejected_confidences=[r.confidences[r.accepted] for r in results if r.accepted < r.proposed],
+            accepted_confidence_sum=sum(sum(r.confidences[: r.accepted]) for r in results),
+            stopped=sum(1 for r in results if r.stopped_by_tau),
+        )
+
+
 class FeatureTracker:
     """Running statistics of one generation (or episode), turned into the feature vector.
 
@@ -205,7 +250,8 @@ class FeatureTracker:
         self.by_drafter = {name: deque(maxlen=SHORT_WINDOW) for name in FEATURE_DRAFTERS}
         self.pool_history = [0.0] * (2 * len(FEATURE_DRAFTERS))
         self.context_length = prompt_length
-        self.generated = 0
+        self.batch_size = settings.batch_size  # rows now (a batched step updates it)
+        self.generated = 0.0
         self.steps_since_draft: int | None = None
         # per proposing step: accepted, proposed, sum of acceptance probabilities
         self.proposing_accepted: deque[int] = deque(maxlen=LONG_WINDOW)
@@ -229,45 +275,59 @@ class FeatureTracker:
 
     def update(self, result: StepResult) -> None:
         """Account for one step."""
+        self._account(_Step.of([result]))
+
+    def update_batch(self, results: list[StepResult]) -> None:
+        """Account for one batched step: ``results`` has one entry per row, all of one action.
+
+        The batch is one step: rates over proposing steps use the rows' sums (the batch's
+        acceptance), the last step's counts are means over rows, the signals of drafted
+        positions pool every row's, and the batch size is the number of rows."""
+        if not results:
+            raise ValueError("a batched step has at least one row")
+        self.batch_size = len(results)
+        self._account(_Step.of(results))
+
+    def _account(self, step: _Step) -> None:
         history = self.history
-        self.generated += result.emitted
-        self.context_length = result.context_length + result.emitted
-        accepted, proposed = result.accepted, result.proposed
-        confidences = result.confidences
-        draft_forwards = len(confidences)  # StepResult.draft_forwards, without the call
-        if draft_forwards:
+        rows = step.rows
+        self.generated += step.emitted / rows
+        self.context_length = step.context_length / rows + step.emitted / rows
+        accepted, proposed = step.accepted, step.proposed
+        confidences = step.confidences
+        if step.draft_forwards:
             self.steps_since_draft = 0
-            history[8] = sum(confidences) / draft_forwards
+            history[8] = sum(confidences) / len(confidences)
             history[9] = min(confidences)
-            history[10] = sum(result.entropies) / draft_forwards / self.log_vocab
+            history[10] = sum(step.entropies) / len(step.entropies) / self.log_vocab
         elif self.steps_since_draft is not None:
             self.steps_since_draft += 1
         if proposed:
             self.proposing_accepted.append(accepted)
             self.proposing_proposed.append(proposed)
-            self.proposing_probs.append(sum(result.acceptance_probs))
+            self.proposing_probs.append(step.acceptance_prob_sum)
             short_proposed = list(self.proposing_proposed)[-SHORT_WINDOW:]
             history[0] = _rate(list(self.proposing_accepted)[-SHORT_WINDOW:], short_proposed)
             history[1] = _rate(self.proposing_accepted, self.proposing_proposed)
             history[2] = _rate(list(self.proposing_probs)[-SHORT_WINDOW:], short_proposed)
-        if accepted < proposed:
-            self.rejected_confidences.append(confidences[accepted])
+        if step.rejected_confidences:
+            self.rejected_confidences.append(sum(step.rejected_confidences) / len(step.rejected_confidences))
             history[11] = sum(self.rejected_confidences) / len(self.rejected_confidences)
         if accepted:
-            self.accepted_confidence_sums.append(sum(confidences[:accepted]))
+            self.accepted_confidence_sums.append(step.accepted_confidence_sum)
             self.accepted_counts.append(accepted)
             history[12] = _rate(self.accepted_confidence_sums, self.accepted_counts)
-        self.draft_seconds.append(result.draft_seconds if draft_forwards else 0.0)
-        self.draft_forwards.append(draft_forwards)
-        self.verify_seconds.append(result.verify_seconds)
+        self.draft_seconds.append(step.draft_seconds if step.draft_forwards else 0.0)
+        self.draft_forwards.append(step.draft_forwards)
+        self.verify_seconds.append(step.verify_seconds)
         history[13] = self._cost_ratio()
-        history[3] = proposed / K_NORM
-        history[4] = accepted / K_NORM
-        history[5] = result.action.k / K_NORM
-        history[6] = result.action.tau
-        history[7] = 1.0 if result.stopped_by_tau else 0.0
+        history[3] = proposed / rows / K_NORM
+        history[4] = accepted / rows / K_NORM
+        history[5] = step.action.k / K_NORM
+        history[6] = step.action.tau
+        history[7] = step.stopped / rows
         history[14] = 1.0 if self.steps_since_draft is None else self.steps_since_draft / K_NORM
-        self._update_pool(result.action.drafter, accepted, proposed)
+        self._update_pool(step.action.drafter, accepted, proposed)
 
     def _update_pool(self, drafter: str, accepted: int, proposed: int) -> None:
         pool, n = self.pool_history, len(FEATURE_DRAFTERS)
@@ -298,7 +358,7 @@ class FeatureTracker:
                 self.context_length / settings.context_window,
                 self.generated / settings.max_new_tokens,
                 settings.temperature / TEMPERATURE_NORM,
-                math.log2(max(1, settings.batch_size)) / BATCH_LOG2_NORM,
+                math.log2(max(1, self.batch_size)) / BATCH_LOG2_NORM,
                 available / K_NORM,
                 *self.pool_history,
                 order / ORDER_NORM,

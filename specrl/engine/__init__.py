@@ -1,6 +1,7 @@
 """KV-cached, lossless speculative decoding."""
 
-from specrl.engine.decoder import SpeculativeDecoder
+from specrl.engine.batch import BatchGeneration, BatchStepResult, BatchTooLargeError
+from specrl.engine.decoder import BatchOutputs, SpeculativeDecoder
 from specrl.engine.drafters import DRAFTERS, DrafterError
 from specrl.engine.generation import Generation, PromptTooLongError
 from specrl.engine.sampling import SamplingConfig
@@ -9,6 +10,10 @@ from specrl.engine.types import Action, GenerationOutput, GenerationStats, StepR
 __all__ = [
     "DRAFTERS",
     "Action",
+    "BatchGeneration",
+    "BatchOutputs",
+    "BatchStepResult",
+    "BatchTooLargeError",
     "DrafterError",
     "Generation",
     "GenerationOutput",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from specrl.engine.batch import BatchGeneration
 from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig
-from specrl.engine.types import DEFAULT_DRAFTER, GenerationOutput
+from specrl.engine.types import DEFAULT_DRAFTER, GenerationOutput, GenerationStats
 from specrl.features import FeatureTracker, GenerationSettings
 from specrl.models import ModelPair
 
@@ -53,10 +54,17 @@ class SpeculativeDecoder:
             self.pair, prompt_ids, max_new_tokens, sampling, seed, stop_at_eos, keep_target_logits
         )
 
-    def generate(self, prompt: str | list[int], max_new_tokens: int = 64, **options) -> GenerationOutput:
-        """Decode one prompt to the end. ``options``: temperature, top_k, top_p, seed, stop_at_eos,
-        keep_target_logits (the output then carries the target's logits at every generated position,
-        taken from the verify forwards)."""
+    def generate(
+        self, prompt: str | list[int] | Sequence[str | list[int]], max_new_tokens: int = 64, **options
+    ) -> GenerationOutput | BatchOutputs:
+        """Decode one prompt to the end, or a list of prompts together (:meth:`generate_batch`).
+
+        A string or a list of token ids is one prompt; a list of strings or of token-id lists is
+        a batch. ``options``: temperature, top_k, top_p, seed, stop_at_eos, keep_target_logits
+        (one prompt only: the output then carries the target's logits at every generated
+        position, taken from the verify forwards)."""
+        if isinstance(prompt, (list, tuple)) and (not prompt or not isinstance(prompt[0], int)):
+            return self.generate_batch(prompt, max_new_tokens, **options)
         generation = self.start(prompt, max_new_tokens, **options)
         drive(generation, self.controller)
         ids = generation.output_ids
@@ -68,6 +76,42 @@ class SpeculativeDecoder:
             steps=generation.steps,
             target_logits=generation.target_logits(),
         )
+
+    def generate_batch(
+        self,
+        prompts: Sequence[str | list[int]],
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        stop_at_eos: bool = True,
+    ) -> BatchOutputs:
+        """Decode ``prompts`` together (:mod:`specrl.engine.batch`): one action per batched step,
+        each row accepting its own tokens. Returns one output per prompt, in order; the list's
+        ``stats`` are the batch's totals (every row's tokens over the batch's time)."""
+        ids = [self.pair.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+        sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+        generation = BatchGeneration(self.pair, ids, max_new_tokens, sampling, seed, stop_at_eos)
+        drive_batch(generation, self.controller)
+        outputs = BatchOutputs(
+            GenerationOutput(
+                text=self.pair.tokenizer.decode(generation.output_ids(r)),
+                token_ids=generation.output_ids(r),
+                prompt_ids=ids[r],
+                stats=generation.row_stats(r),
+                steps=generation.row_steps(r),
+            )
+            for r in range(len(ids))
+        )
+        outputs.stats = generation.stats()
+        return outputs
+
+
+class BatchOutputs(list):
+    """One :class:`GenerationOutput` per prompt of a batch; ``stats`` holds the batch's totals."""
+
+    stats: GenerationStats
 
 
 def drive(generation: Generation, controller: Controller, stop: Callable[[], bool] | None = None) -> None:
@@ -83,3 +127,25 @@ def drive(generation: Generation, controller: Controller, stop: Callable[[], boo
         controller.observe(result)
         if stop is not None and stop():
             return
+
+
+def drive_batch(generation: BatchGeneration, controller: Controller) -> None:
+    """Step a batched generation to its end: one action per step for every row, chosen from the
+    batch's features (:meth:`FeatureTracker.update_batch`); the controller observes the batch as
+    one step (:meth:`BatchStepResult.merged`)."""
+    drafters = getattr(controller, "drafters", (DEFAULT_DRAFTER,))
+    settings = GenerationSettings(
+        max_new_tokens=generation.max_new_tokens,
+        context_window=generation.pair.context_length,
+        vocab_size=generation.pair.vocab_size,
+        temperature=generation.sampling.temperature,
+        batch_size=generation.batch_size,
+        drafters=tuple(drafters),
+    )
+    prompt_length = sum(generation.prompt_lengths) / len(generation.prompt_lengths)
+    features = FeatureTracker(settings, round(prompt_length))
+    controller.reset()
+    while not generation.done:
+        step = generation.step(controller.act(features.vector()))
+        features.update_batch(step.results)
+        controller.observe(step.merged())

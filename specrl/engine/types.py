@@ -74,7 +74,8 @@ class Action:
 
 @dataclass
 class StepResult:
-    """What one speculative iteration did (batch row 0; batch > 1 is future work).
+    """What one speculative iteration did for one sequence (one row of a batched step: its
+    seconds are then the whole batch's, :class:`~specrl.engine.batch.BatchStepResult`).
 
     Attributes:
         action: the action the controller asked for (its ``drafter`` proposed).

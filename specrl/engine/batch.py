@@ -1,0 +1,373 @@
+"""Batched speculative decoding: B sequences, one action per step, ragged acceptance.
+
+Serving engines (vLLM, TensorRT-LLM) decode many requests together and speculate with the same k
+for every row. Here one :class:`BatchGeneration` holds B rows; each step:
+
+1. **Draft** with the draft model, all rows in lockstep: a catch-up forward over the tokens each
+   row's draft cache has not seen (right-padded), then one forward per further proposal. A row
+   stops proposing at its own tau cut or stop rule, or at its room; its later columns are
+   padding. Drafting ends when every row has stopped.
+2. **Verify** every row's last token and proposals in one target forward (right-padded).
+3. **Accept** row by row with the lossless rule (:func:`specrl.engine.rejection.verify`): each row
+   keeps its own accepted length a_r and gets its correction or bonus token.
+4. **Roll back** each cache to each row's own accepted prefix (:class:`BatchCache`: the rejected
+   slots become holes; nothing is recomputed and no row is cut to another's length).
+
+Rows that finish (EOS, their budget, the context window) leave the batch. Each row's output is
+distributed as the target's alone; greedy rows equal plain greedy decoding of that prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from specrl.engine.batch_cache import BatchCache
+from specrl.engine.generation import PromptTooLongError
+from specrl.engine.rejection import verify
+from specrl.engine.sampling import SamplingConfig, entropy
+from specrl.engine.timing import DeviceClock
+from specrl.engine.types import DEFAULT_DRAFTER, Action, GenerationStats, StepResult
+from specrl.models import ModelPair
+
+COMPACT_AT = 0.5  # pack the caches when holes take more than this share of their slots
+
+
+class BatchTooLargeError(ValueError):
+    """The batch's KV caches would not fit in the device's free memory."""
+
+
+def kv_bytes_per_token(model: torch.nn.Module) -> int:
+    """Bytes one token takes in a model's KV cache (keys and values of every layer)."""
+    config = model.config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    dtype = next(model.parameters()).dtype
+    return 2 * config.num_hidden_layers * heads * head_dim * dtype.itemsize
+
+
+def free_bytes(device: torch.device) -> int | None:
+    """Free memory on ``device`` (None where it cannot be told)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_batch_memory(pair: ModelPair, rows: int, tokens_per_row: int) -> None:
+    """Refuse a batch whose KV caches (target and draft, holes up to ``COMPACT_AT`` included)
+    would not fit in free memory, saying how many rows would."""
+    per_row = int(tokens_per_row / (1 - COMPACT_AT)) * (
+        kv_bytes_per_token(pair.target) + kv_bytes_per_token(pair.draft)
+    )
+    free = free_bytes(pair.device)
+    if free is None or rows * per_row <= free:
+        return
+    raise BatchTooLargeError(
+        f"a batch of {rows} prompts needs about {rows * per_row / 2**30:.1f} GiB of KV cache "
+        f"({tokens_per_row} tokens a row, room for rejected slots included) but {pair.device} has "
+        f"{free / 2**30:.1f} GiB free: at most {free // per_row} rows fit; decode in smaller batches"
+    )
+
+
+@dataclass
+class BatchStepResult:
+    """One batched iteration: each active row's :class:`StepResult` and the batch's time.
+
+    Attributes:
+        rows: the rows (indices into the prompts) that took part, in batch order.
+        results: their step results; each row's ``draft_seconds`` and ``verify_seconds`` are the
+            whole batch's (the rows share the forwards).
+        draft_seconds, verify_seconds: device-synchronised time of the batch's drafting and of its
+            verification, acceptance and rollback.
+    """
+
+    action: Action
+    rows: list[int]
+    results: list[StepResult]
+    draft_seconds: float
+    verify_seconds: float
+    finished: list[int] = field(default_factory=list)  # rows that left the batch after this step
+
+    @property
+    def seconds(self) -> float:
+        return self.draft_seconds + self.verify_seconds
+
+    @property
+    def emitted(self) -> int:
+        """Tokens the batch emitted, summed over rows."""
+        return sum(result.emitted for result in self.results)
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.rows)
+
+    def merged(self) -> StepResult:
+        """The batch as one step, for a controller's ``observe``: counts summed over rows (so
+        accepted / proposed is the batch's acceptance), the rows' drafted signals pooled."""
+        first = self.results[0]
+        return StepResult(
+            action=self.action,
+            k=max(result.k for result in self.results),
+            proposed=sum(result.proposed for result in self.results),
+            accepted=sum(result.accepted for result in self.results),
+            emitted=self.emitted,
+            draft_seconds=self.draft_seconds,
+            verify_seconds=self.verify_seconds,
+            confidences=[c for result in self.results for c in result.confidences],
+            entropies=[h for result in self.results for h in result.entropies],
+            accepted_mask=[a for result in self.results for a in result.accepted_mask],
+            acceptance_probs=[a for result in self.results for a in result.acceptance_probs],
+            stopped_by_tau=any(result.stopped_by_tau for result in self.results),
+            context_length=first.context_length,
+            tokens=[t for result in self.results for t in result.tokens],
+        )
+
+
+class BatchGeneration:
+    """B prompts decoded together with the target and the draft (see the module doc).
+
+    ``step(action)`` runs one iteration for every row still active; ``done`` once every row has
+    finished; ``output_ids(r)`` is row r's generated text.
+    """
+
+    def __init__(
+        self,
+        pair: ModelPair,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        sampling: SamplingConfig,
+        seed: int = 0,
+        stop_at_eos: bool = True,
+    ) -> None:
+        if not prompts:
+            raise ValueError("the list of prompts is empty: give at least one prompt to decode")
+        for r, prompt in enumerate(prompts):
+            if not prompt:
+                raise ValueError(f"prompt {r} is empty: give at least one token of text to continue")
+            if len(prompt) >= pair.context_length:
+                raise PromptTooLongError(
+                    f"prompt {r} has {len(prompt)} tokens but the models' context window is "
+                    f"{pair.context_length}; shorten it to at most {pair.context_length - 1} tokens"
+                )
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        longest = min(pair.context_length, max(map(len, prompts)) + max_new_tokens)
+        check_batch_memory(pair, len(prompts), longest)
+        self.pair, self.sampling, self.max_new_tokens = pair, sampling, max_new_tokens
+        self.eos_token_id = pair.eos_token_id if stop_at_eos else None
+        self.clock = DeviceClock(pair.device)
+        self.generator = torch.Generator(device=pair.device).manual_seed(seed)
+        self.tokens = [list(prompt) for prompt in prompts]  # every row's whole sequence
+        self.prompt_lengths = [len(prompt) for prompt in prompts]
+        self.finished_by_eos = [False] * len(prompts)
+        self.active = list(range(len(prompts)))  # rows in the batch, in cache order
+        self.steps: list[BatchStepResult] = []
+        self.target = BatchCache(pair.target, pair.vocab_size, len(prompts))
+        self.draft = BatchCache(pair.draft, pair.vocab_size, len(prompts))
+        start = self.clock.now()
+        prefix = [tokens[:-1] for tokens in self.tokens]  # the caches hold all but the last token
+        if any(prefix):
+            ids, valid = self._padded(prefix)
+            self.target.feed(ids, valid, keep=1)
+            self.draft.feed(ids, valid, keep=1)
+        self.prefill_seconds = self.clock.now() - start
+
+    # ---- state --------------------------------------------------------------------------------
+
+    def remaining(self, row: int) -> int:
+        """Tokens row ``row`` may still emit: its budget and the context window."""
+        by_budget = self.max_new_tokens - (len(self.tokens[row]) - self.prompt_lengths[row])
+        return max(0, min(by_budget, self.pair.context_length - len(self.tokens[row])))
+
+    def row_done(self, row: int) -> bool:
+        return self.finished_by_eos[row] or self.remaining(row) == 0
+
+    @property
+    def done(self) -> bool:
+        return not self.active
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.active)
+
+    def output_ids(self, row: int) -> list[int]:
+        return self.tokens[row][self.prompt_lengths[row] :]
+
+    def row_steps(self, row: int) -> list[StepResult]:
+        """Row ``row``'s result of every batched step it took part in."""
+        return [step.results[step.rows.index(row)] for step in self.steps if row in step.rows]
+
+    def row_stats(self, row: int) -> GenerationStats:
+        """Row ``row``'s totals; its seconds are those of the batched steps it took part in (its
+        latency), its tokens and draft counts its own."""
+        steps = [step for step in self.steps if row in step.rows]
+        mine = self.row_steps(row)
+        return GenerationStats(
+            new_tokens=len(self.output_ids(row)),
+            steps=len(steps),
+            prefill_seconds=self.prefill_seconds,
+            draft_seconds=sum(step.draft_seconds for step in steps),
+            verify_seconds=sum(step.verify_seconds for step in steps),
+            proposed=sum(result.proposed for result in mine),
+            accepted=sum(result.accepted for result in mine),
+        )
+
+    def stats(self) -> GenerationStats:
+        """The batch's totals: every row's tokens over the batch's time (its throughput)."""
+        return GenerationStats(
+            new_tokens=sum(len(self.output_ids(r)) for r in range(len(self.tokens))),
+            steps=len(self.steps),
+            prefill_seconds=self.prefill_seconds,
+            draft_seconds=sum(step.draft_seconds for step in self.steps),
+            verify_seconds=sum(step.verify_seconds for step in self.steps),
+            proposed=sum(result.proposed for step in self.steps for result in step.results),
+            accepted=sum(result.accepted for step in self.steps for result in step.results),
+        )
+
+    # ---- one step -----------------------------------------------------------------------------
+
+    def step(self, action: Action) -> BatchStepResult:
+        """One speculative iteration of every active row with ``action``."""
+        if self.done:
+            raise RuntimeError("every row is finished; start a new generation")
+        if action.drafter != DEFAULT_DRAFTER:
+            raise NotImplementedError(
+                f"batched decoding drafts with the draft model only, not {action.drafter!r} yet; "
+                "decode one prompt at a time to use the drafter pool"
+            )
+        rows = list(self.active)
+        lengths = [len(self.tokens[r]) for r in rows]
+        ks = [min(action.k, self.remaining(r) - 1) for r in rows]  # never past a row's room
+        start = self.clock.now()
+        drafted, laws, confidences, entropies, stopped = self._draft(rows, ks, action)
+        drafted_at = self.clock.now()
+
+        proposed = [len(x) for x in drafted]
+        feed = [[self.tokens[r][-1], *drafted[i]] for i, r in enumerate(rows)]
+        ids, valid = self._padded(feed)
+        p = self.sampling.probs(self.target.feed(ids, valid))  # (B, 1 + m_max, V)
+        results, keep = [], []
+        for i in range(len(rows)):
+            m = proposed[i]
+            x = torch.tensor([drafted[i]], dtype=torch.long, device=p.device)
+            q = torch.stack(laws[i])[None] if m else p.new_zeros((1, 0, p.shape[-1]))
+            verdict = verify(x, q, p[i : i + 1, : m + 1], self.sampling, self.generator)
+            a = verdict.accepted
+            emitted = drafted[i][:a] + [int(verdict.next_token[0])]
+            results.append(
+                StepResult(
+                    action=action,
+                    k=ks[i],
+                    proposed=m,
+                    accepted=a,
+                    emitted=len(emitted),
+                    draft_seconds=0.0,
+                    verify_seconds=0.0,
+                    confidences=confidences[i],
+                    entropies=entropies[i],
+                    accepted_mask=[j < a for j in range(m)],
+                    acceptance_probs=verdict.acceptance_probs[0].tolist(),
+                    stopped_by_tau=stopped[i],
+                    context_length=lengths[i],
+                    tokens=emitted,
+                )
+            )
+            keep.append(lengths[i] + a)
+        kept = torch.tensor(keep, device=self.target.mask.device)
+        self.target.rollback(kept)  # the emitted token is not fed yet
+        self.draft.rollback(kept)
+        finished = self._append(rows, results)
+        verified_at = self.clock.now()
+
+        for result in results:
+            result.draft_seconds, result.verify_seconds = drafted_at - start, verified_at - drafted_at
+        step = BatchStepResult(action, rows, results, drafted_at - start, verified_at - drafted_at, finished)
+        self.steps.append(step)
+        return step
+
+    def _draft(
+        self, rows: list[int], ks: list[int], action: Action
+    ) -> tuple[list[list[int]], list[list[torch.Tensor]], list[list[float]], list[list[float]], list[bool]]:
+        """Every row's proposals, the law each was drawn from, and the draft's signals."""
+        n = len(rows)
+        drafted: list[list[int]] = [[] for _ in range(n)]
+        laws: list[list[torch.Tensor]] = [[] for _ in range(n)]
+        confidences: list[list[float]] = [[] for _ in range(n)]
+        entropies: list[list[float]] = [[] for _ in range(n)]
+        stopped = [False] * n  # a tau cut or the stop rule ended the row's drafting
+        drafting = [k > 0 for k in ks]
+        if not any(drafting):
+            return drafted, laws, confidences, entropies, stopped
+        seen = self.draft.lengths.tolist()
+        pending = [self.tokens[r][seen[i] :] for i, r in enumerate(rows)]  # >= 1 token each
+        for position in range(max(ks)):
+            ids, valid = self._padded(pending)
+            logits = self.draft.feed(ids, valid)  # (B, width, V)
+            last = valid.long().sum(1) - 1  # each row's last real column
+            q = self.sampling.probs(logits[torch.arange(n), last])  # (B, V)
+            c, h = q.max(-1).values.tolist(), entropy(q).tolist()
+            x = self.sampling.choose(q, self.generator).tolist()
+            pending = [[] for _ in range(n)]
+            for i in range(n):
+                if not drafting[i]:
+                    continue
+                confidences[i].append(c[i])
+                entropies[i].append(h[i])
+                if action.halts(position, c[i], h[i]):
+                    drafting[i], stopped[i] = False, True
+                    continue
+                drafted[i].append(x[i])
+                laws[i].append(q[i])
+                if len(drafted[i]) == ks[i]:
+                    drafting[i] = False  # the last proposal is not fed: only its law is needed
+                else:
+                    pending[i] = [x[i]]
+            if not any(drafting):
+                break  # rows that stopped are fed holes until then
+        return drafted, laws, confidences, entropies, stopped
+
+    def _append(self, rows: list[int], results: list[StepResult]) -> list[int]:
+        """Append each row's emitted tokens (cut at EOS); remove finished rows from the batch."""
+        finished = []
+        for r, result in zip(rows, results, strict=True):
+            emitted = result.tokens
+            if self.eos_token_id is not None and self.eos_token_id in emitted:
+                emitted = emitted[: emitted.index(self.eos_token_id) + 1]
+                self.finished_by_eos[r] = True
+            result.tokens, result.emitted = emitted, len(emitted)
+            self.tokens[r].extend(emitted)
+            if self.row_done(r):
+                finished.append(r)
+        # EOS may cut a step short: keep every cache a strict prefix of its row
+        lengths = torch.tensor([len(self.tokens[r]) - 1 for r in rows], device=self.target.mask.device)
+        self.target.rollback(lengths)
+        self.draft.rollback(lengths)
+        if finished:
+            keep = [i for i, r in enumerate(rows) if r not in finished]
+            self.active = [rows[i] for i in keep]
+            if keep:
+                index = torch.tensor(keep, device=self.target.mask.device)
+                self.target.select(index)
+                self.draft.select(index)
+        for cache in (self.target, self.draft):
+            cache.compact(COMPACT_AT)
+        return finished
+
+    def _padded(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded (B, width) token ids and the mask of real tokens."""
+        width = max(1, max(len(row) for row in rows))
+        ids = torch.zeros((len(rows), width), dtype=torch.long)
+        valid = torch.zeros((len(rows), width), dtype=torch.bool)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+            valid[i, : len(row)] = True
+        device = self.pair.device
+        return ids.to(device), valid.to(device)
