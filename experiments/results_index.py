@@ -185,6 +185,15 @@ SECTIONS = (
         "results/notes/pool_policy.md",
     ),
     Section(
+        "Batched speculative decoding",
+        "B test prompts decoded together, one k for every row, each row accepting its own tokens: "
+        "speed-up over plain batched decoding by batch size and k, acceptance per row, the cost of a "
+        "verification; every output checked against plain batched decoding.",
+        "python experiments/bench_batch.py",
+        ("results/batch/batch.md", "results/batch/batch.png", "results/batch/batch.json"),
+        "results/notes/batch.md",
+    ),
+    Section(
         "Decoding benchmark",
         "Plain, static, TCP and Hugging Face assisted decoding on the default pair, and forward costs.",
         "python experiments/bench_decode.py --prompts-per-domain 2 --max-new-tokens 128 --repeats 3",
