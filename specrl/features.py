@@ -81,6 +81,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:  # annotations only: the engine's decoder imports this module
+    from specrl.engine.batch import BatchGeneration
     from specrl.engine.generation import Generation
     from specrl.engine.types import StepResult
 
@@ -155,17 +156,17 @@ class GenerationSettings:
     @classmethod
     def of(
         cls,
-        generation: Generation,
+        generation: Generation | BatchGeneration,
         max_new_tokens: int | None = None,
         drafters: tuple[str, ...] = ("draft",),
     ) -> GenerationSettings:
-        """Settings of an engine generation; ``max_new_tokens`` overrides its own budget."""
+        """Settings of an engine generation (batched or not); ``max_new_tokens`` overrides its own budget."""
         return cls(
             max_new_tokens=max_new_tokens or generation.max_new_tokens,
             context_window=generation.pair.context_length,
             vocab_size=generation.pair.vocab_size,
             temperature=generation.sampling.temperature,
-            batch_size=generation.tokens.shape[0],
+            batch_size=generation.batch_size,
             drafters=tuple(drafters),
         )
 

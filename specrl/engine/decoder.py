@@ -133,15 +133,7 @@ def drive_batch(generation: BatchGeneration, controller: Controller) -> None:
     """Step a batched generation to its end: one action per step for every row, chosen from the
     batch's features (:meth:`FeatureTracker.update_batch`); the controller observes the batch as
     one step (:meth:`BatchStepResult.merged`)."""
-    drafters = getattr(controller, "drafters", (DEFAULT_DRAFTER,))
-    settings = GenerationSettings(
-        max_new_tokens=generation.max_new_tokens,
-        context_window=generation.pair.context_length,
-        vocab_size=generation.pair.vocab_size,
-        temperature=generation.sampling.temperature,
-        batch_size=generation.batch_size,
-        drafters=tuple(drafters),
-    )
+    settings = GenerationSettings.of(generation, drafters=getattr(controller, "drafters", (DEFAULT_DRAFTER,)))
     prompt_length = sum(generation.prompt_lengths) / len(generation.prompt_lengths)
     features = FeatureTracker(settings, round(prompt_length))
     controller.reset()

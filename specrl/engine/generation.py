@@ -92,6 +92,10 @@ class Generation:
         return [self.target, *(cache for drafter in self.drafters.values() for cache in drafter.caches())]
 
     @property
+    def batch_size(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
     def new_tokens(self) -> int:
         return self.tokens.shape[1] - self.prompt_length
 
