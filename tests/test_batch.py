@@ -160,6 +160,10 @@ def test_the_decoder_takes_a_list_of_prompts_and_returns_one_output_each(close_p
     assert outputs.stats.steps == max(output.stats.steps for output in outputs)
     single = decoder.generate(prompt_ids[0], max_new_tokens=16, stop_at_eos=False)  # one prompt: one output
     assert single.token_ids == outputs[0].token_ids
+    learned = specrl.SpeculativeDecoder(close_pair, specrl.LearnedController.load("default"))
+    outputs = learned.generate(prompt_ids, max_new_tokens=12, stop_at_eos=False)  # a policy acts per batch
+    assert [o.token_ids for o in outputs] == [reference_greedy(close_pair.target, p, 12) for p in prompt_ids]
+    assert {s.action.k for o in outputs for s in o.steps} != {0}  # it speculated
 
 
 def test_batched_features_treat_the_batch_as_one_step():
