@@ -274,6 +274,11 @@ class FeatureTracker:
         """The sequence changed outside a step (an env appended text); record its new length."""
         self.context_length = length
 
+    def set_rows(self, batch_size: int, context_length: float, generated: float) -> None:
+        """A batch's rows changed outside a step (requests joined or left): its size, and its
+        rows' mean sequence length and mean tokens generated."""
+        self.batch_size, self.context_length, self.generated = batch_size, context_length, generated
+
     def update(self, result: StepResult) -> None:
         """Account for one step."""
         self._account(_Step.of([result]))

@@ -191,8 +191,11 @@ def test_batched_features_treat_the_batch_as_one_step():
 
 
 def test_bad_batches_are_refused_by_name(close_pair, monkeypatch):
+    decoder = specrl.SpeculativeDecoder(close_pair, specrl.StaticController(2))
     with pytest.raises(ValueError, match="list of prompts is empty"):
-        specrl.SpeculativeDecoder(close_pair, specrl.StaticController(2)).generate([])
+        decoder.generate_batch([])
+    with pytest.raises(ValueError, match="prompt is empty: an empty list holds no token ids and no prompts"):
+        decoder.generate([])
     with pytest.raises(ValueError, match="prompt 1 is empty"):
         BatchGeneration(close_pair, [[1, 2], []], 4, GREEDY)
     with pytest.raises(PromptTooLongError, match="prompt 1 has"):

@@ -63,7 +63,12 @@ class SpeculativeDecoder:
         a batch. ``options``: temperature, top_k, top_p, seed, stop_at_eos, keep_target_logits
         (one prompt only: the output then carries the target's logits at every generated
         position, taken from the verify forwards)."""
-        if isinstance(prompt, (list, tuple)) and (not prompt or not isinstance(prompt[0], int)):
+        if isinstance(prompt, (list, tuple)) and not prompt:
+            raise ValueError(
+                "the prompt is empty: an empty list holds no token ids and no prompts; give at least one "
+                "token of text to continue, or a list of prompts to decode together"
+            )
+        if isinstance(prompt, (list, tuple)) and not isinstance(prompt[0], int):
             return self.generate_batch(prompt, max_new_tokens, **options)
         generation = self.start(prompt, max_new_tokens, **options)
         drive(generation, self.controller)

@@ -2,6 +2,7 @@
 
 env = gymnasium.make("specrl/SpecDecode-v0", scenario="envs/code.yaml")     # the real loop
 env = gymnasium.make("specrl/TraceReplay-v0", scenario="envs/code.yaml")    # replayed traces
+env = gymnasium.make("specrl/BatchReplay-v0", scenario="serving")           # a batch of requests
 """
 
 from gymnasium.envs.registration import register, registry
@@ -26,6 +27,7 @@ from specrl.latency import CostModel
 
 SPEC_DECODE_ID = "specrl/SpecDecode-v0"
 TRACE_REPLAY_ID = "specrl/TraceReplay-v0"
+BATCH_REPLAY_ID = "specrl/BatchReplay-v0"
 
 if SPEC_DECODE_ID not in registry:  # importing twice (reload) must not re-register
     # Wall-clock time varies from run to run, so the env as registered is nondeterministic;
@@ -34,8 +36,12 @@ if SPEC_DECODE_ID not in registry:  # importing twice (reload) must not re-regis
 if TRACE_REPLAY_ID not in registry:
     # Modeled time and seeded acceptance draws: a seeded episode is reproducible.
     register(id=TRACE_REPLAY_ID, entry_point="specrl.envs.trace_replay:TraceReplayEnv")
+if BATCH_REPLAY_ID not in registry:
+    # The batch simulator: modeled time, seeded traces, draws and arrivals.
+    register(id=BATCH_REPLAY_ID, entry_point="specrl.envs.batch_replay:BatchReplayEnv")
 
 __all__ = [
+    "BATCH_REPLAY_ID",
     "SPEC_DECODE_ID",
     "TRACE_REPLAY_ID",
     "CostModel",

@@ -22,6 +22,7 @@ The keys and the dataclass that holds each section::
     cost_model: {...}                   CostModel (specrl.latency.cost_model): draft_forward_s,
                                         target_forward_s, target_per_token_s
     shift: [...]                        DomainShift per item: {after_tokens, domain}; see SpecDecodeEnv
+    batch: {...}                        BatchSpec: size, load, max_size, requests (the batch simulator)
 
 For example, arithmetic sampled at temperature 1 that turns into prose mid-episode::
 
@@ -206,6 +207,44 @@ class DomainShift:
 
 
 @dataclass(frozen=True)
+class BatchSpec:
+    """How many sequences decode together, for the batch simulator (``specrl/BatchReplay-v0``).
+
+    Attributes:
+        size: rows of a fixed batch: a row that finishes is replaced by the next request at once,
+            so the batch always holds ``size`` rows (used when ``load`` is empty).
+        load: a serving load instead, ``[[seconds, requests_per_second], ...]``: requests arrive
+            as a Poisson process whose rate is piecewise constant in modeled time (the phases
+            repeat); a request waits for a free row, so the batch grows and shrinks with the load
+            (continuous batching).
+        max_size: the most rows at once under ``load``.
+        requests: requests an episode serves (each replays one trace of the scenario).
+    """
+
+    size: int = 1
+    load: tuple[tuple[float, float], ...] = ()
+    max_size: int = 64
+    requests: int = 64
+
+    def __post_init__(self) -> None:
+        for key in ("size", "max_size", "requests"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"batch.{key} must be >= 1, got {getattr(self, key)}")
+        for phase in self.load:
+            if len(phase) != 2 or not phase[0] > 0 or not phase[1] >= 0:
+                raise ValueError(
+                    f"batch.load: each phase is [seconds > 0, requests_per_second >= 0], got {list(phase)}"
+                )
+        if self.load and not any(rate > 0 for _, rate in self.load):
+            raise ValueError("batch.load: every phase has rate 0; no request would ever arrive")
+
+    @property
+    def serving(self) -> bool:
+        """Requests arrive over time (``load``) rather than a fixed batch."""
+        return bool(self.load)
+
+
+@dataclass(frozen=True)
 class RewardSpec:
     """How a step is scored: see :mod:`specrl.envs.reward`.
 
@@ -253,6 +292,7 @@ class Scenario:
     latency: str = "calibrated"  # calibrated | constant | PATH.json (module doc)
     cost_model: CostModel = field(default_factory=CostModel)  # the constants of latency: constant
     shift: tuple[DomainShift, ...] = ()  # domain shifts within an episode
+    batch: BatchSpec = field(default_factory=BatchSpec)  # rows decoded together (batch simulator)
     source: str | None = None  # the file it was loaded from, if any (not a key of the file)
 
     def __post_init__(self) -> None:
@@ -607,4 +647,22 @@ def _parse(data: Any, source: str, base_dir: Path) -> Scenario:
                 )
             parsed.append(DomainShift(**_leaves(section, DomainShift, f"shift[{i}].", source)))
         kwargs["shift"] = tuple(parsed)
+    if "batch" in top:
+        section = _mapping(top["batch"], BatchSpec, "batch", source)
+        batch: dict[str, Any] = {}
+        for key in ("size", "max_size", "requests"):
+            if key in section:
+                batch[key] = _typed(section[key], int, f"batch.{key}", source)
+        if "load" in section:
+            phases = section["load"] or []
+            if not isinstance(phases, list) or not all(isinstance(p, list) and len(p) == 2 for p in phases):
+                raise ScenarioError(
+                    f"{source}: 'batch.load' must be a list of [seconds, requests_per_second] phases, "
+                    f"e.g. [[60, 0.2], [60, 1.5]], got {phases!r}"
+                )
+            batch["load"] = tuple(
+                (_typed(t, float, "batch.load[][0]", source), _typed(r, float, "batch.load[][1]", source))
+                for t, r in phases
+            )
+        kwargs["batch"] = BatchSpec(**batch)
     return Scenario(**kwargs, source=source)

@@ -1,0 +1,294 @@
+"""Choose (k, tau) for each batched step of a serving batch, replayed from traces.
+
+The batch simulator (``specrl/BatchReplay-v0``): every row of the batch replays its own trace
+(:func:`~specrl.envs.replay.replay_step`, the same step definition as the single-row simulator),
+every row takes the same action, and a step costs the batch's time under the batched latency
+model (:class:`~specrl.latency.batch.BatchLatency`). The scenario's ``batch:`` section says how
+the batch fills (:class:`~specrl.envs.scenario.BatchSpec`): a fixed size whose finished rows are
+replaced at once, or requests arriving at a piecewise-constant Poisson rate in modeled time, so
+the batch grows and shrinks with the load (continuous batching). Idle time, waiting for the next
+request with an empty batch, is not a step and is not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from specrl.engine.types import DEFAULT_DRAFTER, StepResult
+from specrl.envs.actions import make_action_space, to_engine_action
+from specrl.envs.recording import cached_traces
+from specrl.envs.replay import replay_step
+from specrl.envs.reward import step_reward
+from specrl.envs.scenario import Scenario, load_scenario, loaded_pair
+from specrl.envs.trace_replay import realise_acceptance
+from specrl.features import FEATURE_HIGH, FEATURE_LOW, N_FEATURES, FeatureTracker, GenerationSettings
+from specrl.latency.batch import BatchLatency, batch_calibrated
+from specrl.traces import Segment, TraceSet
+from specrl.traces.cache import with_scenario
+
+NOMINAL_CONTEXT = 160  # the context at which rho, plain decoding's throughput, is taken
+
+
+@dataclass
+class Row:
+    """One request in the batch: its trace's segment, where it is, and its acceptance draws."""
+
+    request: int
+    segment: Segment
+    accepts: list[bool]
+    position: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.position >= self.segment.end
+
+
+def arrival_times(load: tuple[tuple[float, float], ...], count: int, rng: np.random.Generator) -> list[float]:
+    """``count`` arrival times of a Poisson process whose rate is piecewise constant over the
+    repeating phases ``load`` ([(seconds, rate), ...])."""
+    times, now, phase, phase_end = [], 0.0, 0, load[0][0]
+    while len(times) < count:
+        rate = load[phase][1]
+        gap = rng.exponential(1.0 / rate) if rate > 0 else np.inf
+        if now + gap < phase_end:
+            now += gap
+            times.append(now)
+        else:  # memoryless: restart the draw at the next phase
+            now, phase = phase_end, (phase + 1) % len(load)
+            phase_end = now + load[phase][0]
+    return times
+
+
+class BatchReplayEnv(gym.Env):
+    """Choose (k, tau) for each step of a batch of requests, replayed from recorded traces.
+
+    ## Action Space
+
+    ``MultiDiscrete([k_max + 1, len(tau_grid)])``: the same k and tau for every row (as vLLM and
+    TensorRT-LLM speculate); an :class:`~specrl.engine.Action` is accepted too.
+
+    ## Observation Space
+
+    ``Box(0, 1, (N_FEATURES,), float32)``: :mod:`specrl.features` of the batch as one step
+    (:meth:`FeatureTracker.update_batch`); ``batch_size`` is the number of rows now, and the
+    lengths are means over them.
+
+    ## Rewards
+
+    ``(tokens of every row - rho * seconds of the step) / scale``, rho the scenario's
+    ``reward.reference_tokens_per_s``, else plain batched decoding's throughput at the nominal
+    batch size (``batch.size``, or half of ``batch.max_size`` under a load). An episode emits a
+    fixed number of tokens (its requests' traces), so its return orders policies as their busy
+    time does, whatever rho is.
+
+    ## Starting State
+
+    ``reset(seed=)`` draws ``batch.requests`` traces (a domain by the scenario's weights, then a
+    trace of it uniformly) with their acceptance draws, and the arrival times under a load.
+
+    ## Episode End
+
+    Terminated when every request is served. Never truncated.
+
+    ## Arguments
+
+    ``scenario`` (a name, path or :class:`Scenario` with a ``batch:`` section), ``traces``
+    (default: the scenario's cached traces), ``latency`` (a :class:`BatchLatency`; default: the
+    pair's, measured once and cached), ``pair``, ``split``.
+
+    ## Version History
+
+    - v0: initial version.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        scenario: str | Path | Scenario = "batch_16",
+        traces: TraceSet | None = None,
+        latency: BatchLatency | None = None,
+        pair: Any = None,
+        split: str | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if render_mode is not None:
+            raise ValueError(f"BatchReplayEnv does not render; got render_mode={render_mode!r}")
+        if not isinstance(scenario, Scenario):
+            scenario = load_scenario(scenario)
+        self.scenario = scenario.with_overrides(split=split, time="modeled")
+        if self.scenario.drafters != (DEFAULT_DRAFTER,):
+            raise ValueError(
+                f"the batch simulator drafts with the draft only; scenario '{self.scenario.name}' offers "
+                f"{list(self.scenario.drafters)}"
+            )
+        if self.scenario.shift:
+            raise ValueError(
+                f"the batch simulator replays one segment a request; '{self.scenario.name}' shifts domain"
+            )
+        if (traces is None or latency is None) and pair is None:
+            pair = self.scenario.pair.info()
+        if traces is None:
+            traces = cached_traces(self.scenario, self.scenario.prompts.split, pair)
+        self.traces = with_scenario(traces, self.scenario)
+        self.latency = latency or batch_calibrated(
+            loaded_pair(pair, "measure its batched latency"), k_max=self.scenario.k_max
+        )
+        spec = self.scenario.batch
+        self.nominal_batch = spec.size if not spec.serving else max(1, spec.max_size // 2)
+        self.reference_tokens_per_s = (
+            self.scenario.reward.reference_tokens_per_s
+            or self.latency.plain_tokens_per_s(self.nominal_batch, NOMINAL_CONTEXT)
+        )
+        self.context_window = int(traces.meta["context_window"])
+        self.tau_grid = tuple(self.scenario.tau_grid)
+        self.action_space = make_action_space(self.scenario)
+        self.observation_space = spaces.Box(FEATURE_LOW, FEATURE_HIGH, (N_FEATURES,), np.float32)
+        weights = self.scenario.prompts.domains
+        self.domains = [d for d in dict.fromkeys(traces.domains) if weights.get(d, 0) > 0]
+        if not self.domains:
+            raise ValueError(
+                f"the traces ({traces.source}) hold no domain of scenario '{self.scenario.name}'"
+            )
+        self.active: list[Row] = []
+
+    # ---- the episode --------------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        if options:
+            raise ValueError(f"BatchReplayEnv takes no reset options, got {sorted(options)}")
+        rng, spec = self.np_random, self.scenario.batch
+        weights = np.array([self.scenario.prompts.domains[d] for d in self.domains], dtype=float)
+        self.requests: list[Row] = []
+        for request in range(spec.requests):
+            domain = self.domains[rng.choice(len(self.domains), p=weights / weights.sum())]
+            candidates = self.traces.indices_of(domain)
+            trace = self.traces.traces[candidates[rng.integers(len(candidates))]]
+            accepts = realise_acceptance(trace, rng, (DEFAULT_DRAFTER,))[0][DEFAULT_DRAFTER]
+            self.requests.append(Row(request, trace.segments[0], accepts))
+        self.arrivals = (
+            arrival_times(spec.load, spec.requests, rng) if spec.serving else [0.0] * spec.requests
+        )
+        self.clock, self.next_request, self.served = 0.0, 0, 0
+        self.busy_seconds, self.tokens = 0.0, 0
+        self.active = []
+        self._admit()
+        settings = GenerationSettings(
+            max_new_tokens=self.scenario.max_new_tokens,
+            context_window=self.context_window,
+            vocab_size=int(self.traces.meta["vocab_size"]),
+            temperature=self.scenario.sampling.temperature,
+            batch_size=len(self.active),
+        )
+        self.features = FeatureTracker(settings, self.active[0].segment.prompt_length)
+        self._describe_rows()
+        return self.features.vector(), {"batch_size": len(self.active), "requests": spec.requests}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if not self.active:
+            raise RuntimeError("call reset() before step(), and reset() again after the episode ends")
+        engine_action = to_engine_action(action, self.scenario.k_max, self.tau_grid)
+        rows = list(self.active)
+        replayed = [
+            replay_step(
+                row.segment,
+                row.position,
+                engine_action.k,
+                engine_action.tau,
+                row.accepts,
+                self.context_window,
+            )
+            for row in rows
+        ]
+        contexts = [row.segment.prompt_length + row.position for row in rows]
+        fed = max(step.proposed for step in replayed) + 1
+        forwards = max(len(step.confidences) for step in replayed)
+        draft_seconds, verify_seconds = self.latency.step_seconds(
+            len(rows), fed, forwards, sum(contexts) / len(contexts)
+        )
+        results = []
+        for row, step, context in zip(rows, replayed, contexts, strict=True):
+            start = row.position
+            row.position += step.emitted
+            results.append(
+                StepResult(
+                    action=engine_action,
+                    k=step.k,
+                    proposed=step.proposed,
+                    accepted=step.accepted,
+                    emitted=step.emitted,
+                    draft_seconds=draft_seconds,
+                    verify_seconds=verify_seconds,
+                    confidences=step.confidences,
+                    entropies=step.entropies,
+                    accepted_mask=[i < step.accepted for i in range(step.proposed)],
+                    acceptance_probs=step.acceptance_probs,
+                    stopped_by_tau=step.stopped_by_tau,
+                    context_length=context,
+                    tokens=row.segment.tokens[start : row.position],
+                )
+            )
+        seconds = draft_seconds + verify_seconds
+        emitted = sum(step.emitted for step in replayed)
+        self.clock += seconds
+        self.busy_seconds += seconds
+        self.tokens += emitted
+        finished = [row for row in rows if row.done]
+        self.served += len(finished)
+        self.active = [row for row in rows if not row.done]
+        self._admit()
+        self.features.update_batch(results)
+        self._describe_rows()
+        reward = step_reward(emitted, seconds, self.reference_tokens_per_s, self.scenario.reward.scale)
+        terminated = not self.active
+        info = {
+            "tokens": emitted,
+            "seconds": seconds,
+            "batch_size": len(rows),
+            "k": engine_action.k,
+            "tau": engine_action.tau,
+            "proposed": sum(step.proposed for step in replayed),
+            "accepted": sum(step.accepted for step in replayed),
+            "served": self.served,
+            "episode_tokens": self.tokens,
+            "episode_seconds": self.busy_seconds,
+            "step_results": results,
+        }
+        return self.features.vector(), float(reward), terminated, False, info
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        """Fill the batch: a fixed batch up to its size; under a load, the requests that have
+        arrived, up to max_size; an empty batch waits (idle, not counted) for the next arrival."""
+        spec = self.scenario.batch
+        capacity = spec.max_size if spec.serving else spec.size
+        if not self.active and self.next_request < len(self.requests):
+            self.clock = max(self.clock, self.arrivals[self.next_request])
+        while (
+            self.next_request < len(self.requests)
+            and len(self.active) < capacity
+            and self.arrivals[self.next_request] <= self.clock
+        ):
+            self.active.append(self.requests[self.next_request])
+            self.next_request += 1
+
+    def _describe_rows(self) -> None:
+        """The features' batch facts as of the next decision: its rows, their mean length and progress."""
+        if not self.active:
+            return
+        rows = self.active
+        self.features.set_rows(
+            batch_size=len(rows),
+            context_length=sum(r.segment.prompt_length + r.position for r in rows) / len(rows),
+            generated=sum(r.position for r in rows) / len(rows),
+        )

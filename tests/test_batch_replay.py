@@ -1,0 +1,167 @@
+"""The batch simulator: the batched latency model and specrl/BatchReplay-v0.
+
+Each row replays its trace exactly as the single-row simulator does; a step costs the batch's
+modeled time; a fixed batch stays full while requests remain; under a load the batch follows the
+arrivals; the latency model interpolates, round-trips its file, refuses what it does not cover,
+and is measured through the engine's own batched cache.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import specrl.envs  # noqa: F401 - registers the envs
+from specrl.envs.batch_replay import BatchReplayEnv, arrival_times
+from specrl.envs.scenario import BatchSpec, Scenario, ScenarioError
+from specrl.latency import LatencyError
+from specrl.latency.batch import BatchLatency, measure_batch_latency
+
+SIZES, TOKENS, CONTEXTS = (1, 4, 16, 64), tuple(range(1, 10)), (32, 160, 320)
+
+
+def synthetic_latency(row_seconds: float = 1e-4) -> BatchLatency:
+    """Seconds that grow with B x n and with the context, as a real calibration's do."""
+    target = np.array([[[0.016 + 0.001 * b * n + 1e-5 * c for c in CONTEXTS] for n in TOKENS] for b in SIZES])
+    draft = np.array([[0.003 + 0.0002 * b + 1e-6 * c for c in CONTEXTS] for b in SIZES])
+    return BatchLatency(SIZES, TOKENS, CONTEXTS, target, draft, row_seconds, "test", "specrl-zoo-small")
+
+
+def test_batch_latency_interpolates_in_batch_and_context_and_round_trips(tmp_path):
+    latency = synthetic_latency()
+    assert latency.target_seconds(4, 3, 160) == pytest.approx(0.016 + 0.012 + 0.0016)
+    between = latency.target_seconds(8, 3, 96)  # linear in B and in the context between grid points
+    assert between == pytest.approx(0.016 + 0.001 * 8 * 3 + 1e-5 * 96)
+    assert latency.target_seconds(128, 1, 1000) == latency.target_seconds(64, 1, 320)  # nearest outside
+    draft, verify = latency.step_seconds(16, 5, 4, 160)
+    assert draft == pytest.approx(4 * (0.003 + 0.0032 + 0.00016))
+    assert verify == pytest.approx(latency.target_seconds(16, 5, 160) + 16 * 1e-4)
+    assert latency.plain_tokens_per_s(16, 160) == pytest.approx(
+        16 / (latency.target_seconds(16, 1, 160) + 16e-4)
+    )
+    with pytest.raises(LatencyError, match="1..9 new tokens"):
+        latency.target_seconds(4, 10, 160)
+    path = tmp_path / "batch.json"
+    latency.save(path)
+    again = BatchLatency.load(path)
+    assert again.step_seconds(8, 3, 2, 200) == latency.step_seconds(8, 3, 2, 200)
+    path.write_text('{"format": "something else"}')
+    with pytest.raises(LatencyError, match="not a specrl batch latency file"):
+        BatchLatency.load(path)
+
+
+def test_batch_latency_is_measured_through_the_batched_cache(pair):
+    latency = measure_batch_latency(
+        pair, k_max=2, batch_sizes=(1, 4), contexts=(8, 24), repeats=1, progress=False
+    )
+    assert latency.target.shape == (2, 3, 2) and latency.draft.shape == (2, 2)
+    assert (latency.target > 0).all() and (latency.draft > 0).all() and latency.row_seconds >= 0
+    assert latency.k_max == 2 and latency.pair == pair.name
+
+
+def scenario(**batch) -> Scenario:
+    base = specrl.envs.load_scenario("batch_4")
+    return Scenario.from_dict({**_plain(base), "batch": batch})
+
+
+def _plain(base: Scenario) -> dict:
+    return {
+        "pair": {"preset": "small"},
+        "prompts": {"domains": dict(base.prompts.domains)},
+        "sampling": {"temperature": 0.0},
+    }
+
+
+def test_the_env_follows_gymnasiums_contract():
+    env = gym.make(
+        "specrl/BatchReplay-v0", scenario="batch_4", latency=synthetic_latency(), split="validation"
+    )
+    check_env(env.unwrapped, skip_render_check=True)
+
+
+def test_each_row_replays_its_trace_as_the_single_row_simulator_does():
+    """batch_1 with one request: the rows' step results equal TraceReplay-v0 on the same trace."""
+    latency = synthetic_latency()
+    env = BatchReplayEnv(scenario(size=1, requests=1), latency=latency, split="validation")
+    env.reset(seed=3)
+    segment = env.active[0].segment
+    single = gym.make("specrl/TraceReplay-v0", scenario="mixed", split="validation").unwrapped
+    index = next(i for i, t in enumerate(single.traces.traces) if t.segments[0].tokens == segment.tokens)
+    single.reset(seed=0, options={"trace_index": index})
+    done, ks = False, [3, 0, 5, 1, 8, 2]
+    step = 0
+    while not done:
+        action = np.array([ks[step % len(ks)], step % 3])
+        _, _, done, _, info = env.step(action)
+        _, _, single_done, _, single_info = single.step(action)
+        mine, theirs = info["step_results"][0], single_info["step_result"]
+        assert (mine.proposed, mine.accepted, mine.emitted, mine.tokens) == (
+            theirs.proposed, theirs.accepted, theirs.emitted, theirs.tokens
+        )  # fmt: skip
+        assert mine.confidences == theirs.confidences
+        assert done == single_done
+        step += 1
+
+
+def test_a_step_costs_the_batchs_time_and_a_fixed_batch_stays_full():
+    latency = synthetic_latency(row_seconds=2e-4)
+    env = BatchReplayEnv(scenario(size=4, requests=12), latency=latency, split="validation")
+    observation, info = env.reset(seed=0)
+    assert info["batch_size"] == 4
+    waiting, total, done = [], 0, False
+    while not done:
+        rows = list(env.active)
+        if env.next_request < len(env.requests):  # requests still queued: the batch is full
+            waiting.append(len(rows))
+        contexts = [r.segment.prompt_length + r.position for r in rows]
+        _, reward, done, _, info = env.step(np.array([3, 0]))
+        results = info["step_results"]
+        fed = max(r.proposed for r in results) + 1
+        forwards = max(len(r.confidences) for r in results)
+        draft, verify = latency.step_seconds(len(rows), fed, forwards, sum(contexts) / len(contexts))
+        assert info["seconds"] == pytest.approx(draft + verify)
+        assert reward == pytest.approx(info["tokens"] - env.reference_tokens_per_s * info["seconds"])
+        total += info["tokens"]
+    assert env.served == 12 and total == sum(r.segment.end for r in env.requests)
+    assert waiting and set(waiting) == {4}  # full while requests wait, then it drains
+
+
+def test_under_a_load_the_batch_follows_the_arrivals():
+    quiet, busy = [(30.0, 0.05)], [(30.0, 50.0)]
+    sizes = {}
+    for name, load in (("quiet", quiet), ("busy", busy)):
+        env = BatchReplayEnv(
+            scenario(load=[list(p) for p in load], max_size=16, requests=48),
+            latency=synthetic_latency(),
+            split="validation",
+        )
+        env.reset(seed=1)
+        done, seen = False, []
+        while not done:
+            _, _, done, _, info = env.step(np.array([2, 0]))
+            seen.append(info["batch_size"])
+        sizes[name] = seen
+        assert env.served == 48
+    assert max(sizes["quiet"]) <= 2 and max(sizes["busy"]) == 16
+    times = arrival_times(((10.0, 1.0), (10.0, 0.0)), 200, np.random.default_rng(0))
+    assert all(int(t // 10) % 2 == 0 for t in times)  # nothing arrives in the phases of rate 0
+    assert times == sorted(times)
+
+
+def test_bad_batch_sections_are_refused_by_name():
+    with pytest.raises(ScenarioError, match="batch.size must be >= 1"):
+        Scenario.from_dict({"batch": {"size": 0}})
+    with pytest.raises(ScenarioError, match=r"batch.load.*\[seconds, requests_per_second\]"):
+        Scenario.from_dict({"batch": {"load": [60, 1.0]}})
+    with pytest.raises(ScenarioError, match="every phase has rate 0"):
+        Scenario.from_dict({"batch": {"load": [[60, 0.0]]}})
+    assert BatchSpec(load=((60.0, 1.0),)).serving and not BatchSpec(size=8).serving
+    with pytest.raises(ValueError, match="draft only"):
+        BatchReplayEnv(
+            Scenario.from_dict(
+                {**_plain(specrl.envs.load_scenario("batch_4")), "drafters": ["draft", "ngram"]}
+            ),
+            latency=synthetic_latency(),
+        )
