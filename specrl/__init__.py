@@ -13,6 +13,7 @@ Usage::
 
 from specrl import hf as hf  # specrl.hf.speculative_generate, for HF generate
 from specrl.controllers import (
+    BatchScheduleController,
     Controller,
     HFConfidenceController,
     HFHeuristicController,
@@ -38,6 +39,7 @@ from specrl.models import ModelPair, PairError, load_pair
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchScheduleController",
     "FEATURE_NAMES",
     "FEATURE_VERSION",
     "Action",

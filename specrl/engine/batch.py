@@ -110,25 +110,30 @@ class BatchStepResult:
         return len(self.rows)
 
     def merged(self) -> StepResult:
-        """The batch as one step, for a controller's ``observe``: counts summed over rows (so
-        accepted / proposed is the batch's acceptance), the rows' drafted signals pooled."""
-        first = self.results[0]
-        return StepResult(
-            action=self.action,
-            k=max(result.k for result in self.results),
-            proposed=sum(result.proposed for result in self.results),
-            accepted=sum(result.accepted for result in self.results),
-            emitted=self.emitted,
-            draft_seconds=self.draft_seconds,
-            verify_seconds=self.verify_seconds,
-            confidences=[c for result in self.results for c in result.confidences],
-            entropies=[h for result in self.results for h in result.entropies],
-            accepted_mask=[a for result in self.results for a in result.accepted_mask],
-            acceptance_probs=[a for result in self.results for a in result.acceptance_probs],
-            stopped_by_tau=any(result.stopped_by_tau for result in self.results),
-            context_length=first.context_length,
-            tokens=[t for result in self.results for t in result.tokens],
-        )
+        """The batch as one step, for a controller's ``observe`` (:func:`merge_rows`)."""
+        return merge_rows(self.results)
+
+
+def merge_rows(results: list[StepResult]) -> StepResult:
+    """The rows of one batched step as one step: counts summed over rows (so accepted / proposed
+    is the batch's acceptance), the rows' drafted signals pooled, the batch's seconds."""
+    first = results[0]
+    return StepResult(
+        action=first.action,
+        k=max(result.k for result in results),
+        proposed=sum(result.proposed for result in results),
+        accepted=sum(result.accepted for result in results),
+        emitted=sum(result.emitted for result in results),
+        draft_seconds=first.draft_seconds,
+        verify_seconds=first.verify_seconds,
+        confidences=[c for result in results for c in result.confidences],
+        entropies=[h for result in results for h in result.entropies],
+        accepted_mask=[a for result in results for a in result.accepted_mask],
+        acceptance_probs=[a for result in results for a in result.acceptance_probs],
+        stopped_by_tau=any(result.stopped_by_tau for result in results),
+        context_length=first.context_length,
+        tokens=[t for result in results for t in result.tokens],
+    )
 
 
 class BatchGeneration:

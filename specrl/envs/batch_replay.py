@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from specrl.engine.batch import merge_rows
 from specrl.engine.types import DEFAULT_DRAFTER, StepResult
 from specrl.envs.actions import make_action_space, to_engine_action
 from specrl.envs.recording import cached_traces
@@ -28,7 +29,7 @@ from specrl.envs.reward import step_reward
 from specrl.envs.scenario import Scenario, load_scenario, loaded_pair
 from specrl.envs.trace_replay import realise_acceptance
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, N_FEATURES, FeatureTracker, GenerationSettings
-from specrl.latency.batch import BatchLatency, batch_calibrated
+from specrl.latency.batch import BatchLatency, batch_calibrated, cached_batch_latency
 from specrl.traces import Segment, TraceSet
 from specrl.traces.cache import with_scenario
 
@@ -137,8 +138,11 @@ class BatchReplayEnv(gym.Env):
         if traces is None:
             traces = cached_traces(self.scenario, self.scenario.prompts.split, pair)
         self.traces = with_scenario(traces, self.scenario)
-        self.latency = latency or batch_calibrated(
-            loaded_pair(pair, "measure its batched latency"), k_max=self.scenario.k_max
+        k_max = self.scenario.k_max
+        self.latency = (
+            latency
+            or cached_batch_latency(pair, k_max=k_max)
+            or batch_calibrated(loaded_pair(pair, "measure its batched latency"), k_max=k_max)
         )
         spec = self.scenario.batch
         self.nominal_batch = spec.size if not spec.serving else max(1, spec.max_size // 2)
@@ -262,6 +266,7 @@ class BatchReplayEnv(gym.Env):
             "episode_tokens": self.tokens,
             "episode_seconds": self.busy_seconds,
             "step_results": results,
+            "step_result": merge_rows(results),  # the batch as one step, for a controller's observe
         }
         return self.features.vector(), float(reward), terminated, False, info
 

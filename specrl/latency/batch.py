@@ -6,12 +6,13 @@ and its proposals; the rows are right-padded to n), and the engine's work per ro
 bookkeeping)::
 
     draft  = draft_forwards * draft(B, ctx)
-    verify = target(B, n, ctx) + B * row_seconds
+    verify = target(B, n, ctx) + step_seconds + B * row_seconds
 
 The forwards are timed in isolation on the device, on a grid of batch sizes, tokens per row and
 contexts (each a median of ``repeats``, device-synchronised), through the engine's own
-:class:`~specrl.engine.batch_cache.BatchCache`; ``row_seconds`` is learned from real batched
-steps: the median of (measured - modeled forwards) / B. Between grid points the tables are
+:class:`~specrl.engine.batch_cache.BatchCache`; the engine's own work, ``step_seconds`` per step
+and ``row_seconds`` per row, is learned from real batched steps: a non-negative least-squares
+fit of (measured - modeled forwards) against B. Between grid points the tables are
 linear in B and in the context; outside, the nearest point. :func:`batch_calibrated` measures
 once per pair and device and caches the file next to the single-row model's.
 """
@@ -52,6 +53,7 @@ class BatchLatency:
     device: str
     pair: str
     measurement: dict[str, Any] | None = None
+    step_seconds_fixed: float = 0.0  # the engine's work per step, whatever the batch size
 
     def __post_init__(self) -> None:
         shape = (len(self.batch_sizes), len(self.new_tokens), len(self.contexts))
@@ -92,7 +94,11 @@ class BatchLatency:
         self, batch: int, new_tokens: int, draft_forwards: int, context: float
     ) -> tuple[float, float]:
         """(draft seconds, verify seconds) of one batched step (the module doc)."""
-        verify = self.target_seconds(batch, new_tokens, context) + batch * self.row_seconds
+        verify = (
+            self.target_seconds(batch, new_tokens, context)
+            + self.step_seconds_fixed
+            + batch * self.row_seconds
+        )
         return self.draft_seconds(batch, context, draft_forwards), verify
 
     def plain_tokens_per_s(self, batch: int, context: float) -> float:
@@ -113,6 +119,7 @@ class BatchLatency:
             "target": np.asarray(self.target).tolist(),
             "draft": np.asarray(self.draft).tolist(),
             "row_seconds": self.row_seconds,
+            "step_seconds": self.step_seconds_fixed,
             "measurement": self.measurement,
         }
 
@@ -133,6 +140,7 @@ class BatchLatency:
                 target=np.asarray(data["target"], dtype=float),
                 draft=np.asarray(data["draft"], dtype=float),
                 row_seconds=float(data["row_seconds"]),
+                step_seconds_fixed=float(data["step_seconds"]),
                 device=str(data["device"]),
                 pair=str(data["pair"]),
                 measurement=data.get("measurement"),
@@ -239,14 +247,17 @@ def measure_batch_latency(
 
 
 def _with_row_seconds(model: BatchLatency, pair: ModelPair, k_max: int) -> BatchLatency:
-    """Learn the engine's per-row work: real batched steps against their modeled forwards."""
+    """Learn the engine's own work per step and per row: real batched steps against their modeled
+    forwards, fit by non-negative least squares on the batch size."""
+    from scipy.optimize import nnls
+
     from specrl.engine.batch import BatchGeneration
     from specrl.engine.sampling import SamplingConfig
     from specrl.engine.types import Action
 
     rng = np.random.default_rng(0)
-    residuals = []
-    for batch in (4, 16):
+    sizes, residuals = [], []
+    for batch in (2, 8, 32):
         prompts = [rng.integers(0, pair.vocab_size, 24).tolist() for _ in range(batch)]
         generation = BatchGeneration(pair, prompts, 24, SamplingConfig(0.0), stop_at_eos=False)
         while not generation.done:
@@ -255,9 +266,27 @@ def _with_row_seconds(model: BatchLatency, pair: ModelPair, k_max: int) -> Batch
             forwards = max(len(result.confidences) for result in step.results)
             context = statistics.mean(result.context_length for result in step.results)
             draft, verify = model.step_seconds(step.batch_size, fed, forwards, context)
-            residuals.append((step.seconds - draft - verify) / step.batch_size)
-    row_seconds = max(0.0, statistics.median(residuals))
-    return BatchLatency(**{**model.__dict__, "row_seconds": row_seconds})
+            sizes.append(step.batch_size)
+            residuals.append(step.seconds - draft - verify)
+    (fixed, per_row), _ = nnls(
+        np.stack([np.ones(len(sizes)), np.asarray(sizes, float)], 1), np.asarray(residuals)
+    )
+    return BatchLatency(
+        **{**model.__dict__, "row_seconds": float(per_row), "step_seconds_fixed": float(fixed)}
+    )
+
+
+def cached_batch_latency(pair: Any, *, k_max: int = 8) -> BatchLatency | None:
+    """The cached batch latency of ``pair`` (which needs only name, device and dtype) when it
+    covers ``k_max``, else None (missing, too few tokens per row, or unreadable)."""
+    path = batch_latency_path(pair)
+    if not path.is_file():
+        return None
+    try:
+        model = BatchLatency.load(path)
+    except LatencyError:
+        return None
+    return model if model.k_max >= k_max else None
 
 
 def batch_calibrated(
@@ -265,14 +294,8 @@ def batch_calibrated(
 ) -> BatchLatency:
     """The pair's batch latency on its device: the cached file, or measured and saved (also when
     it covers fewer than k_max + 1 tokens per row, or is unreadable)."""
-    path = batch_latency_path(pair)
-    if path.is_file() and not recalibrate:
-        try:
-            model = BatchLatency.load(path)
-            if model.k_max >= k_max:
-                return model
-        except LatencyError:
-            pass
-    model = measure_batch_latency(pair, k_max=k_max, progress=progress)
-    model.save(path)
+    model = None if recalibrate else cached_batch_latency(pair, k_max=k_max)
+    if model is None:
+        model = measure_batch_latency(pair, k_max=k_max, progress=progress)
+        model.save(batch_latency_path(pair))
     return model

@@ -1,0 +1,160 @@
+"""Batch-aware control in the batch simulator: the vLLM / TensorRT-LLM batch-size schedule, tuned
+on validation, against plain decoding, every static k, the rules, and a learned policy, on test.
+
+The batch simulator (``specrl/BatchReplay-v0``) replays every row's own trace with the pair's
+batched latency model, measured on this machine (``specrl.latency.batch``). The schedule is
+tuned the way a serving engineer tunes it: at each fixed batch size (``batch_1``, ``batch_4``,
+``batch_16``, ``batch_64``), the k with the highest throughput on the **validation** traces;
+between measured sizes the k of the nearer one (geometrically); 0 above the last size where a
+k > 0 wins. Every controller is then run on the **test** traces of every scenario, fixed and
+``serving`` (requests arriving at a rate that changes), with the same seeds, so the same
+requests, arrivals and draws. Throughput: tokens of every request over the batch's busy seconds.
+"Best static" is the best k on the test traces themselves, a bound in hindsight.
+
+    python experiments/batch_sim.py                                  # results/batch/sim.{json,md}
+    python experiments/batch_sim.py --policy specrl/policies/batch   # with a learned policy
+    python experiments/batch_sim.py --episodes 1 --out /tmp/batch_sim   # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+import specrl
+from specrl.controllers.batch_schedule import BatchScheduleController, schedule_from_best_k
+from specrl.envs import load_scenario
+from specrl.envs.batch_replay import BatchReplayEnv
+from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info
+from specrl.io import write_text_atomic
+from specrl.latency.batch import batch_calibrated
+from specrl.tables import markdown_table
+
+REPO = Path(__file__).resolve().parent.parent
+FIXED = ["batch_1", "batch_4", "batch_16", "batch_64"]
+SERVING = ["serving"]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--fixed", nargs="+", default=FIXED, help="fixed-batch scenarios (tune the schedule)")
+    parser.add_argument("--serving", nargs="+", default=SERVING, help="scenarios with a varying load")
+    parser.add_argument("--episodes", type=int, default=3, help="episodes (seeds 0..N-1) per controller")
+    parser.add_argument("--policy", help="an exported policy folder to compare too")
+    parser.add_argument("--out", default=str(REPO / "results" / "batch" / "sim"), help="output stem")
+    return parser.parse_args(argv)
+
+
+def throughput(env: BatchReplayEnv, controller, episodes: int) -> float:
+    """Tokens over busy seconds, summed over episodes with seeds 0..episodes-1."""
+    tokens = seconds = 0.0
+    for seed in range(episodes):
+        observation, _ = env.reset(seed=seed)
+        controller.reset()
+        done = False
+        while not done:
+            observation, _, done, _, info = env.step(controller.act(observation))
+            controller.observe(info["step_result"])
+        tokens, seconds = tokens + env.tokens, seconds + env.busy_seconds
+    return tokens / seconds
+
+
+def batch_of(name: str) -> int:
+    return load_scenario(name).batch.size
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    first = load_scenario(args.fixed[0])
+    pair = first.pair.load()
+    latency = batch_calibrated(pair, k_max=first.k_max)
+    ks = list(range(first.k_max + 1))
+    envs = {
+        (name, split): BatchReplayEnv(name, latency=latency, split=split, pair=pair)
+        for name in [*args.fixed, *args.serving]
+        for split in ("validation", "test")
+    }
+    best_k = {}
+    for name in tqdm(args.fixed, desc="tune the schedule (validation)"):
+        speeds = {
+            k: throughput(envs[(name, "validation")], specrl.StaticController(k), args.episodes) for k in ks
+        }
+        best_k[batch_of(name)] = max(speeds, key=speeds.get)
+    schedule = schedule_from_best_k(best_k)
+    controllers = {
+        "plain": specrl.StaticController(0),
+        "schedule": BatchScheduleController(schedule),
+        "tcp": specrl.TCPController(),
+        "hf-heuristic": specrl.HFHeuristicController(),
+    }
+    if args.policy:
+        controllers["ppo"] = specrl.LearnedController.load(args.policy)
+    rows = {}
+    for name in tqdm([*args.fixed, *args.serving], desc="test"):
+        env = envs[(name, "test")]
+        static = {k: throughput(env, specrl.StaticController(k), args.episodes) for k in ks}
+        rows[name] = {
+            "controllers": {label: throughput(env, c, args.episodes) for label, c in controllers.items()},
+            "static": {str(k): v for k, v in static.items()},
+            "best_static_k": max(static, key=static.get),
+        }
+    report = {
+        "rows": rows,
+        "best_k_validation": best_k,
+        "schedule": schedule,
+        "episodes": args.episodes,
+        "policy": args.policy,
+        "latency": {"device": latency.device, "row_seconds": latency.row_seconds},
+        "machine": machine_info(pair),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command_line(),
+    }
+    out = Path(args.out)
+    write_text_atomic(out.with_suffix(".json"), json.dumps(report, indent=1) + "\n")
+    write_text_atomic(out.with_suffix(".md"), markdown(report))
+    print(markdown(report))
+    return report
+
+
+def markdown(report: dict) -> str:
+    labels = list(next(iter(report["rows"].values()))["controllers"])
+    lines = [
+        "# Batch-aware control in the batch simulator (test traces)",
+        "",
+        f"Tokens per busy second over {report['episodes']} episodes per scenario (the same requests, "
+        "arrivals and draws for every controller), modeled with this machine's batched latency model. The "
+        f"schedule was tuned on validation: best k per batch size {report['best_k_validation']} -> "
+        f"`{report['schedule']}` (k up to each batch size, 0 above the last).",
+        "",
+    ]
+    others = [label for label in labels if label != "schedule"]
+    header = ["scenario", *labels, "best static (k)", *[f"{label} / schedule" for label in others]]
+    table = []
+    for name, row in report["rows"].items():
+        c = row["controllers"]
+        best = row["static"][str(row["best_static_k"])]
+        table.append(
+            [
+                name,
+                *[f"{c[label]:.0f}" for label in labels],
+                f"{best:.0f} ({row['best_static_k']})",
+                *[f"{c[label] / c['schedule']:.3f}" for label in others],
+            ]
+        )
+    lines += [markdown_table(header, table), ""]
+    lines += [
+        f"Command: `{report['command']}`. Date: {report['date']}. "
+        f"Machine: {describe_machine(report['machine'])}; {describe_commit(report['machine']) or ''}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
