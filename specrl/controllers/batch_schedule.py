@@ -55,12 +55,13 @@ class BatchScheduleController:
 
 def schedule_from_best_k(best_k: Mapping[int, int]) -> dict[int, int]:
     """A schedule from the best k measured at some batch sizes: each size's k holds up to the
-    geometric middle between it and the next measured size; 0 above the last size whose best
-    k is positive (merged where neighbours agree)."""
+    geometric middle between it and the next measured size, the last one's up to that size; 0
+    above (nothing was measured there) and above the last size whose best k is positive (merged
+    where neighbours agree)."""
     sizes = sorted(best_k)
     schedule: dict[int, int] = {}
     for i, size in enumerate(sizes):
-        bound = math.isqrt(size * sizes[i + 1]) if i + 1 < len(sizes) else 2**30
+        bound = math.isqrt(size * sizes[i + 1]) if i + 1 < len(sizes) else size  # nothing measured above
         schedule[bound] = int(best_k[size])
     while schedule and list(schedule.values())[-1] == 0:  # 0 above the cut-off is the default
         schedule.pop(list(schedule)[-1])
