@@ -188,9 +188,18 @@ SECTIONS = (
         "Batched speculative decoding",
         "B test prompts decoded together, one k for every row, each row accepting its own tokens: "
         "speed-up over plain batched decoding by batch size and k, acceptance per row, the cost of a "
-        "verification; every output checked against plain batched decoding.",
-        "python experiments/bench_batch.py",
-        ("results/batch/batch.md", "results/batch/batch.png", "results/batch/batch.json"),
+        "verification; every output checked against plain batched decoding. Then the batch "
+        "simulator: the batch-size schedule tuned on validation against plain, static k, the rules "
+        "and a learned policy, at fixed batch sizes and under a varying load (test traces).",
+        "python experiments/bench_batch.py; python experiments/train_batch.py; "
+        "python experiments/batch_sim.py --policy specrl/policies/batch",
+        (
+            "results/batch/batch.md",
+            "results/batch/sim.md",
+            "results/batch/batch.png",
+            "results/batch/batch.json",
+            "results/batch/sim.json",
+        ),
         "results/notes/batch.md",
     ),
     Section(
