@@ -21,7 +21,7 @@ import numpy as np
 from gymnasium import spaces
 
 from specrl.engine.batch import merge_rows
-from specrl.engine.types import DEFAULT_DRAFTER, StepResult
+from specrl.engine.types import DEFAULT_DRAFTER
 from specrl.envs.actions import make_action_space, to_engine_action
 from specrl.envs.recording import cached_traces
 from specrl.envs.replay import replay_step
@@ -223,24 +223,8 @@ class BatchReplayEnv(gym.Env):
         for row, step, context in zip(rows, replayed, contexts, strict=True):
             start = row.position
             row.position += step.emitted
-            results.append(
-                StepResult(
-                    action=engine_action,
-                    k=step.k,
-                    proposed=step.proposed,
-                    accepted=step.accepted,
-                    emitted=step.emitted,
-                    draft_seconds=draft_seconds,
-                    verify_seconds=verify_seconds,
-                    confidences=step.confidences,
-                    entropies=step.entropies,
-                    accepted_mask=[i < step.accepted for i in range(step.proposed)],
-                    acceptance_probs=step.acceptance_probs,
-                    stopped_by_tau=step.stopped_by_tau,
-                    context_length=context,
-                    tokens=row.segment.tokens[start : row.position],
-                )
-            )
+            tokens = row.segment.tokens[start : row.position]
+            results.append(step.result(engine_action, draft_seconds, verify_seconds, context, tokens))
         seconds = draft_seconds + verify_seconds
         emitted = sum(step.emitted for step in replayed)
         self.clock += seconds

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from specrl.engine.types import DEFAULT_DRAFTER, StopRule
+from specrl.engine.types import DEFAULT_DRAFTER, Action, StepResult, StopRule
 from specrl.traces import Segment
 from specrl.traces.format import LookupFields
 
@@ -25,6 +25,32 @@ class ReplayedStep(NamedTuple):
     entropies: list[float]
     acceptance_probs: list[float]
     stopped_by_tau: bool
+
+    def result(
+        self,
+        action: Action,
+        draft_seconds: float,
+        verify_seconds: float,
+        context_length: int,
+        tokens: list[int],
+    ) -> StepResult:
+        """The :class:`StepResult` the engine would have returned, with the step's modeled seconds."""
+        return StepResult(
+            action=action,
+            k=self.k,
+            proposed=self.proposed,
+            accepted=self.accepted,
+            emitted=self.emitted,
+            draft_seconds=draft_seconds,
+            verify_seconds=verify_seconds,
+            confidences=self.confidences,
+            entropies=self.entropies,
+            accepted_mask=[i < self.accepted for i in range(self.proposed)],
+            acceptance_probs=self.acceptance_probs,
+            stopped_by_tau=self.stopped_by_tau,
+            context_length=context_length,
+            tokens=tokens,
+        )
 
 
 def room(segment: Segment, position: int, context_window: int) -> int:

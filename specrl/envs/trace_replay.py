@@ -10,7 +10,6 @@ import numpy as np
 from gymnasium import spaces
 
 from specrl.controllers.stop_rules import AcceptancePredictor, stop_rule_table
-from specrl.engine.types import StepResult
 from specrl.envs.actions import make_action_space, to_engine_action
 from specrl.envs.recording import cached_traces
 from specrl.envs.replay import replay_step, segment_acceptance
@@ -199,21 +198,12 @@ class TraceReplayEnv(gym.Env):
         )
         start = self.position
         self.position += step.emitted
-        result = StepResult(
-            action=engine_action,
-            k=step.k,
-            proposed=step.proposed,
-            accepted=step.accepted,
-            emitted=step.emitted,
-            draft_seconds=draft_seconds,
-            verify_seconds=verify_seconds,
-            confidences=step.confidences,
-            entropies=step.entropies,
-            accepted_mask=[i < step.accepted for i in range(step.proposed)],
-            acceptance_probs=step.acceptance_probs,
-            stopped_by_tau=step.stopped_by_tau,
-            context_length=context_length,
-            tokens=segment.tokens[start : self.position],
+        result = step.result(
+            engine_action,
+            draft_seconds,
+            verify_seconds,
+            context_length,
+            segment.tokens[start : self.position],
         )
         self.features.update(result)
         seconds = draft_seconds + verify_seconds
