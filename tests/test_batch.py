@@ -59,6 +59,20 @@ def test_greedy_rows_equal_plain_greedy_and_accept_what_they_accept_alone(close_
         assert any(0 < a < k for row in accepted for a in row)
 
 
+def test_one_token_prompts_batch_with_longer_ones(close_pair):
+    """A one-token prompt has nothing to prefill: its prefill columns are all padding, a fully
+    masked attention row, which must leave no NaN in the caches."""
+    prompt_ids = [[5], ragged_prompts(close_pair.vocab_size, 3)[2], [7]]
+    prefilled = BatchGeneration(close_pair, prompt_ids, 12, GREEDY)
+    assert prefilled.target.holes() > 0.5  # the padding is still there
+    for cache in (prefilled.target, prefilled.draft):
+        layers = cache.cache.layers
+        assert not any(torch.isnan(layer.keys).any() or torch.isnan(layer.values).any() for layer in layers)
+    generation = decode(close_pair, prompt_ids, specrl.Action(3), 12)
+    for row, prompt in enumerate(prompt_ids):
+        assert generation.output_ids(row) == reference_greedy(close_pair.target, prompt, 12), row
+
+
 def test_rows_leave_the_batch_when_their_room_ends_and_the_rest_go_on(close_pair):
     """A prompt near the context window finishes first; the others continue without it."""
     window = close_pair.context_length

@@ -7,8 +7,10 @@ order, and their positions (RoPE) count the row's valid slots, so holes change n
 sees: attention never reads a masked slot.
 
 - ``feed(tokens, valid)`` appends one column per token to every row; padding (``valid`` False)
-  gives a hole. Prompts of different lengths are fed right-padded, so every slot has a valid
-  slot before it and no attention row is fully masked.
+  gives a hole. Prompts of different lengths are fed right-padded, so a padding slot has its
+  row's tokens before it. A row with nothing to prefill (a one-token prompt) has only padding
+  there, fully masked attention rows: transformers' attention returns finite values for them
+  (tested: no NaN enters a cache), and no query ever reads those slots.
 - ``rollback(lengths)`` keeps the first ``lengths[r]`` tokens of row r: its later slots become
   holes. Columns that are holes in every row are cut from the tail. Nothing is recomputed, and
   no row is cut back to another row's length.
