@@ -57,7 +57,7 @@ class SpecDecodeEnv(gym.Env):
 
     ## Observation Space
 
-    ``Box(0, 1, (32,), float32)``: the feature vector of :mod:`specrl.features`
+    ``Box(0, 1, (33,), float32)``: the feature vector of :mod:`specrl.features`
     (``FEATURE_NAMES``, ``FEATURE_VERSION``), the same one ``SpeculativeDecoder`` gives online
     controllers: acceptance rates over short and long windows, the last step's proposed /
     accepted / k / tau, draft confidence statistics, the draft/verify cost ratio, context
@@ -119,7 +119,8 @@ class SpecDecodeEnv(gym.Env):
     ## Version History
 
     - v0: initial version (observation features version 1); the drafter index and features
-      version 2 (32 features) came with the drafter pool, same id.
+      version 2 (32 features) came with the drafter pool, version 3 (33: the lookup's match order)
+      after it, same id.
     """
 
     metadata = {"render_modes": []}

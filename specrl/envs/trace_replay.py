@@ -58,7 +58,7 @@ class TraceReplayEnv(gym.Env):
 
     ## Observation Space
 
-    ``Box(0, 1, (32,), float32)``: the features of :mod:`specrl.features`, computed by the same
+    ``Box(0, 1, (33,), float32)``: the features of :mod:`specrl.features`, computed by the same
     :class:`FeatureTracker` from the replayed step results (the lookup feature from the trace).
 
     ## Rewards
@@ -99,7 +99,8 @@ class TraceReplayEnv(gym.Env):
     ## Version History
 
     - v0: initial version (observation features version 1, trace format version 1); the drafter
-      index and features version 2 (32 features) came with the drafter pool, same id.
+      index and features version 2 (32 features) came with the drafter pool, version 3 (33: the
+      lookup's match order) after it, same id.
     """
 
     metadata = {"render_modes": []}
