@@ -259,7 +259,7 @@ class BatchGeneration:
         feed = [[self.tokens[r][-1], *drafted[i]] for i, r in enumerate(rows)]
         ids, valid = self._padded(feed)
         p = self.sampling.probs(self.target.feed(ids, valid))  # (B, 1 + m_max, V)
-        results, keep = [], []
+        results = []
         for i in range(len(rows)):
             m = proposed[i]
             x = torch.tensor([drafted[i]], dtype=torch.long, device=p.device)
@@ -285,11 +285,7 @@ class BatchGeneration:
                     tokens=emitted,
                 )
             )
-            keep.append(lengths[i] + a)
-        kept = torch.tensor(keep, device=self.target.mask.device)
-        self.target.rollback(kept)  # the emitted token is not fed yet
-        self.draft.rollback(kept)
-        finished = self._append(rows, results)
+        finished = self._append(rows, results)  # appends, then cuts the caches to each row's prefix
         verified_at = self.clock.now()
 
         for result in results:
@@ -351,7 +347,7 @@ class BatchGeneration:
             self.tokens[r].extend(emitted)
             if self.row_done(r):
                 finished.append(r)
-        # EOS may cut a step short: keep every cache a strict prefix of its row
+        # each row's accepted prefix (an EOS may have cut it short); the emitted token is not fed yet
         lengths = torch.tensor([len(self.tokens[r]) - 1 for r in rows], device=self.target.mask.device)
         self.target.rollback(lengths)
         self.draft.rollback(lengths)
