@@ -73,6 +73,36 @@ def test_one_token_prompts_batch_with_longer_ones(close_pair):
         assert generation.output_ids(row) == reference_greedy(close_pair.target, prompt, 12), row
 
 
+@pytest.mark.parametrize("k", [0, 3])
+def test_rows_that_join_a_running_batch_decode_as_they_would_alone(close_pair, k):
+    """Continuous batching: prompts admitted after some steps (one-token ones among them, and
+    after every row has left) join the caches and decode, step by step, as they would alone;
+    the rows already there are unaffected."""
+    vocab = close_pair.vocab_size
+    first, later = ragged_prompts(vocab, 2), ragged_prompts(vocab, 4, seed=8)
+    waves = {0: first, 2: [later[3], [11]], 5: [later[1]], 60: [[4], later[2]]}  # step -> prompts
+    generation = BatchGeneration(close_pair, waves[0], 16, GREEDY, stop_at_eos=False)
+    for step in range(1, 100):
+        if step in waves:
+            assert generation.done == (step == 60)  # the last wave comes after every row has left
+            generation.add(waves[step], max_new_tokens=16 if step < 60 else 8)
+        if not generation.done:
+            generation.step(specrl.Action(k))
+            for i, row in enumerate(generation.active):
+                assert int(generation.target.lengths[i]) == len(generation.tokens[row]) - 1
+    assert generation.done
+    admitted = [prompt for at in sorted(waves) for prompt in waves[at]]
+    assert [generation.tokens[r][: generation.prompt_lengths[r]] for r in range(len(admitted))] == admitted
+    for row, prompt in enumerate(admitted):
+        budget = generation.budgets[row]
+        assert generation.output_ids(row) == reference_greedy(close_pair.target, prompt, budget), row
+        alone = Generation(close_pair, prompt, budget, GREEDY, stop_at_eos=False)
+        while not alone.done:
+            alone.step(specrl.Action(k))
+        assert [s.accepted for s in generation.row_steps(row)] == [s.accepted for s in alone.steps], row
+    assert max(step.batch_size for step in generation.steps) == 5  # rows really decoded together
+
+
 def test_rows_leave_the_batch_when_their_room_ends_and_the_rest_go_on(close_pair):
     """A prompt near the context window finishes first; the others continue without it."""
     window = close_pair.context_length

@@ -13,7 +13,9 @@ for every row. Here one :class:`BatchGeneration` holds B rows; each step:
 4. **Roll back** each cache to each row's own accepted prefix (:class:`BatchCache`: the rejected
    slots become holes; nothing is recomputed and no row is cut to another's length).
 
-Rows that finish (EOS, their budget, the context window) leave the batch. Each row's output is
+Rows that finish (EOS, their budget, the context window) leave the batch, and new prompts may join
+it between steps (:meth:`BatchGeneration.add`: continuous batching; their prefill runs apart and
+their caches join the batch's). Each row's output is
 distributed as the target's alone; greedy rows equal plain greedy decoding of that prompt.
 """
 
@@ -152,44 +154,73 @@ class BatchGeneration:
         seed: int = 0,
         stop_at_eos: bool = True,
     ) -> None:
-        if not prompts:
-            raise ValueError("the list of prompts is empty: give at least one prompt to decode")
-        for r, prompt in enumerate(prompts):
-            if not prompt:
-                raise ValueError(f"prompt {r} is empty: give at least one token of text to continue")
-            if len(prompt) >= pair.context_length:
-                raise PromptTooLongError(
-                    f"prompt {r} has {len(prompt)} tokens but the models' context window is "
-                    f"{pair.context_length}; shorten it to at most {pair.context_length - 1} tokens"
-                )
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        longest = min(pair.context_length, max(map(len, prompts)) + max_new_tokens)
-        check_batch_memory(pair, len(prompts), longest)
         self.pair, self.sampling, self.max_new_tokens = pair, sampling, max_new_tokens
         self.eos_token_id = pair.eos_token_id if stop_at_eos else None
         self.clock = DeviceClock(pair.device)
         self.generator = torch.Generator(device=pair.device).manual_seed(seed)
-        self.tokens = [list(prompt) for prompt in prompts]  # every row's whole sequence
-        self.prompt_lengths = [len(prompt) for prompt in prompts]
-        self.finished_by_eos = [False] * len(prompts)
-        self.active = list(range(len(prompts)))  # rows in the batch, in cache order
+        self.tokens: list[list[int]] = []  # every row's whole sequence
+        self.prompt_lengths: list[int] = []
+        self.budgets: list[int] = []  # every row's max_new_tokens
+        self.finished_by_eos: list[bool] = []
+        self.active: list[int] = []  # rows in the batch, in cache order
         self.steps: list[BatchStepResult] = []
-        self.target = BatchCache(pair.target, pair.vocab_size, len(prompts))
-        self.draft = BatchCache(pair.draft, pair.vocab_size, len(prompts))
+        self.prefill_seconds = 0.0
+        self.target = self.draft = None
+        self.add(prompts)
+
+    def add(self, prompts: list[list[int]], max_new_tokens: int | None = None) -> list[int]:
+        """Admit ``prompts`` into the batch, also while it runs (continuous batching); return
+        their row indices. Their prompts are prefilled apart, then their caches join the batch's
+        (:meth:`BatchCache.join`); the time it takes counts in ``prefill_seconds``. Each new row
+        may emit ``max_new_tokens`` (default: the generation's)."""
+        if not prompts:
+            raise ValueError("the list of prompts is empty: give at least one prompt to decode")
+        budget = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        if budget < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {budget}")
+        context = self.pair.context_length
+        for r, prompt in enumerate(prompts):
+            if not prompt:
+                raise ValueError(f"prompt {r} is empty: give at least one token of text to continue")
+            if len(prompt) >= context:
+                raise PromptTooLongError(
+                    f"prompt {r} has {len(prompt)} tokens but the models' context window is "
+                    f"{context}; shorten it to at most {context - 1} tokens"
+                )
+        longest = max(
+            [min(context, len(prompt) + budget) for prompt in prompts]
+            + [min(context, self.prompt_lengths[r] + self.budgets[r]) for r in self.active]
+        )
+        check_batch_memory(self.pair, len(self.active) + len(prompts), longest)
         start = self.clock.now()
-        prefix = [tokens[:-1] for tokens in self.tokens]  # the caches hold all but the last token
+        target = BatchCache(self.pair.target, self.pair.vocab_size, len(prompts))
+        draft = BatchCache(self.pair.draft, self.pair.vocab_size, len(prompts))
+        prefix = [list(prompt[:-1]) for prompt in prompts]  # the caches hold all but the last token
         if any(prefix):
             ids, valid = self._padded(prefix)
-            self.target.feed(ids, valid, keep=1)
-            self.draft.feed(ids, valid, keep=1)
-        self.prefill_seconds = self.clock.now() - start
+            target.feed(ids, valid, keep=1)
+            draft.feed(ids, valid, keep=1)
+        if self.active:
+            self.target.join(target)
+            self.draft.join(draft)
+        else:  # a new batch, or one whose rows have all left
+            self.target, self.draft = target, draft
+        self.prefill_seconds += self.clock.now() - start
+        rows = list(range(len(self.tokens), len(self.tokens) + len(prompts)))
+        self.tokens += [list(prompt) for prompt in prompts]
+        self.prompt_lengths += [len(prompt) for prompt in prompts]
+        self.budgets += [budget] * len(prompts)
+        self.finished_by_eos += [False] * len(prompts)
+        self.active += rows
+        return rows
 
     # ---- state --------------------------------------------------------------------------------
 
     def remaining(self, row: int) -> int:
         """Tokens row ``row`` may still emit: its budget and the context window."""
-        by_budget = self.max_new_tokens - (len(self.tokens[row]) - self.prompt_lengths[row])
+        by_budget = self.budgets[row] - (len(self.tokens[row]) - self.prompt_lengths[row])
         return max(0, min(by_budget, self.pair.context_length - len(self.tokens[row])))
 
     def row_done(self, row: int) -> bool:

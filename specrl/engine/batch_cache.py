@@ -14,6 +14,9 @@ sees: attention never reads a masked slot.
 - ``rollback(lengths)`` keeps the first ``lengths[r]`` tokens of row r: its later slots become
   holes. Columns that are holes in every row are cut from the tail. Nothing is recomputed, and
   no row is cut back to another row's length.
+- ``join(other)`` appends the rows of another cache of the same model, prefilled apart (requests
+  joining a running batch): the narrower cache's rows get holes on the right, so both grids line
+  up; nothing is recomputed.
 - ``select(rows)`` keeps some rows (finished rows leave the batch); ``compact()`` drops the
   columns that are holes in every row and packs each row's tokens to the left when holes take
   more than half the cache (a gather over the cached keys and values, no forward).
@@ -100,6 +103,28 @@ class BatchCache:
         self.mask, self.lengths = self.mask[rows], self.lengths[rows]
         self._cut_tail()
 
+    def join(self, other: BatchCache) -> None:
+        """Append ``other``'s rows (a cache of the same model) after this cache's rows."""
+        if other.model is not self.model:
+            raise ValueError("only a cache of the same model can join this batch")
+        width = max(self.slots, other.slots)
+        for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
+            if width == 0:
+                mine.reset()  # nothing cached yet: the next feed initialises the layer at the new size
+                continue
+            like = (mine if self.slots else theirs).keys
+            parts = ((self, mine), (other, theirs))
+            keys = torch.cat([_widened(c, layer.keys, width, like) for c, layer in parts])
+            values = torch.cat([_widened(c, layer.values, width, like) for c, layer in parts])
+            if not mine.is_initialized:
+                mine.lazy_initialization(like, like)
+            mine.keys, mine.values = keys, values
+        pad = torch.nn.functional.pad
+        self.mask = torch.cat(
+            [pad(self.mask, (0, width - self.slots)), pad(other.mask, (0, width - other.slots))]
+        )
+        self.lengths = torch.cat([self.lengths, other.lengths])
+
     def holes(self) -> float:
         """The share of slots that hold no token."""
         return 1.0 - float(self.mask.float().mean()) if self.slots else 0.0
@@ -118,3 +143,10 @@ class BatchCache:
             layer.values = layer.values.gather(2, index)
         self.mask = mask
         return True
+
+
+def _widened(cache: BatchCache, tensor: torch.Tensor, width: int, like: torch.Tensor) -> torch.Tensor:
+    """A layer's keys or values (rows, heads, slots, dim) of ``cache`` with holes up to ``width``
+    slots (zeros that the mask hides); ``like`` gives the shape of a head where it holds no slot."""
+    holes = like.new_zeros((cache.batch_size, like.shape[1], width - cache.slots, like.shape[-1]))
+    return torch.cat([tensor[:, :, : cache.slots], holes], 2) if cache.slots else holes
