@@ -1,0 +1,144 @@
+"""Continuous batching in the real loop: requests arrive over time, join the running batch when a
+row is free, and leave it when they finish; one controller acts once per batched step.
+
+This is the real-loop counterpart of the batch simulator (``specrl/BatchReplay-v0``), with the
+same clock: time is the batch's own measured, device-synchronised work (each step's drafting and
+verification, and the prefill of the requests it admits), and requests arrive on that clock. A
+request is admitted once its arrival time has passed and the batch has fewer than ``max_batch``
+rows; an empty batch waits for the next arrival, idle time that no controller is charged for.
+Throughput is every request's tokens over the busy seconds. The features are the batch's, as in
+the simulator: one ``FeatureTracker`` for the whole run, told the batch's rows after every change.
+
+    run = serve_continuous(pair, controller, requests, max_batch=64, max_new_tokens=128)
+    run.tokens_per_s, run.outputs[i], run.batch_sizes
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tqdm.auto import tqdm
+
+from specrl.controllers.base import Controller
+from specrl.engine.batch import BatchGeneration
+from specrl.engine.sampling import SamplingConfig
+from specrl.features import FeatureTracker, GenerationSettings
+from specrl.models import ModelPair
+
+
+@dataclass(frozen=True)
+class TimedRequest:
+    """A prompt (token ids) and the second, on the batch's busy clock, at which it arrives."""
+
+    prompt_ids: list[int]
+    arrival: float = 0.0
+
+
+@dataclass
+class ContinuousRun:
+    """What a continuous-batching run served.
+
+    Attributes:
+        outputs: every request's generated token ids, in request order.
+        busy_seconds: the batch's measured work: steps plus prefills.
+        prefill_seconds: the part of it spent prefilling admitted requests.
+        batch_sizes: the rows of every step, in order.
+        ks: every step's k.
+        finished_at: every request's completion time on the busy clock (idle waits included).
+    """
+
+    outputs: list[list[int]]
+    busy_seconds: float
+    prefill_seconds: float
+    batch_sizes: list[int] = field(default_factory=list)
+    ks: list[int] = field(default_factory=list)
+    finished_at: list[float] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(output) for output in self.outputs)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.busy_seconds if self.busy_seconds > 0 else 0.0
+
+
+def serve_continuous(
+    pair: ModelPair,
+    controller: Controller,
+    requests: Sequence[TimedRequest],
+    max_batch: int,
+    max_new_tokens: int,
+    sampling: SamplingConfig | None = None,
+    seed: int = 0,
+    stop_at_eos: bool = True,
+    progress: bool = False,
+) -> ContinuousRun:
+    """Serve ``requests`` (in arrival order) with continuous batching; see the module doc."""
+    if not requests:
+        raise ValueError("no requests to serve: give at least one TimedRequest")
+    if max_batch < 1:
+        raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+    arrivals = [request.arrival for request in requests]
+    if any(later < earlier for earlier, later in zip(arrivals, arrivals[1:], strict=False)):
+        raise ValueError("requests must be given in arrival order (their arrival times never decrease)")
+    sampling = sampling or SamplingConfig(0.0)
+    generation: BatchGeneration | None = None
+    features: FeatureTracker | None = None
+    row_of: dict[int, int] = {}  # generation row -> request index
+    clock = busy = 0.0
+    waiting = 0  # the next request not yet admitted
+    finished_at = [0.0] * len(requests)
+    sizes, ks = [], []
+    controller.reset()
+    bar = tqdm(total=len(requests), desc="requests served", disable=not progress, leave=False)
+    while waiting < len(requests) or (generation is not None and not generation.done):
+        if generation is None or generation.done:
+            clock = max(clock, arrivals[waiting])  # an empty batch waits for the next arrival
+        free = max_batch - (0 if generation is None else generation.batch_size)
+        admitted = []
+        while waiting < len(requests) and len(admitted) < free and arrivals[waiting] <= clock:
+            admitted.append(waiting)
+            waiting += 1
+        if admitted:
+            prompts = [list(requests[i].prompt_ids) for i in admitted]
+            before = 0.0 if generation is None else generation.prefill_seconds
+            if generation is None:
+                generation = BatchGeneration(pair, prompts, max_new_tokens, sampling, seed, stop_at_eos)
+                rows = list(range(len(prompts)))
+                settings = GenerationSettings.of(generation)
+                features = FeatureTracker(settings, round(sum(map(len, prompts)) / len(prompts)))
+            else:
+                rows = generation.add(prompts)
+            row_of.update(zip(rows, admitted, strict=True))
+            spent = generation.prefill_seconds - before
+            clock, busy = clock + spent, busy + spent
+            _describe_rows(features, generation)
+        step = generation.step(controller.act(features.vector()))
+        clock, busy = clock + step.seconds, busy + step.seconds
+        sizes.append(step.batch_size)
+        ks.append(step.action.k)
+        features.update_batch(step.results)
+        controller.observe(step.merged())
+        for row in step.finished:
+            finished_at[row_of[row]] = clock
+        bar.update(len(step.finished))
+        if not generation.done:
+            _describe_rows(features, generation)
+    bar.close()
+    outputs: list[list[int]] = [[] for _ in requests]
+    for row, request in row_of.items():
+        outputs[request] = generation.output_ids(row)
+    return ContinuousRun(outputs, busy, generation.prefill_seconds, sizes, ks, finished_at)
+
+
+def _describe_rows(features: FeatureTracker, generation: BatchGeneration) -> None:
+    """The batch's facts as of the next decision: its rows, their mean length and progress (as the
+    batch simulator tells its features)."""
+    rows = generation.active
+    features.set_rows(
+        batch_size=len(rows),
+        context_length=sum(len(generation.tokens[r]) for r in rows) / len(rows),
+        generated=sum(len(generation.output_ids(r)) for r in rows) / len(rows),
+    )

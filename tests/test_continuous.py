@@ -1,0 +1,62 @@
+"""Continuous batching in the real loop (``specrl.serving.continuous``): requests that arrive over
+time join the running batch when a row is free and decode as they would alone; the busy clock
+charges the batch's own work and skips idle waits; bad input is refused by name."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import prompts, reference_greedy
+
+import specrl
+from specrl.controllers.batch_schedule import BatchScheduleController
+from specrl.serving import TimedRequest, serve_continuous
+
+
+def requests(vocab_size: int, arrivals: list[float]) -> list[TimedRequest]:
+    texts = prompts(len(arrivals), vocab_size, seed=5)
+    return [
+        TimedRequest(text[: 2 + 3 * (i % 4)], at)
+        for i, (text, at) in enumerate(zip(texts, arrivals, strict=True))
+    ]
+
+
+@pytest.mark.parametrize("max_batch", [1, 3])
+def test_every_request_decodes_as_alone_and_the_batch_never_exceeds_its_rows(close_pair, max_batch):
+    served = requests(close_pair.vocab_size, [0.0, 0.0, 0.0, 0.0, 1e-4, 1e-4, 1e6])  # the last comes late
+    controller = BatchScheduleController({1: 3, 3: 1})  # k changes with the batch's rows
+    run = serve_continuous(
+        close_pair, controller, served, max_batch=max_batch, max_new_tokens=10, stop_at_eos=False
+    )
+    for i, request in enumerate(served):
+        assert run.outputs[i] == reference_greedy(close_pair.target, request.prompt_ids, 10), i
+    assert max(run.batch_sizes) == max_batch
+    if max_batch == 3:
+        assert set(run.ks) == {3, 1}  # the schedule saw the batch grow and shrink
+    assert run.tokens == 10 * len(served)
+    # the busy clock skipped the idle wait for the late request, which finished after it arrived
+    assert run.finished_at[-1] > 1e6 and run.busy_seconds < 60
+    assert 0 < run.prefill_seconds < run.busy_seconds
+    assert run.tokens_per_s == pytest.approx(run.tokens / run.busy_seconds)
+
+
+def test_a_request_arriving_later_joins_a_running_batch(close_pair):
+    """The second request arrives while the first is decoding (on the busy clock) and joins it."""
+    first = serve_continuous(
+        close_pair, specrl.StaticController(0), requests(close_pair.vocab_size, [0.0]), 4, 24
+    )
+    halfway = first.busy_seconds / 2
+    run = serve_continuous(
+        close_pair, specrl.StaticController(0), requests(close_pair.vocab_size, [0.0, halfway]), 4, 24
+    )
+    assert run.batch_sizes[0] == 1 and 2 in run.batch_sizes
+    assert run.batch_sizes.index(2) > 1  # it joined mid-flight, not at the start
+
+
+def test_bad_requests_are_refused_by_name(close_pair):
+    controller = specrl.StaticController(1)
+    with pytest.raises(ValueError, match="no requests"):
+        serve_continuous(close_pair, controller, [], 4, 8)
+    with pytest.raises(ValueError, match="max_batch"):
+        serve_continuous(close_pair, controller, requests(close_pair.vocab_size, [0.0]), 0, 8)
+    with pytest.raises(ValueError, match="arrival order"):
+        serve_continuous(close_pair, controller, requests(close_pair.vocab_size, [1.0, 0.0]), 4, 8)
