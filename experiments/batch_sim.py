@@ -69,6 +69,18 @@ def batch_of(name: str) -> int:
     return load_scenario(name).batch.size
 
 
+def tune_schedule(envs: dict[str, BatchReplayEnv], episodes: int) -> tuple[dict[int, int], dict[int, int]]:
+    """The batch-size schedule as a serving engineer tunes it: at each fixed batch (scenario name
+    -> its validation env), the k of the highest throughput; returns (best k by batch size, schedule)."""
+    best_k = {}
+    for name, env in tqdm(envs.items(), desc="tune the schedule (validation)"):
+        speeds = {
+            k: throughput(env, specrl.StaticController(k), episodes) for k in range(env.scenario.k_max + 1)
+        }
+        best_k[batch_of(name)] = max(speeds, key=speeds.get)
+    return best_k, schedule_from_best_k(best_k)
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     first = load_scenario(args.fixed[0])
@@ -80,13 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
         for name in [*args.fixed, *args.serving]
         for split in ("validation", "test")
     }
-    best_k = {}
-    for name in tqdm(args.fixed, desc="tune the schedule (validation)"):
-        speeds = {
-            k: throughput(envs[(name, "validation")], specrl.StaticController(k), args.episodes) for k in ks
-        }
-        best_k[batch_of(name)] = max(speeds, key=speeds.get)
-    schedule = schedule_from_best_k(best_k)
+    best_k, schedule = tune_schedule({name: envs[(name, "validation")] for name in args.fixed}, args.episodes)
     controllers = {
         "plain": specrl.StaticController(0),
         "schedule": BatchScheduleController(schedule),

@@ -26,10 +26,9 @@ from stable_baselines3.common.callbacks import BaseCallback, EveryNTimesteps
 from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor, VecNormalize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from batch_sim import FIXED, SERVING, batch_of, throughput  # noqa: E402
+from batch_sim import FIXED, SERVING, throughput, tune_schedule  # noqa: E402
 
-import specrl  # noqa: E402
-from specrl.controllers.batch_schedule import BatchScheduleController, schedule_from_best_k  # noqa: E402
+from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E402
 from specrl.envs import load_scenario  # noqa: E402
 from specrl.envs.batch_replay import BatchReplayEnv  # noqa: E402
 from specrl.evaluation.machine import command_line  # noqa: E402
@@ -129,14 +128,8 @@ def main(argv: list[str] | None = None) -> None:
     validation = {
         name: BatchReplayEnv(name, latency=latency, split="validation", pair=pair) for name in names
     }
-    best_k = {}
-    for name in FIXED:
-        speeds = {
-            k: throughput(validation[name], specrl.StaticController(k), args.episodes)
-            for k in range(first.k_max + 1)
-        }
-        best_k[batch_of(name)] = max(speeds, key=speeds.get)
-    schedule = BatchScheduleController(schedule_from_best_k(best_k))
+    _, table = tune_schedule({name: validation[name] for name in FIXED}, args.episodes)
+    schedule = BatchScheduleController(table)
     print(f"schedule tuned on validation: {schedule}", flush=True)
     callback = Validation(validation, schedule, args.episodes, run_dir)
     model.learn(args.timesteps, callback=EveryNTimesteps(args.eval_freq, callback), progress_bar=True)

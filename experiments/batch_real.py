@@ -1,0 +1,252 @@
+"""Batch-aware control in the real loop: continuous batching of the scenarios' test requests with
+the embedded pair, every controller side by side, and the batch simulator's numbers next to them.
+
+Each scenario's requests are drawn from its **test** prompts (``specrl.serving.scenario_requests``:
+the same domains, weights and arrival process as the batch simulator), and served with
+``specrl.serving.serve_continuous``: requests join the running batch when a row is free and leave
+it when they finish; a fixed-batch scenario keeps its rows full while requests wait. Time is the
+batch's own device-synchronised work (steps and prefills), and requests arrive on that clock, so
+every controller serves the same requests at the same arrival times; throughput is every
+request's tokens over the busy seconds.
+
+The batch-size schedule is tuned on **validation** in the batch simulator, as ``batch_sim.py``
+tunes it (the same machine's latency model); the policy was chosen on validation there too. The
+controllers run interleaved, repeat after repeat, and each ratio to the schedule is a median over
+repeats of the ratios within a repeat. The simulator's column replays the **test** traces of the
+same scenario (``batch_sim.py``'s episodes).
+
+    python experiments/batch_real.py --policy specrl/policies/batch         # results/batch/real.*
+    python experiments/batch_real.py --scenarios serving batch_4 --requests 6 --max-new-tokens 16 \
+        --repeats 1 --episodes 1 --out /tmp/real                            # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from batch_sim import FIXED, SERVING, throughput, tune_schedule  # noqa: E402
+
+import specrl  # noqa: E402
+from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E402
+from specrl.engine.sampling import SamplingConfig  # noqa: E402
+from specrl.envs import load_scenario  # noqa: E402
+from specrl.envs.batch_replay import BatchReplayEnv  # noqa: E402
+from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info  # noqa: E402
+from specrl.io import write_text_atomic  # noqa: E402
+from specrl.latency.batch import batch_calibrated  # noqa: E402
+from specrl.plots import _save as save_figure  # noqa: E402
+from specrl.serving import scenario_requests, serve_continuous  # noqa: E402
+from specrl.tables import markdown_table  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenarios", nargs="+", default=[*SERVING, *FIXED], help="scenarios to serve")
+    parser.add_argument("--requests", type=int, help="requests per scenario (default: each scenario's own)")
+    parser.add_argument(
+        "--max-new-tokens", type=int, help="tokens per request (default: each scenario's own)"
+    )
+    parser.add_argument("--repeats", type=int, default=2, help="interleaved repeats per controller")
+    parser.add_argument(
+        "--episodes", type=int, default=3, help="simulator episodes (tuning and the sim column)"
+    )
+    parser.add_argument("--policy", help="an exported policy folder to compare too")
+    parser.add_argument("--out", default=str(REPO / "results" / "batch" / "real"), help="output stem")
+    return parser.parse_args(argv)
+
+
+def controllers(schedule: dict[int, int], policy: str | None) -> dict:
+    chosen = {
+        "plain": specrl.StaticController(0),
+        "schedule": BatchScheduleController(schedule),
+        "tcp": specrl.TCPController(),
+        "hf-heuristic": specrl.HFHeuristicController(),
+    }
+    if policy:
+        chosen["ppo"] = specrl.LearnedController.load(policy)
+    return chosen
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    first = load_scenario(FIXED[0])
+    pair = first.pair.load()
+    latency = batch_calibrated(pair, k_max=first.k_max)
+    validation = {
+        name: BatchReplayEnv(name, latency=latency, split="validation", pair=pair) for name in FIXED
+    }
+    best_k, schedule = tune_schedule(validation, args.episodes)
+    print(f"schedule tuned on validation (simulator): {schedule}", flush=True)
+    roster = controllers(schedule, args.policy)
+
+    rows = {}
+    for name in args.scenarios:
+        scenario = load_scenario(name)
+        spec = scenario.batch
+        capacity = spec.max_size if spec.serving else spec.size
+        requests = scenario_requests(scenario, pair, "test", seed=0, count=args.requests)
+        sampling = SamplingConfig(scenario.sampling.temperature)
+        budget = args.max_new_tokens or scenario.max_new_tokens
+        env = BatchReplayEnv(name, latency=latency, split="test", pair=pair)
+        simulated = {label: throughput(env, c, args.episodes) for label, c in roster.items()}
+        measured: dict[str, list[float]] = {label: [] for label in roster}
+        outputs: dict[str, list[list[int]]] = {}
+        traces: dict[str, dict] = {}
+        for repeat in range(args.repeats):
+            for label, controller in tqdm(roster.items(), desc=f"{name}, repeat {repeat + 1}/{args.repeats}"):
+                run = serve_continuous(pair, controller, requests, capacity, budget, sampling, seed=repeat)
+                measured[label].append(run.tokens_per_s)
+                outputs.setdefault(label, run.outputs)
+                traces[label] = {"batch_sizes": run.batch_sizes, "ks": run.ks}
+        same = all(outputs[label] == outputs["plain"] for label in roster) if sampling.greedy else None
+        ratios = {
+            label: statistics.median(
+                mine / reference for mine, reference in zip(values, measured["schedule"], strict=True)
+            )
+            for label, values in measured.items()
+        }
+        rows[name] = {
+            "batch": {
+                "capacity": capacity,
+                "serving": spec.serving,
+                "requests": len(requests),
+                "max_new_tokens": budget,
+            },
+            "tokens_per_s": measured,
+            "median_tokens_per_s": {label: statistics.median(v) for label, v in measured.items()},
+            "ratio_vs_schedule": ratios,
+            "sim_tokens_per_s": simulated,
+            "sim_ratio_vs_schedule": {label: v / simulated["schedule"] for label, v in simulated.items()},
+            "outputs_equal_plain": same,
+            "last_repeat": traces,
+        }
+        print(f"{name}: real ratio vs schedule {ratios}", flush=True)
+    report = {
+        "rows": rows,
+        "schedule": schedule,
+        "best_k_validation": best_k,
+        "repeats": args.repeats,
+        "policy": args.policy,
+        "machine": machine_info(pair),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command_line(),
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out.with_suffix(".json"), json.dumps(report, indent=1) + "\n")
+    write_text_atomic(out.with_suffix(".md"), markdown(report, out.with_suffix(".png").name))
+    plot(report, out.with_suffix(".png"))
+    print(markdown(report, out.with_suffix(".png").name))
+    return report
+
+
+def markdown(report: dict, picture: str) -> str:
+    labels = list(next(iter(report["rows"].values()))["tokens_per_s"])
+    others = [label for label in labels if label != "schedule"]
+    lines = [
+        "# Batch-aware control in the real loop (continuous batching, test prompts)",
+        "",
+        f"Tokens per busy second, median over {report['repeats']} interleaved repeats, with the embedded "
+        "pair's real decoding loop; requests arrive on the batch's own clock (its measured work, prefill "
+        "included) and join the batch when a row is free. Ratios are medians of the ratios within a "
+        "repeat; `sim` is the batch simulator on the same scenario's test traces. The schedule was "
+        f"tuned on validation in the simulator: best k per batch size {report['best_k_validation']} -> "
+        f"`{report['schedule']}`.",
+        "",
+    ]
+    header = [
+        "scenario",
+        "rows",
+        *labels,
+        *[f"{label} / schedule (sim)" for label in others],
+        "outputs equal",
+    ]
+    table = []
+    for name, row in report["rows"].items():
+        batch = row["batch"]
+        rows_text = f"up to {batch['capacity']}" if batch["serving"] else str(batch["capacity"])
+        same = row["outputs_equal_plain"]
+        table.append(
+            [
+                name,
+                f"{rows_text} ({batch['requests']} requests)",
+                *[f"{row['median_tokens_per_s'][label]:.0f}" for label in labels],
+                *[
+                    f"{row['ratio_vs_schedule'][label]:.3f} ({row['sim_ratio_vs_schedule'][label]:.3f})"
+                    for label in others
+                ],
+                "-" if same is None else ("yes" if same else "**no**"),
+            ]
+        )
+    lines += [markdown_table(header, table), "", f"![ratios and k by batch size]({picture})", ""]
+    lines += [
+        f"Command: `{report['command']}`. Date: {report['date']}. "
+        f"Machine: {describe_machine(report['machine'])}; {describe_commit(report['machine']) or ''}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: Path) -> None:
+    """Left: each controller's real ratio to the schedule per scenario (and the simulator's, hollow).
+    Right: the mean k each controller chose at each batch size, in the serving scenario."""
+    rows = report["rows"]
+    every = list(next(iter(rows.values()))["tokens_per_s"])
+    color = {label: plt.get_cmap("tab10")(i) for i, label in enumerate(every)}
+    labels = [label for label in every if label != "schedule"]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    names = list(rows)
+    width = 0.8 / len(labels)
+    for i, label in enumerate(labels):
+        xs = [j + (i - (len(labels) - 1) / 2) * width for j in range(len(names))]
+        left.bar(
+            xs, [rows[n]["ratio_vs_schedule"][label] for n in names], width, label=label, color=color[label]
+        )
+        left.scatter(
+            xs,
+            [rows[n]["sim_ratio_vs_schedule"][label] for n in names],
+            color="k",
+            marker="o",
+            facecolors="none",
+            s=18,
+            zorder=3,
+        )
+    left.axhline(1.0, color="gray", lw=0.8)
+    left.set_xticks(range(len(names)), names)
+    left.set_ylabel("tokens/s / schedule's (bars: real, circles: simulator)")
+    left.legend(fontsize=8)
+    serving = next((n for n in names if rows[n]["batch"]["serving"]), names[0])
+    for label, trace in rows[serving]["last_repeat"].items():
+        by_size: dict[int, list[int]] = {}
+        for size, k in zip(trace["batch_sizes"], trace["ks"], strict=True):
+            by_size.setdefault(size, []).append(k)
+        sizes = sorted(by_size)
+        right.plot(
+            sizes, [statistics.mean(by_size[s]) for s in sizes], marker=".", label=label, color=color[label]
+        )
+    right.set_xscale("log", base=2)
+    right.set_xlabel(f"rows in the batch ({serving})")
+    right.set_ylabel("mean k chosen")
+    right.legend(fontsize=8)
+    figure.tight_layout()
+    save_figure(figure, path)
+
+
+if __name__ == "__main__":
+    main()
