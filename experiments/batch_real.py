@@ -4,7 +4,8 @@ the embedded pair, every controller side by side, and the batch simulator's numb
 Each scenario's requests are drawn from its **test** prompts (``specrl.serving.scenario_requests``:
 the same domains, weights and arrival process as the batch simulator), and served with
 ``specrl.serving.serve_continuous``: requests join the running batch when a row is free and leave
-it when they finish; a fixed-batch scenario keeps its rows full while requests wait. Time is the
+it when they finish; a fixed-batch scenario keeps its rows full while requests wait (2 requests
+per row, at least 8, so that a batch of 64 runs in about a minute per controller). Time is the
 batch's own device-synchronised work (steps and prefills), and requests arrive on that clock, so
 every controller serves the same requests at the same arrival times; throughput is every
 request's tokens over the busy seconds.
@@ -58,7 +59,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--scenarios", nargs="+", default=[*SERVING, *FIXED], help="scenarios to serve")
-    parser.add_argument("--requests", type=int, help="requests per scenario (default: each scenario's own)")
+    parser.add_argument(
+        "--requests",
+        type=int,
+        help="requests per scenario (default: a serving scenario's own; a fixed batch: 2 a row, >= 8)",
+    )
     parser.add_argument(
         "--max-new-tokens", type=int, help="tokens per request (default: each scenario's own)"
     )
@@ -100,7 +105,8 @@ def main(argv: list[str] | None = None) -> dict:
         scenario = load_scenario(name)
         spec = scenario.batch
         capacity = spec.max_size if spec.serving else spec.size
-        requests = scenario_requests(scenario, pair, "test", seed=0, count=args.requests)
+        count = args.requests or (spec.requests if spec.serving else max(8, 2 * spec.size))
+        requests = scenario_requests(scenario, pair, "test", seed=0, count=count)
         sampling = SamplingConfig(scenario.sampling.temperature)
         budget = args.max_new_tokens or scenario.max_new_tokens
         env = BatchReplayEnv(name, latency=latency, split="test", pair=pair)

@@ -9,7 +9,7 @@ TensorBoard). The command line is ``experiments/serve_stream.py``.
 """
 
 from specrl.serving.adaptation import AdaptationResult, DraftAdapter, LiveDraft, Traffic, TrafficBuffer
-from specrl.serving.continuous import ContinuousRun, TimedRequest, serve_continuous
+from specrl.serving.continuous import ContinuousRun, TimedRequest, scenario_requests, serve_continuous
 from specrl.serving.requests import Request, draw_requests
 from specrl.serving.server import Setup, build_setups, serve_request, serve_stream
 from specrl.serving.spec import AdaptationSpec, Segment, StreamError, StreamSpec, load_stream, shipped_streams
@@ -31,6 +31,7 @@ __all__ = [
     "build_setups",
     "draw_requests",
     "load_stream",
+    "scenario_requests",
     "serve_continuous",
     "serve_request",
     "serve_stream",

@@ -9,8 +9,13 @@ rows; an empty batch waits for the next arrival, idle time that no controller is
 Throughput is every request's tokens over the busy seconds. The features are the batch's, as in
 the simulator: one ``FeatureTracker`` for the whole run, told the batch's rows after every change.
 
+    requests = scenario_requests(load_scenario("serving"), pair, split="test", seed=0)
     run = serve_continuous(pair, controller, requests, max_batch=64, max_new_tokens=128)
     run.tokens_per_s, run.outputs[i], run.batch_sizes
+
+:func:`scenario_requests` draws a scenario's requests the way the batch simulator draws its traces:
+each request's domain by the scenario's weights, a prompt of that domain's split uniformly, and the
+arrival times of the scenario's ``batch.load`` (all at 0 for a fixed batch).
 """
 
 from __future__ import annotations
@@ -18,11 +23,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from specrl.controllers.base import Controller
 from specrl.engine.batch import BatchGeneration
 from specrl.engine.sampling import SamplingConfig
+from specrl.envs.batch_replay import arrival_times
+from specrl.envs.scenario import Scenario
 from specrl.features import FeatureTracker, GenerationSettings
 from specrl.models import ModelPair
 
@@ -62,6 +70,25 @@ class ContinuousRun:
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.busy_seconds if self.busy_seconds > 0 else 0.0
+
+
+def scenario_requests(
+    scenario: Scenario, pair: ModelPair, split: str, seed: int, count: int | None = None
+) -> list[TimedRequest]:
+    """``count`` (default ``batch.requests``) requests of ``scenario``'s ``split`` prompts, in
+    arrival order (see the module doc); the same ``seed`` gives the same requests and arrivals."""
+    rng = np.random.default_rng(seed)
+    sets = scenario.with_overrides(split=split).prompt_sets(pair)
+    domains = [d for d, weight in scenario.prompts.domains.items() if weight > 0]
+    weights = np.array([scenario.prompts.domains[d] for d in domains], dtype=float)
+    count = count or scenario.batch.requests
+    prompts = []
+    for _ in range(count):
+        texts = sets[domains[rng.choice(len(domains), p=weights / weights.sum())]]
+        prompts.append(pair.encode(texts[rng.integers(len(texts))]))
+    spec = scenario.batch
+    arrivals = arrival_times(spec.load, count, rng) if spec.serving else [0.0] * count
+    return [TimedRequest(prompt, at) for prompt, at in zip(prompts, arrivals, strict=True)]
 
 
 def serve_continuous(
