@@ -9,7 +9,12 @@ between measured sizes the k of the nearer one (geometrically); 0 above the last
 k > 0 wins. Every controller is then run on the **test** traces of every scenario, fixed and
 ``serving`` (requests arriving at a rate that changes), with the same seeds, so the same
 requests, arrivals and draws. Throughput: tokens of every request over the batch's busy seconds.
-"Best static" is the best k on the test traces themselves, a bound in hindsight.
+"Best static" is the best k on the test traces themselves, a bound in hindsight. "Clairvoyant"
+knows each step's outcomes before it acts (``BatchReplayEnv.preview``) and takes the k that
+maximises tokens minus lambda x seconds, lambda its own throughput at the batch's size (three
+Dinkelbach rounds): not
+a proof of optimality over a batch's joint future, but what per-step knowledge is worth; no
+controller that sees only the past should come near it.
 
     python experiments/batch_sim.py                                  # results/batch/sim.{json,md}
     python experiments/batch_sim.py --policy specrl/policies/batch   # with a learned policy
@@ -65,6 +70,56 @@ def throughput(env: BatchReplayEnv, controller, episodes: int) -> float:
     return tokens / seconds
 
 
+class OneStepOracle:
+    """Knows the next step's outcome for every k (``env.preview``); takes the k that maximises
+    tokens - lam[B] * seconds, lam[B] the throughput at the batch's size B (a batch of one row
+    trades time for tokens at another rate than a batch of 64)."""
+
+    def __init__(self, env: BatchReplayEnv, lam: dict[int, float]) -> None:
+        self.env, self.lam = env, lam
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, observation) -> specrl.Action:
+        lam = self.lam.get(len(self.env.active), self.lam[0])
+
+        def gain(k: int) -> float:
+            tokens, seconds = self.env.preview(k)
+            return tokens - lam * seconds
+
+        return specrl.Action(max(range(self.env.scenario.k_max + 1), key=gain))
+
+    def observe(self, result) -> None:
+        pass
+
+
+def rates_by_batch(env: BatchReplayEnv, controller, episodes: int) -> dict[int, float]:
+    """Tokens over seconds at each batch size a controller's episodes met (key 0: over all)."""
+    tokens: dict[int, float] = {}
+    seconds: dict[int, float] = {}
+    for seed in range(episodes):
+        observation, _ = env.reset(seed=seed)
+        controller.reset()
+        done = False
+        while not done:
+            observation, _, done, _, info = env.step(controller.act(observation))
+            controller.observe(info["step_result"])
+            for size in (0, info["batch_size"]):
+                tokens[size] = tokens.get(size, 0.0) + info["tokens"]
+                seconds[size] = seconds.get(size, 0.0) + info["seconds"]
+    return {size: tokens[size] / seconds[size] for size in tokens}
+
+
+def clairvoyant_throughput(env: BatchReplayEnv, controller, episodes: int, rounds: int = 3) -> float:
+    """The one-step oracle's throughput; its lam[B] start at ``controller``'s rates and are refined
+    to the oracle's own ``rounds`` times (Dinkelbach's iteration, per batch size)."""
+    lam = rates_by_batch(env, controller, episodes)
+    for _ in range(rounds):
+        lam = {**lam, **rates_by_batch(env, OneStepOracle(env, lam), episodes)}
+    return lam[0]
+
+
 def batch_of(name: str) -> int:
     return load_scenario(name).batch.size
 
@@ -105,10 +160,12 @@ def main(argv: list[str] | None = None) -> dict:
     for name in tqdm([*args.fixed, *args.serving], desc="test"):
         env = envs[(name, "test")]
         static = {k: throughput(env, specrl.StaticController(k), args.episodes) for k in ks}
+        measured = {label: throughput(env, c, args.episodes) for label, c in controllers.items()}
         rows[name] = {
-            "controllers": {label: throughput(env, c, args.episodes) for label, c in controllers.items()},
+            "controllers": measured,
             "static": {str(k): v for k, v in static.items()},
             "best_static_k": max(static, key=static.get),
+            "clairvoyant": clairvoyant_throughput(env, controllers["schedule"], args.episodes),
         }
     report = {
         "rows": rows,
@@ -140,7 +197,13 @@ def markdown(report: dict) -> str:
         "",
     ]
     others = [label for label in labels if label != "schedule"]
-    header = ["scenario", *labels, "best static (k)", *[f"{label} / schedule" for label in others]]
+    header = [
+        "scenario",
+        *labels,
+        "best static (k)",
+        "clairvoyant",
+        *[f"{label} / schedule" for label in [*others, "clairvoyant"]],
+    ]
     table = []
     for name, row in report["rows"].items():
         c = row["controllers"]
@@ -150,7 +213,9 @@ def markdown(report: dict) -> str:
                 name,
                 *[f"{c[label]:.0f}" for label in labels],
                 f"{best:.0f} ({row['best_static_k']})",
+                f"{row['clairvoyant']:.0f}",
                 *[f"{c[label] / c['schedule']:.3f}" for label in others],
+                f"{row['clairvoyant'] / c['schedule']:.3f}",
             ]
         )
     lines += [markdown_table(header, table), ""]

@@ -128,6 +128,23 @@ def test_a_step_costs_the_batchs_time_and_a_fixed_batch_stays_full():
     assert waiting and set(waiting) == {4}  # full while requests wait, then it drains
 
 
+def test_preview_prices_a_step_without_taking_it():
+    """The oracles' preview: what a step with k would emit and cost, equal to the step then taken,
+    and nothing about the episode moves."""
+    env = BatchReplayEnv(scenario(size=4, requests=8), latency=synthetic_latency(), split="validation")
+    env.reset(seed=1)
+    done, k, varied = False, 0, False
+    while not done:
+        positions = [row.position for row in env.active]
+        previews = {j: env.preview(j) for j in range(env.scenario.k_max + 1)}
+        assert [row.position for row in env.active] == positions
+        k = (k + 3) % (env.scenario.k_max + 1)
+        _, _, done, _, info = env.step(np.array([k, 0]))
+        assert previews[k] == (info["tokens"], pytest.approx(info["seconds"]))
+        varied |= len({tokens for tokens, _ in previews.values()}) > 1
+    assert varied  # the outcomes really depend on k
+
+
 def test_under_a_load_the_batch_follows_the_arrivals():
     quiet, busy = [(30.0, 0.05)], [(30.0, 50.0)]
     sizes = {}

@@ -202,23 +202,7 @@ class BatchReplayEnv(gym.Env):
             raise RuntimeError("call reset() before step(), and reset() again after the episode ends")
         engine_action = to_engine_action(action, self.scenario.k_max, self.tau_grid)
         rows = list(self.active)
-        replayed = [
-            replay_step(
-                row.segment,
-                row.position,
-                engine_action.k,
-                engine_action.tau,
-                row.accepts,
-                self.context_window,
-            )
-            for row in rows
-        ]
-        contexts = [row.segment.prompt_length + row.position for row in rows]
-        fed = max(step.proposed for step in replayed) + 1
-        forwards = max(len(step.confidences) for step in replayed)
-        draft_seconds, verify_seconds = self.latency.step_seconds(
-            len(rows), fed, forwards, sum(contexts) / len(contexts)
-        )
+        replayed, contexts, draft_seconds, verify_seconds = self._replay(engine_action.k, engine_action.tau)
         results = []
         for row, step, context in zip(rows, replayed, contexts, strict=True):
             start = row.position
@@ -254,7 +238,30 @@ class BatchReplayEnv(gym.Env):
         }
         return self.features.vector(), float(reward), terminated, False, info
 
+    def preview(self, k: int, tau: float = 0.0) -> tuple[int, float]:
+        """What the next step would emit (tokens over every row) and cost (modeled seconds) with
+        (k, tau), without taking it: the outcomes are the episode's own draws, so this knows the
+        future, for bounds and oracles only."""
+        if not self.active:
+            raise RuntimeError("call reset() before preview()")
+        replayed, _, draft_seconds, verify_seconds = self._replay(k, tau)
+        return sum(step.emitted for step in replayed), draft_seconds + verify_seconds
+
     # ---- helpers ------------------------------------------------------------------------------
+
+    def _replay(self, k: int, tau: float) -> tuple[list, list[int], float, float]:
+        """Every active row's step with (k, tau), their contexts, and the batch's modeled seconds."""
+        replayed = [
+            replay_step(row.segment, row.position, k, tau, row.accepts, self.context_window)
+            for row in self.active
+        ]
+        contexts = [row.segment.prompt_length + row.position for row in self.active]
+        fed = max(step.proposed for step in replayed) + 1
+        forwards = max(len(step.confidences) for step in replayed)
+        draft_seconds, verify_seconds = self.latency.step_seconds(
+            len(self.active), fed, forwards, sum(contexts) / len(contexts)
+        )
+        return replayed, contexts, draft_seconds, verify_seconds
 
     def _admit(self) -> None:
         """Fill the batch: a fixed batch up to its size; under a load, the requests that have
