@@ -28,6 +28,7 @@ import datetime
 import json
 from pathlib import Path
 
+import numpy as np
 from tqdm.auto import tqdm
 
 import specrl
@@ -81,14 +82,20 @@ class OneStepOracle:
     def reset(self) -> None:
         pass
 
-    def act(self, observation) -> specrl.Action:
+    def regrets(self, taus: tuple[float, ...] = (0.0,)) -> np.ndarray:
+        """For every (k, tau): how much less than the best k the next step gains, in plain steps'
+        worth (the gain of an action is tokens - lam[B] * seconds; the unit is lam[B] times a plain
+        step's seconds). A tau never helps the oracle, which knows the outcomes, but its regret is
+        what a controller that sees only the past pays or saves with a cut."""
         lam = self.lam.get(len(self.env.active), self.lam[0])
+        priced = np.array(
+            [[self.env.preview(k, tau) for tau in taus] for k in range(self.env.scenario.k_max + 1)]
+        )  # (k, tau, [tokens, seconds])
+        gains = priced[..., 0] - lam * priced[..., 1]
+        return (gains.max() - gains) / (lam * priced[0, 0, 1])
 
-        def gain(k: int) -> float:
-            tokens, seconds = self.env.preview(k)
-            return tokens - lam * seconds
-
-        return specrl.Action(max(range(self.env.scenario.k_max + 1), key=gain))
+    def act(self, observation) -> specrl.Action:
+        return specrl.Action(int(self.regrets()[:, 0].argmin()))
 
     def observe(self, result) -> None:
         pass
@@ -111,13 +118,14 @@ def rates_by_batch(env: BatchReplayEnv, controller, episodes: int) -> dict[int, 
     return {size: tokens[size] / seconds[size] for size in tokens}
 
 
-def clairvoyant_throughput(env: BatchReplayEnv, controller, episodes: int, rounds: int = 3) -> float:
-    """The one-step oracle's throughput; its lam[B] start at ``controller``'s rates and are refined
-    to the oracle's own ``rounds`` times (Dinkelbach's iteration, per batch size)."""
+def oracle_rates(env: BatchReplayEnv, controller, episodes: int, rounds: int = 3) -> dict[int, float]:
+    """The one-step oracle's rates by batch size (key 0: its throughput); its lam[B] start at
+    ``controller``'s rates and are refined to the oracle's own ``rounds`` times (Dinkelbach's
+    iteration, per batch size)."""
     lam = rates_by_batch(env, controller, episodes)
     for _ in range(rounds):
         lam = {**lam, **rates_by_batch(env, OneStepOracle(env, lam), episodes)}
-    return lam[0]
+    return lam
 
 
 def batch_of(name: str) -> int:
@@ -165,7 +173,7 @@ def main(argv: list[str] | None = None) -> dict:
             "controllers": measured,
             "static": {str(k): v for k, v in static.items()},
             "best_static_k": max(static, key=static.get),
-            "clairvoyant": clairvoyant_throughput(env, controllers["schedule"], args.episodes),
+            "clairvoyant": oracle_rates(env, controllers["schedule"], args.episodes)[0],
         }
     report = {
         "rows": rows,
