@@ -44,6 +44,7 @@ from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E
 from specrl.engine.sampling import SamplingConfig  # noqa: E402
 from specrl.envs import load_scenario  # noqa: E402
 from specrl.envs.batch_replay import BatchReplayEnv  # noqa: E402
+from specrl.evaluation.compare import paired_ratio  # noqa: E402
 from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info  # noqa: E402
 from specrl.io import write_text_atomic  # noqa: E402
 from specrl.latency.batch import batch_calibrated  # noqa: E402
@@ -121,12 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
                 outputs.setdefault(label, run.outputs)
                 traces[label] = {"batch_sizes": run.batch_sizes, "ks": run.ks}
         same = all(outputs[label] == outputs["plain"] for label in roster) if sampling.greedy else None
-        ratios = {
-            label: statistics.median(
-                mine / reference for mine, reference in zip(values, measured["schedule"], strict=True)
-            )
-            for label, values in measured.items()
-        }
+        ratios = {label: paired_ratio(values, measured["schedule"]) for label, values in measured.items()}
         rows[name] = {
             "batch": {
                 "capacity": capacity,

@@ -190,15 +190,21 @@ SECTIONS = (
         "speed-up over plain batched decoding by batch size and k, acceptance per row, the cost of a "
         "verification; every output checked against plain batched decoding. Then the batch "
         "simulator: the batch-size schedule tuned on validation against plain, static k, the rules "
-        "and a learned policy, at fixed batch sizes and under a varying load (test traces).",
+        "and a learned policy, at fixed batch sizes and under a varying load (test traces). Last, "
+        "the real loop with continuous batching (requests joining the running batch), every "
+        "controller side by side with the simulator's numbers (test prompts).",
         "python experiments/bench_batch.py; python experiments/train_batch.py; "
-        "python experiments/batch_sim.py --policy specrl/policies/batch",
+        "python experiments/batch_sim.py --policy specrl/policies/batch; "
+        "python experiments/batch_real.py --policy specrl/policies/batch",
         (
             "results/batch/batch.md",
             "results/batch/sim.md",
+            "results/batch/real.md",
             "results/batch/batch.png",
+            "results/batch/real.png",
             "results/batch/batch.json",
             "results/batch/sim.json",
+            "results/batch/real.json",
         ),
         "results/notes/batch.md",
     ),

@@ -8,6 +8,9 @@ and is measured through the engine's own batched cache.
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -20,6 +23,7 @@ from specrl.latency import LatencyError
 from specrl.latency.batch import BatchLatency, measure_batch_latency
 
 SIZES, TOKENS, CONTEXTS = (1, 4, 16, 64), tuple(range(1, 10)), (32, 160, 320)
+REPO = Path(__file__).resolve().parent.parent
 
 
 def synthetic_latency(row_seconds: float = 1e-4) -> BatchLatency:
@@ -203,3 +207,22 @@ def test_the_batch_size_schedule_reads_the_batch_from_the_observation_and_is_tun
     observation, _ = env.reset(seed=0)
     _, _, _, _, info = env.step(BatchScheduleController({4: 4, 16: 1}).act(observation))
     assert info["k"] == 1 and info["batch_size"] == 16
+
+
+def test_the_one_step_oracle_takes_the_k_of_least_regret_and_beats_every_static_k():
+    """batch_sim.py's clairvoyant: each step's k is the one whose previewed gain is highest, so its
+    regret is 0; knowing the outcomes, it emits faster than any static k at a batch of one."""
+    spec = importlib.util.spec_from_file_location("batch_sim", REPO / "experiments" / "batch_sim.py")
+    batch_sim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(batch_sim)
+    env = BatchReplayEnv(scenario(size=1, requests=6), latency=synthetic_latency(), split="validation")
+    static = {
+        k: batch_sim.throughput(env, specrl.StaticController(k), 2) for k in range(env.scenario.k_max + 1)
+    }
+    best = max(static, key=static.get)
+    env.reset(seed=0)
+    oracle = batch_sim.OneStepOracle(env, {0: static[best]})
+    regrets = oracle.regrets((0.0, 0.5))
+    assert regrets.shape == (env.scenario.k_max + 1, 2) and regrets.min() == 0.0
+    assert oracle.act(None).k == int(regrets[:, 0].argmin())
+    assert batch_sim.oracle_rates(env, specrl.StaticController(best), 2)[0] > static[best]
