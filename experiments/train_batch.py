@@ -60,13 +60,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--timesteps", type=int, default=300_000, help="PPO env steps over all envs")
+    parser.add_argument("--timesteps", type=int, default=200_000, help="PPO env steps over all envs")
     parser.add_argument("--imitation-rounds", type=int, default=4, help="DAgger rounds before PPO (0: none)")
     parser.add_argument(
         "--imitation-episodes", type=int, default=4, help="train episodes per scenario a round"
     )
     parser.add_argument("--envs-per-scenario", type=int, default=4)
-    parser.add_argument("--eval-freq", type=int, default=100_000, help="env steps between validations")
+    parser.add_argument("--eval-freq", type=int, default=50_000, help="env steps between validations")
     parser.add_argument("--episodes", type=int, default=2, help="validation episodes per scenario")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(REPO / "specrl" / "policies" / "batch"), help="policy folder")
