@@ -59,16 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def throughput(env: BatchReplayEnv, controller, episodes: int) -> float:
     """Tokens over busy seconds, summed over episodes with seeds 0..episodes-1."""
-    tokens = seconds = 0.0
-    for seed in range(episodes):
-        observation, _ = env.reset(seed=seed)
-        controller.reset()
-        done = False
-        while not done:
-            observation, _, done, _, info = env.step(controller.act(observation))
-            controller.observe(info["step_result"])
-        tokens, seconds = tokens + env.tokens, seconds + env.busy_seconds
-    return tokens / seconds
+    return rates_by_batch(env, controller, episodes)[0]
 
 
 class OneStepOracle:
