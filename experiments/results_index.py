@@ -195,16 +195,18 @@ SECTIONS = (
         "controller side by side with the simulator's numbers (test prompts).",
         "python experiments/bench_batch.py; python experiments/train_batch.py; "
         "python experiments/batch_sim.py --policy specrl/policies/batch; "
-        "python experiments/batch_real.py --policy specrl/policies/batch",
+        "python experiments/batch_real.py --policy specrl/policies/batch; python experiments/batch_fidelity.py",
         (
             "results/batch/batch.md",
             "results/batch/sim.md",
             "results/batch/real.md",
+            "results/batch/fidelity.md",
             "results/batch/batch.png",
             "results/batch/real.png",
             "results/batch/batch.json",
             "results/batch/sim.json",
             "results/batch/real.json",
+            "results/batch/fidelity.json",
         ),
         "results/notes/batch.md",
     ),

@@ -20,14 +20,14 @@ arrival times of the scenario's ``batch.load`` (all at 0 for a fixed batch).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from specrl.controllers.base import Controller
-from specrl.engine.batch import BatchGeneration
+from specrl.engine.batch import BatchGeneration, BatchStepResult
 from specrl.engine.sampling import SamplingConfig
 from specrl.envs.batch_replay import arrival_times
 from specrl.envs.scenario import Scenario
@@ -101,8 +101,10 @@ def serve_continuous(
     seed: int = 0,
     stop_at_eos: bool = True,
     progress: bool = False,
+    on_step: Callable[[BatchGeneration, BatchStepResult], None] | None = None,
 ) -> ContinuousRun:
-    """Serve ``requests`` (in arrival order) with continuous batching; see the module doc."""
+    """Serve ``requests`` (in arrival order) with continuous batching; see the module doc.
+    ``on_step(generation, step)``, if given, sees every batched step as it ends."""
     if not requests:
         raise ValueError("no requests to serve: give at least one TimedRequest")
     if max_batch < 1:
@@ -148,6 +150,8 @@ def serve_continuous(
         ks.append(step.action.k)
         features.update_batch(step.results)
         controller.observe(step.merged())
+        if on_step is not None:
+            on_step(generation, step)
         for row in step.finished:
             finished_at[row_of[row]] = clock
         bar.update(len(step.finished))
