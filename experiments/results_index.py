@@ -195,7 +195,8 @@ SECTIONS = (
         "controller side by side with the simulator's numbers (test prompts).",
         "python experiments/bench_batch.py; python experiments/train_batch.py; "
         "python experiments/batch_sim.py --policy specrl/policies/batch; "
-        "python experiments/batch_real.py --policy specrl/policies/batch; python experiments/batch_fidelity.py",
+        "python experiments/batch_real.py --policy specrl/policies/batch; "
+        "python experiments/batch_fidelity.py",
         (
             "results/batch/batch.md",
             "results/batch/sim.md",
