@@ -202,6 +202,7 @@ SECTIONS = (
             "results/batch/sim.md",
             "results/batch/real.md",
             "results/batch/fidelity.md",
+            "results/batch/seeds/sim_seed1.md",
             "results/batch/batch.png",
             "results/batch/real.png",
             "results/batch/batch.json",
