@@ -43,11 +43,13 @@ import specrl  # noqa: E402
 from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E402
 from specrl.engine.sampling import SamplingConfig  # noqa: E402
 from specrl.envs import load_scenario  # noqa: E402
-from specrl.envs.batch_replay import BatchReplayEnv  # noqa: E402
+from specrl.envs.batch_replay import (
+    BatchReplayEnv,  # noqa: E402
+    scenario_batch_latency,  # noqa: E402
+)
 from specrl.evaluation.compare import paired_ratio  # noqa: E402
 from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info  # noqa: E402
 from specrl.io import write_text_atomic  # noqa: E402
-from specrl.latency.batch import batch_calibrated  # noqa: E402
 from specrl.plots import _save as save_figure  # noqa: E402
 from specrl.serving import scenario_requests, serve_continuous  # noqa: E402
 from specrl.tables import markdown_table  # noqa: E402
@@ -93,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     first = load_scenario(FIXED[0])
     pair = first.pair.load()
-    latency = batch_calibrated(pair, k_max=first.k_max)
+    latency = scenario_batch_latency(first, pair)
     validation = {
         name: BatchReplayEnv(name, latency=latency, split="validation", pair=pair) for name in FIXED
     }

@@ -34,10 +34,9 @@ from tqdm.auto import tqdm
 import specrl
 from specrl.controllers.batch_schedule import BatchScheduleController, schedule_from_best_k
 from specrl.envs import load_scenario
-from specrl.envs.batch_replay import BatchReplayEnv
+from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency
 from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info
 from specrl.io import write_text_atomic
-from specrl.latency.batch import batch_calibrated
 from specrl.tables import markdown_table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -139,7 +138,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     first = load_scenario(args.fixed[0])
     pair = first.pair.load()
-    latency = batch_calibrated(pair, k_max=first.k_max)
+    latency = scenario_batch_latency(first, pair)
     ks = list(range(first.k_max + 1))
     envs = {
         (name, split): BatchReplayEnv(name, latency=latency, split=split, pair=pair)
@@ -172,7 +171,7 @@ def main(argv: list[str] | None = None) -> dict:
         "schedule": schedule,
         "episodes": args.episodes,
         "policy": args.policy,
-        "latency": {"device": latency.device, "row_seconds": latency.row_seconds},
+        "latency": {"device": latency.device, "verify_scale": latency.verify_scale.tolist()},
         "machine": machine_info(pair),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "command": command_line(),

@@ -43,10 +43,12 @@ from batch_sim import FIXED, SERVING, OneStepOracle, oracle_rates, throughput, t
 import specrl  # noqa: E402
 from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E402
 from specrl.envs import load_scenario  # noqa: E402
-from specrl.envs.batch_replay import BatchReplayEnv  # noqa: E402
+from specrl.envs.batch_replay import (
+    BatchReplayEnv,  # noqa: E402
+    scenario_batch_latency,  # noqa: E402
+)
 from specrl.evaluation.machine import command_line  # noqa: E402
 from specrl.export import export_policy  # noqa: E402
-from specrl.latency.batch import batch_calibrated  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 HYPERPARAMETERS = REPO / "specrl" / "policies" / "ppo.yaml"
@@ -180,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
     names = [*FIXED, *SERVING]
     first = load_scenario(names[0])
     pair = first.pair.load()
-    latency = batch_calibrated(pair, k_max=first.k_max)
+    latency = scenario_batch_latency(first, pair)
     run_dir = REPO / "runs" / f"batch_{time.strftime('%Y%m%d_%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=True)
 

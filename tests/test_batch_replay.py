@@ -26,43 +26,68 @@ SIZES, TOKENS, CONTEXTS = (1, 4, 16, 64), tuple(range(1, 10)), (32, 160, 320)
 REPO = Path(__file__).resolve().parent.parent
 
 
-def synthetic_latency(row_seconds: float = 1e-4) -> BatchLatency:
-    """Seconds that grow with B x n and with the context, as a real calibration's do."""
+def synthetic_latency(verify_scale: list | None = None) -> BatchLatency:
+    """Seconds that grow with B x n and with the width, as a real calibration's do."""
     target = np.array([[[0.016 + 0.001 * b * n + 1e-5 * c for c in CONTEXTS] for n in TOKENS] for b in SIZES])
     draft = np.array([[0.003 + 0.0002 * b + 1e-6 * c for c in CONTEXTS] for b in SIZES])
-    return BatchLatency(SIZES, TOKENS, CONTEXTS, target, draft, row_seconds, "test", "specrl-zoo-small")
+    return BatchLatency(
+        SIZES, TOKENS, CONTEXTS, target, draft, "test", "specrl-zoo-small",
+        verify_scale=None if verify_scale is None else np.asarray(verify_scale, dtype=float),
+        prefill=(0.01, 1e-4, 1e-7, 1e-6),
+    )  # fmt: skip
 
 
-def test_batch_latency_interpolates_in_batch_and_context_and_round_trips(tmp_path):
+def test_batch_latency_interpolates_in_batch_and_width_and_round_trips(tmp_path):
     latency = synthetic_latency()
     assert latency.target_seconds(4, 3, 160) == pytest.approx(0.016 + 0.012 + 0.0016)
-    between = latency.target_seconds(8, 3, 96)  # linear in B and in the context between grid points
+    between = latency.target_seconds(8, 3, 96)  # linear in B and in the width between grid points
     assert between == pytest.approx(0.016 + 0.001 * 8 * 3 + 1e-5 * 96)
     assert latency.target_seconds(128, 1, 1000) == latency.target_seconds(64, 1, 320)  # nearest outside
     draft, verify = latency.step_seconds(16, 5, 4, 160)
     assert draft == pytest.approx(4 * (0.003 + 0.0032 + 0.00016))
-    assert verify == pytest.approx(latency.target_seconds(16, 5, 160) + 16 * 1e-4)
-    assert latency.plain_tokens_per_s(16, 160) == pytest.approx(
-        16 / (latency.target_seconds(16, 1, 160) + 16e-4)
+    assert verify == pytest.approx(latency.target_seconds(16, 5, 160))
+    # the real steps' scales per size and tokens per row: at 16 rows, 1.5 at n = 1 and 1.2 above
+    scaled = synthetic_latency(verify_scale=[[1.0] * 9, [1.2] * 9, [1.5] + [1.2] * 8, [2.0] * 9])
+    assert scaled.step_seconds(16, 5, 4, 160) == pytest.approx((draft, 1.2 * verify))
+    assert scaled.step_seconds(16, 1, 0, 160)[1] == pytest.approx(1.5 * latency.target_seconds(16, 1, 160))
+    assert scaled.step_seconds(8, 2, 0, 160)[1] == pytest.approx(1.2 * latency.target_seconds(8, 2, 160))
+    assert scaled.step_seconds(8, 1, 0, 160)[1] == pytest.approx(1.3 * latency.target_seconds(8, 1, 160))
+    assert latency.plain_tokens_per_s(16, 160) == pytest.approx(16 / latency.target_seconds(16, 1, 160))
+    # two prompts (longest 41 tokens, 40 prefilled) joining 6 rows on 100 slots: a copy of 8 x 100
+    assert latency.prefill_seconds([30, 41], batch=6, width=100) == pytest.approx(
+        0.01 + 1e-4 * 80 + 1e-7 * 2 * 1600 + 1e-6 * 800
     )
+    assert latency.prefill_seconds([30, 41]) < latency.prefill_seconds([30, 41], 6, 100)
     with pytest.raises(LatencyError, match="1..9 new tokens"):
         latency.target_seconds(4, 10, 160)
+    with pytest.raises(LatencyError, match=r"verify_scale has shape \(2,\), expected \(4, 9\)"):
+        synthetic_latency(verify_scale=[1.0, 2.0])
     path = tmp_path / "batch.json"
-    latency.save(path)
+    scaled.save(path)
     again = BatchLatency.load(path)
-    assert again.step_seconds(8, 3, 2, 200) == latency.step_seconds(8, 3, 2, 200)
+    assert again.step_seconds(8, 3, 2, 200) == scaled.step_seconds(8, 3, 2, 200)
+    assert again.prefill_seconds([12], 3, 40) == scaled.prefill_seconds([12], 3, 40)
     path.write_text('{"format": "something else"}')
     with pytest.raises(LatencyError, match="not a specrl batch latency file"):
         BatchLatency.load(path)
+    path.write_text('{"format": "specrl-batch-latency", "version": 1}')
+    with pytest.raises(LatencyError, match="version 1.*delete it"):
+        BatchLatency.load(path)
 
 
-def test_batch_latency_is_measured_through_the_batched_cache(pair):
+def test_batch_latency_is_measured_through_the_batched_cache_and_calibrated_on_real_steps(pair):
     latency = measure_batch_latency(
-        pair, k_max=2, batch_sizes=(1, 4), contexts=(8, 24), repeats=1, progress=False
+        pair, k_max=2, batch_sizes=(1, 4), contexts=(8, 24), repeats=1, max_new_tokens=6, progress=False
     )
     assert latency.target.shape == (2, 3, 2) and latency.draft.shape == (2, 2)
-    assert (latency.target > 0).all() and (latency.draft > 0).all() and latency.row_seconds >= 0
+    assert (latency.target > 0).all() and (latency.draft > 0).all()
     assert latency.k_max == 2 and latency.pair == pair.name
+    assert latency.draft_scale.shape == (2,) and latency.verify_scale.shape == (2, 3)
+    assert (latency.draft_scale > 0).all() and (latency.verify_scale > 0).all()
+    assert min(latency.prefill) >= 0 and latency.prefill_seconds([20], 3, 30) > 0
+    calibration = latency.measurement["calibration"]
+    assert calibration["ks"] == [0, 2] and calibration["steps"] > 2 * 2 * 6 // 3
+    assert calibration["admissions"] > 2 * 2  # rows joined the running batches
 
 
 def scenario(**batch) -> Scenario:
@@ -110,26 +135,35 @@ def test_each_row_replays_its_trace_as_the_single_row_simulator_does():
 
 
 def test_a_step_costs_the_batchs_time_and_a_fixed_batch_stays_full():
-    latency = synthetic_latency(row_seconds=2e-4)
+    latency = synthetic_latency(verify_scale=[[1.0] * 9, [1.1] * 9, [1.4] * 9, [2.0] * 9])
     env = BatchReplayEnv(scenario(size=4, requests=12), latency=latency, split="validation")
     observation, info = env.reset(seed=0)
     assert info["batch_size"] == 4
-    waiting, total, done = [], 0, False
+    first = [row.segment.prompt_length for row in env.active]
+    assert env.busy_seconds == pytest.approx(latency.prefill_seconds(first))  # the first prefill
+    waiting, total, done, prefills = [], 0, False, 0
     while not done:
         rows = list(env.active)
         if env.next_request < len(env.requests):  # requests still queued: the batch is full
             waiting.append(len(rows))
-        contexts = [r.segment.prompt_length + r.position for r in rows]
+        width = env.grid.width
+        assert width >= max(r.segment.prompt_length + r.position for r in rows) - 1
         _, reward, done, _, info = env.step(np.array([3, 0]))
         results = info["step_results"]
         fed = max(r.proposed for r in results) + 1
         forwards = max(len(r.confidences) for r in results)
-        draft, verify = latency.step_seconds(len(rows), fed, forwards, sum(contexts) / len(contexts))
-        assert info["seconds"] == pytest.approx(draft + verify)
+        draft, verify = latency.step_seconds(len(rows), fed, forwards, width)  # priced at the grid's width
+        joined = [row for row in env.active if row not in rows]
+        assert info["slots"] == width
+        alone = latency.prefill_seconds([r.segment.prompt_length for r in joined])
+        assert info["prefill_seconds"] > alone if joined else info["prefill_seconds"] == 0.0  # + the join
+        prefills += bool(joined)
+        assert info["seconds"] == pytest.approx(draft + verify + info["prefill_seconds"])
         assert reward == pytest.approx(info["tokens"] - env.reference_tokens_per_s * info["seconds"])
         total += info["tokens"]
     assert env.served == 12 and total == sum(r.segment.end for r in env.requests)
     assert waiting and set(waiting) == {4}  # full while requests wait, then it drains
+    assert prefills >= 2  # finished rows were replaced, and their prompts paid a prefill
 
 
 def test_preview_prices_a_step_without_taking_it():
@@ -144,7 +178,7 @@ def test_preview_prices_a_step_without_taking_it():
         assert [row.position for row in env.active] == positions
         k = (k + 3) % (env.scenario.k_max + 1)
         _, _, done, _, info = env.step(np.array([k, 0]))
-        assert previews[k] == (info["tokens"], pytest.approx(info["seconds"]))
+        assert previews[k] == (info["tokens"], pytest.approx(info["seconds"] - info["prefill_seconds"]))
         varied |= len({tokens for tokens, _ in previews.values()}) > 1
     assert varied  # the outcomes really depend on k
 

@@ -50,6 +50,10 @@ def test_a_request_arriving_later_joins_a_running_batch(close_pair):
     )
     assert run.batch_sizes[0] == 1 and 2 in run.batch_sizes
     assert run.batch_sizes.index(2) > 1  # it joined mid-flight, not at the start
+    start, joined = run.admissions  # the record the batch simulator's prefill is checked against
+    assert (start.rows, start.slots) == (0, 0) and start.prompt_lengths == [2]
+    assert joined.rows == 1 and joined.slots > 5 and joined.prompt_lengths == [5]
+    assert start.seconds + joined.seconds == pytest.approx(run.prefill_seconds)
 
 
 def test_bad_requests_are_refused_by_name(close_pair):

@@ -97,6 +97,7 @@ class BatchStepResult:
     draft_seconds: float
     verify_seconds: float
     finished: list[int] = field(default_factory=list)  # rows that left the batch after this step
+    slots: int = 0  # the width of the target cache's grid the step started on (holes included)
 
     @property
     def seconds(self) -> float:
@@ -279,7 +280,7 @@ class BatchGeneration:
                 f"batched decoding drafts with the draft model only, not {action.drafter!r} yet; "
                 "decode one prompt at a time to use the drafter pool"
             )
-        rows = list(self.active)
+        rows, slots = list(self.active), self.target.slots
         lengths = [len(self.tokens[r]) for r in rows]
         ks = [min(action.k, self.remaining(r) - 1) for r in rows]  # never past a row's room
         start = self.clock.now()
@@ -321,7 +322,9 @@ class BatchGeneration:
 
         for result in results:
             result.draft_seconds, result.verify_seconds = drafted_at - start, verified_at - drafted_at
-        step = BatchStepResult(action, rows, results, drafted_at - start, verified_at - drafted_at, finished)
+        step = BatchStepResult(
+            action, rows, results, drafted_at - start, verified_at - drafted_at, finished, slots
+        )
         self.steps.append(step)
         return step
 

@@ -3,11 +3,13 @@
 The batch simulator (``specrl/BatchReplay-v0``): every row of the batch replays its own trace
 (:func:`~specrl.envs.replay.replay_step`, the same step definition as the single-row simulator),
 every row takes the same action, and a step costs the batch's time under the batched latency
-model (:class:`~specrl.latency.batch.BatchLatency`). The scenario's ``batch:`` section says how
-the batch fills (:class:`~specrl.envs.scenario.BatchSpec`): a fixed size whose finished rows are
-replaced at once, or requests arriving at a piecewise-constant Poisson rate in modeled time, so
-the batch grows and shrinks with the load (continuous batching). Idle time, waiting for the next
-request with an empty batch, is not a step and is not counted.
+model (:class:`~specrl.latency.batch.BatchLatency`) at the width of the batch's cache grid
+(:class:`~specrl.envs.slot_grid.SlotGrid`); admitting requests costs their prefill. The
+scenario's ``batch:`` section says how the batch fills (:class:`~specrl.envs.scenario.BatchSpec`):
+a fixed size whose finished rows are replaced at once, or requests arriving at a
+piecewise-constant Poisson rate in modeled time, so the batch grows and shrinks with the load
+(continuous batching). Idle time, waiting for the next request with an empty batch, is not a
+step and is not counted.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from specrl.envs.actions import make_action_space, to_engine_action
 from specrl.envs.recording import cached_traces
 from specrl.envs.replay import replay_step
 from specrl.envs.reward import step_reward
-from specrl.envs.scenario import Scenario, load_scenario, loaded_pair
+from specrl.envs.scenario import PairInfo, Scenario, load_scenario, loaded_pair
+from specrl.envs.slot_grid import SlotGrid
 from specrl.envs.trace_replay import realise_acceptance
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, N_FEATURES, FeatureTracker, GenerationSettings
 from specrl.latency.batch import BatchLatency, batch_calibrated, cached_batch_latency
+from specrl.models import ModelPair
 from specrl.traces import Segment, TraceSet
 from specrl.traces.cache import with_scenario
 
@@ -66,6 +70,25 @@ def arrival_times(load: tuple[tuple[float, float], ...], count: int, rng: np.ran
     return times
 
 
+def calibration_prompts(scenario: Scenario, pair: ModelPair, count: int = 96) -> list[list[int]]:
+    """``count`` prompts (token ids) drawn from the train split of ``scenario``'s domains."""
+    sets = scenario.with_overrides(split="train").prompt_sets(pair)
+    domains = [domain for domain, weight in scenario.prompts.domains.items() if weight > 0]
+    texts = [text for domain in domains for text in sets[domain]]
+    picks = np.random.default_rng(0).integers(len(texts), size=count)
+    return [pair.encode(texts[i]) for i in picks]
+
+
+def scenario_batch_latency(scenario: Scenario, pair: ModelPair | PairInfo) -> BatchLatency:
+    """The pair's batch latency on its device covering ``scenario``'s k: the cached file, or
+    measured and calibrated on the scenario's train prompts (and saved)."""
+    cached = cached_batch_latency(pair, k_max=scenario.k_max)
+    if cached is not None:
+        return cached
+    pair = loaded_pair(pair, "measure its batched latency")
+    return batch_calibrated(pair, k_max=scenario.k_max, prompts=calibration_prompts(scenario, pair))
+
+
 class BatchReplayEnv(gym.Env):
     """Choose (k, tau) for each step of a batch of requests, replayed from recorded traces.
 
@@ -82,7 +105,8 @@ class BatchReplayEnv(gym.Env):
 
     ## Rewards
 
-    ``(tokens of every row - rho * seconds of the step) / scale``, rho the scenario's
+    ``(tokens of every row - rho * seconds of the step) / scale``, the seconds including the
+    prefill of the requests admitted after it; rho the scenario's
     ``reward.reference_tokens_per_s``, else plain batched decoding's throughput at the nominal
     batch size (``batch.size``, or half of ``batch.max_size`` under a load). An episode emits a
     fixed number of tokens (its requests' traces), so its return orders policies as their busy
@@ -138,12 +162,7 @@ class BatchReplayEnv(gym.Env):
         if traces is None:
             traces = cached_traces(self.scenario, self.scenario.prompts.split, pair)
         self.traces = with_scenario(traces, self.scenario)
-        k_max = self.scenario.k_max
-        self.latency = (
-            latency
-            or cached_batch_latency(pair, k_max=k_max)
-            or batch_calibrated(loaded_pair(pair, "measure its batched latency"), k_max=k_max)
-        )
+        self.latency = latency or scenario_batch_latency(self.scenario, pair)
         spec = self.scenario.batch
         self.nominal_batch = spec.size if not spec.serving else max(1, spec.max_size // 2)
         self.reference_tokens_per_s = (
@@ -185,7 +204,10 @@ class BatchReplayEnv(gym.Env):
         self.clock, self.next_request, self.served = 0.0, 0, 0
         self.busy_seconds, self.tokens = 0.0, 0
         self.active = []
-        self._admit()
+        self.grid = SlotGrid()
+        prefill = self._admit()
+        self.clock += prefill
+        self.busy_seconds += prefill
         settings = GenerationSettings(
             max_new_tokens=self.scenario.max_new_tokens,
             context_window=self.context_window,
@@ -201,7 +223,7 @@ class BatchReplayEnv(gym.Env):
         if not self.active:
             raise RuntimeError("call reset() before step(), and reset() again after the episode ends")
         engine_action = to_engine_action(action, self.scenario.k_max, self.tau_grid)
-        rows = list(self.active)
+        rows, slots = list(self.active), self.grid.width
         replayed, contexts, draft_seconds, verify_seconds = self._replay(engine_action.k, engine_action.tau)
         results = []
         for row, step, context in zip(rows, replayed, contexts, strict=True):
@@ -209,15 +231,19 @@ class BatchReplayEnv(gym.Env):
             row.position += step.emitted
             tokens = row.segment.tokens[start : row.position]
             results.append(step.result(engine_action, draft_seconds, verify_seconds, context, tokens))
-        seconds = draft_seconds + verify_seconds
         emitted = sum(step.emitted for step in replayed)
-        self.clock += seconds
-        self.busy_seconds += seconds
+        self.clock += draft_seconds + verify_seconds
         self.tokens += emitted
+        self.grid.step({row.request: step.emitted for row, step in zip(rows, replayed, strict=True)})
         finished = [row for row in rows if row.done]
+        self.grid.leave(row.request for row in finished)
+        self.grid.compact()
         self.served += len(finished)
         self.active = [row for row in rows if not row.done]
-        self._admit()
+        prefill = self._admit()
+        self.clock += prefill
+        seconds = draft_seconds + verify_seconds + prefill
+        self.busy_seconds += seconds
         self.features.update_batch(results)
         self._describe_rows()
         reward = step_reward(emitted, seconds, self.reference_tokens_per_s, self.scenario.reward.scale)
@@ -225,6 +251,8 @@ class BatchReplayEnv(gym.Env):
         info = {
             "tokens": emitted,
             "seconds": seconds,
+            "prefill_seconds": prefill,
+            "slots": slots,  # the grid's width the step was priced at
             "batch_size": len(rows),
             "k": engine_action.k,
             "tau": engine_action.tau,
@@ -239,9 +267,9 @@ class BatchReplayEnv(gym.Env):
         return self.features.vector(), float(reward), terminated, False, info
 
     def preview(self, k: int, tau: float = 0.0) -> tuple[int, float]:
-        """What the next step would emit (tokens over every row) and cost (modeled seconds) with
-        (k, tau), without taking it: the outcomes are the episode's own draws, so this knows the
-        future, for bounds and oracles only."""
+        """What the next step would emit (tokens over every row) and cost (modeled seconds, before
+        the prefill of the requests it lets in) with (k, tau), without taking it: the outcomes are
+        the episode's own draws, so this knows the future, for bounds and oracles only."""
         if not self.active:
             raise RuntimeError("call reset() before preview()")
         replayed, _, draft_seconds, verify_seconds = self._replay(k, tau)
@@ -259,24 +287,33 @@ class BatchReplayEnv(gym.Env):
         fed = max(step.proposed for step in replayed) + 1
         forwards = max(len(step.confidences) for step in replayed)
         draft_seconds, verify_seconds = self.latency.step_seconds(
-            len(self.active), fed, forwards, sum(contexts) / len(contexts)
+            len(self.active), fed, forwards, self.grid.width
         )
         return replayed, contexts, draft_seconds, verify_seconds
 
-    def _admit(self) -> None:
+    def _admit(self) -> float:
         """Fill the batch: a fixed batch up to its size; under a load, the requests that have
-        arrived, up to max_size; an empty batch waits (idle, not counted) for the next arrival."""
+        arrived, up to max_size; an empty batch waits (idle, not counted) for the next arrival.
+        Return the modeled seconds of their prefill."""
         spec = self.scenario.batch
         capacity = spec.max_size if spec.serving else spec.size
         if not self.active and self.next_request < len(self.requests):
             self.clock = max(self.clock, self.arrivals[self.next_request])
+        joining = []
         while (
             self.next_request < len(self.requests)
-            and len(self.active) < capacity
+            and len(self.active) + len(joining) < capacity
             and self.arrivals[self.next_request] <= self.clock
         ):
-            self.active.append(self.requests[self.next_request])
+            joining.append(self.requests[self.next_request])
             self.next_request += 1
+        if not joining:
+            return 0.0
+        lengths = {row.request: row.segment.prompt_length for row in joining}
+        seconds = self.latency.prefill_seconds(list(lengths.values()), len(self.active), self.grid.width)
+        self.grid.admit(lengths)
+        self.active += joining
+        return seconds
 
     def _describe_rows(self) -> None:
         """The features' batch facts as of the next decision: its rows, their mean length and progress."""

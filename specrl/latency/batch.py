@@ -1,20 +1,31 @@
-"""Latency of a batched speculative step, over (batch size, tokens per row, context), per device.
+"""Latency of a batched speculative step, over (batch size, tokens per row, cache width), per device.
 
 A batched step (:mod:`specrl.engine.batch`) of B rows costs ``draft_forwards`` draft forwards
-over (B, 1), one target forward over (B, n) with n = the most tokens a row feeds (its last token
-and its proposals; the rows are right-padded to n), and the engine's work per row (acceptance,
-bookkeeping)::
+over (B, 1) and one target forward over (B, n), n = the most tokens a row feeds (its last token
+and its proposals; the rows are right-padded to n). Both read the batch's whole slot grid
+(:class:`~specrl.engine.batch_cache.BatchCache`): W slots a row, holes included, which is more
+than the rows' mean context once rows have rejected tokens or joined mid-flight (see
+:class:`SlotGrid`)::
 
-    draft  = draft_forwards * draft(B, ctx)
-    verify = target(B, n, ctx) + step_seconds + B * row_seconds
+    draft  = draft_forwards * draft(B, W) * draft_scale(B)
+    verify = target(B, n, W) * verify_scale(B, n)
+    prefill(m prompts joining B rows) = c0 + c1 * m p + c2 * m p^2 + c3 * (B + m) max(W, p)
 
-The forwards are timed in isolation on the device, on a grid of batch sizes, tokens per row and
-contexts (each a median of ``repeats``, device-synchronised), through the engine's own
-:class:`~specrl.engine.batch_cache.BatchCache`; the engine's own work, ``step_seconds`` per step
-and ``row_seconds`` per row, is learned from real batched steps: a non-negative least-squares
-fit of (measured - modeled forwards) against B. Between grid points the tables are
-linear in B and in the context; outside, the nearest point. :func:`batch_calibrated` measures
-once per pair and device and caches the file next to the single-row model's.
+with p the longest joining prompt (the prompts are prefilled together, right-padded, then their
+caches join the batch's, a copy of every row's slots).
+
+1. The forwards are timed in isolation on the device, on a grid of batch sizes, tokens per row
+   and widths (each a median of ``repeats``, device-synchronised), through the engine's own cache.
+2. Real continuous batching (static k, prompts joining as rows finish) then calibrates the
+   rest: per batch size (and tokens per row, for verification; linear in n between the ks it
+   ran), the scales are measured over modeled seconds of its steps (they hold
+   the engine's own work per row, and the masks of a grid with holes, which the isolated
+   forwards do not pay); the prefill coefficients are a non-negative least-squares fit over its
+   admissions.
+
+Between grid points the tables are linear in B and in W; outside, the nearest point.
+:func:`batch_calibrated` measures once per pair and device and caches the file next to the
+single-row model's.
 """
 
 from __future__ import annotations
@@ -35,25 +46,27 @@ from specrl.latency.store import device_key, environment, latency_path
 from specrl.models import ModelPair
 
 BATCH_LATENCY_FORMAT = "specrl-batch-latency"
-BATCH_LATENCY_VERSION = 1
+BATCH_LATENCY_VERSION = 2  # 2: widths, per-size scales and prefill from real steps
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
-DEFAULT_CONTEXTS = (32, 160, 320)  # prompts and the scenarios' budgets (up to 128 new tokens)
+DEFAULT_CONTEXTS = (32, 160, 320, 480)  # cache widths: prompts, budgets (128 new tokens), holes
+CALIBRATION_KS = (0, 2, 4)  # the static k of the real steps that calibrate the model
 
 
 @dataclass(frozen=True)
 class BatchLatency:
-    """Seconds of a batched step's parts (the module doc); tables indexed [B, (n,) context]."""
+    """Seconds of a batched step's parts (the module doc); tables indexed [B, (n,) width]."""
 
     batch_sizes: tuple[int, ...]
     new_tokens: tuple[int, ...]  # 1 .. k_max + 1
-    contexts: tuple[int, ...]
+    contexts: tuple[int, ...]  # cache widths (slots a row)
     target: np.ndarray  # (len(batch_sizes), len(new_tokens), len(contexts)) seconds of one forward
     draft: np.ndarray  # (len(batch_sizes), len(contexts)) seconds of one (B, 1) draft forward
-    row_seconds: float
     device: str
     pair: str
+    draft_scale: np.ndarray | None = None  # (len(batch_sizes),); None: 1 (the forwards alone)
+    verify_scale: np.ndarray | None = None  # (len(batch_sizes), len(new_tokens))
+    prefill: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # c0..c3 of the module doc
     measurement: dict[str, Any] | None = None
-    step_seconds_fixed: float = 0.0  # the engine's work per step, whatever the batch size
 
     def __post_init__(self) -> None:
         shape = (len(self.batch_sizes), len(self.new_tokens), len(self.contexts))
@@ -62,13 +75,19 @@ class BatchLatency:
                 f"batch latency tables have shapes {np.shape(self.target)} and {np.shape(self.draft)}, "
                 f"expected {shape} and {shape[::2]}"
             )
+        for name, expected in (("draft_scale", shape[:1]), ("verify_scale", shape[:2])):
+            scale = getattr(self, name)
+            if scale is not None and np.shape(scale) != expected:
+                raise LatencyError(f"{name} has shape {np.shape(scale)}, expected {expected}")
+        if len(self.prefill) != 4:
+            raise LatencyError(f"prefill has {len(self.prefill)} coefficients, expected 4")
 
     @property
     def k_max(self) -> int:
         return self.new_tokens[-1] - 1
 
     def _at(self, table: np.ndarray, batch: float, context: float) -> np.ndarray:
-        """``table`` ([B, ..., context]) at (batch, context): bilinear inside the grid, the nearest
+        """``table`` ([B, ..., width]) at (batch, width): bilinear inside the grid, the nearest
         point outside it."""
         b0, b1, tb = _bracket(self.batch_sizes, batch)
         c0, c1, tc = _bracket(self.contexts, context)
@@ -77,29 +96,44 @@ class BatchLatency:
         high = (1 - tc) * table[b1, ..., c0] + tc * table[b1, ..., c1]
         return (1 - tb) * low + tb * high
 
-    def target_seconds(self, batch: int, new_tokens: int, context: float) -> float:
-        """One target forward over (batch, new_tokens) after ``context`` tokens."""
+    def _scale(self, scale: np.ndarray | None, batch: float) -> Any:
+        """``scale`` ([B, ...]) at ``batch``: linear between grid sizes, the nearest outside."""
+        if scale is None:
+            return 1.0
+        b0, b1, tb = _bracket(self.batch_sizes, batch)
+        return (1 - tb) * np.asarray(scale)[b0] + tb * np.asarray(scale)[b1]
+
+    def target_seconds(self, batch: int, new_tokens: int, width: float) -> float:
+        """One target forward over (batch, new_tokens) on a grid of ``width`` slots, as timed alone."""
         if not 1 <= new_tokens <= self.new_tokens[-1]:
             raise LatencyError(
                 f"this batch latency model covers 1..{self.new_tokens[-1]} new tokens per row, not "
                 f"{new_tokens}; calibrate with a larger k_max"
             )
-        per_n = self._at(self.target, batch, context)
+        per_n = self._at(self.target, batch, width)
         return float(per_n[self.new_tokens.index(new_tokens)])
 
-    def draft_seconds(self, batch: int, context: float, forwards: int = 1) -> float:
-        return forwards * float(self._at(self.draft, batch, context)) if forwards else 0.0
+    def draft_seconds(self, batch: int, width: float, forwards: int = 1) -> float:
+        """``forwards`` draft forwards over (batch, 1), as timed alone."""
+        return forwards * float(self._at(self.draft, batch, width)) if forwards else 0.0
 
     def step_seconds(
-        self, batch: int, new_tokens: int, draft_forwards: int, context: float
+        self, batch: int, new_tokens: int, draft_forwards: int, width: float
     ) -> tuple[float, float]:
-        """(draft seconds, verify seconds) of one batched step (the module doc)."""
-        verify = (
-            self.target_seconds(batch, new_tokens, context)
-            + self.step_seconds_fixed
-            + batch * self.row_seconds
-        )
-        return self.draft_seconds(batch, context, draft_forwards), verify
+        """(draft seconds, verify seconds) of one batched step on a grid of ``width`` slots."""
+        draft = self.draft_seconds(batch, width, draft_forwards) * float(self._scale(self.draft_scale, batch))
+        verify_scale = self._scale(self.verify_scale, batch)
+        if self.verify_scale is not None:
+            verify_scale = verify_scale[self.new_tokens.index(new_tokens)]
+        verify = self.target_seconds(batch, new_tokens, width) * float(verify_scale)
+        return draft, verify
+
+    def prefill_seconds(self, prompt_lengths: Sequence[int], batch: int = 0, width: int = 0) -> float:
+        """Admitting prompts of ``prompt_lengths`` tokens (their caches hold all but the last)
+        into a batch of ``batch`` rows on ``width`` slots (the module doc)."""
+        if not prompt_lengths:
+            return 0.0
+        return float(np.dot(self.prefill, _prefill_terms(prompt_lengths, batch, width)))
 
     def plain_tokens_per_s(self, batch: int, context: float) -> float:
         """Plain batched decoding: ``batch`` tokens per target forward of one token a row."""
@@ -118,8 +152,9 @@ class BatchLatency:
             "contexts": list(self.contexts),
             "target": np.asarray(self.target).tolist(),
             "draft": np.asarray(self.draft).tolist(),
-            "row_seconds": self.row_seconds,
-            "step_seconds": self.step_seconds_fixed,
+            "draft_scale": None if self.draft_scale is None else np.asarray(self.draft_scale).tolist(),
+            "verify_scale": None if self.verify_scale is None else np.asarray(self.verify_scale).tolist(),
+            "prefill": list(self.prefill),
             "measurement": self.measurement,
         }
 
@@ -139,8 +174,9 @@ class BatchLatency:
                 contexts=tuple(int(c) for c in data["contexts"]),
                 target=np.asarray(data["target"], dtype=float),
                 draft=np.asarray(data["draft"], dtype=float),
-                row_seconds=float(data["row_seconds"]),
-                step_seconds_fixed=float(data["step_seconds"]),
+                draft_scale=_array(data["draft_scale"]),
+                verify_scale=_array(data["verify_scale"]),
+                prefill=tuple(float(c) for c in data["prefill"]),
                 device=str(data["device"]),
                 pair=str(data["pair"]),
                 measurement=data.get("measurement"),
@@ -159,6 +195,10 @@ class BatchLatency:
         except (OSError, json.JSONDecodeError) as error:
             raise LatencyError(f"cannot read the batch latency file {path} ({error}); delete it") from None
         return cls.from_dict(data, str(path))
+
+
+def _array(values: Any) -> np.ndarray | None:
+    return None if values is None else np.asarray(values, dtype=float)
 
 
 def _bracket(grid: Sequence[int], x: float) -> tuple[int, int, float]:
@@ -199,9 +239,13 @@ def measure_batch_latency(
     batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
     contexts: Sequence[int] | None = None,
     repeats: int = 3,
+    prompts: Sequence[Sequence[int]] | None = None,
+    ks: Sequence[int] = CALIBRATION_KS,
+    max_new_tokens: int = 48,
     progress: bool = True,
 ) -> BatchLatency:
-    """Time the forwards on the grid, then the engine's work per row from real batched steps."""
+    """Time the forwards on the grid, then calibrate on real continuous batching of ``prompts``
+    (token ids; default: random tokens, 16 to 120 of them) at every batch size and k in ``ks``."""
     from tqdm.auto import tqdm
 
     from specrl.engine.batch_cache import BatchCache
@@ -232,48 +276,136 @@ def measure_batch_latency(
                         draft[i, c] = seconds
             bar.update()
     bar.close()
-    model = BatchLatency(
+    alone = BatchLatency(
         batch_sizes=tuple(batch_sizes),
         new_tokens=n_tokens,
         contexts=contexts,
         target=target,
         draft=draft,
-        row_seconds=0.0,
         device=device_key(pair.device),
         pair=pair.name,
-        measurement={**environment(), "repeats": repeats},
     )
-    return _with_row_seconds(model, pair, k_max)
+    if prompts is None:
+        rng = np.random.default_rng(0)
+        top = min(120, pair.context_length - max_new_tokens - 1)
+        count = max(batch_sizes) + max(batch_sizes) // 2
+        prompts = [rng.integers(0, pair.vocab_size, rng.integers(min(16, top), top + 1)).tolist()
+                   for _ in range(count)]  # fmt: skip
+    ks = [k for k in ks if k <= k_max]
+    steps, admissions = _real_steps(pair, prompts, batch_sizes, ks, max_new_tokens, progress)
+    draft_scale, verify_scale = _scales(alone, steps)
+    return BatchLatency(
+        **{
+            **alone.__dict__,
+            "draft_scale": draft_scale,
+            "verify_scale": verify_scale,
+            "prefill": _prefill_fit(admissions),
+            "measurement": {
+                **environment(),
+                "repeats": repeats,
+                "calibration": {
+                    "ks": list(ks),
+                    "max_new_tokens": max_new_tokens,
+                    "steps": len(steps),
+                    "admissions": len(admissions),
+                    "prompts": len(prompts),
+                },
+            },  # fmt: skip
+        }
+    )
 
 
-def _with_row_seconds(model: BatchLatency, pair: ModelPair, k_max: int) -> BatchLatency:
-    """Learn the engine's own work per step and per row: real batched steps against their modeled
-    forwards, fit by non-negative least squares on the batch size."""
-    from scipy.optimize import nnls
+def _real_steps(
+    pair: ModelPair,
+    prompts: Sequence[Sequence[int]],
+    batch_sizes: Sequence[int],
+    ks: Sequence[int],
+    max_new_tokens: int,
+    progress: bool,
+) -> tuple[list[tuple], list[tuple]]:
+    """Continuous batching at each batch size B (B + B // 2 of the prompts, all waiting; a
+    finished row's place goes to the next) and static k: every step's (rows, tokens fed a row,
+    draft forwards, width, draft seconds, verify seconds) and every admission's (prompt lengths,
+    rows before, width before, seconds)."""
+    from tqdm.auto import tqdm
 
     from specrl.engine.batch import BatchGeneration
     from specrl.engine.sampling import SamplingConfig
     from specrl.engine.types import Action
 
-    rng = np.random.default_rng(0)
-    sizes, residuals = [], []
-    for batch in (2, 8, 32):
-        prompts = [rng.integers(0, pair.vocab_size, 24).tolist() for _ in range(batch)]
-        generation = BatchGeneration(pair, prompts, 24, SamplingConfig(0.0), stop_at_eos=False)
+    steps, admissions = [], []
+    runs = [(batch, k) for batch in batch_sizes for k in ks]
+    for batch, k in tqdm(runs, desc="batch latency: real steps", disable=not progress):
+        queue = [list(prompt) for prompt in prompts[: batch + batch // 2]]
+        first, queue = queue[:batch], queue[batch:]
+        generation = BatchGeneration(pair, first, max_new_tokens, SamplingConfig(0.0), stop_at_eos=False)
+        admissions.append(([len(p) for p in first], 0, 0, generation.prefill_seconds))
         while not generation.done:
-            step = generation.step(Action(min(4, k_max)))
+            step = generation.step(Action(k))
             fed = max(result.proposed for result in step.results) + 1
             forwards = max(len(result.confidences) for result in step.results)
-            context = statistics.mean(result.context_length for result in step.results)
-            draft, verify = model.step_seconds(step.batch_size, fed, forwards, context)
-            sizes.append(step.batch_size)
-            residuals.append(step.seconds - draft - verify)
-    (fixed, per_row), _ = nnls(
-        np.stack([np.ones(len(sizes)), np.asarray(sizes, float)], 1), np.asarray(residuals)
-    )
-    return BatchLatency(
-        **{**model.__dict__, "row_seconds": float(per_row), "step_seconds_fixed": float(fixed)}
-    )
+            seconds = (step.draft_seconds, step.verify_seconds)
+            steps.append((step.batch_size, fed, forwards, step.slots, *seconds))
+            free = batch - generation.batch_size
+            if queue and free:
+                joining, queue = queue[:free], queue[free:]
+                rows, width = generation.batch_size, generation.target.slots
+                before = generation.prefill_seconds
+                generation.add(joining)
+                seconds = generation.prefill_seconds - before
+                admissions.append(([len(p) for p in joining], rows, width, seconds))
+    return steps, admissions
+
+
+def _scales(alone: BatchLatency, steps: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
+    """The steps' measured seconds over their forwards timed alone: for drafting per batch size of
+    the grid, for verification per batch size and tokens per row. Each step weighs on the two
+    sizes around its own, as the tables interpolate; tokens per row no step fed are linear
+    between those fed (the nearest beyond them), and a size no step weighs on takes the nearest
+    fitted size's scales."""
+    sizes, n = len(alone.batch_sizes), len(alone.new_tokens)
+    draft = np.zeros((2, sizes))  # [measured, modeled][size]
+    verify = np.zeros((2, sizes, n))  # [measured, modeled][size, tokens per row]
+    for rows, fed, forwards, width, draft_seconds, verify_seconds in steps:
+        b0, b1, t = _bracket(alone.batch_sizes, rows)
+        modeled = alone.step_seconds(rows, fed, forwards, width)
+        for index, weight in ((b0, 1 - t), (b1, t)):
+            if forwards:
+                draft[:, index] += weight * np.array([draft_seconds, modeled[0]])
+            verify[:, index, alone.new_tokens.index(fed)] += weight * np.array([verify_seconds, modeled[1]])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        draft_scale, verify_scale = draft[0] / draft[1], verify[0] / verify[1]
+    for b in range(sizes):  # fill each size's tokens per row from those it fed
+        fed = np.flatnonzero(verify[1, b] > 0)
+        if len(fed):
+            tokens = np.asarray(alone.new_tokens)
+            verify_scale[b] = np.interp(tokens, tokens[fed], verify_scale[b, fed])
+    return _nearest_fitted(draft_scale, draft[1] > 0), _nearest_fitted(verify_scale, verify[1].sum(1) > 0)
+
+
+def _nearest_fitted(scale: np.ndarray, fitted: np.ndarray) -> np.ndarray:
+    """``scale`` with each size that has no data taking the nearest fitted size's (1 if none is)."""
+    have = np.flatnonzero(fitted)
+    if not len(have):
+        return np.ones_like(scale)
+    return np.stack([scale[have[np.argmin(np.abs(have - b))]] for b in range(len(scale))])
+
+
+def _prefill_terms(prompt_lengths: Sequence[int], batch: int, width: int) -> list[float]:
+    """The prefill model's terms (the module doc): 1, m p, m p^2, and the slots a join copies."""
+    m, p = len(prompt_lengths), max(prompt_lengths) - 1
+    return [1.0, m * p, m * p * p, (batch + m) * max(width, p) if batch else 0.0]
+
+
+def _prefill_fit(admissions: list[tuple]) -> tuple[float, float, float, float]:
+    """The prefill coefficients: non-negative least squares of the admissions' relative errors
+    (a one-prompt join weighs as much as a batch's first prefill)."""
+    from scipy.optimize import nnls
+
+    terms = np.asarray([_prefill_terms(lengths, batch, width) for lengths, batch, width, _ in admissions])
+    seconds = np.asarray([seconds for *_, seconds in admissions])
+    coefficients, _ = nnls(terms / seconds[:, None], np.ones(len(seconds)))
+    return tuple(float(c) for c in coefficients)
 
 
 def cached_batch_latency(pair: Any, *, k_max: int = 8) -> BatchLatency | None:
@@ -290,12 +422,18 @@ def cached_batch_latency(pair: Any, *, k_max: int = 8) -> BatchLatency | None:
 
 
 def batch_calibrated(
-    pair: ModelPair, *, k_max: int = 8, recalibrate: bool = False, progress: bool = True
+    pair: ModelPair,
+    *,
+    k_max: int = 8,
+    prompts: Sequence[Sequence[int]] | None = None,
+    recalibrate: bool = False,
+    progress: bool = True,
 ) -> BatchLatency:
-    """The pair's batch latency on its device: the cached file, or measured and saved (also when
-    it covers fewer than k_max + 1 tokens per row, or is unreadable)."""
+    """The pair's batch latency on its device: the cached file, or measured (calibrated on
+    ``prompts``, see :func:`measure_batch_latency`) and saved; also measured when the file covers
+    fewer than k_max + 1 tokens per row, or is unreadable."""
     model = None if recalibrate else cached_batch_latency(pair, k_max=k_max)
     if model is None:
-        model = measure_batch_latency(pair, k_max=k_max, progress=progress)
+        model = measure_batch_latency(pair, k_max=k_max, prompts=prompts, progress=progress)
         model.save(batch_latency_path(pair))
     return model

@@ -43,6 +43,17 @@ class TimedRequest:
     arrival: float = 0.0
 
 
+@dataclass(frozen=True)
+class Admission:
+    """Requests admitted together: their prompts' lengths, the rows and the target cache's slot
+    width they joined (0 and 0 for a batch starting), and the measured seconds of their prefill."""
+
+    prompt_lengths: list[int]
+    rows: int
+    slots: int
+    seconds: float
+
+
 @dataclass
 class ContinuousRun:
     """What a continuous-batching run served.
@@ -54,6 +65,7 @@ class ContinuousRun:
         batch_sizes: the rows of every step, in order.
         ks: every step's k.
         finished_at: every request's completion time on the busy clock (idle waits included).
+        admissions: every admission, in order.
     """
 
     outputs: list[list[int]]
@@ -62,6 +74,7 @@ class ContinuousRun:
     batch_sizes: list[int] = field(default_factory=list)
     ks: list[int] = field(default_factory=list)
     finished_at: list[float] = field(default_factory=list)
+    admissions: list[Admission] = field(default_factory=list)
 
     @property
     def tokens(self) -> int:
@@ -119,7 +132,7 @@ def serve_continuous(
     clock = busy = 0.0
     waiting = 0  # the next request not yet admitted
     finished_at = [0.0] * len(requests)
-    sizes, ks = [], []
+    sizes, ks, admissions = [], [], []
     controller.reset()
     bar = tqdm(total=len(requests), desc="requests served", disable=not progress, leave=False)
     while waiting < len(requests) or (generation is not None and not generation.done):
@@ -133,6 +146,8 @@ def serve_continuous(
         if admitted:
             prompts = [list(requests[i].prompt_ids) for i in admitted]
             before = 0.0 if generation is None else generation.prefill_seconds
+            rows_before = 0 if generation is None else generation.batch_size
+            slots_before = 0 if generation is None or generation.done else generation.target.slots
             if generation is None:
                 generation = BatchGeneration(pair, prompts, max_new_tokens, sampling, seed, stop_at_eos)
                 rows = list(range(len(prompts)))
@@ -142,6 +157,7 @@ def serve_continuous(
                 rows = generation.add(prompts)
             row_of.update(zip(rows, admitted, strict=True))
             spent = generation.prefill_seconds - before
+            admissions.append(Admission([len(p) for p in prompts], rows_before, slots_before, spent))
             clock, busy = clock + spent, busy + spent
             _describe_rows(features, generation)
         step = generation.step(controller.act(features.vector()))
@@ -161,7 +177,7 @@ def serve_continuous(
     outputs: list[list[int]] = [[] for _ in requests]
     for row, request in row_of.items():
         outputs[request] = generation.output_ids(row)
-    return ContinuousRun(outputs, busy, generation.prefill_seconds, sizes, ks, finished_at)
+    return ContinuousRun(outputs, busy, generation.prefill_seconds, sizes, ks, finished_at, admissions)
 
 
 def _describe_rows(features: FeatureTracker, generation: BatchGeneration) -> None:

@@ -1,0 +1,42 @@
+"""The batch simulator's slot grid follows the engine's batched cache: after every admission and
+every step, with rows of ragged acceptance joining and leaving, its width equals the real grid's."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specrl.engine.batch import BatchGeneration
+from specrl.engine.sampling import SamplingConfig
+from specrl.engine.types import Action
+from specrl.envs.slot_grid import SlotGrid
+
+
+def test_the_grid_width_follows_the_engines_cache(pair):
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(0, pair.vocab_size, rng.integers(1, 30)).tolist() for _ in range(9)]
+    budgets = [int(b) for b in rng.integers(3, 20, size=len(prompts))]
+    generation = BatchGeneration(pair, prompts[:3], 20, SamplingConfig(0.0), stop_at_eos=False)
+    generation.budgets[:3] = budgets[:3]
+    grid = SlotGrid()
+    grid.admit({row: len(prompts[row]) for row in range(3)})
+    assert grid.width == generation.target.slots
+    waiting, widths, compacted = list(range(3, len(prompts))), set(), 0
+    for step_index in range(200):
+        if generation.done and not waiting:
+            break
+        if generation.batch_size < 4 and waiting:
+            joining = waiting[:2]
+            waiting = waiting[2:]
+            rows = generation.add([prompts[i] for i in joining], max_new_tokens=budgets[joining[0]])
+            grid.admit({row: len(prompts[i]) for row, i in zip(rows, joining, strict=True)})
+            assert grid.width == generation.target.slots
+        step = generation.step(Action([0, 2, 5, 3][step_index % 4]))
+        grid.step({row: result.emitted for row, result in zip(step.rows, step.results, strict=True)})
+        grid.leave(step.finished)
+        compacted += grid.compact()
+        if not generation.done:  # an emptied batch keeps its old caches until prompts start a new one
+            assert grid.width == generation.target.slots, step_index
+        widths.add(grid.width)
+    assert generation.done and not waiting
+    assert len(widths) > 10, widths
+    assert compacted  # the test saw the grid packed
