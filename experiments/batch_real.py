@@ -43,10 +43,7 @@ import specrl  # noqa: E402
 from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E402
 from specrl.engine.sampling import SamplingConfig  # noqa: E402
 from specrl.envs import load_scenario  # noqa: E402
-from specrl.envs.batch_replay import (
-    BatchReplayEnv,  # noqa: E402
-    scenario_batch_latency,  # noqa: E402
-)
+from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency  # noqa: E402
 from specrl.evaluation.compare import paired_ratio  # noqa: E402
 from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info  # noqa: E402
 from specrl.io import write_text_atomic  # noqa: E402

@@ -43,10 +43,7 @@ from batch_sim import FIXED, SERVING, OneStepOracle, oracle_rates, throughput, t
 import specrl  # noqa: E402
 from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E402
 from specrl.envs import load_scenario  # noqa: E402
-from specrl.envs.batch_replay import (
-    BatchReplayEnv,  # noqa: E402
-    scenario_batch_latency,  # noqa: E402
-)
+from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency  # noqa: E402
 from specrl.evaluation.machine import command_line  # noqa: E402
 from specrl.export import export_policy  # noqa: E402
 
