@@ -16,8 +16,6 @@ the share of the busy time spent in prefill.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -25,8 +23,8 @@ from tqdm.auto import tqdm
 import specrl
 from specrl.envs import load_scenario
 from specrl.envs.batch_replay import scenario_batch_latency
-from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info
-from specrl.io import write_text_atomic
+from specrl.evaluation.machine import origin_line, result_origin
+from specrl.io import write_report
 from specrl.serving import TimedRequest, scenario_requests, serve_continuous
 from specrl.tables import markdown_table
 
@@ -88,13 +86,10 @@ def main(argv: list[str] | None = None) -> dict:
     report = {
         "rows": rows,
         "max_new_tokens": args.max_new_tokens,
-        "machine": machine_info(pair),
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": command_line(),
+        **result_origin(pair),
     }
     out = Path(args.out)
-    write_text_atomic(out.with_suffix(".json"), json.dumps(report, indent=1) + "\n")
-    write_text_atomic(out.with_suffix(".md"), markdown(report))
+    write_report(out, report, markdown(report))
     print(markdown(report))
     return report
 
@@ -134,8 +129,7 @@ def markdown(report: dict) -> str:
             "",
             markdown_table(header, table),
             "",
-            f"Command: `{report['command']}`. Date: {report['date']}. "
-            f"Machine: {describe_machine(report['machine'])}; {describe_commit(report['machine']) or ''}",
+            origin_line(report),
             "",
         ]
     )

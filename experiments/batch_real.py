@@ -24,8 +24,6 @@ same scenario (``batch_sim.py``'s episodes).
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -45,8 +43,8 @@ from specrl.engine.sampling import SamplingConfig  # noqa: E402
 from specrl.envs import load_scenario  # noqa: E402
 from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency  # noqa: E402
 from specrl.evaluation.compare import paired_ratio  # noqa: E402
-from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info  # noqa: E402
-from specrl.io import write_text_atomic  # noqa: E402
+from specrl.evaluation.machine import origin_line, result_origin  # noqa: E402
+from specrl.io import write_report  # noqa: E402
 from specrl.plots import _save as save_figure  # noqa: E402
 from specrl.serving import scenario_requests, serve_continuous  # noqa: E402
 from specrl.tables import markdown_table  # noqa: E402
@@ -144,14 +142,10 @@ def main(argv: list[str] | None = None) -> dict:
         "best_k_validation": best_k,
         "repeats": args.repeats,
         "policy": args.policy,
-        "machine": machine_info(pair),
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": command_line(),
+        **result_origin(pair),
     }
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out.with_suffix(".json"), json.dumps(report, indent=1) + "\n")
-    write_text_atomic(out.with_suffix(".md"), markdown(report, out.with_suffix(".png").name))
+    write_report(out, report, markdown(report, out.with_suffix(".png").name))
     plot(report, out.with_suffix(".png"))
     print(markdown(report, out.with_suffix(".png").name))
     return report
@@ -197,8 +191,7 @@ def markdown(report: dict, picture: str) -> str:
         )
     lines += [markdown_table(header, table), "", f"![ratios and k by batch size]({picture})", ""]
     lines += [
-        f"Command: `{report['command']}`. Date: {report['date']}. "
-        f"Machine: {describe_machine(report['machine'])}; {describe_commit(report['machine']) or ''}",
+        origin_line(report),
         "",
     ]
     return "\n".join(lines)

@@ -24,8 +24,6 @@ controller that sees only the past should come near it.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +33,8 @@ import specrl
 from specrl.controllers.batch_schedule import BatchScheduleController, schedule_from_best_k
 from specrl.envs import load_scenario
 from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency
-from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info
-from specrl.io import write_text_atomic
+from specrl.evaluation.machine import origin_line, result_origin
+from specrl.io import write_report
 from specrl.tables import markdown_table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -172,13 +170,10 @@ def main(argv: list[str] | None = None) -> dict:
         "episodes": args.episodes,
         "policy": args.policy,
         "latency": {"device": latency.device, "verify_scale": latency.verify_scale.tolist()},
-        "machine": machine_info(pair),
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": command_line(),
+        **result_origin(pair),
     }
     out = Path(args.out)
-    write_text_atomic(out.with_suffix(".json"), json.dumps(report, indent=1) + "\n")
-    write_text_atomic(out.with_suffix(".md"), markdown(report))
+    write_report(out, report, markdown(report))
     print(markdown(report))
     return report
 
@@ -218,8 +213,7 @@ def markdown(report: dict) -> str:
         )
     lines += [markdown_table(header, table), ""]
     lines += [
-        f"Command: `{report['command']}`. Date: {report['date']}. "
-        f"Machine: {describe_machine(report['machine'])}; {describe_commit(report['machine']) or ''}",
+        origin_line(report),
         "",
     ]
     return "\n".join(lines)

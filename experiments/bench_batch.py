@@ -30,7 +30,6 @@ A benchmark, not a test: the ratios are the claim, measured on this machine.
 from __future__ import annotations
 
 import argparse
-import datetime
 import hashlib
 import json
 import random
@@ -38,8 +37,8 @@ import statistics
 from pathlib import Path
 
 import specrl
-from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info, pair_info
-from specrl.io import write_text_atomic
+from specrl.evaluation.machine import origin_line, pair_info, result_origin
+from specrl.io import write_report
 from specrl.tables import markdown_table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -223,8 +222,7 @@ def markdown(report: dict) -> str:
     lines += [
         f"Every output equals plain batched decoding token for token: {'yes' if lossless else 'NO'}.",
         "",
-        f"Command: `{report['command']}`. Date: {report['date']}. "
-        f"Machine: {describe_machine(report['machine'])}; {describe_commit(report['machine']) or ''}",
+        origin_line(report),
         "",
     ]
     return "\n".join(lines)
@@ -254,9 +252,7 @@ def plot(report: dict, path: Path) -> None:
 
 
 def write(report: dict, out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / "batch.json", json.dumps(report, indent=1) + "\n")
-    write_text_atomic(out / "batch.md", markdown(report))
+    write_report(out / "batch", report, markdown(report))
     plot(report, out / "batch.png")
 
 
@@ -282,9 +278,7 @@ def main(argv: list[str] | None = None) -> dict:
         "config": {"batch_sizes": batch_sizes, "ks": ks, "max_new_tokens": args.max_new_tokens,
                    "repeats": args.repeats, "seed": args.seed},
         "pair": pair_info(pair),
-        "machine": machine_info(pair),
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": command_line(),
+        **result_origin(pair),
         "runs": runs,
     }  # fmt: skip
     write(report, out)

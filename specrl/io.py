@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -20,3 +21,11 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_report(stem: str | Path, report: dict, markdown: str) -> None:
+    """A result's ``stem.json`` (the report) and ``stem.md`` (its page), each written atomically."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(stem.with_suffix(".json"), json.dumps(report, indent=1) + "\n")
+    write_text_atomic(stem.with_suffix(".md"), markdown)

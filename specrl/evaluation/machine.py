@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import platform
 import shlex
@@ -108,3 +109,21 @@ def command_line() -> str:
         if k in os.environ
     )
     return f"{env + ' ' if env else ''}python {shlex.join(sys.argv)}"
+
+
+def result_origin(pair: ModelPair) -> dict:
+    """What a result file records of the run that made it: machine, date (UTC) and command."""
+    return {
+        "machine": machine_info(pair),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command_line(),
+    }
+
+
+def origin_line(report: dict) -> str:
+    """A result page's last line: the command, date, machine and commit of ``report``'s run."""
+    commit = describe_commit(report["machine"])
+    return (
+        f"Command: `{report['command']}`. Date: {report['date']}. "
+        f"Machine: {describe_machine(report['machine'])}{'; ' + commit if commit else ''}"
+    )
