@@ -129,10 +129,35 @@ def markdown(report: dict) -> str:
             "",
             markdown_table(header, table),
             "",
+            "What the simulator must get right is which k wins at each batch size: throughput with k "
+            "over throughput with k = 0 at the same size, modeled (tokens over modeled busy time) and "
+            "measured.",
+            "",
+            ranking_table(report["rows"]),
+            "",
             origin_line(report),
             "",
         ]
     )
+
+
+def ranking_table(rows: list[dict]) -> str:
+    """Per batch size: each k's throughput over k = 0's, modeled / measured."""
+    ks = sorted({row["k"] for row in rows if row["k"]})
+    lines = []
+    for size in sorted({row["batch_size"] for row in rows}):
+        at = {row["k"]: row for row in rows if row["batch_size"] == size}
+        if 0 not in at:
+            continue
+        plain = at[0]["tokens_per_s"]
+        modeled_plain = plain / at[0]["busy_modeled_over_measured"]
+        cells = []
+        for k in ks:
+            row = at.get(k)
+            modeled = row["tokens_per_s"] / row["busy_modeled_over_measured"] / modeled_plain if row else None
+            cells.append("-" if row is None else f"{modeled:.2f} / {row['tokens_per_s'] / plain:.2f}")
+        lines.append([size, *cells])
+    return markdown_table(["B", *[f"k = {k} / k = 0 (modeled / measured)" for k in ks]], lines)
 
 
 if __name__ == "__main__":
