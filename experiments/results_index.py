@@ -193,16 +193,19 @@ SECTIONS = (
         "and a learned policy, at fixed batch sizes and under a varying load (test traces). Last, "
         "the real loop with continuous batching (requests joining the running batch), every "
         "controller side by side with the simulator's numbers (test prompts).",
-        "python experiments/bench_batch.py; python experiments/train_batch.py; "
-        "python experiments/batch_sim.py --policy specrl/policies/batch; "
-        "python experiments/batch_real.py --policy specrl/policies/batch; "
-        "python experiments/batch_fidelity.py",
+        "python experiments/bench_batch.py; python experiments/batch_fidelity.py; "
+        "python experiments/train_batch.py; python experiments/batch_sim.py --policy specrl/policies/batch; "
+        "python experiments/batch_real.py --policy specrl/policies/batch; and for seeds 1 and 2: "
+        "python experiments/train_batch.py --seed 1 --out runs/batch_policy_seed1; "
+        "python experiments/batch_sim.py --policy runs/batch_policy_seed1 "
+        "--out results/batch/seeds/sim_seed1",
         (
             "results/batch/batch.md",
             "results/batch/sim.md",
             "results/batch/real.md",
             "results/batch/fidelity.md",
             "results/batch/seeds/sim_seed1.md",
+            "results/batch/seeds/sim_seed2.md",
             "results/batch/batch.png",
             "results/batch/real.png",
             "results/batch/batch.json",
