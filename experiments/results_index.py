@@ -205,6 +205,7 @@ SECTIONS = (
             "results/batch/real.md",
             "results/batch/fidelity.md",
             "results/batch/seeds/sim_seed1.md",
+            "results/batch/seeds/sim_seed2.md",
             "results/batch/batch.png",
             "results/batch/real.png",
             "results/batch/batch.json",
