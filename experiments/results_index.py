@@ -195,7 +195,9 @@ SECTIONS = (
         "controller side by side with the simulator's numbers (test prompts).",
         "python experiments/bench_batch.py; python experiments/batch_fidelity.py; "
         "python experiments/train_batch.py; python experiments/batch_sim.py --policy specrl/policies/batch; "
-        "python experiments/batch_real.py --policy specrl/policies/batch; and for seeds 1 and 2: "
+        "python experiments/batch_real.py --policy specrl/policies/batch; "
+        "python experiments/batch_real.py --policy specrl/policies/batch --scenarios batch_64 --repeats 3 "
+        "--out results/batch/real_b64; and for seeds 1 and 2: "
         "python experiments/train_batch.py --seed 1 --out runs/batch_policy_seed1; "
         "python experiments/batch_sim.py --policy runs/batch_policy_seed1 "
         "--out results/batch/seeds/sim_seed1",
@@ -206,6 +208,7 @@ SECTIONS = (
             "results/batch/fidelity.md",
             "results/batch/seeds/sim_seed1.md",
             "results/batch/seeds/sim_seed2.md",
+            "results/batch/real_b64.md",
             "results/batch/batch.png",
             "results/batch/real.png",
             "results/batch/batch.json",
