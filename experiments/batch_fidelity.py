@@ -25,6 +25,7 @@ from specrl.envs import load_scenario
 from specrl.envs.batch_replay import scenario_batch_latency
 from specrl.evaluation.machine import origin_line, result_origin
 from specrl.io import write_report
+from specrl.latency.batch import step_shape
 from specrl.serving import TimedRequest, scenario_requests, serve_continuous
 from specrl.tables import markdown_table
 
@@ -56,8 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
 
             def record(generation, step, steps=steps):
                 results = step.results
-                fed = max(r.proposed for r in results) + 1
-                forwards = max(len(r.confidences) for r in results)
+                fed, forwards = step_shape(results)
                 context = sum(r.context_length for r in results) / len(results)
                 modeled = latency.step_seconds(len(results), fed, forwards, step.slots)
                 steps.append((step.draft_seconds, step.verify_seconds, *modeled, step.slots / context))

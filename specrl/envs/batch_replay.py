@@ -32,7 +32,7 @@ from specrl.envs.scenario import PairInfo, Scenario, load_scenario, loaded_pair
 from specrl.envs.slot_grid import SlotGrid
 from specrl.envs.trace_replay import realise_acceptance
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, N_FEATURES, FeatureTracker, GenerationSettings
-from specrl.latency.batch import BatchLatency, batch_calibrated, cached_batch_latency
+from specrl.latency.batch import BatchLatency, batch_calibrated, cached_batch_latency, step_shape
 from specrl.models import ModelPair
 from specrl.traces import Segment, TraceSet
 from specrl.traces.cache import with_scenario
@@ -284,8 +284,7 @@ class BatchReplayEnv(gym.Env):
             for row in self.active
         ]
         contexts = [row.segment.prompt_length + row.position for row in self.active]
-        fed = max(step.proposed for step in replayed) + 1
-        forwards = max(len(step.confidences) for step in replayed)
+        fed, forwards = step_shape(replayed)
         draft_seconds, verify_seconds = self.latency.step_seconds(
             len(self.active), fed, forwards, self.grid.width
         )

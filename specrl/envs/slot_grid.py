@@ -44,6 +44,7 @@ class SlotGrid:
         self._cut()
 
     def leave(self, rows: Iterable[int]) -> None:
+        """Finished rows leave the batch."""
         for row in rows:
             del self.lengths[row], self.ends[row]
         self._cut()

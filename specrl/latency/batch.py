@@ -86,22 +86,18 @@ class BatchLatency:
     def k_max(self) -> int:
         return self.new_tokens[-1] - 1
 
-    def _at(self, table: np.ndarray, batch: float, context: float) -> np.ndarray:
+    def _in_batch(self, table: np.ndarray, batch: float) -> np.ndarray:
+        """``table`` ([B, ...]) at ``batch``: linear between grid sizes, the nearest outside."""
+        b0, b1, tb = _bracket(self.batch_sizes, batch)
+        table = np.asarray(table)
+        return (1 - tb) * table[b0] + tb * table[b1]
+
+    def _at(self, table: np.ndarray, batch: float, width: float) -> np.ndarray:
         """``table`` ([B, ..., width]) at (batch, width): bilinear inside the grid, the nearest
         point outside it."""
-        b0, b1, tb = _bracket(self.batch_sizes, batch)
-        c0, c1, tc = _bracket(self.contexts, context)
-        table = np.asarray(table)
-        low = (1 - tc) * table[b0, ..., c0] + tc * table[b0, ..., c1]
-        high = (1 - tc) * table[b1, ..., c0] + tc * table[b1, ..., c1]
-        return (1 - tb) * low + tb * high
-
-    def _scale(self, scale: np.ndarray | None, batch: float) -> Any:
-        """``scale`` ([B, ...]) at ``batch``: linear between grid sizes, the nearest outside."""
-        if scale is None:
-            return 1.0
-        b0, b1, tb = _bracket(self.batch_sizes, batch)
-        return (1 - tb) * np.asarray(scale)[b0] + tb * np.asarray(scale)[b1]
+        c0, c1, tc = _bracket(self.contexts, width)
+        by_width = self._in_batch(table, batch)
+        return (1 - tc) * by_width[..., c0] + tc * by_width[..., c1]
 
     def target_seconds(self, batch: int, new_tokens: int, width: float) -> float:
         """One target forward over (batch, new_tokens) on a grid of ``width`` slots, as timed alone."""
@@ -121,11 +117,12 @@ class BatchLatency:
         self, batch: int, new_tokens: int, draft_forwards: int, width: float
     ) -> tuple[float, float]:
         """(draft seconds, verify seconds) of one batched step on a grid of ``width`` slots."""
-        draft = self.draft_seconds(batch, width, draft_forwards) * float(self._scale(self.draft_scale, batch))
-        verify_scale = self._scale(self.verify_scale, batch)
+        draft = self.draft_seconds(batch, width, draft_forwards)
+        verify = self.target_seconds(batch, new_tokens, width)
+        if self.draft_scale is not None:
+            draft *= float(self._in_batch(self.draft_scale, batch))
         if self.verify_scale is not None:
-            verify_scale = verify_scale[self.new_tokens.index(new_tokens)]
-        verify = self.target_seconds(batch, new_tokens, width) * float(verify_scale)
+            verify *= float(self._in_batch(self.verify_scale, batch)[self.new_tokens.index(new_tokens)])
         return draft, verify
 
     def prefill_seconds(self, prompt_lengths: Sequence[int], batch: int = 0, width: int = 0) -> float:
@@ -195,6 +192,13 @@ class BatchLatency:
         except (OSError, json.JSONDecodeError) as error:
             raise LatencyError(f"cannot read the batch latency file {path} ({error}); delete it") from None
         return cls.from_dict(data, str(path))
+
+
+def step_shape(rows: Sequence[Any]) -> tuple[int, int]:
+    """A batched step's (tokens fed a row, draft forwards) from its rows' results (anything with
+    ``proposed`` and one ``confidences`` entry per draft forward): the rows are padded to the
+    longest feed, and drafting runs until the last row stops."""
+    return max(row.proposed for row in rows) + 1, max(len(row.confidences) for row in rows)
 
 
 def _array(values: Any) -> np.ndarray | None:
@@ -342,8 +346,7 @@ def _real_steps(
         admissions.append(([len(p) for p in first], 0, 0, generation.prefill_seconds))
         while not generation.done:
             step = generation.step(Action(k))
-            fed = max(result.proposed for result in step.results) + 1
-            forwards = max(len(result.confidences) for result in step.results)
+            fed, forwards = step_shape(step.results)
             seconds = (step.draft_seconds, step.verify_seconds)
             steps.append((step.batch_size, fed, forwards, step.slots, *seconds))
             free = batch - generation.batch_size
