@@ -20,7 +20,7 @@ import specrl.envs  # noqa: F401 - registers the envs
 from specrl.envs.batch_replay import BatchReplayEnv, arrival_times
 from specrl.envs.scenario import BatchSpec, Scenario, ScenarioError
 from specrl.latency import LatencyError
-from specrl.latency.batch import BatchLatency, measure_batch_latency
+from specrl.latency.batch import BatchLatency, calibration_runs, measure_batch_latency
 
 SIZES, TOKENS, CONTEXTS = (1, 4, 16, 64), tuple(range(1, 10)), (32, 160, 320)
 REPO = Path(__file__).resolve().parent.parent
@@ -75,9 +75,23 @@ def test_batch_latency_interpolates_in_batch_and_width_and_round_trips(tmp_path)
         BatchLatency.load(path)
 
 
+def test_calibration_interleaves_the_ks_at_each_batch_size():
+    """Drift over a run falls on every k alike: each size's ks alternate direction, round after round."""
+    one_size = [0, 2, 2, 0, 0, 2]
+    assert calibration_runs((1, 8), (0, 2), 3) == [(1, k) for k in one_size] + [(8, k) for k in one_size]
+
+
 def test_batch_latency_is_measured_through_the_batched_cache_and_calibrated_on_real_steps(pair):
     latency = measure_batch_latency(
-        pair, k_max=2, batch_sizes=(1, 4), contexts=(8, 24), repeats=1, max_new_tokens=6, progress=False
+        pair,
+        k_max=2,
+        batch_sizes=(1, 4),
+        contexts=(8, 24),
+        repeats=1,
+        ks=(0, 2, 4),
+        rounds=2,
+        max_new_tokens=6,
+        progress=False,
     )
     assert latency.target.shape == (2, 3, 2) and latency.draft.shape == (2, 2)
     assert (latency.target > 0).all() and (latency.draft > 0).all()
@@ -86,8 +100,10 @@ def test_batch_latency_is_measured_through_the_batched_cache_and_calibrated_on_r
     assert (latency.draft_scale > 0).all() and (latency.verify_scale > 0).all()
     assert min(latency.prefill) >= 0 and latency.prefill_seconds([20], 3, 30) > 0
     calibration = latency.measurement["calibration"]
-    assert calibration["ks"] == [0, 2] and calibration["steps"] > 2 * 2 * 6 // 3
-    assert calibration["admissions"] > 2 * 2  # rows joined the running batches
+    # k = 4 is beyond k_max; each (size, k) ran twice, and a run of 6 tokens takes at least 6 // 3 steps
+    assert calibration["ks"] == [0, 2] and calibration["rounds"] == 2
+    assert calibration["steps"] > 2 * 2 * 2 * 6 // 3
+    assert calibration["admissions"] > 2 * 2 * 2  # rows joined the running batches
 
 
 def scenario(**batch) -> Scenario:

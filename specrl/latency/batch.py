@@ -17,11 +17,13 @@ caches join the batch's, a copy of every row's slots).
 1. The forwards are timed in isolation on the device, on a grid of batch sizes, tokens per row
    and widths (each a median of ``repeats``, device-synchronised), through the engine's own cache.
 2. Real continuous batching (static k, prompts joining as rows finish) then calibrates the
-   rest: per batch size (and tokens per row, for verification; linear in n between the ks it
-   ran), the scales are measured over modeled seconds of its steps (they hold
-   the engine's own work per row, and the masks of a grid with holes, which the isolated
-   forwards do not pay); the prefill coefficients are a non-negative least-squares fit over its
-   admissions.
+   rest. At each batch size the ks run in interleaved rounds (forward, then backward), so that
+   the machine's drift, which moves a run's speed by up to a tenth on a shared CPU, falls on
+   every k alike: at large batches the ks differ by less than that. Per batch size (and tokens
+   per row, for verification; linear in n between the ks it ran), the scales are measured over
+   modeled seconds of its steps (they hold the engine's own work per row, and the masks of a
+   grid with holes, which the isolated forwards do not pay); the prefill coefficients are a
+   non-negative least-squares fit over its admissions.
 
 Between grid points the tables are linear in B and in W; outside, the nearest point.
 :func:`batch_calibrated` measures once per pair and device and caches the file next to the
@@ -46,10 +48,11 @@ from specrl.latency.store import device_key, environment, latency_path
 from specrl.models import ModelPair
 
 BATCH_LATENCY_FORMAT = "specrl-batch-latency"
-BATCH_LATENCY_VERSION = 2  # 2: widths, per-size scales and prefill from real steps
+BATCH_LATENCY_VERSION = 3  # 2: widths, per-size scales and prefill from real steps; 3: k = 1, rounds
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_CONTEXTS = (32, 160, 320, 480)  # cache widths: prompts, budgets (128 new tokens), holes
-CALIBRATION_KS = (0, 2, 4)  # the static k of the real steps that calibrate the model
+CALIBRATION_KS = (0, 1, 2, 4)  # the static k of the real steps that calibrate the model
+CALIBRATION_ROUNDS = 3  # interleaved rounds over CALIBRATION_KS at each batch size
 
 
 @dataclass(frozen=True)
@@ -245,11 +248,13 @@ def measure_batch_latency(
     repeats: int = 3,
     prompts: Sequence[Sequence[int]] | None = None,
     ks: Sequence[int] = CALIBRATION_KS,
+    rounds: int = CALIBRATION_ROUNDS,
     max_new_tokens: int = 48,
     progress: bool = True,
 ) -> BatchLatency:
     """Time the forwards on the grid, then calibrate on real continuous batching of ``prompts``
-    (token ids; default: random tokens, 16 to 120 of them) at every batch size and k in ``ks``."""
+    (token ids; default: random tokens, 16 to 120 of them) at every batch size and k in ``ks``,
+    ``rounds`` interleaved rounds of them."""
     from tqdm.auto import tqdm
 
     from specrl.engine.batch_cache import BatchCache
@@ -296,7 +301,7 @@ def measure_batch_latency(
         prompts = [rng.integers(0, pair.vocab_size, rng.integers(min(16, top), top + 1)).tolist()
                    for _ in range(count)]  # fmt: skip
     ks = [k for k in ks if k <= k_max]
-    steps, admissions = _real_steps(pair, prompts, batch_sizes, ks, max_new_tokens, progress)
+    steps, admissions = _real_steps(pair, prompts, batch_sizes, ks, rounds, max_new_tokens, progress)
     draft_scale, verify_scale = _scales(alone, steps)
     return BatchLatency(
         **{
@@ -309,6 +314,7 @@ def measure_batch_latency(
                 "repeats": repeats,
                 "calibration": {
                     "ks": list(ks),
+                    "rounds": rounds,
                     "max_new_tokens": max_new_tokens,
                     "steps": len(steps),
                     "admissions": len(admissions),
@@ -319,16 +325,27 @@ def measure_batch_latency(
     )
 
 
+def calibration_runs(batch_sizes: Sequence[int], ks: Sequence[int], rounds: int) -> list[tuple[int, int]]:
+    """The (batch size, k) runs that calibrate the model, in order: at each batch size, ``rounds``
+    rounds over ``ks``, every other one backwards (k = 0, 1, 2, 2, 1, 0, 0, ...)."""
+    ks = list(ks)
+    return [
+        (batch, k) for batch in batch_sizes for turn in range(rounds) for k in (ks[::-1] if turn % 2 else ks)
+    ]
+
+
 def _real_steps(
     pair: ModelPair,
     prompts: Sequence[Sequence[int]],
     batch_sizes: Sequence[int],
     ks: Sequence[int],
+    rounds: int,
     max_new_tokens: int,
     progress: bool,
 ) -> tuple[list[tuple], list[tuple]]:
     """Continuous batching at each batch size B (B + B // 2 of the prompts, all waiting; a
-    finished row's place goes to the next) and static k: every step's (rows, tokens fed a row,
+    finished row's place goes to the next) and static k, ``rounds`` rounds over ``ks`` at each B,
+    every other one backwards: every step's (rows, tokens fed a row,
     draft forwards, width, draft seconds, verify seconds) and every admission's (prompt lengths,
     rows before, width before, seconds)."""
     from tqdm.auto import tqdm
@@ -338,7 +355,7 @@ def _real_steps(
     from specrl.engine.types import Action
 
     steps, admissions = [], []
-    runs = [(batch, k) for batch in batch_sizes for k in ks]
+    runs = calibration_runs(batch_sizes, ks, rounds)
     for batch, k in tqdm(runs, desc="batch latency: real steps", disable=not progress):
         queue = [list(prompt) for prompt in prompts[: batch + batch // 2]]
         first, queue = queue[:batch], queue[batch:]
