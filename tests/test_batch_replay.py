@@ -276,3 +276,15 @@ def test_the_one_step_oracle_takes_the_k_of_least_regret_and_beats_every_static_
     assert regrets.shape == (env.scenario.k_max + 1, 2) and regrets.min() == 0.0
     assert oracle.act(None).k == int(regrets[:, 0].argmin())
     assert batch_sim.oracle_rates(env, specrl.StaticController(best), 2)[0] > static[best]
+
+
+def test_checkpoint_selection_puts_the_plain_floor_before_the_score():
+    """train_batch.py keeps a checkpoint slower than plain decoding at some fixed batch size only if
+    no checkpoint keeps the floor, however well it scores against the schedule."""
+    spec = importlib.util.spec_from_file_location("train_batch", REPO / "experiments" / "train_batch.py")
+    train_batch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_batch)
+    rank, floor = train_batch.Validation.rank, train_batch.PLAIN_FLOOR
+    assert rank(1.00, floor) > rank(1.30, floor - 0.01)  # the floor first
+    assert rank(1.10, 1.00) > rank(1.05, 1.20)  # then the score
+    assert rank(0.90, floor - 0.01) > rank(1.20, floor - 0.05)  # below it, the least bad worst size
