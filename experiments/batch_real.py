@@ -45,7 +45,7 @@ from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency  # n
 from specrl.evaluation.compare import paired_ratio  # noqa: E402
 from specrl.evaluation.machine import origin_line, result_origin  # noqa: E402
 from specrl.io import write_report  # noqa: E402
-from specrl.plots import _save as save_figure  # noqa: E402
+from specrl.plots import save_figure  # noqa: E402
 from specrl.serving import scenario_requests, serve_continuous  # noqa: E402
 from specrl.tables import markdown_table  # noqa: E402
 

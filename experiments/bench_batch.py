@@ -231,7 +231,7 @@ def markdown(report: dict) -> str:
 def plot(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    from specrl.plots import _save
+    from specrl.plots import save_figure
 
     table, config = report["table"], report["config"]
     sizes = config["batch_sizes"]
@@ -248,7 +248,7 @@ def plot(report: dict, path: Path) -> None:
     ax.set_ylabel("speed-up over plain batched decoding")
     ax.set_title(f"Batched speculative decoding on {report['pair']['name']}")
     ax.legend(fontsize=8, ncol=3)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def write(report: dict, out: Path) -> None:

@@ -5,6 +5,7 @@
   the TCP heuristic against the learned policy.
 - :func:`plot_acceptance`: the distribution of the per-step acceptance fraction (accepted / proposed).
 - :func:`bar_groups`: grouped bars of any named series (the drafter bench).
+- :func:`save_figure`: write any figure atomically (every script's plots go through it).
 
 :func:`write_plots` draws all of them into a folder. Needs the ``eval`` extra (matplotlib).
 """
@@ -30,7 +31,7 @@ def _colors(names: list[str], palette: str = "tab20") -> dict[str, Any]:
     return {name: cmap(i % cmap.N) for i, name in enumerate(names)}
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save_figure(fig: Any, path: Path) -> Path:
     """Write the figure atomically (a temporary file in the same folder, then a rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
@@ -64,7 +65,7 @@ def bar_groups(
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=8, ncol=min(3, len(series)))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_tokens_per_s(results: dict, path: Path) -> Path:
@@ -105,7 +106,7 @@ def plot_tokens_per_s(results: dict, path: Path) -> Path:
         else:
             ax.text(0.5, 0.5, "no data (see results.md)", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def shift_controllers(result: dict) -> list[str]:
@@ -185,7 +186,7 @@ def plot_shift(result: dict, path: Path) -> Path:
     if names:
         ax_k.legend(fontsize=8)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_acceptance(results: dict, path: Path) -> Path:
@@ -216,7 +217,7 @@ def plot_acceptance(results: dict, path: Path) -> Path:
         fig.legend(handles, labels, loc="lower center", ncol=6, fontsize=7, bbox_to_anchor=(0.5, -0.02))
     fig.suptitle("per-step acceptance distribution")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def write_plots(results: dict, folder: Path) -> list[Path]:

@@ -270,6 +270,8 @@ def plot(report: dict[str, Any], path: Path, width: int = 6) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from specrl.plots import save_figure
+
     records = report["records"]
     fig, axes = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
     spans = segment_spans(next(iter(records.values())))
@@ -305,12 +307,7 @@ def plot(report: dict[str, Any], path: Path, width: int = 6) -> Path:
     )
     axes[1].legend(loc="upper left", fontsize=8, ncol=len(records))
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path)
 
 
 class StreamScalars:
