@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -202,8 +203,9 @@ def main(argv: list[str] | None = None) -> None:
     first = load_scenario(names[0])
     pair = first.pair.load()
     latency = scenario_batch_latency(first, pair)
-    run_dir = REPO / "runs" / f"batch_{time.strftime('%Y%m%d_%H%M%S')}"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    (REPO / "runs").mkdir(exist_ok=True)  # a folder of its own, even for seeds started in the same second
+    stamp = time.strftime("%Y%m%d_%H%M%S")
+    run_dir = Path(tempfile.mkdtemp(prefix=f"batch_seed{args.seed}_{stamp}_", dir=REPO / "runs"))
 
     def make(name: str, index: int):
         return lambda: BatchReplayEnv(name, latency=latency, split="train", pair=pair)
