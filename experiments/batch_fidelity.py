@@ -10,7 +10,7 @@ on prompts it has not seen. It also reports how many cache slots the real batch 
 of context (holes of rejected tokens and joined rows' padding, which attention still reads) and
 the share of the busy time spent in prefill.
 
-    python experiments/batch_fidelity.py          # results/batch/fidelity.{json,md}, ~5 minutes
+    python experiments/batch_fidelity.py          # results/batch/fidelity.{json,md}, ~7 minutes
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from specrl.envs import load_scenario
 from specrl.envs.batch_replay import scenario_batch_latency
 from specrl.evaluation.machine import origin_line, result_origin
 from specrl.io import write_report
-from specrl.latency.batch import step_shape
+from specrl.latency.batch import CALIBRATION_KS, step_shape
 from specrl.serving import TimedRequest, scenario_requests, serve_continuous
 from specrl.tables import markdown_table
 
@@ -37,7 +37,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16, 64])
-    parser.add_argument("--ks", type=int, nargs="+", default=[0, 2, 4])
+    parser.add_argument("--ks", type=int, nargs="+", default=list(CALIBRATION_KS))
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--out", default=str(REPO / "results" / "batch" / "fidelity"), help="output stem")
     return parser.parse_args(argv)
