@@ -275,7 +275,7 @@ def test_the_one_step_oracle_takes_the_k_of_least_regret_and_beats_every_static_
     regrets = oracle.regrets((0.0, 0.5))
     assert regrets.shape == (env.scenario.k_max + 1, 2) and regrets.min() == 0.0
     assert oracle.act(None).k == int(regrets[:, 0].argmin())
-    assert batch_sim.oracle_rates(env, specrl.StaticController(best), 2)[0] > static[best]
+    assert batch_sim.clairvoyant(env, specrl.StaticController(best), 2) > static[best]
 
 
 def test_checkpoint_selection_puts_the_plain_floor_before_the_score():
