@@ -83,8 +83,7 @@ class OneStepOracle:
         )  # (k, tau, [tokens, seconds])
         seconds = priced[..., 1]
         if self.aftercost:
-            after = _nearest(self.aftercost, rows)  # [k, (seconds a step, seconds a token)]
-            seconds = seconds + after[:, :1] + priced[..., 0] * after[:, 1:]
+            seconds = seconds + priced[..., 0] * _nearest(self.aftercost, rows)[:, None]
         gains = priced[..., 0] - lam * seconds
         return (gains.max() - gains) / (lam * priced[0, 0, 1])
 
@@ -106,42 +105,45 @@ def _nearest(table: dict[int, np.ndarray], rows: int) -> np.ndarray:
 
 
 def aftercosts(env: BatchReplayEnv, episodes: int = 1) -> dict[int, np.ndarray]:
-    """Per batch size (:func:`size_bucket`), what each k costs beyond what its own step shows:
-    ``[k, 0]`` seconds a step, ``[k, 1]`` seconds a token; from the episodes' static runs.
+    """Per batch size (:func:`size_bucket`), the seconds per token each k costs beyond what its
+    own step shows, from the episodes' static runs.
 
     One step prices k at the grid the batch has now, but a step that speculates leaves costs
     behind: holes in the grid that every later step reads, and rows that finish at ragged times,
     so requests join one by one and each join copies the whole grid. At 64 rows these make static
     k = 1 about as fast as plain decoding although one step at a time k = 1 looks a fifth faster.
-    So for each k: its static run's mean step seconds less the mean of the same k previewed from
-    plain decoding's states (which hold no holes of its making), and its prefill seconds per token
-    less plain decoding's. (Tokens are not compared: the runs visit other positions of the traces,
-    and the oracle knows its step's tokens.) k = 0's are 0."""
+    So for each k: its static run's seconds (steps and prefill) per token, less what one step
+    shows, the same k previewed from plain decoding's states (its step seconds per token, plus
+    plain decoding's prefill per token). k = 0's is 0."""
     k_max = env.scenario.k_max
-    seen: dict[int, np.ndarray] = {}  # bucket -> [k, (steps, step seconds)] previewed from plain's states
-    own: dict[int, np.ndarray] = {}  # bucket -> [k, (steps, step seconds, tokens, prefill seconds)]
-    for k in range(k_max + 1):
+    seen: dict[int, np.ndarray] = {}  # bucket -> [k, (tokens, step seconds)] previewed from plain's states
+    plain: dict[int, np.ndarray] = {}  # bucket -> (tokens, prefill seconds) of plain's steps
+    for seed in range(episodes):
+        env.reset(seed=seed)
+        done = False
+        while not done:
+            bucket = size_bucket(len(env.active))
+            seen.setdefault(bucket, np.zeros((k_max + 1, 2)))
+            seen[bucket] += [env.preview(k) for k in range(k_max + 1)]
+            _, _, done, _, info = env.step(specrl.Action(0))
+            plain[bucket] = plain.get(bucket, np.zeros(2)) + [info["tokens"], info["prefill_seconds"]]
+    own: dict[int, np.ndarray] = {b: np.zeros((k_max + 1, 2)) for b in seen}  # [k, (tokens, seconds)]
+    for k in range(1, k_max + 1):
         for seed in range(episodes):
             env.reset(seed=seed)
             done = False
             while not done:
                 bucket = size_bucket(len(env.active))
-                if k == 0:
-                    seen.setdefault(bucket, np.zeros((k_max + 1, 2)))
-                    seen[bucket] += [(1.0, env.preview(j)[1]) for j in range(k_max + 1)]
                 _, _, done, _, info = env.step(specrl.Action(k))
-                step = info["seconds"] - info["prefill_seconds"]
-                own.setdefault(bucket, np.zeros((k_max + 1, 4)))
-                own[bucket][k] += [1.0, step, info["tokens"], info["prefill_seconds"]]
+                if bucket in own:
+                    own[bucket][k] += [info["tokens"], info["seconds"]]
     table = {}
     for bucket, previewed in seen.items():
-        mine = own[bucket]
-        ran = mine[:, 0] > 0
-        steps = np.where(ran, mine[:, 1] / np.maximum(mine[:, 0], 1) - previewed[:, 1] / previewed[:, 0], 0.0)
-        prefill = mine[:, 3] / np.maximum(mine[:, 2], 1)
-        tokens = np.where(ran, prefill - prefill[0], 0.0)
-        table[bucket] = np.stack([steps, tokens], axis=1)
-        table[bucket][0] = 0.0
+        shown = previewed[:, 1] / previewed[:, 0] + plain[bucket][1] / plain[bucket][0]
+        spent = own[bucket][:, 1] / np.maximum(own[bucket][:, 0], 1)
+        extra = np.where(own[bucket][:, 0] > 0, spent - shown, 0.0)
+        extra[0] = 0.0
+        table[bucket] = extra
     return table
 
 
