@@ -62,11 +62,10 @@ def throughput(env: BatchReplayEnv, controller, episodes: int) -> float:
 class OneStepOracle:
     """Knows the next step's outcome for every k (``env.preview``); takes the k that maximises
     tokens - lam[B] * seconds, lam[B] the throughput at the batch's size B (a batch of one row
-    trades time for tokens at another rate than a batch of 64). The seconds are the step's plus,
-    with ``aftercost`` (:func:`aftercosts`), what each of its tokens costs later at that size."""
+    trades time for tokens at another rate than a batch of 64)."""
 
-    def __init__(self, env: BatchReplayEnv, lam: dict[int, float], aftercost: dict | None = None) -> None:
-        self.env, self.lam, self.aftercost = env, lam, aftercost
+    def __init__(self, env: BatchReplayEnv, lam: dict[int, float]) -> None:
+        self.env, self.lam = env, lam
 
     def reset(self) -> None:
         pass
@@ -76,15 +75,11 @@ class OneStepOracle:
         worth (the gain of an action is tokens - lam[B] * seconds; the unit is lam[B] times a plain
         step's seconds). A tau never helps the oracle, which knows the outcomes, but its regret is
         what a controller that sees only the past pays or saves with a cut."""
-        rows = len(self.env.active)
-        lam = self.lam.get(rows, self.lam[0])
+        lam = self.lam.get(len(self.env.active), self.lam[0])
         priced = np.array(
             [[self.env.preview(k, tau) for tau in taus] for k in range(self.env.scenario.k_max + 1)]
         )  # (k, tau, [tokens, seconds])
-        seconds = priced[..., 1]
-        if self.aftercost:
-            seconds = seconds + priced[..., 0] * _nearest(self.aftercost, rows)[:, None]
-        gains = priced[..., 0] - lam * seconds
+        gains = priced[..., 0] - lam * priced[..., 1]
         return (gains.max() - gains) / (lam * priced[0, 0, 1])
 
     def act(self, observation) -> specrl.Action:
@@ -92,59 +87,6 @@ class OneStepOracle:
 
     def observe(self, result) -> None:
         pass
-
-
-def size_bucket(rows: int) -> int:
-    """The power of two nearest ``rows`` (in log), the batch sizes :func:`aftercosts` keeps apart."""
-    return 2 ** round(np.log2(rows))
-
-
-def _nearest(table: dict[int, np.ndarray], rows: int) -> np.ndarray:
-    bucket = size_bucket(rows)
-    return table[min(table, key=lambda b: abs(np.log2(b) - np.log2(bucket)))]
-
-
-def aftercosts(env: BatchReplayEnv, episodes: int = 1) -> dict[int, np.ndarray]:
-    """Per batch size (:func:`size_bucket`), the seconds per token each k costs beyond what its
-    own step shows, from the episodes' static runs.
-
-    One step prices k at the grid the batch has now, but a step that speculates leaves costs
-    behind: holes in the grid that every later step reads, and rows that finish at ragged times,
-    so requests join one by one and each join copies the whole grid. At 64 rows these make static
-    k = 1 about as fast as plain decoding although one step at a time k = 1 looks a fifth faster.
-    So for each k: its static run's seconds (steps and prefill) per token, less what one step
-    shows, the same k previewed from plain decoding's states (its step seconds per token, plus
-    plain decoding's prefill per token). k = 0's is 0."""
-    k_max = env.scenario.k_max
-    seen: dict[int, np.ndarray] = {}  # bucket -> [k, (tokens, step seconds)] previewed from plain's states
-    plain: dict[int, np.ndarray] = {}  # bucket -> (tokens, prefill seconds) of plain's steps
-    for seed in range(episodes):
-        env.reset(seed=seed)
-        done = False
-        while not done:
-            bucket = size_bucket(len(env.active))
-            seen.setdefault(bucket, np.zeros((k_max + 1, 2)))
-            seen[bucket] += [env.preview(k) for k in range(k_max + 1)]
-            _, _, done, _, info = env.step(specrl.Action(0))
-            plain[bucket] = plain.get(bucket, np.zeros(2)) + [info["tokens"], info["prefill_seconds"]]
-    own: dict[int, np.ndarray] = {b: np.zeros((k_max + 1, 2)) for b in seen}  # [k, (tokens, seconds)]
-    for k in range(1, k_max + 1):
-        for seed in range(episodes):
-            env.reset(seed=seed)
-            done = False
-            while not done:
-                bucket = size_bucket(len(env.active))
-                _, _, done, _, info = env.step(specrl.Action(k))
-                if bucket in own:
-                    own[bucket][k] += [info["tokens"], info["seconds"]]
-    table = {}
-    for bucket, previewed in seen.items():
-        shown = previewed[:, 1] / previewed[:, 0] + plain[bucket][1] / plain[bucket][0]
-        spent = own[bucket][:, 1] / np.maximum(own[bucket][:, 0], 1)
-        extra = np.where(own[bucket][:, 0] > 0, spent - shown, 0.0)
-        extra[0] = 0.0
-        table[bucket] = extra
-    return table
 
 
 def rates_by_batch(env: BatchReplayEnv, controller, episodes: int, prefill: bool = True) -> dict[int, float]:
@@ -166,9 +108,7 @@ def rates_by_batch(env: BatchReplayEnv, controller, episodes: int, prefill: bool
     return {size: tokens[size] / seconds[size] for size in tokens}
 
 
-def oracle_rates(
-    env: BatchReplayEnv, controller, episodes: int, rounds: int = 3, aftercost: dict | None = None
-) -> dict[int, float]:
+def oracle_rates(env: BatchReplayEnv, controller, episodes: int, rounds: int = 3) -> dict[int, float]:
     """The one-step oracle's lam[B]: tokens per second of the steps at each batch size (key 0: over
     all), starting at ``controller``'s and refined to the oracle's own ``rounds`` times
     (Dinkelbach's iteration, per batch size). Prefill is left out: an episode admits every request
@@ -177,16 +117,13 @@ def oracle_rates(
     does not pay: k = 3 had the least mean regret at B = 64, where static k = 3 runs 0.87x plain.)"""
     lam = rates_by_batch(env, controller, episodes, prefill=False)
     for _ in range(rounds):
-        lam = {**lam, **rates_by_batch(env, OneStepOracle(env, lam, aftercost), episodes, prefill=False)}
+        lam = {**lam, **rates_by_batch(env, OneStepOracle(env, lam), episodes, prefill=False)}
     return lam
 
 
 def clairvoyant(env: BatchReplayEnv, controller, episodes: int) -> float:
-    """The one-step oracle's throughput (tokens over busy seconds), its after-costs from
-    :func:`aftercosts` and lam[B] refined from ``controller``'s."""
-    after = aftercosts(env, episodes)
-    lam = oracle_rates(env, controller, episodes, aftercost=after)
-    return throughput(env, OneStepOracle(env, lam, after), episodes)
+    """The one-step oracle's throughput (tokens over busy seconds), lam[B] refined from ``controller``'s."""
+    return throughput(env, OneStepOracle(env, oracle_rates(env, controller, episodes)), episodes)
 
 
 def batch_of(name: str) -> int:

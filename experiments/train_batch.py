@@ -6,8 +6,7 @@ The policy sees the features of the batch as one step (``batch_size`` among them
 ``batch_4``, ``batch_16``, ``batch_64``) and the ``serving`` load, in two stages:
 
 1. **Imitation** (DAgger, ``--imitation-rounds``): the one-step clairvoyant of ``batch_sim.py``
-   labels every step with the k it would take knowing the step's outcome (and, per batch size,
-   what each k costs later: ``batch_sim.aftercosts``). Round 0 follows the
+   labels every step with the k it would take knowing the step's outcome. Round 0 follows the
    oracle; later rounds follow the policy and the oracle labels the states the policy reaches.
    The policy network is fit to every label so far by cross-entropy (tau index 0: the oracle
    never needs a cut), so it learns the oracle's choice as far as the past predicts it.
@@ -43,15 +42,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor, VecNormali
 from tqdm.auto import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from batch_sim import (  # noqa: E402
-    FIXED,
-    SERVING,
-    OneStepOracle,
-    aftercosts,
-    oracle_rates,
-    throughput,
-    tune_schedule,
-)
+from batch_sim import FIXED, SERVING, OneStepOracle, oracle_rates, throughput, tune_schedule  # noqa: E402
 
 import specrl  # noqa: E402
 from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E402
@@ -163,13 +154,12 @@ def imitate(
     tau_grid = next(iter(envs.values())).tau_grid
     taus = [tau_grid.index(tau) for tau in IMITATION_TAUS]
     observations, regrets = [], []
-    after = {name: aftercosts(env) for name, env in envs.items()}
-    lams = {name: oracle_rates(env, schedule, 1, 1, after[name]) for name, env in envs.items()}
+    lams = {name: oracle_rates(env, schedule, 1, rounds=1) for name, env in envs.items()}
     optimizer = torch.optim.Adam(model.policy.parameters(), lr=1e-3)
     for round_ in range(rounds):
         learner, start = PolicyController(model, normalizer), len(regrets)
         for name, env in tqdm(envs.items(), desc=f"imitation round {round_ + 1}/{rounds}", leave=False):
-            oracle = OneStepOracle(env, lams[name], after[name])
+            oracle = OneStepOracle(env, lams[name])
             for episode in range(episodes):
                 observation, _ = env.reset(seed=seed + 1000 * round_ + episode)
                 done = False

@@ -288,22 +288,3 @@ def test_checkpoint_selection_puts_the_plain_floor_before_the_score():
     assert rank(1.00, floor) > rank(1.30, floor - 0.01)  # the floor first
     assert rank(1.10, 1.00) > rank(1.05, 1.20)  # then the score
     assert rank(0.90, floor - 0.01) > rank(1.20, floor - 0.05)  # below it, the least bad worst size
-
-
-def test_aftercosts_price_what_a_speculating_step_leaves_behind():
-    """batch_sim.aftercosts: per batch size, static k's seconds per token less what one step of k
-    shows from plain decoding's states. Zero for k = 0; the width term and the ragged joins make
-    it positive for deep speculation at 16 rows; the oracle that prices it speculates less there."""
-    spec = importlib.util.spec_from_file_location("batch_sim", REPO / "experiments" / "batch_sim.py")
-    batch_sim = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(batch_sim)
-    env = BatchReplayEnv(scenario(size=16, requests=32), latency=synthetic_latency(), split="validation")
-    after = batch_sim.aftercosts(env)
-    assert 16 in after and all(table[0] == 0.0 for table in after.values())
-    assert after[16][env.scenario.k_max] > 0
-    lam = batch_sim.oracle_rates(env, specrl.StaticController(0), 1, rounds=1)
-    env.reset(seed=0)
-    myopic = batch_sim.OneStepOracle(env, lam).regrets()[:, 0]
-    priced = batch_sim.OneStepOracle(env, lam, after).regrets()[:, 0]
-    assert priced.argmin() <= myopic.argmin()
-    assert priced[env.scenario.k_max] > myopic[env.scenario.k_max]
