@@ -101,9 +101,9 @@ def rates_by_batch(env: BatchReplayEnv, controller, episodes: int, prefill: bool
         while not done:
             observation, _, done, _, info = env.step(controller.act(observation))
             controller.observe(info["step_result"])
+            spent = info["seconds"] - (0.0 if prefill else info["prefill_seconds"])
             for size in (0, info["batch_size"]):
                 tokens[size] = tokens.get(size, 0.0) + info["tokens"]
-                spent = info["seconds"] - (0.0 if prefill else info["prefill_seconds"])
                 seconds[size] = seconds.get(size, 0.0) + spent
     return {size: tokens[size] / seconds[size] for size in tokens}
 

@@ -344,10 +344,9 @@ def _real_steps(
     progress: bool,
 ) -> tuple[list[tuple], list[tuple]]:
     """Continuous batching at each batch size B (B + B // 2 of the prompts, all waiting; a
-    finished row's place goes to the next) and static k, ``rounds`` rounds over ``ks`` at each B,
-    every other one backwards: every step's (rows, tokens fed a row,
-    draft forwards, width, draft seconds, verify seconds) and every admission's (prompt lengths,
-    rows before, width before, seconds)."""
+    finished row's place goes to the next) and static k, in the order of :func:`calibration_runs`:
+    every step's (rows, tokens fed a row, draft forwards, width, draft seconds, verify seconds)
+    and every admission's (prompt lengths, rows before, width before, seconds)."""
     from tqdm.auto import tqdm
 
     from specrl.engine.batch import BatchGeneration
