@@ -8,6 +8,8 @@ keeps, feeds, rolls back, packs and drops rows without a recompute; bad input is
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from conftest import chi_square_p_value, exact_two_token_law, prompts, reference_greedy
@@ -118,8 +120,11 @@ def test_rows_leave_the_batch_when_their_room_ends_and_the_rest_go_on(close_pair
     assert [len(generation.output_ids(r)) for r in range(3)] == [20, 20, 20]
 
 
-def test_batch_cache_holes_rollback_compaction_and_selection_match_a_recompute(close_pair):
-    model = close_pair.target
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_batch_cache_holes_rollback_compaction_and_selection_match_a_recompute(close_pair, attention):
+    model = copy.deepcopy(close_pair.target)  # the cache builds each kernel's 4D mask itself
+    model.set_attn_implementation(attention)
+    assert model.config._attn_implementation == attention
     rows = ragged_prompts(close_pair.vocab_size, 3)
     cache = BatchCache(model, close_pair.vocab_size, len(rows))
     width = max(map(len, rows))

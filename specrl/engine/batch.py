@@ -27,8 +27,9 @@ import torch
 
 from specrl.engine.batch_cache import BatchCache
 from specrl.engine.generation import PromptTooLongError
-from specrl.engine.rejection import verify
-from specrl.engine.sampling import SamplingConfig, entropy
+from specrl.engine.rejection import judge, read_outcomes
+from specrl.engine.sampling import SamplingConfig
+from specrl.engine.signals import DraftSignals
 from specrl.engine.timing import DeviceClock
 from specrl.engine.types import DEFAULT_DRAFTER, Action, GenerationStats, StepResult
 from specrl.models import ModelPair
@@ -284,21 +285,22 @@ class BatchGeneration:
         lengths = [len(self.tokens[r]) for r in rows]
         ks = [min(action.k, self.remaining(r) - 1) for r in rows]  # never past a row's room
         start = self.clock.now()
-        drafted, laws, confidences, entropies, stopped = self._draft(rows, ks, action)
+        drafts = self._draft(rows, ks, action)
         drafted_at = self.clock.now()
 
-        proposed = [len(x) for x in drafted]
-        feed = [[self.tokens[r][-1], *drafted[i]] for i, r in enumerate(rows)]
-        ids, valid = self._padded(feed)
+        ids, valid = self._padded([[self.tokens[r][-1]] for r in rows])
+        if drafts.columns is not None:  # every row's last token, then its proposals (holes after them)
+            ids, valid = torch.cat([ids, drafts.columns], 1), torch.cat([valid, drafts.valid], 1)
         p = self.sampling.probs(self.target.feed(ids, valid))  # (B, 1 + m_max, V)
+        proposals = [ids[i : i + 1, 1 : 1 + m] for i, m in enumerate(drafts.proposed)]
+        judgements = [  # row by row: each row's random draws in order
+            judge(x, drafts.law(i, p), p[i : i + 1, : x.shape[1] + 1], self.sampling, self.generator)
+            for i, x in enumerate(proposals)
+        ]
         results = []
-        for i in range(len(rows)):
-            m = proposed[i]
-            x = torch.tensor([drafted[i]], dtype=torch.long, device=p.device)
-            q = torch.stack(laws[i])[None] if m else p.new_zeros((1, 0, p.shape[-1]))
-            verdict = verify(x, q, p[i : i + 1, : m + 1], self.sampling, self.generator)
-            a = verdict.accepted
-            emitted = drafted[i][:a] + [int(verdict.next_token[0])]
+        for i, (a, next_token, drafted, acceptance_probs) in enumerate(read_outcomes(judgements, proposals)):
+            m = drafts.proposed[i]
+            emitted = drafted[:a] + [next_token]
             results.append(
                 StepResult(
                     action=action,
@@ -308,11 +310,11 @@ class BatchGeneration:
                     emitted=len(emitted),
                     draft_seconds=0.0,
                     verify_seconds=0.0,
-                    confidences=confidences[i],
-                    entropies=entropies[i],
+                    confidences=drafts.confidences[i],
+                    entropies=drafts.entropies[i],
                     accepted_mask=[j < a for j in range(m)],
-                    acceptance_probs=verdict.acceptance_probs[0].tolist(),
-                    stopped_by_tau=stopped[i],
+                    acceptance_probs=acceptance_probs,
+                    stopped_by_tau=drafts.stopped[i],
                     context_length=lengths[i],
                     tokens=emitted,
                 )
@@ -328,46 +330,47 @@ class BatchGeneration:
         self.steps.append(step)
         return step
 
-    def _draft(
-        self, rows: list[int], ks: list[int], action: Action
-    ) -> tuple[list[list[int]], list[list[torch.Tensor]], list[list[float]], list[list[float]], list[bool]]:
-        """Every row's proposals, the law each was drawn from, and the draft's signals."""
+    def _draft(self, rows: list[int], ks: list[int], action: Action) -> _Drafts:
+        """Every row's proposals (on the device), the law each was drawn from, and the draft's
+        signals: read to the host per position only when the action's cut needs them."""
         n = len(rows)
-        drafted: list[list[int]] = [[] for _ in range(n)]
-        laws: list[list[torch.Tensor]] = [[] for _ in range(n)]
-        confidences: list[list[float]] = [[] for _ in range(n)]
-        entropies: list[list[float]] = [[] for _ in range(n)]
-        stopped = [False] * n  # a tau cut or the stop rule ended the row's drafting
+        drafts = _Drafts(n)
         drafting = [k > 0 for k in ks]
         if not any(drafting):
-            return drafted, laws, confidences, entropies, stopped
+            return drafts
+        signals = DraftSignals(action, n)
+        columns, laws = [], []  # (B,) tokens and (B, V) laws, one per position
+        looked = [0] * n  # positions each row looked at (the one its cut stopped before included)
         seen = self.draft.lengths.tolist()
-        pending = [self.tokens[r][seen[i] :] for i, r in enumerate(rows)]  # >= 1 token each
+        ids, valid = self._padded([self.tokens[r][seen[i] :] for i, r in enumerate(rows)])  # >= 1 each
         for position in range(max(ks)):
-            ids, valid = self._padded(pending)
             logits = self.draft.feed(ids, valid)  # (B, width, V)
             last = valid.long().sum(1) - 1  # each row's last real column
             q = self.sampling.probs(logits[torch.arange(n), last])  # (B, V)
-            c, h = q.max(-1).values.tolist(), entropy(q).tolist()
-            x = self.sampling.choose(q, self.generator).tolist()
-            pending = [[] for _ in range(n)]
+            halts = signals.halts(position, q)
+            columns.append(self.sampling.choose(q, self.generator))
+            laws.append(q)
             for i in range(n):
                 if not drafting[i]:
                     continue
-                confidences[i].append(c[i])
-                entropies[i].append(h[i])
-                if action.halts(position, c[i], h[i]):
-                    drafting[i], stopped[i] = False, True
+                looked[i] += 1
+                if halts[i]:
+                    drafting[i], drafts.stopped[i] = False, True
                     continue
-                drafted[i].append(x[i])
-                laws[i].append(q[i])
-                if len(drafted[i]) == ks[i]:
-                    drafting[i] = False  # the last proposal is not fed: only its law is needed
-                else:
-                    pending[i] = [x[i]]
+                drafts.proposed[i] += 1
+                # the last proposal is not fed: only its law is needed
+                drafting[i] = drafts.proposed[i] < ks[i]
             if not any(drafting):
                 break  # rows that stopped are fed holes until then
-        return drafted, laws, confidences, entropies, stopped
+            ids, valid = columns[-1][:, None], self._on_device([[d] for d in drafting], torch.bool)
+        width = max(drafts.proposed)
+        drafts.columns = torch.stack(columns, 1)[:, :width]  # a row's proposals are its first columns
+        drafts.laws = torch.stack(laws, 1)[:, :width]
+        drafts.valid = self._on_device([[j < m for j in range(width)] for m in drafts.proposed], torch.bool)
+        confidences, entropies = signals.read()
+        drafts.confidences = [c[: looked[i]] for i, c in enumerate(confidences)]
+        drafts.entropies = [h[: looked[i]] for i, h in enumerate(entropies)]
+        return drafts
 
     def _append(self, rows: list[int], results: list[StepResult]) -> list[int]:
         """Append each row's emitted tokens (cut at EOS); remove finished rows from the batch."""
@@ -397,12 +400,41 @@ class BatchGeneration:
         return finished
 
     def _padded(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Right-padded (B, width) token ids and the mask of real tokens."""
+        """Right-padded (B, width) token ids and the mask of real tokens, on the device."""
         width = max(1, max(len(row) for row in rows))
-        ids = torch.zeros((len(rows), width), dtype=torch.long)
-        valid = torch.zeros((len(rows), width), dtype=torch.bool)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-            valid[i, : len(row)] = True
-        device = self.pair.device
-        return ids.to(device), valid.to(device)
+        ids = [row + [0] * (width - len(row)) for row in rows]
+        valid = [[j < len(row) for j in range(width)] for row in rows]
+        return self._on_device(ids, torch.long), self._on_device(valid, torch.bool)
+
+    def _on_device(self, values: list[list], dtype: torch.dtype) -> torch.Tensor:
+        """A host table copied to the device without waiting for it (pinned, non-blocking on CUDA)."""
+        table = torch.tensor(values, dtype=dtype)
+        if self.pair.device.type != "cuda":
+            return table
+        return table.pin_memory().to(self.pair.device, non_blocking=True)
+
+
+@dataclass
+class _Drafts:
+    """One batched step's drafting, row by row (see :meth:`BatchGeneration._draft`)."""
+
+    rows: int
+    proposed: list[int] = field(default_factory=list)  # m per row
+    stopped: list[bool] = field(default_factory=list)  # a tau cut or the stop rule ended the row's drafting
+    confidences: list[list[float]] = field(default_factory=list)
+    entropies: list[list[float]] = field(default_factory=list)
+    columns: torch.Tensor | None = None  # (B, m_max) proposals, left-aligned; None: nothing drafted
+    valid: torch.Tensor | None = None  # (B, m_max) which columns are a row's proposals
+    laws: torch.Tensor | None = None  # (B, m_max, V)
+
+    def __post_init__(self) -> None:
+        self.proposed = [0] * self.rows
+        self.stopped = [False] * self.rows
+        self.confidences = [[] for _ in range(self.rows)]
+        self.entropies = [[] for _ in range(self.rows)]
+
+    def law(self, row: int, p: torch.Tensor) -> torch.Tensor:
+        """(1, m, V): the laws of ``row``'s proposals (empty, shaped like ``p``, when none)."""
+        if self.laws is None:
+            return p[row : row + 1, :0]
+        return self.laws[row : row + 1, : self.proposed[row]]

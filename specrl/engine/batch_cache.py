@@ -68,7 +68,7 @@ class BatchCache:
         mask = torch.cat([self.mask, valid], 1)
         out = self.model(
             input_ids=tokens,
-            attention_mask=mask.long(),
+            attention_mask=self._attention(mask, n),
             position_ids=positions,
             cache=self.cache,
             use_cache=True,
@@ -82,6 +82,25 @@ class BatchCache:
                 f"({self.cache.get_seq_length()} slots, {self.slots} expected)"
             )
         return out.logits[..., : self.vocab_size]
+
+    def _attention(self, mask: torch.Tensor, n: int) -> torch.Tensor:
+        """The attention mask of a feed of ``n`` columns onto the grid ``mask`` (B, slots): each new
+        token sees its row's valid slots up to its own. Built here as the 4D mask transformers would
+        build for sdpa and eager attention, because its own builder reads the padding mask to the
+        host on every one-token feed (to see whether it could skip it): a device sync per drafted
+        token on a GPU. Other attention kernels get the 2D mask and build their own."""
+        kind = getattr(self.model.config, "_attn_implementation", None)
+        if kind not in ("sdpa", "eager"):
+            return mask.long()
+        slots = mask.shape[1]
+        causal = torch.ones((n, slots), dtype=torch.bool, device=mask.device).tril(slots - n)
+        allowed = mask[:, None, None, :] & causal  # (B, 1, n, slots)
+        if kind == "sdpa":
+            return allowed
+        dtype = next(self.model.parameters()).dtype
+        return torch.zeros(allowed.shape, dtype=dtype, device=mask.device).masked_fill(
+            ~allowed, torch.finfo(dtype).min
+        )
 
     def rollback(self, lengths: torch.Tensor) -> None:
         """Keep the first ``lengths[r]`` tokens of every row r (B,); a row already shorter is left alone."""

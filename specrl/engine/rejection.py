@@ -28,19 +28,63 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class Verdict:
-    """The outcome of verifying m proposed tokens.
+class Judgement:
+    """The outcome of verifying m proposed tokens, on the device (no host read made).
 
     Attributes:
-        accepted: a, the leading run of accepted proposals (row 0).
+        accepted: () long, a: the leading run of accepted proposals (row 0).
         next_token: (B,) the token after them: the correction drawn from the residual at the
             first rejection, or the bonus from p_{m+1} (greedy: the argmax of p_{a+1}).
         acceptance_probs: (B, m) min(1, p_i(x_i) / q_i(x_i)); greedy: 1 where x_i = argmax p_i.
     """
 
+    accepted: torch.Tensor
+    next_token: torch.Tensor
+    acceptance_probs: torch.Tensor
+
+
+@dataclass
+class Verdict:
+    """A :class:`Judgement` with ``accepted`` read to the host (the caller branches on it)."""
+
     accepted: int
     next_token: torch.Tensor
     acceptance_probs: torch.Tensor
+
+
+def judge(
+    proposal: torch.Tensor,
+    q: torch.Tensor,
+    p: torch.Tensor,
+    sampling: SamplingConfig,
+    generator: torch.Generator | None,
+) -> Judgement:
+    """Accept x_i while u_i < p_i(x_i) / q_i(x_i); then a correction or bonus token. All on the
+    device: the engine reads the outcome to the host once per step, with the emitted tokens.
+
+    Args:
+        proposal: (B, m) the proposed tokens x_1..x_m.
+        q: (B, m, V) the law each x_i was drawn from.
+        p: (B, m + 1, V) the verifier's distributions p_1..p_{m+1}, processed by ``sampling``.
+    """
+    m = proposal.shape[1]
+    if not m:
+        return Judgement(proposal.new_zeros(()), sampling.choose(p[:, 0], generator), proposal.float())
+    if sampling.greedy:
+        accept = proposal == p[:, :m].argmax(-1)  # (B, m)
+        acceptance_probs = accept.float()
+    else:
+        p_x = p[:, :m].gather(-1, proposal[..., None])[..., 0]  # (B, m)
+        q_x = q.gather(-1, proposal[..., None])[..., 0]  # > 0: x was drawn from q
+        acceptance_probs = (p_x / q_x).clamp(max=1.0)
+        u = torch.rand(p_x.shape, generator=generator, device=p_x.device)
+        accept = u * q_x < p_x
+    accepted = accept[0].long().cumprod(0).sum()  # the leading run of acceptances
+    p_next = p.index_select(1, accepted.view(1))[:, 0]  # p_{a+1}
+    if not sampling.greedy:  # a rejection at a <= m - 1 draws from the residual there; else the bonus
+        q_next = q.index_select(1, accepted.clamp(max=m - 1).view(1))[:, 0]
+        p_next = torch.where(accepted < m, residual(p_next, q_next), p_next)
+    return Judgement(accepted, sampling.choose(p_next, generator), acceptance_probs)
 
 
 def verify(
@@ -50,29 +94,32 @@ def verify(
     sampling: SamplingConfig,
     generator: torch.Generator | None,
 ) -> Verdict:
-    """Accept x_i while u_i < p_i(x_i) / q_i(x_i); then a correction or bonus token.
+    """:func:`judge`, with the number accepted read to the host (one read)."""
+    judgement = judge(proposal, q, p, sampling, generator)
+    return Verdict(int(judgement.accepted), judgement.next_token, judgement.acceptance_probs)
 
-    Args:
-        proposal: (B, m) the proposed tokens x_1..x_m.
-        q: (B, m, V) the law each x_i was drawn from.
-        p: (B, m + 1, V) the verifier's distributions p_1..p_{m+1}, processed by ``sampling``.
-    """
-    m = proposal.shape[1]
-    if m:
-        if sampling.greedy:
-            accept = proposal == p[:, :m].argmax(-1)  # (B, m)
-            acceptance_probs = accept.float()
-        else:
-            p_x = p[:, :m].gather(-1, proposal[..., None])[..., 0]  # (B, m)
-            q_x = q.gather(-1, proposal[..., None])[..., 0]  # > 0: x was drawn from q
-            acceptance_probs = (p_x / q_x).clamp(max=1.0)
-            u = torch.rand(p_x.shape, generator=generator, device=p_x.device)
-            accept = u * q_x < p_x
-        accepted = int(accept[0].long().cumprod(0).sum())  # the leading run of acceptances
-    else:
-        acceptance_probs, accepted = proposal.float(), 0
-    if accepted < m and not sampling.greedy:
-        next_probs = residual(p[:, accepted], q[:, accepted])
-    else:
-        next_probs = p[:, accepted]  # bonus token from p_{m+1}, or greedy correction
-    return Verdict(accepted, sampling.choose(next_probs, generator), acceptance_probs)
+
+def read_outcomes(
+    judgements: list[Judgement], proposals: list[torch.Tensor]
+) -> list[tuple[int, int, list[int], list[float]]]:
+    """Each judgement's row 0 read to the host in one read: (accepted, next token, the proposed
+    tokens, their acceptance probabilities), for proposals (1, m) each. Token ids are exact in float64."""
+    packed = [
+        torch.cat(
+            [
+                judgement.accepted.view(1).double(),
+                judgement.next_token[:1].double(),
+                proposal[0].double(),
+                judgement.acceptance_probs[0].double(),
+            ]
+        )
+        for judgement, proposal in zip(judgements, proposals, strict=True)
+    ]
+    values = torch.cat(packed).tolist()
+    outcomes, start = [], 0
+    for proposal in proposals:
+        m = proposal.shape[1]
+        row = values[start : start + 2 + 2 * m]
+        outcomes.append((int(row[0]), int(row[1]), [int(x) for x in row[2 : 2 + m]], row[2 + m :]))
+        start += 2 + 2 * m
+    return outcomes

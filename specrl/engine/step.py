@@ -10,7 +10,7 @@ import torch
 
 from specrl.engine.cache import CachedModel
 from specrl.engine.drafters.base import Drafter
-from specrl.engine.rejection import verify
+from specrl.engine.rejection import judge, read_outcomes
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.timing import DeviceClock
 from specrl.engine.types import Action, StepResult
@@ -51,13 +51,13 @@ def speculative_step(
     p = sampling.probs(target_logits)
 
     # 3. Accept x_i while u_i < p_i(x_i) / q_i(x_i); then a correction or bonus token.
-    verdict = verify(proposal.tokens, proposal.q, p, sampling, generator)
-    accepted = verdict.accepted
+    judgement = judge(proposal.tokens, proposal.q, p, sampling, generator)
+    ((accepted, next_token, drafted, acceptance_probs),) = read_outcomes([judgement], [proposal.tokens])
 
     # 4. Roll back: the target and the drafter cut to the accepted prefix (the new token is not fed yet).
     target.rollback(length + accepted)
     drafter.rollback(length + accepted)
-    emitted = proposal.tokens[0, :accepted].tolist() + [int(verdict.next_token[0])]
+    emitted = drafted[:accepted] + [next_token]
     verified_at = clock.now()
 
     return StepResult(
@@ -71,7 +71,7 @@ def speculative_step(
         confidences=proposal.confidences,
         entropies=proposal.entropies,
         accepted_mask=[i < accepted for i in range(m)],
-        acceptance_probs=verdict.acceptance_probs[0].tolist(),
+        acceptance_probs=acceptance_probs,
         stopped_by_tau=proposal.stopped,
         context_length=length,
         tokens=emitted,

@@ -64,6 +64,12 @@ class Action:
                 f"Action.drafter must be a drafter's name, e.g. 'draft' or 'ngram'; got {self.drafter!r}"
             )
 
+    @property
+    def needs_signals(self) -> bool:
+        """Whether the cut reads each drafted position's signals before drafting on (tau or a stop
+        rule); without one, a drafter reads them once per step (:mod:`specrl.engine.signals`)."""
+        return self.tau > 0 or self.stop is not None
+
     def halts(self, position: int, confidence: float, entropy: float) -> bool:
         """Whether drafting stops before the token at ``position``: its confidence is below tau, or
         the stop rule says stop. Every drafter asks this, with the signals of its own proposal law."""

@@ -17,7 +17,8 @@ from specrl.engine.cache import CachedModel
 from specrl.engine.drafters.base import Proposal, stacked_proposal
 from specrl.engine.drafters.model import ModelDrafter
 from specrl.engine.rejection import verify
-from specrl.engine.sampling import SamplingConfig, entropy
+from specrl.engine.sampling import SamplingConfig
+from specrl.engine.signals import DraftSignals
 from specrl.engine.types import Action
 
 
@@ -61,8 +62,7 @@ class CascadeDrafter:
         sequence = tokens
         proposed: list[torch.Tensor] = []  # (B,) each
         laws: list[torch.Tensor] = []  # (B, V) each: the middle model's q at that position
-        confidences: list[float] = []
-        entropies: list[float] = []
+        signals = DraftSignals(action, tokens.shape[0])
         stopped = False
         while len(proposed) < k and not stopped:
             # An inner step emits up to inner k + 1 tokens: keep within k.
@@ -79,16 +79,22 @@ class CascadeDrafter:
             emitted = torch.cat([inner.tokens[:, :a], verdict.next_token[:, None]], 1)  # (B, a + 1)
             for j in range(a + 1):
                 law = p_mid[:, j]
-                c_j, h_j = law.max(-1).values.item(), entropy(law).item()
-                confidences.append(c_j)
-                entropies.append(h_j)
-                if action.halts(len(proposed), c_j, h_j):
+                if signals.halts(len(proposed), law)[0]:
                     stopped = True
                     break
                 proposed.append(emitted[:, j])
                 laws.append(law)
             sequence = torch.cat([sequence, emitted], 1)
-        return stacked_proposal(tokens, self.vocab_size, proposed, laws, confidences, entropies, stopped)
+        confidences, entropies = signals.read()
+        return stacked_proposal(
+            tokens,
+            self.vocab_size,
+            proposed,
+            laws,
+            confidences[0],
+            entropies[0],
+            stopped,
+        )
 
     def rollback(self, length: int) -> None:
         self.small.rollback(length)

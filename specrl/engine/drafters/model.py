@@ -7,7 +7,8 @@ from transformers import PreTrainedModel
 
 from specrl.engine.cache import CachedModel
 from specrl.engine.drafters.base import Proposal, stacked_proposal
-from specrl.engine.sampling import SamplingConfig, entropy
+from specrl.engine.sampling import SamplingConfig
+from specrl.engine.signals import DraftSignals
 from specrl.engine.types import Action
 
 
@@ -34,23 +35,28 @@ class ModelDrafter:
         sampling: SamplingConfig,
         generator: torch.Generator | None,
     ) -> Proposal:
-        drafted, q_of_drafted, confidences, entropies = [], [], [], []
+        drafted, q_of_drafted = [], []
+        signals = DraftSignals(action, tokens.shape[0])  # read per position if the cut needs them
         stopped = False
         pending = tokens[:, self.cache.length :]  # tokens the draft has not seen yet, >= 1
         for i in range(k):
             q = sampling.probs(self.cache.feed(pending)[:, -1])  # (B, V)
-            c_i, h_i = q.max(-1).values.item(), entropy(q).item()  # confidence, entropy (nats)
-            confidences.append(c_i)
-            entropies.append(h_i)
-            if action.halts(i, c_i, h_i):
+            if signals.halts(i, q)[0]:
                 stopped = True
                 break
-            x = sampling.choose(q, generator)  # (B,)
+            x = sampling.choose(q, generator)  # (B,), on the device
             drafted.append(x)
             q_of_drafted.append(q)
             pending = x[:, None]
+        confidences, entropies = signals.read()
         return stacked_proposal(
-            tokens, self.cache.vocab_size, drafted, q_of_drafted, confidences, entropies, stopped
+            tokens,
+            self.cache.vocab_size,
+            drafted,
+            q_of_drafted,
+            confidences[0],
+            entropies[0],
+            stopped,
         )
 
     def rollback(self, length: int) -> None:
