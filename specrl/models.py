@@ -66,6 +66,33 @@ def check_architecture(model: PreTrainedModel, role: str) -> None:
         raise UnsupportedArchitectureError(f"the {role} model: {error}") from None
 
 
+KV_CACHES = ("dynamic", "static")
+
+
+@dataclass(frozen=True)
+class CacheSettings:
+    """How a single-sequence generation keeps its KV caches (batched decoding has its own grid).
+
+    Attributes:
+        kind: ``dynamic`` (transformers' ``DynamicCache``: grows by concatenation, cut by crop)
+            or ``static`` (``StaticCache``: allocated once at the context window, rolled back by
+            moving its length; what ``torch.compile`` and CUDA graphs need).
+        compile: run the decode forwards (a few tokens each) through ``torch.compile``; static only.
+    """
+
+    kind: str = "dynamic"
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KV_CACHES:
+            raise ValueError(f"unknown KV cache {self.kind!r}; choose one of {', '.join(KV_CACHES)}")
+        if self.compile and self.kind != "static":
+            raise ValueError(
+                "compile=True needs kv_cache='static': a dynamic cache changes shape every step, "
+                "so a compiled forward would recompile every step"
+            )
+
+
 @dataclass
 class ModelPair:
     """A target and a draft that share a tokenizer, on one device.
@@ -80,6 +107,7 @@ class ModelPair:
             drafter pool), or None.
         derived: models derived from these, built on first use and kept for the pair's life
             (the drafter pool's quantised drafts: drafter name -> (the draft it was made from, copy)).
+        cache: how generations keep their KV caches (:class:`CacheSettings`).
     """
 
     target: PreTrainedModel
@@ -95,6 +123,7 @@ class ModelPair:
     card: dict | None = None
     mid: PreTrainedModel | None = None
     derived: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
+    cache: CacheSettings = field(default_factory=CacheSettings)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -177,6 +206,8 @@ def load_pair(
     trust_remote_code: bool = False,
     seed: int = 0,
     mid: str | None = None,
+    kv_cache: str = "dynamic",
+    compile: bool = False,
 ) -> ModelPair:
     """Load a target and a draft model that share a tokenizer.
 
@@ -191,11 +222,15 @@ def load_pair(
         seed: seed of an embedded pair's build.
         mid: HF id or local path of a second draft of another size (the drafter pool's
             ``draft-mid``); an embedded pair loads its own when it has one.
+        kv_cache: ``dynamic`` or ``static`` KV caches for single-sequence generation
+            (:class:`CacheSettings`); static is what ``compile`` needs.
+        compile: ``torch.compile`` the decode forwards (CUDA is where it pays).
     """
     if (target is None) != (draft is None):
         raise PairError("give both target and draft, or neither (for the embedded pair)")
     if target is not None and preset is not None:
         raise PairError("give either target/draft or preset, not both")
+    cache = CacheSettings(kv_cache, compile)
     device = torch.device(device) if device is not None else default_device()
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
@@ -250,4 +285,5 @@ def load_pair(
         prompts=prompts,
         card=card,
         mid=models.get("mid"),
+        cache=cache,
     )

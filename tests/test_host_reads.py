@@ -8,6 +8,8 @@ inside transformers' forwards too: the counts would be the device syncs of the s
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from conftest import prompts
 from torch.overrides import TorchFunctionMode
@@ -16,6 +18,7 @@ import specrl
 from specrl.engine.batch import BatchGeneration
 from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig
+from specrl.models import CacheSettings
 
 READS = {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy", "cpu"}
 
@@ -44,17 +47,19 @@ def reads_of_one_step(make, action: specrl.Action) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("engine", ["dynamic", "static", "batched"])
 def test_reads_per_step_do_not_grow_with_k_unless_the_cut_needs_each_tokens_signals(
-    close_pair, temperature, batched
+    close_pair, temperature, engine
 ):
     prompt_ids = [p[: 4 + 3 * i] for i, p in enumerate(prompts(3, close_pair.vocab_size, seed=5))]
     sampling = SamplingConfig(temperature)
+    batched = engine == "batched"
+    pair = dataclasses.replace(close_pair, cache=CacheSettings(engine)) if engine == "static" else close_pair
 
     def make():
         if batched:
-            return BatchGeneration(close_pair, prompt_ids, 40, sampling, seed=1, stop_at_eos=False)
-        return Generation(close_pair, prompt_ids[2], 40, sampling, seed=1, stop_at_eos=False)
+            return BatchGeneration(pair, prompt_ids, 40, sampling, seed=1, stop_at_eos=False)
+        return Generation(pair, prompt_ids[2], 40, sampling, seed=1, stop_at_eos=False)
 
     free = {k: reads_of_one_step(make, specrl.Action(k)) for k in (1, 2, 6)}
     assert all(forwards == k for k, (_, forwards) in free.items())  # k positions drafted, no cut

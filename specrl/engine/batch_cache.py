@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from specrl.engine import masks
 from specrl.models import check_cache
 
 
@@ -85,22 +86,11 @@ class BatchCache:
 
     def _attention(self, mask: torch.Tensor, n: int) -> torch.Tensor:
         """The attention mask of a feed of ``n`` columns onto the grid ``mask`` (B, slots): each new
-        token sees its row's valid slots up to its own. Built here as the 4D mask transformers would
-        build for sdpa and eager attention, because its own builder reads the padding mask to the
-        host on every one-token feed (to see whether it could skip it): a device sync per drafted
-        token on a GPU. Other attention kernels get the 2D mask and build their own."""
-        kind = getattr(self.model.config, "_attn_implementation", None)
-        if kind not in ("sdpa", "eager"):
-            return mask.long()
-        slots = mask.shape[1]
-        causal = torch.ones((n, slots), dtype=torch.bool, device=mask.device).tril(slots - n)
-        allowed = mask[:, None, None, :] & causal  # (B, 1, n, slots)
-        if kind == "sdpa":
-            return allowed
-        dtype = next(self.model.parameters()).dtype
-        return torch.zeros(allowed.shape, dtype=dtype, device=mask.device).masked_fill(
-            ~allowed, torch.finfo(dtype).min
-        )
+        token sees its row's valid slots up to its own (:mod:`specrl.engine.masks`); the 2D mask
+        for kernels that build their own."""
+        allowed = mask[:, None, None, :] & masks.causal(n, mask.shape[1], mask.device)  # (B, 1, n, slots)
+        prepared = masks.prepared_mask(self.model, allowed)
+        return mask.long() if prepared is None else prepared
 
     def rollback(self, lengths: torch.Tensor) -> None:
         """Keep the first ``lengths[r]`` tokens of every row r (B,); a row already shorter is left alone."""

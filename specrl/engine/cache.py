@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from specrl.models import check_cache
+from specrl.engine.static_cache import StaticCachedModel
+from specrl.models import CacheSettings, check_cache
 
 
 class CachedModel:
@@ -73,3 +74,16 @@ class CachedModel:
         self.cache.crop(-max(excess, 0))
         if trims:
             self.floor = self.length
+
+
+KVCache = CachedModel | StaticCachedModel  # what a generation's caches are; one interface
+
+
+def new_cache(
+    model: PreTrainedModel, vocab_size: int, settings: CacheSettings | None, max_length: int
+) -> KVCache:
+    """The cache a generation keeps for ``model``, as the pair's :class:`CacheSettings` ask
+    (dynamic when none are given); a static one holds ``max_length`` tokens."""
+    if settings is None or settings.kind == "dynamic":
+        return CachedModel(model, vocab_size)
+    return StaticCachedModel(model, vocab_size, max_length, compiled=settings.compile)

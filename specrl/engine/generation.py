@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from specrl.engine.cache import CachedModel
+from specrl.engine.cache import KVCache, new_cache
 from specrl.engine.drafters.base import Drafter
 from specrl.engine.drafters.ngram import NGramDrafter
 from specrl.engine.drafters.pool import DrafterPool
@@ -60,7 +60,7 @@ class Generation:
         self.generator = torch.Generator(device=pair.device).manual_seed(seed)
         self.tokens = torch.tensor([prompt_ids], dtype=torch.long, device=pair.device)  # (B, L)
         self.prompt_length = len(prompt_ids)
-        self.target = CachedModel(pair.target, pair.vocab_size)
+        self.target = new_cache(pair.target, pair.vocab_size, pair.cache, pair.context_length)
         self.pool = DrafterPool(pair)
         self.drafters: dict[str, Drafter] = {}
         self.steps: list[StepResult] = []
@@ -87,7 +87,7 @@ class Generation:
         match = lookup.longest_match(self.tokens[0])
         return (0, 0) if match is None else (self.tokens.shape[1] - match[1], match[0])
 
-    def caches(self) -> list[CachedModel]:
+    def caches(self) -> list[KVCache]:
         """Every KV cache of the generation: the target's, then each drafter's."""
         return [self.target, *(cache for drafter in self.drafters.values() for cache in drafter.caches())]
 

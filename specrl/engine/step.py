@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from specrl.engine.cache import CachedModel
+from specrl.engine.cache import KVCache
 from specrl.engine.drafters.base import Drafter
 from specrl.engine.rejection import judge, read_outcomes
 from specrl.engine.sampling import SamplingConfig
@@ -18,7 +18,7 @@ from specrl.engine.types import Action, StepResult
 
 def speculative_step(
     tokens: torch.Tensor,
-    target: CachedModel,
+    target: KVCache,
     drafter: Drafter,
     action: Action,
     k: int,

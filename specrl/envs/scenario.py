@@ -11,7 +11,8 @@ generated from them::
 The keys and the dataclass that holds each section::
 
     name, description                   Scenario (name: the file name when loaded from a file)
-    pair: {...}                         PairSpec: preset, or target and draft; seed, device, dtype
+    pair: {...}                         PairSpec: preset, or target and draft; seed, device, dtype,
+                                        kv_cache, compile
     prompts: {...}                      PromptSpec: domains (domain -> weight), split, file
     sampling: {...}                     SamplingConfig (specrl.engine.sampling): temperature, top_k, top_p
     max_new_tokens, stop_at_eos, k_max  Scenario
@@ -71,7 +72,7 @@ from specrl.engine.drafters.pool import DRAFTERS
 from specrl.engine.sampling import SamplingConfig
 from specrl.latency import CostModel, LatencyModel, device_key
 from specrl.latency.calibrate import cached_calibration
-from specrl.models import ModelPair, default_device, default_dtype, load_pair
+from specrl.models import CacheSettings, ModelPair, default_device, default_dtype, load_pair
 from specrl.zoo.corpus import SPLITS
 
 # Shipped scenarios are package data (specrl/scenarios/*.yaml), so an installed wheel has them.
@@ -102,6 +103,8 @@ class PairSpec:
         seed: seed of an embedded pair's build.
         device: "cpu", "cuda", ...; default CUDA when present.
         dtype: "float32", "bfloat16", ...; default bf16 on GPU, fp32 on CPU.
+        kv_cache: "dynamic" or "static" KV caches for single-sequence decoding.
+        compile: ``torch.compile`` the decode forwards (needs ``kv_cache: static``).
     """
 
     preset: str | None = None
@@ -110,17 +113,25 @@ class PairSpec:
     seed: int = 0
     device: str | None = None
     dtype: str | None = None
+    kv_cache: str = "dynamic"
+    compile: bool = False
 
     def __post_init__(self) -> None:
+        try:
+            CacheSettings(self.kv_cache, self.compile)
+        except ValueError as error:
+            raise ValueError(f"pair: {error}") from None
         if (self.target is None) != (self.draft is None):
             raise ValueError("pair: give both 'target' and 'draft', or neither (then 'preset' is used)")
         if self.target is not None and self.preset is not None:
             raise ValueError("pair: give either 'preset' or 'target' and 'draft', not both")
 
     def load(self) -> ModelPair:
+        cache = dict(kv_cache=self.kv_cache, compile=self.compile)
         if self.target is not None:
-            return load_pair(self.target, self.draft, device=self.device, dtype=self.dtype)
-        return load_pair(preset=self.preset or "small", seed=self.seed, device=self.device, dtype=self.dtype)
+            return load_pair(self.target, self.draft, device=self.device, dtype=self.dtype, **cache)
+        preset = self.preset or "small"
+        return load_pair(preset=preset, seed=self.seed, device=self.device, dtype=self.dtype, **cache)
 
     def info(self) -> PairInfo:
         """What the trace and latency caches key on (name, device, dtype), as :meth:`load`'s pair
@@ -131,7 +142,8 @@ class PairSpec:
             name = f"{self.target}+{self.draft}"
         device = torch.device(self.device) if self.device is not None else default_device()
         dtype = getattr(torch, self.dtype) if self.dtype is not None else default_dtype(device)
-        return PairInfo(name=name, device=device, dtype=dtype, spec=self)
+        cache = CacheSettings(self.kv_cache, self.compile)
+        return PairInfo(name=name, device=device, dtype=dtype, spec=self, cache=cache)
 
 
 @dataclass
@@ -141,7 +153,7 @@ class PairInfo:
     for when something must be recorded or measured.
 
     Attributes:
-        name, device, dtype: as the loaded :class:`ModelPair` will have them.
+        name, device, dtype, cache: as the loaded :class:`ModelPair` will have them.
         spec: what :meth:`load` loads.
     """
 
@@ -149,6 +161,7 @@ class PairInfo:
     device: torch.device
     dtype: torch.dtype
     spec: PairSpec
+    cache: CacheSettings = field(default_factory=CacheSettings)
     _loaded: ModelPair | None = field(default=None, repr=False, compare=False)
 
     def load(self, why: str) -> ModelPair:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from specrl.engine.cache import CachedModel
+from specrl.engine.cache import new_cache
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.timing import DeviceClock
 from specrl.latency.isotonic import isotonic
@@ -107,7 +107,11 @@ def profile(
     ids = torch.randint(0, pair.vocab_size, (1, grid[-1] + n_max), generator=generator).to(pair.device)
     caches = {}
     for context in points:  # the target holds context - 1 tokens before a verify (engine invariant)
-        target, draft = CachedModel(pair.target, pair.vocab_size), CachedModel(pair.draft, pair.vocab_size)
+        # the caches the pair's generations keep (a static cache costs otherwise)
+        target, draft = (
+            new_cache(model, pair.vocab_size, pair.cache, pair.context_length)
+            for model in (pair.target, pair.draft)
+        )
         if context > 1:
             target.feed(ids[:, : context - 1])
             draft.feed(ids[:, : context - 1])

@@ -7,7 +7,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from specrl.engine.cache import CachedModel
+from specrl.engine.cache import KVCache
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import Action
 
@@ -68,7 +68,7 @@ class Drafter(Protocol):
     def rollback(self, length: int) -> None:
         """Forget everything after the first ``length`` tokens of the sequence (no recompute)."""
 
-    def caches(self) -> list[CachedModel]:
+    def caches(self) -> list[KVCache]:
         """The KV caches it keeps (none for a lookup drafter), for inspection and tests."""
 
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from specrl.engine.cache import CachedModel
+from specrl.engine.cache import KVCache, new_cache
 from specrl.engine.drafters.base import Proposal, stacked_proposal
 from specrl.engine.drafters.model import ModelDrafter
 from specrl.engine.rejection import verify
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.signals import DraftSignals
 from specrl.engine.types import Action
+from specrl.models import CacheSettings
 
 
 class CascadeDrafter:
@@ -37,6 +38,8 @@ class CascadeDrafter:
         vocab_size: int,
         inner_k: int = 3,
         name: str = "cascade",
+        cache: CacheSettings | None = None,
+        max_length: int = 0,
     ) -> None:
         if inner_k < 1:
             raise ValueError(f"the cascade's inner_k must be >= 1, got {inner_k}")
@@ -44,8 +47,8 @@ class CascadeDrafter:
         self.vocab_size = vocab_size
         self.inner_k = inner_k
         self.inner_action = Action(inner_k)  # no cut inside: tau applies to the mid's output
-        self.small = ModelDrafter(f"{name}/small", small, vocab_size)
-        self.mid = CachedModel(mid, vocab_size)
+        self.small = ModelDrafter(f"{name}/small", small, vocab_size, cache, max_length)
+        self.mid = new_cache(mid, vocab_size, cache, max_length)
 
     def prefill(self, tokens: torch.Tensor) -> None:
         self.small.prefill(tokens)
@@ -100,5 +103,5 @@ class CascadeDrafter:
         self.small.rollback(length)
         self.mid.rollback(length)
 
-    def caches(self) -> list[CachedModel]:
+    def caches(self) -> list[KVCache]:
         return [*self.small.caches(), self.mid]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from specrl.engine.cache import CachedModel
+from specrl.engine.cache import KVCache, new_cache
 from specrl.engine.drafters.base import Proposal, stacked_proposal
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.signals import DraftSignals
 from specrl.engine.types import Action
+from specrl.models import CacheSettings
 
 
 class ModelDrafter:
@@ -19,9 +20,16 @@ class ModelDrafter:
     rule rejects: that position's forward is paid, its token is not proposed.
     """
 
-    def __init__(self, name: str, model: PreTrainedModel, vocab_size: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        model: PreTrainedModel,
+        vocab_size: int,
+        cache: CacheSettings | None = None,
+        max_length: int = 0,
+    ) -> None:
         self.name = name
-        self.cache = CachedModel(model, vocab_size)
+        self.cache = new_cache(model, vocab_size, cache, max_length)
 
     def prefill(self, tokens: torch.Tensor) -> None:
         """Feed the prompt but its last token (the generation's prefill)."""
@@ -62,5 +70,5 @@ class ModelDrafter:
     def rollback(self, length: int) -> None:
         self.cache.rollback(length)
 
-    def caches(self) -> list[CachedModel]:
+    def caches(self) -> list[KVCache]:
         return [self.cache]

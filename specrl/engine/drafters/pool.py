@@ -79,6 +79,9 @@ class DrafterPool:
         vocab = self.pair.vocab_size
         if name == "ngram":
             return NGramDrafter(vocab)
+        cache, length = self.pair.cache, self.pair.context_length
         if name == "cascade":
-            return CascadeDrafter(self.pair.draft, self.model("draft-mid"), vocab, self.cascade_inner_k)
-        return ModelDrafter(name, self.model(name), vocab)
+            mid = self.model("draft-mid")
+            inner_k = self.cascade_inner_k
+            return CascadeDrafter(self.pair.draft, mid, vocab, inner_k, cache=cache, max_length=length)
+        return ModelDrafter(name, self.model(name), vocab, cache, length)

@@ -1,0 +1,33 @@
+"""4D attention masks built by the engine, not by transformers.
+
+transformers' mask builder decides whether it can skip the mask by reading it (or a static
+cache's offset) to the host: a device sync on every forward a GPU runs, drafted tokens included.
+The engine knows which slots each new token may see, so it builds the 4D mask itself, in the
+form the model's attention kernel takes; transformers passes a 4D mask through unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+PREPARED = ("sdpa", "eager")  # kernels that take a prepared 4D mask; others build their own
+
+
+def prepared_mask(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor | None:
+    """``allowed`` (B, 1, n, slots), True where a query may attend, in the form ``model``'s
+    attention takes (sdpa: boolean; eager: additive float); None for other kernels."""
+    kind = getattr(model.config, "_attn_implementation", None)
+    if kind == "sdpa":
+        return allowed
+    if kind == "eager":
+        dtype = next(model.parameters()).dtype
+        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+            ~allowed, torch.finfo(dtype).min
+        )
+    return None
+
+
+def causal(n: int, slots: int, device: torch.device) -> torch.Tensor:
+    """(n, slots): the i-th of ``n`` new tokens, at slot ``slots - n + i``, sees the slots up to its own."""
+    return torch.ones((n, slots), dtype=torch.bool, device=device).tril(slots - n)
