@@ -97,6 +97,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="torch dtype name, e.g. float32 or bfloat16; unset: bf16 on GPU, fp32 on CPU",
     )
     pair.add_argument(
+        "--kv-cache",
+        choices=("dynamic", "static"),
+        default="dynamic",
+        help="our engine's KV cache: dynamic (grows by concatenation) or static (allocated once, "
+        "rolled back by moving its length)",
+    )
+    pair.add_argument(
+        "--compile", action="store_true", help="torch.compile our decode forwards (needs --kv-cache static)"
+    )
+    pair.add_argument(
         "--prompts",
         type=Path,
         default=None,
@@ -559,7 +569,8 @@ def render_markdown(report: dict) -> str:
         f"Device {report['machine']['device']} ({report['machine']['dtype']}), "
         f"{report['machine']['cpu_count']} CPUs, torch {report['machine']['torch']}, "
         f"transformers {report['machine']['transformers']}; HF confidence threshold "
-        f"{report['machine']['hf_confidence_threshold']}.",
+        f"{report['machine']['hf_confidence_threshold']}; our KV cache {cfg.get('kv_cache', 'dynamic')}"
+        f"{', compiled' if cfg.get('compile') else ''}.",
         "",
     ]
     for t in cfg["temperatures"]:
@@ -628,7 +639,14 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(args.threads)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     pair = specrl.load_pair(
-        args.target, args.draft, preset=args.preset, device=args.device, dtype=args.dtype, seed=0
+        args.target,
+        args.draft,
+        preset=args.preset,
+        device=args.device,
+        dtype=args.dtype,
+        seed=0,
+        kv_cache=args.kv_cache,
+        compile=args.compile,
     )
     warn_if_busy(pair)
     prompts = select_prompts(pair, args)
