@@ -129,6 +129,16 @@ class ModelPair:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
+def check_device(device: torch.device) -> None:
+    """Refuse a CUDA device where torch has none, saying why and what to do."""
+    if device.type == "cuda" and not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        raise PairError(
+            f"device {str(device)!r} was asked for, but torch {torch.__version__} ({build}) sees no CUDA "
+            "device here; install a CUDA build of torch on a machine with a GPU, or pass device='cpu'"
+        )
+
+
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -232,6 +242,7 @@ def load_pair(
         raise PairError("give either target/draft or preset, not both")
     cache = CacheSettings(kv_cache, compile)
     device = torch.device(device) if device is not None else default_device()
+    check_device(device)
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     dtype = dtype or default_dtype(device)

@@ -151,3 +151,9 @@ def test_a_scenario_selects_the_cache_and_its_latency_is_kept_apart():
     assert latency_path(static_info).name.removesuffix("__static-compiled.json") + ".json" == (
         latency_path(dynamic_info).name
     )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error a machine without CUDA gives")
+def test_cuda_asked_for_where_there_is_none_is_refused_by_name():
+    with pytest.raises(specrl.models.PairError, match="sees no CUDA device here; .* or pass device='cpu'"):
+        specrl.load_pair(preset="tiny", device="cuda")
