@@ -8,7 +8,7 @@ for every row. Here one :class:`BatchGeneration` holds B rows; each step:
    stops proposing at its own tau cut or stop rule, or at its room; its later columns are
    padding. Drafting ends when every row has stopped.
 2. **Verify** every row's last token and proposals in one target forward (right-padded).
-3. **Accept** row by row with the lossless rule (:func:`specrl.engine.rejection.verify`): each row
+3. **Accept** row by row with the lossless rule (:func:`specrl.engine.rejection.judge`): each row
    keeps its own accepted length a_r and gets its correction or bonus token.
 4. **Roll back** each cache to each row's own accepted prefix (:class:`BatchCache`: the rejected
    slots become holes; nothing is recomputed and no row is cut to another's length).

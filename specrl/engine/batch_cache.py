@@ -88,9 +88,10 @@ class BatchCache:
         """The attention mask of a feed of ``n`` columns onto the grid ``mask`` (B, slots): each new
         token sees its row's valid slots up to its own (:mod:`specrl.engine.masks`); the 2D mask
         for kernels that build their own."""
+        if not masks.takes_prepared(self.model):
+            return mask.long()
         allowed = mask[:, None, None, :] & masks.causal(n, mask.shape[1], mask.device)  # (B, 1, n, slots)
-        prepared = masks.prepared_mask(self.model, allowed)
-        return mask.long() if prepared is None else prepared
+        return masks.prepared_mask(self.model, allowed)
 
     def rollback(self, lengths: torch.Tensor) -> None:
         """Keep the first ``lengths[r]`` tokens of every row r (B,); a row already shorter is left alone."""

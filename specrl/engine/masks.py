@@ -14,18 +14,20 @@ from transformers import PreTrainedModel
 PREPARED = ("sdpa", "eager")  # kernels that take a prepared 4D mask; others build their own
 
 
-def prepared_mask(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor | None:
+def takes_prepared(model: PreTrainedModel) -> bool:
+    """Whether ``model``'s attention kernel takes a mask prepared by :func:`prepared_mask`."""
+    return getattr(model.config, "_attn_implementation", None) in PREPARED
+
+
+def prepared_mask(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor:
     """``allowed`` (B, 1, n, slots), True where a query may attend, in the form ``model``'s
-    attention takes (sdpa: boolean; eager: additive float); None for other kernels."""
-    kind = getattr(model.config, "_attn_implementation", None)
-    if kind == "sdpa":
+    attention takes (:func:`takes_prepared`): boolean for sdpa, additive float for eager."""
+    if model.config._attn_implementation == "sdpa":
         return allowed
-    if kind == "eager":
-        dtype = next(model.parameters()).dtype
-        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
-            ~allowed, torch.finfo(dtype).min
-        )
-    return None
+    dtype = next(model.parameters()).dtype
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+        ~allowed, torch.finfo(dtype).min
+    )
 
 
 def causal(n: int, slots: int, device: torch.device) -> torch.Tensor:

@@ -43,15 +43,6 @@ class Judgement:
     acceptance_probs: torch.Tensor
 
 
-@dataclass
-class Verdict:
-    """A :class:`Judgement` with ``accepted`` read to the host (the caller branches on it)."""
-
-    accepted: int
-    next_token: torch.Tensor
-    acceptance_probs: torch.Tensor
-
-
 def judge(
     proposal: torch.Tensor,
     q: torch.Tensor,
@@ -87,30 +78,20 @@ def judge(
     return Judgement(accepted, sampling.choose(p_next, generator), acceptance_probs)
 
 
-def verify(
-    proposal: torch.Tensor,
-    q: torch.Tensor,
-    p: torch.Tensor,
-    sampling: SamplingConfig,
-    generator: torch.Generator | None,
-) -> Verdict:
-    """:func:`judge`, with the number accepted read to the host (one read)."""
-    judgement = judge(proposal, q, p, sampling, generator)
-    return Verdict(int(judgement.accepted), judgement.next_token, judgement.acceptance_probs)
-
-
 def read_outcomes(
     judgements: list[Judgement], proposals: list[torch.Tensor]
 ) -> list[tuple[int, int, list[int], list[float]]]:
     """Each judgement's row 0 read to the host in one read: (accepted, next token, the proposed
-    tokens, their acceptance probabilities), for proposals (1, m) each. Token ids are exact in float64."""
+    tokens, their acceptance probabilities), for proposals (1, m) each. Packed in float32, the
+    probabilities' own dtype, which holds token ids exactly (vocabularies are below 2**24) and
+    which every device supports (MPS has no float64)."""
     packed = [
         torch.cat(
             [
-                judgement.accepted.view(1).double(),
-                judgement.next_token[:1].double(),
-                proposal[0].double(),
-                judgement.acceptance_probs[0].double(),
+                judgement.accepted.view(1).float(),
+                judgement.next_token[:1].float(),
+                proposal[0].float(),
+                judgement.acceptance_probs[0].float(),
             ]
         )
         for judgement, proposal in zip(judgements, proposals, strict=True)

@@ -18,7 +18,7 @@ import torch
 from transformers import PreTrainedModel, StaticCache
 from transformers.cache_utils import StaticLayer
 
-from specrl.engine.masks import prepared_mask
+from specrl.engine.masks import prepared_mask, takes_prepared
 
 COMPILED_TOKENS = 16  # a verification is k + 1 tokens; longer feeds are prefills
 
@@ -60,13 +60,16 @@ class StaticCachedModel:
                 f"{n} more fed); it is sized to the pair's context window, which generations never pass"
             )
         forward = self.compiled if self.compiled is not None and n <= COMPILED_TOKENS else self.forward
-        device = tokens.device
+        device, rows = tokens.device, tokens.shape[0]
         positions = torch.arange(self._length, self._length + n, device=device)  # no host read
-        visible = torch.arange(self.max_length, device=device) <= positions[:, None]  # (n, max_length)
+        attention = None  # kernels that build their own mask
+        if takes_prepared(self.model):
+            visible = torch.arange(self.max_length, device=device) <= positions[:, None]  # (n, max_length)
+            attention = prepared_mask(self.model, visible.expand(rows, 1, n, -1))
         out = forward(
             input_ids=tokens,
-            attention_mask=prepared_mask(self.model, visible.expand(tokens.shape[0], 1, n, -1)),
-            position_ids=positions[None].expand(tokens.shape[0], -1),
+            attention_mask=attention,
+            position_ids=positions[None].expand(rows, -1),
             cache=self.cache,
             use_cache=True,
             logits_to_keep=keep,

@@ -2,7 +2,7 @@
 whose output is what the target verifies.
 
 Inside the cascade the small draft proposes ``inner_k`` tokens at a time and the middle model
-verifies them with the same lossless rule the target uses (:func:`specrl.engine.rejection.verify`),
+verifies them with the same lossless rule the target uses (:func:`specrl.engine.rejection.judge`),
 so the tokens it emits are distributed exactly as sampling from the middle model token by token.
 That makes the middle model's distribution at each emitted position the proposal law q the
 target needs; it comes out of the middle model's verify forwards, at no extra cost.
@@ -16,7 +16,7 @@ from transformers import PreTrainedModel
 from specrl.engine.cache import KVCache, new_cache
 from specrl.engine.drafters.base import Proposal, stacked_proposal
 from specrl.engine.drafters.model import ModelDrafter
-from specrl.engine.rejection import verify
+from specrl.engine.rejection import judge
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.signals import DraftSignals
 from specrl.engine.types import Action
@@ -75,11 +75,11 @@ class CascadeDrafter:
             length = sequence.shape[1]
             logits = self.mid.feed(torch.cat([sequence[:, self.mid.length :], inner.tokens], 1), inner.m + 1)
             p_mid = sampling.probs(logits)  # (B, m + 1, V)
-            verdict = verify(inner.tokens, inner.q, p_mid, sampling, generator)
-            a = verdict.accepted
+            judgement = judge(inner.tokens, inner.q, p_mid, sampling, generator)
+            a = int(judgement.accepted)  # the inner step branches on it: one read
             self.mid.rollback(length + a)
             self.small.rollback(length + a)
-            emitted = torch.cat([inner.tokens[:, :a], verdict.next_token[:, None]], 1)  # (B, a + 1)
+            emitted = torch.cat([inner.tokens[:, :a], judgement.next_token[:, None]], 1)  # (B, a + 1)
             for j in range(a + 1):
                 law = p_mid[:, j]
                 if signals.halts(len(proposed), law)[0]:
