@@ -8,50 +8,28 @@ from pathlib import Path
 
 import pytest
 import torch
-from scipy.stats import chisquare
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 import specrl
 from specrl.engine.sampling import SamplingConfig
 from specrl.envs import DomainShift, PromptSpec, RewardSpec, Scenario, collect_traces
 from specrl.latency import LatencyModel
+
+# The models, references and the chi-square of the tests are the library's self-check's
+# (specrl/selfcheck.py), so that there is one implementation; re-exported for the test modules.
+from specrl.selfcheck import (  # noqa: F401
+    chi_square_p_value,
+    exact_two_token_law,
+    random_llama,
+    reference_greedy,
+    two_token_counts,
+    word_tokenizer,
+)
+from specrl.selfcheck import random_prompts as prompts  # noqa: F401
 from specrl.traces import TraceSet
 
 # The models here are tiny: one thread is faster than two fighting over the cores.
 torch.set_num_threads(1)
-
-
-def word_tokenizer(vocab_size: int, offset: int = 0) -> PreTrainedTokenizerFast:
-    """Tokens "w0".."w{V-2}" plus "<eos>" (id V-1); text is space-separated words."""
-    vocab = {f"w{i + offset}": i for i in range(vocab_size - 1)}
-    vocab["<eos>"] = vocab_size - 1
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<eos>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", unk_token="<eos>")
-
-
-def random_llama(
-    vocab_size: int, seed: int, hidden: int = 32, layers: int = 2, sharpness: float = 8.0, context: int = 256
-) -> LlamaForCausalLM:
-    """A random Llama whose next-token distributions are far from uniform (scaled head)."""
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=context,
-        tie_word_embeddings=False,
-        eos_token_id=vocab_size - 1,
-        bos_token_id=0,
-    )
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(sharpness)
-    return model.eval()
 
 
 def save_model(path: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast) -> str:
@@ -120,68 +98,6 @@ def tiny_home(tmp_path_factory):
         patch.setenv("SPECRL_HOME", str(home))
         pair = specrl.load_pair(preset="tiny", device="cpu")  # builds on first use
         yield home, pair
-
-
-def prompts(n: int, vocab_size: int, seed: int = 0, length: int = 12) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, vocab_size - 1, (length,), generator=g).tolist() for _ in range(n)]
-
-
-@torch.inference_mode()
-def reference_greedy(model, prompt: list[int], n: int) -> list[int]:
-    """Plain greedy decoding by recomputing the whole sequence each token (no cache)."""
-    ids = list(prompt)
-    for _ in range(n):
-        ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids[len(prompt) :]
-
-
-# ---- sampling: the law of the first two tokens, exact and observed ---------------------------
-
-
-@torch.inference_mode()
-def exact_two_token_law(pair, prompt, sampling: SamplingConfig) -> torch.Tensor:
-    """(V, V) probabilities of (t1, t2) when sampling from the target alone."""
-    first = sampling.probs(pair.target(torch.tensor([prompt])).logits[0, -1])
-    V = first.shape[0]
-    law = torch.zeros(V, V)
-    for t1 in range(V):
-        second = sampling.probs(pair.target(torch.tensor([prompt + [t1]])).logits[0, -1])
-        law[t1] = first[t1] * second
-    return law
-
-
-def two_token_counts(pair, prompt, k, tau, sampling, n, drafter="draft"):
-    """(V, V) counts of the first two tokens of ``n`` speculative generations with seeds 0..n-1.
-
-    The budget is k + 1 tokens, so the first step really proposes up to k (the engine clips k to
-    the room left: a budget of two would test k = 1 only); each generation stops once it has
-    emitted two tokens, which cannot change them."""
-    from specrl.engine.decoder import drive
-
-    counts = torch.zeros(pair.vocab_size, pair.vocab_size)
-    decoder = specrl.SpeculativeDecoder(pair, specrl.StaticController(k, tau, drafter))
-    options = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
-    budget = max(2, k + 1)
-    for seed in range(n):
-        generation = decoder.start(prompt, max_new_tokens=budget, stop_at_eos=False, seed=seed, **options)
-        drive(generation, decoder.controller, stop=lambda g=generation: g.new_tokens >= 2)
-        t1, t2 = generation.output_ids[:2]
-        counts[t1, t2] += 1
-    return counts
-
-
-def chi_square_p_value(counts: torch.Tensor, law: torch.Tensor) -> float:
-    n = counts.sum()
-    expected, observed = (law.flatten() * n).double(), counts.flatten().double()
-    assert observed[expected == 0].sum() == 0, "a token outside the target's support was emitted"
-    big = expected >= 5  # pool sparse cells so the chi-square approximation holds
-    small = (~big) & (expected > 0)
-    expected = torch.cat([expected[big], expected[small].sum(0, keepdim=True)])
-    observed = torch.cat([observed[big], observed[small].sum(0, keepdim=True)])
-    keep = expected > 0
-    expected = expected[keep] * observed[keep].sum() / expected[keep].sum()  # float rounding
-    return float(chisquare(observed[keep].numpy(), expected.numpy()).pvalue)
 
 
 # ---- trace replay: a pair with partial acceptance, prompts, scenarios, traces ----------------

@@ -1,0 +1,411 @@
+"""Is the engine lossless on this device? A self-check to run on your own GPU (or CPU).
+
+    python -m specrl.selfcheck --device cuda                   # the three checks below
+    python -m specrl.selfcheck --device cpu --samples 300 --json selfcheck.json
+
+It needs no download and no build: the models are small random Llamas made in memory on the
+device (the same ones the test suite uses on the CPU).
+
+1. **Greedy equality** (pass/fail; float32 with TF32 off): for every k of a grid and tau in
+   {0, 0.5}, speculative greedy decoding emits exactly the target's own greedy decoding, recomputed
+   from the whole sequence for every token (no cache), with the dynamic and the static KV cache.
+   The draft is the target with noise on its head, so tokens are both accepted and rejected; the
+   check requires both, else equality would be trivial.
+2. **Greedy agreement in bfloat16** (information, not pass/fail): the same runs in bf16, and how
+   many tokens agree before the first divergence. Exact equality is not a property of bf16: a
+   verification feeds k + 1 tokens where the reference feeds one, the kernels round differently
+   for different shapes, and a near-tie between two tokens can flip; after it the two sequences
+   differ legitimately.
+3. **The law of sampled tokens** (pass/fail): over n seeded generations at temperature 1, k = 3,
+   tau 0 and 0.5, the counts of the first two tokens against their exact law computed from the
+   target alone; a vocabulary of 6 makes 36 cells, and the chi-square p-value must exceed 1e-3.
+
+:func:`run_selfcheck` returns all of it as a JSON-able dict; ``passed`` is the strict checks'.
+The building blocks (:func:`reference_greedy`, :func:`exact_two_token_law`,
+:func:`two_token_counts`, :func:`chi_square_p_value`) are the test suite's as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import itertools
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from specrl.controllers import StaticController
+from specrl.engine.decoder import SpeculativeDecoder, drive
+from specrl.engine.sampling import SamplingConfig
+from specrl.models import CacheSettings, ModelPair, PairError, check_device
+
+P_VALUE_FLOOR = 1e-3  # chi-square p-values below this fail the sampling check
+BF16_WHY = (
+    "information, not pass/fail: in bf16 a verification over k + 1 tokens rounds differently from the "
+    "reference's one-token forwards, so a near-tie between two tokens can flip and the sequences then "
+    "differ legitimately; exact equality is checked in float32"
+)
+CACHES = {
+    "dynamic": CacheSettings("dynamic"),
+    "static": CacheSettings("static"),
+    "static-compiled": CacheSettings("static", compile=True),
+}
+
+
+# ---- small random models, built in memory ----------------------------------------------------
+
+
+def word_tokenizer(vocab_size: int, offset: int = 0) -> PreTrainedTokenizerFast:
+    """Tokens "w0".."w{V-2}" plus "<eos>" (id V-1); text is space-separated words."""
+    vocab = {f"w{i + offset}": i for i in range(vocab_size - 1)}
+    vocab["<eos>"] = vocab_size - 1
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<eos>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", unk_token="<eos>")
+
+
+def random_llama(
+    vocab_size: int, seed: int, hidden: int = 32, layers: int = 2, sharpness: float = 8.0, context: int = 256
+) -> LlamaForCausalLM:
+    """A random Llama on the CPU whose next-token distributions are far from uniform (scaled head)."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        tie_word_embeddings=False,
+        eos_token_id=vocab_size - 1,
+        bos_token_id=0,
+    )
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(sharpness)
+    return model.eval()
+
+
+def memory_pair(
+    target: LlamaForCausalLM,
+    draft: LlamaForCausalLM,
+    device: str | torch.device,
+    dtype: torch.dtype,
+    name: str,
+) -> ModelPair:
+    """A :class:`ModelPair` of two models in memory (moved to ``device`` and ``dtype``)."""
+    device = torch.device(device)
+    check_device(device)
+    vocab_size = target.config.vocab_size
+    return ModelPair(
+        target=target.to(device=device, dtype=dtype).eval(),
+        draft=draft.to(device=device, dtype=dtype).eval(),
+        tokenizer=word_tokenizer(vocab_size),
+        device=device,
+        dtype=dtype,
+        name=name,
+        vocab_size=vocab_size,
+        context_length=min(target.config.max_position_embeddings, draft.config.max_position_embeddings),
+        eos_token_id=vocab_size - 1,
+    )
+
+
+def close_pair(device: str | torch.device, dtype: torch.dtype = torch.float32) -> ModelPair:
+    """A target (vocabulary 48) and a draft that is the target with noise on its head: partial,
+    varied acceptance, so greedy equality is not trivial."""
+    target = random_llama(48, seed=0, context=128)
+    draft = random_llama(48, seed=0, context=128)
+    torch.manual_seed(5)
+    with torch.no_grad():
+        draft.lm_head.weight.add_(torch.randn_like(draft.lm_head.weight) * draft.lm_head.weight.std() * 0.4)
+    return memory_pair(target, draft, device, dtype, "selfcheck-close")
+
+
+def small_vocab_pair(device: str | torch.device, dtype: torch.dtype = torch.float32) -> ModelPair:
+    """A target and an unrelated one-layer draft over 6 tokens: the joint law of two tokens has 36 cells."""
+    target = random_llama(6, seed=0)
+    draft = random_llama(6, seed=3, layers=1, sharpness=3.0)
+    return memory_pair(target, draft, device, dtype, "selfcheck-v6")
+
+
+def with_cache(pair: ModelPair, cache: str) -> ModelPair:
+    """The same models with another KV cache (a name of :data:`CACHES`)."""
+    return dataclasses.replace(pair, cache=CACHES[cache])
+
+
+@contextlib.contextmanager
+def ieee_float32() -> Iterator[None]:
+    """float32 matmuls in full precision (TF32 off on CUDA) inside the block; restored after."""
+    matmul, cudnn = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(matmul)
+        torch.backends.cudnn.allow_tf32 = cudnn
+
+
+# ---- the references --------------------------------------------------------------------------
+
+
+def random_prompts(n: int, vocab_size: int, seed: int = 0, length: int = 12) -> list[list[int]]:
+    """``n`` prompts of random token ids (never the last id, the eos)."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab_size - 1, (length,), generator=g).tolist() for _ in range(n)]
+
+
+@torch.inference_mode()
+def reference_greedy(model, prompt: list[int], n: int) -> list[int]:
+    """Plain greedy decoding by recomputing the whole sequence each token (no cache)."""
+    device = next(model.parameters()).device
+    ids = list(prompt)
+    for _ in range(n):
+        ids.append(int(model(torch.tensor([ids], device=device)).logits[0, -1].argmax()))
+    return ids[len(prompt) :]
+
+
+@torch.inference_mode()
+def exact_two_token_law(pair: ModelPair, prompt: list[int], sampling: SamplingConfig) -> torch.Tensor:
+    """(V, V) probabilities (float64, CPU) of the first two tokens (t1, t2) when sampling from the target
+    alone."""
+
+    def next_probs(ids: list[int]) -> torch.Tensor:
+        logits = pair.target(torch.tensor([ids], device=pair.device)).logits[0, -1, : pair.vocab_size]
+        return sampling.probs(logits.float()).double().cpu()
+
+    first = next_probs(prompt)
+    return torch.stack([first[t1] * next_probs(prompt + [t1]) for t1 in range(pair.vocab_size)])
+
+
+def two_token_counts(
+    pair: ModelPair,
+    prompt: list[int],
+    k: int,
+    tau: float,
+    sampling: SamplingConfig,
+    n: int,
+    drafter: str = "draft",
+) -> torch.Tensor:
+    """(V, V) counts of the first two tokens of ``n`` speculative generations with seeds 0..n-1.
+
+    The budget is k + 1 tokens, so the first step really proposes up to k (the engine clips k to
+    the room left: a budget of two would test k = 1 only); each generation stops once it has
+    emitted two tokens, which cannot change them."""
+    counts = torch.zeros(pair.vocab_size, pair.vocab_size)
+    decoder = SpeculativeDecoder(pair, StaticController(k, tau, drafter))
+    options = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    budget = max(2, k + 1)
+    for seed in range(n):
+        generation = decoder.start(prompt, max_new_tokens=budget, stop_at_eos=False, seed=seed, **options)
+        drive(generation, decoder.controller, stop=lambda g=generation: g.new_tokens >= 2)
+        t1, t2 = generation.output_ids[:2]
+        counts[t1, t2] += 1
+    return counts
+
+
+def chi_square_p_value(counts: torch.Tensor, law: torch.Tensor) -> float:
+    """The chi-square p-value of ``counts`` (V, V) under ``law``; 0.0 when a token the law gives
+    probability 0 was emitted (the law is broken outright). Cells expected fewer than 5 times are
+    pooled into one, so that the chi-square approximation holds."""
+    from scipy.stats import chisquare  # scipy is imported only when a law is tested
+
+    n = counts.sum()
+    expected, observed = (law.flatten().double() * n), counts.flatten().double()
+    if observed[expected == 0].sum() > 0:
+        return 0.0
+    big = expected >= 5
+    small = (~big) & (expected > 0)
+    expected = torch.cat([expected[big], expected[small].sum(0, keepdim=True)])
+    observed = torch.cat([observed[big], observed[small].sum(0, keepdim=True)])
+    keep = expected > 0
+    expected = expected[keep] * observed[keep].sum() / expected[keep].sum()  # float rounding
+    return float(chisquare(observed[keep].numpy(), expected.numpy()).pvalue)
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+# ---- the checks ------------------------------------------------------------------------------
+
+
+def check_greedy(
+    pair: ModelPair,
+    prompts: Sequence[list[int]],
+    *,
+    tokens: int = 24,
+    ks: Sequence[int] = (0, 1, 2, 4, 8),
+    taus: Sequence[float] = (0.0, 0.5),
+    caches: Sequence[str] = ("dynamic", "static"),
+    strict: bool = True,
+) -> dict:
+    """Speculative greedy decoding of each prompt for every (cache, k, tau) against
+    :func:`reference_greedy` of the target. Strict: ``passed`` is whether every run equals the
+    reference and some run both accepted and rejected draft tokens; else ``passed`` is None and
+    the agreement (tokens before the first divergence) is the result."""
+    runs = []
+    for index, prompt in enumerate(prompts):
+        expected = reference_greedy(pair.target, prompt, tokens)
+        for cache, k, tau in itertools.product(caches, ks, taus):
+            decoder = SpeculativeDecoder(with_cache(pair, cache), StaticController(k, tau))
+            out = decoder.generate(prompt, max_new_tokens=tokens, stop_at_eos=False)
+            runs.append(
+                {
+                    "prompt": index,
+                    "cache": cache,
+                    "k": k,
+                    "tau": tau,
+                    "equal": out.token_ids == expected,
+                    "agree": first_divergence(out.token_ids, expected),
+                    "proposed": out.stats.proposed,
+                    "accepted": out.stats.accepted,
+                }
+            )
+    all_equal = all(run["equal"] for run in runs)
+    rejections = any(0 < run["accepted"] < run["proposed"] for run in runs)
+    result = {
+        "dtype": str(pair.dtype).removeprefix("torch."),
+        "strict": strict,
+        "tokens": tokens,
+        "all_equal": all_equal,
+        "accepts_and_rejects": rejections,
+        "min_agree": min(run["agree"] for run in runs),
+        "mean_agree": sum(run["agree"] for run in runs) / len(runs),
+        "unequal_runs": [r for r in runs if not r["equal"]],
+        "runs": len(runs),
+        "passed": (all_equal and rejections) if strict else None,
+    }
+    if not strict:
+        result["why_not_pass_fail"] = BF16_WHY
+    return result
+
+
+def check_sampling(
+    pair: ModelPair,
+    *,
+    samples: int = 1000,
+    k: int = 3,
+    taus: Sequence[float] = (0.0, 0.5),
+    caches: Sequence[str] = ("dynamic", "static"),
+    prompt: Sequence[int] = (1, 2, 3, 0, 4),
+    temperature: float = 1.0,
+) -> dict:
+    """The law of the first two sampled tokens for every (cache, tau): chi-square p-value of
+    ``samples`` speculative generations against the target's exact law; passed when every p-value
+    exceeds :data:`P_VALUE_FLOOR`."""
+    sampling = SamplingConfig(temperature)
+    law = exact_two_token_law(pair, list(prompt), sampling)
+    runs = []
+    for cache, tau in itertools.product(caches, taus):
+        counts = two_token_counts(with_cache(pair, cache), list(prompt), k, tau, sampling, samples)
+        runs.append({"cache": cache, "k": k, "tau": tau, "p_value": chi_square_p_value(counts, law)})
+    return {
+        "dtype": str(pair.dtype).removeprefix("torch."),
+        "strict": True,
+        "samples": samples,
+        "temperature": temperature,
+        "p_value_floor": P_VALUE_FLOOR,
+        "runs": runs,
+        "min_p_value": min(run["p_value"] for run in runs),
+        "passed": all(run["p_value"] > P_VALUE_FLOOR for run in runs),
+    }
+
+
+def run_selfcheck(
+    device: str | torch.device = "cpu",
+    *,
+    samples: int = 1000,
+    tokens: int = 24,
+    prompts: int = 2,
+    ks: Sequence[int] = (0, 1, 2, 4, 8),
+    caches: Sequence[str] = ("dynamic", "static"),
+    log: Callable[[str], None] | None = None,
+) -> dict:
+    """The three checks on ``device`` (module docstring); a JSON-able dict with each check's
+    result and seconds, and ``passed``: whether both strict checks passed."""
+    log = log or (lambda message: None)
+    device = torch.device(device)
+    check_device(device)
+    checks: dict[str, dict] = {}
+    prompt_ids = random_prompts(prompts, 48, seed=11)
+
+    def timed(name: str, run: Callable[[], dict]) -> None:
+        started = time.perf_counter()
+        checks[name] = run()
+        checks[name]["seconds"] = round(time.perf_counter() - started, 2)
+        verdict = {True: "passed", False: "FAILED", None: "information"}[checks[name]["passed"]]
+        log(f"  {name}: {verdict} ({checks[name]['seconds']:.1f} s)")
+
+    with ieee_float32():
+        timed(
+            "greedy_float32",
+            lambda: check_greedy(close_pair(device), prompt_ids, tokens=tokens, ks=ks, caches=caches),
+        )
+        timed(
+            "sampling_float32",
+            lambda: check_sampling(small_vocab_pair(device), samples=samples, caches=caches),
+        )
+    timed(
+        "greedy_bfloat16",
+        lambda: check_greedy(
+            close_pair(device, torch.bfloat16), prompt_ids, tokens=tokens, ks=ks, caches=caches, strict=False
+        ),
+    )
+    return {
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "torch": torch.__version__,
+        "float32_matmul": "highest (TF32 off) in the float32 checks",
+        "checks": checks,
+        "passed": all(check["passed"] for check in checks.values() if check["strict"]),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m specrl.selfcheck",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device"
+    )
+    parser.add_argument(
+        "--samples", type=int, default=1000, help="generations per chi-square test (default 1000)"
+    )
+    parser.add_argument("--tokens", type=int, default=24, help="tokens per greedy run (default 24)")
+    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
+    args = parser.parse_args(argv)
+    if args.samples < 50 or args.tokens < 1:
+        parser.error("--samples must be >= 50 and --tokens >= 1")
+    print(f"specrl self-check on {args.device}", file=sys.stderr)
+    try:
+        result = run_selfcheck(
+            args.device,
+            samples=args.samples,
+            tokens=args.tokens,
+            log=lambda line: print(line, file=sys.stderr),
+        )
+    except PairError as error:  # CUDA asked for where torch sees none: the message names the fix
+        raise SystemExit(f"specrl.selfcheck: {error}") from None
+    text = json.dumps(result, indent=1)
+    if args.json:
+        from specrl.io import write_text_atomic
+
+        write_text_atomic(args.json, text + "\n")
+    print(text)
+    print("lossless" if result["passed"] else "NOT LOSSLESS: see the failed checks above", file=sys.stderr)
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
