@@ -1,4 +1,4 @@
-"""``python -m specrl.zoo build --preset small --seed 0 [--out DIR | --ship]``;
+"""``python -m specrl.zoo build --preset small --seed 0 [--out DIR | --ship] [--max-seconds S]``;
 ``python -m specrl.zoo add-mid [--preset small --ship | DIR]`` distils the second draft into a built pair."""
 
 from __future__ import annotations
@@ -26,6 +26,13 @@ def main(argv: list[str] | None = None) -> None:
         help="write float16 weights into the package (specrl/zoo/weights/<preset>)",
     )
     b.add_argument("--device", default=None, help="training device (default: cuda if present)")
+    b.add_argument(
+        "--max-seconds",
+        type=float,
+        default=None,
+        help="wall-clock cap from the start of the build to the end of training: each model stops "
+        "early at its share of the time left; the card records the steps done (default: no cap)",
+    )
     m = sub.add_parser("add-mid", help="distil the preset's second draft (draft-mid) into a built pair")
     m.add_argument(
         "dir", nargs="?", default=None, help="the pair directory (default: --preset's shipped one)"
@@ -53,9 +60,10 @@ def main(argv: list[str] | None = None) -> None:
         save_dtype=torch.float16 if args.ship else None,
         device=args.device,
         command=command,
+        max_seconds=args.max_seconds,
     )
     card = json.loads((path / "card.json").read_text())
-    print(json.dumps({"dir": str(path), "heldout": card["heldout"]}, indent=2))
+    print(json.dumps({"dir": str(path), "heldout": card["heldout"], "budget": card.get("budget")}, indent=2))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from specrl.zoo.corpus import DOMAINS, build_corpus
-from specrl.zoo.presets import PRESETS
+from specrl.zoo.presets import PRESETS, training_flops
 from specrl.zoo.train import encode_streams, evaluate, make_model, train, train_tokenizer
 
 CARD = "card.json"
@@ -93,6 +93,7 @@ def build(
     save_dtype: torch.dtype | None = None,
     device: str | None = None,
     command: str | None = None,
+    max_seconds: float | None = None,
 ) -> Path:
     """Build corpus, tokenizer, target and distilled draft; write them atomically to out_dir.
 
@@ -103,12 +104,19 @@ def build(
         save_dtype: weights dtype on disk (e.g. ``torch.float16`` for shipped weights).
         device: training device; default CUDA if available.
         command: the command line recorded in the model card.
+        max_seconds: a wall-clock cap from the start of the build to the end of training
+            (held-out evaluation and saving come after). Each model trains at most its preset's
+            steps and stops early at its share of the time left, in proportion to the estimated
+            FLOPs of what remains (:func:`~specrl.zoo.presets.training_flops`); the card's
+            ``budget`` records the steps done, the cap and whether it was hit. None (the default):
+            the preset's steps, exactly as without the option.
     """
     preset = PRESETS[preset_name]
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     train_device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     started = time.time()
+    deadlines = Deadlines(preset, max_seconds)
 
     corpus = build_corpus(seed, preset.max_files, preset.prompts_per_domain, preset.heldout_percent)
     train_texts = [t for d in DOMAINS for t in corpus.text["train"][d]]
@@ -117,15 +125,22 @@ def build(
     heldout_streams = encode_streams(tokenizer, corpus.text["heldout"])
 
     target = make_model(preset.target, preset, tokenizer, seed).to(train_device)
-    target_losses = train(target, train_streams, preset, seed, desc=f"{preset_name} target")
+    target_losses = train(
+        target, train_streams, preset, seed, desc=f"{preset_name} target", deadline=deadlines.next("target")
+    )
     draft = make_model(preset.draft, preset, tokenizer, seed + 1).to(train_device)
     draft_losses = train(
-        draft, train_streams, preset, seed + 1, teacher=target, desc=f"{preset_name} draft (distil)"
-    )
+        draft, train_streams, preset, seed + 1, teacher=target, desc=f"{preset_name} draft (distil)",
+        deadline=deadlines.next("draft"),
+    )  # fmt: skip
+    deadlines.done = {"target": len(target_losses), "draft": len(draft_losses)}
     quality = evaluate(target, draft, heldout_streams, preset)
     models = {"target": target, "draft": draft}
     if preset.mid is not None:
-        models[MID], mid_card = distil_mid(target, tokenizer, train_streams, heldout_streams, preset, seed)
+        models[MID], mid_card = distil_mid(
+            target, tokenizer, train_streams, heldout_streams, preset, seed, deadline=deadlines.next(MID)
+        )
+        deadlines.done[MID] = mid_card["steps"]
 
     card = {
         "preset": preset.to_dict(),
@@ -135,6 +150,7 @@ def build(
             "python": platform.python_version(),
             "torch": torch.__version__,
             "device": str(train_device),
+            **({"gpu": torch.cuda.get_device_name(train_device)} if train_device.type == "cuda" else {}),
             "machine": f"{platform.machine()} {os.cpu_count()} cpus",
             "seconds": round(time.time() - started, 1),
         },
@@ -144,15 +160,14 @@ def build(
             for split, s in (("train", train_streams), ("heldout", heldout_streams))
         },
         "parameters": {"target": target.num_parameters(), "draft": draft.num_parameters()},
-        "final_train_loss": {
-            "target": round(sum(target_losses[-20:]) / 20, 4),
-            "draft": round(sum(draft_losses[-20:]) / 20, 4),
-        },
+        "final_train_loss": {"target": last_loss(target_losses), "draft": last_loss(draft_losses)},
         "heldout": quality,
         "draft_trained_on": [d for d, w in zip(DOMAINS, preset.mix_draft, strict=True) if w > 0],
     }
     if preset.mid is not None:
         card[MID] = mid_card
+    if max_seconds is not None:
+        card["budget"] = deadlines.record()
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
@@ -168,6 +183,48 @@ def build(
     return out_dir
 
 
+def last_loss(losses: list[float]) -> float:
+    """The mean training loss over the last 20 steps (or all, if fewer were done)."""
+    return round(sum(losses[-20:]) / len(losses[-20:]), 4)
+
+
+class Deadlines:
+    """A build's wall-clock cap shared out over its models as they train: each gets the time left
+    in proportion to its estimated FLOPs (its preset's steps) among those still to train."""
+
+    def __init__(self, preset, max_seconds: float | None) -> None:
+        self.max_seconds = max_seconds
+        self.end = None if max_seconds is None else time.monotonic() + max_seconds
+        self.cost = {
+            "target": preset.target_steps * training_flops(preset, preset.target),
+            "draft": preset.draft_steps * training_flops(preset, preset.draft, preset.target),
+        }
+        self.planned = {"target": preset.target_steps, "draft": preset.draft_steps}
+        if preset.mid is not None:
+            steps = preset.mid_steps or preset.draft_steps
+            self.cost[MID] = steps * training_flops(preset, preset.mid, preset.target)
+            self.planned[MID] = steps
+        self.done: dict[str, int] = {}
+
+    def next(self, model: str) -> float | None:
+        """The deadline of ``model`` (a ``time.monotonic()`` value), which trains now; None: no cap."""
+        if self.end is None:
+            return None
+        names = list(self.cost)
+        share = self.cost[model] / sum(self.cost[name] for name in names[names.index(model) :])
+        now = time.monotonic()
+        return now + max(0.0, self.end - now) * share
+
+    def record(self) -> dict:
+        """The card's ``budget``: the cap, whether it was hit, the steps done and planned."""
+        return {
+            "max_seconds": self.max_seconds,
+            "hit": any(self.done[name] < self.planned[name] for name in self.done),
+            "steps": dict(self.done),
+            "planned_steps": dict(self.planned),
+        }
+
+
 def _save(model, tokenizer, directory: Path, save_dtype: torch.dtype | None) -> None:
     model = model.to("cpu")
     if save_dtype is not None:
@@ -176,10 +233,13 @@ def _save(model, tokenizer, directory: Path, save_dtype: torch.dtype | None) -> 
     tokenizer.save_pretrained(directory)
 
 
-def distil_mid(target, tokenizer, train_streams, heldout_streams, preset, seed: int) -> tuple[object, dict]:
+def distil_mid(
+    target, tokenizer, train_streams, heldout_streams, preset, seed: int, deadline: float | None = None
+) -> tuple[object, dict]:
     """Distil the preset's second draft (``mid``) from ``target`` as the draft is (same data mix and
-    loss, ``mid_steps`` steps), from seed + 2; return it and its card entry. On a CPU it trains in
-    fp32 (bf16 autocast there is several times slower; :func:`~specrl.zoo.train.train`)."""
+    loss, ``mid_steps`` steps, or fewer if ``deadline`` passes), from seed + 2; return it and its card
+    entry. On a CPU it trains in fp32 (bf16 autocast there is several times slower;
+    :func:`~specrl.zoo.train.train`)."""
     assert preset.mid is not None
     started = time.time()
     device = next(target.parameters()).device
@@ -187,14 +247,14 @@ def distil_mid(target, tokenizer, train_streams, heldout_streams, preset, seed: 
     bf16, steps = device.type == "cuda", preset.mid_steps or preset.draft_steps
     losses = train(
         mid, train_streams, preset, seed + 2, teacher=target, desc=f"{preset.name} {MID} (distil)",
-        steps=steps, bf16=bf16,
+        steps=steps, bf16=bf16, deadline=deadline,
     )  # fmt: skip
     return mid, {
         "shape": asdict(preset.mid),
         "parameters": mid.num_parameters(),
-        "steps": steps,
+        "steps": len(losses),
         "precision": "bf16 autocast" if bf16 else "fp32",
-        "final_train_loss": round(sum(losses[-20:]) / 20, 4),
+        "final_train_loss": last_loss(losses),
         "heldout": evaluate(target, mid, heldout_streams, preset),
         "seconds": round(time.time() - started, 1),
     }  # fmt: skip

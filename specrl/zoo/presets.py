@@ -48,6 +48,25 @@ class Preset:
         return asdict(self)
 
 
+def parameters(shape: ModelShape, vocab_size: int) -> int:
+    """Weights of a Llama of ``shape`` (full multi-head attention, tied embeddings; norms left out)."""
+    return (
+        shape.layers * (4 * shape.hidden**2 + 3 * shape.hidden * shape.intermediate)
+        + vocab_size * shape.hidden
+    )
+
+
+def training_flops(preset: Preset, shape: ModelShape, teacher: ModelShape | None = None) -> float:
+    """Estimated FLOPs of one training step of a model of ``shape`` (forward and backward: 6 per
+    weight and token, plus 12 x layers x seq_len x hidden for attention), and of the teacher's
+    forward when distilling (2 per weight and token, 4 x layers x seq_len x hidden)."""
+    tokens, vocab, seq = preset.batch_size * preset.seq_len, preset.vocab_size, preset.seq_len
+    flops = 6 * parameters(shape, vocab) + 12 * shape.layers * seq * shape.hidden
+    if teacher is not None:
+        flops += 2 * parameters(teacher, vocab) + 4 * teacher.layers * seq * teacher.hidden
+    return float(flops * tokens)
+
+
 PRESETS: dict[str, Preset] = {
     # Seconds to build on 2 CPU cores; for tests. Quality is irrelevant, shapes are real.
     "tiny": Preset(
@@ -97,5 +116,34 @@ PRESETS: dict[str, Preset] = {
         # About 3x the draft's parameters, two layers: between the draft and the 27M target.
         mid=ModelShape(hidden=384, layers=2, heads=6, intermediate=1024),
         mid_steps=500,  # fp32 on 2 CPU cores: about 3.5 s a step with the target as teacher
+    ),
+    # For one GPU (experiments/gpu_check.py, with a wall-clock cap: build(max_seconds=...)): a
+    # 312M-parameter target (24 layers of 1024) and an 8.5M two-layer draft distilled from it.
+    # Step counts sized for about 3 minutes on one H200 in bf16 autocast, by estimate only (no GPU
+    # was available to check it): training_flops() gives 3.3e13 FLOPs per target step (16,384 tokens)
+    # and 1.2e13 per distillation step (the target's forward dominates); at an assumed 200 TFLOP/s
+    # (about 20% of the H200's dense bf16 peak: HF eager Llama, fp32 logits and loss) that is 0.17 s
+    # and 0.06 s a step, so 600 + 500 steps take about 130 s, after ~30 s of corpus, tokenizer and
+    # encoding on the host. 600 x 16,384 tokens is about one pass over the 10.8M training tokens.
+    "gpu": Preset(
+        name="gpu",
+        vocab_size=4096,
+        context=1024,
+        target=ModelShape(hidden=1024, layers=24, heads=16, intermediate=2816),
+        draft=ModelShape(hidden=512, layers=2, heads=8, intermediate=1408),
+        max_files=None,
+        heldout_percent=5,
+        seq_len=512,
+        batch_size=32,
+        target_steps=600,
+        draft_steps=500,
+        target_lr=6e-4,
+        draft_lr=2e-3,
+        mix_target=(0.5, 0.3, 0.2),
+        mix_draft=(0.6, 0.4, 0.0),
+        distill_temperature=2.0,
+        distill_alpha=0.7,
+        prompts_per_domain=12,  # 12 train, 6 validation, 6 test prompts per domain: few traces to record
+        eval_batches=8,
     ),
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -129,13 +130,17 @@ def train(
     desc: str,
     steps: int | None = None,
     bf16: bool = True,
+    deadline: float | None = None,
 ) -> list[float]:
     """Pre-train (no teacher) or distill (teacher given): KL to the temperature-softened
-    teacher distribution, weighted ``distill_alpha``, plus the LM loss. Returns losses.
+    teacher distribution, weighted ``distill_alpha``, plus the LM loss. Returns losses, one per
+    step done.
 
     ``steps`` defaults to the preset's for the role; ``bf16`` runs forwards under bf16 autocast
     (how the shipped pair was built; on the 2-core CPU this project is built on it is several times
     slower than fp32: 13 s against 2 s for the small target's forward over a training batch).
+    ``deadline`` (a ``time.monotonic()`` value): stop after the step that passes it, the learning
+    rate schedule still the one of ``steps`` (a wall-clock cap, not a shorter schedule).
     """
     device = next(student.parameters()).device
     steps = steps or (preset.draft_steps if teacher is not None else preset.target_steps)
@@ -167,6 +172,9 @@ def train(
         losses.append(loss.item())
         if step % 10 == 0:
             progress.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+    progress.close()
     student.eval()
     return losses
 
