@@ -12,6 +12,12 @@ recorded again.
     python experiments/collect_traces.py                                  # every shipped scenario
     python experiments/collect_traces.py --scenarios code code_t1 --split test
     python experiments/collect_traces.py --preset small --ship             # what the package ships
+    python experiments/collect_traces.py --ray                             # on a local Ray instance
+    python experiments/collect_traces.py --ray 10.0.0.5:6379 --ray-gpus 1  # on a Ray cluster
+
+With ``--ray`` the prompts are sharded across Ray workers, each loading the pair once; every
+prompt carries its own seeds, so the traces are those of a single-process run. The traces come
+back to this process and are cached (or shipped) here.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ from __future__ import annotations
 import argparse
 import time
 
+from specrl.distributed.cli import add_ray_arguments, pool_from_args
 from specrl.envs import ScenarioError, load_scenario, shipped_scenarios
-from specrl.envs.recording import cached_traces
+from specrl.envs.recording import cached_traces, recording_with
 from specrl.envs.scenario import SPLITS
 from specrl.traces.cache import DEFAULT_PROMPTS_PER_DOMAIN, cache_key, cache_parts, trace_dirs
 
@@ -28,7 +35,7 @@ from specrl.traces.cache import DEFAULT_PROMPTS_PER_DOMAIN, cache_key, cache_par
 JOINED = {"mixed", "mixed_t1", "mixed_pool"}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -59,13 +66,27 @@ def main() -> None:
         action="store_true",
         help="write into the package's shipped folder of the embedded pair, not the cache",
     )
-    args = parser.parse_args()
+    add_ray_arguments(parser)
+    args = parser.parse_args(argv)
 
     names = args.scenarios or [n for n in shipped_scenarios() if n not in JOINED]
+    scenarios = [load_scenario(name).with_overrides(preset=args.preset) for name in names]
+    pool = pool_from_args(args, scenarios[0].pair)
+    if pool is None:
+        collect(scenarios, args)
+        return
+    with recording_with(pool.collector()):
+        collect(scenarios, args)
+    pool.close()
+
+
+def collect(scenarios: list, args: argparse.Namespace) -> None:
+    """Each scenario's traces of the splits asked for: loaded, or recorded and saved."""
     pair = None
-    for name in names:
-        scenario = load_scenario(name).with_overrides(preset=args.preset)
-        pair = pair or scenario.pair.load()
+    for scenario in scenarios:
+        name = scenario.name
+        # With Ray the pair is loaded by the workers only: here its name keys the files.
+        pair = pair or (scenario.pair.load() if args.ray is None else scenario.pair.info())
         for split in SPLITS if args.split == "all" else (args.split,):
             if args.split == "all" and not has_prompts(scenario, split, pair):
                 print(f"{name:>18} {split:>10}: no prompts in this split, skipped")

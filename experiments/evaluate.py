@@ -29,10 +29,17 @@ Run from the repository root:
     python experiments/evaluate.py --preset tiny --sim-prompts-per-domain 1 --repeats 1 \\
         --max-new-tokens 72 --latency constant --scenarios code code_to_math   # smoke run
     python experiments/results_index.py      # results/README.md (list the run in its SECTIONS)
+    python experiments/evaluate.py --ray 10.0.0.5:6379 --episodes 24   # the real loop on a Ray cluster
 
 The defaults aim at minutes of real loop on a 2-core CPU (11 rows x 3 repeats x 1 episode per
 scenario); on first use missing traces and the pair's latency profile are collected and
 cached. Use a quiet machine: speed claims are the ratios, measured side by side.
+
+Ray (``--ray [ADDRESS]``): the real-loop episodes are sharded across Ray workers, each loading
+the pair once; every worker plays every row on its share (rows side by side on one machine, so
+the ratios stay paired) after its own warm-up, and missing traces are recorded on the workers
+too. With modeled time the results equal a single-process run's; with the wall clock each
+episode is timed on the machine that played it, so use workers of one hardware type.
 
 Prompt split (DESIGN.md section 4b): results are reported on ``test`` (the default; nothing is
 selected on it). ``--split validation`` runs the same comparison on validation prompts, for
@@ -42,6 +49,7 @@ tuning; scenarios without prompts in that split (the test-only license domain) a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import re
@@ -51,7 +59,9 @@ from pathlib import Path
 
 import torch
 
+from specrl.distributed.cli import add_ray_arguments, pool_from_args
 from specrl.envs import load_scenario, shipped_scenarios
+from specrl.envs.recording import recording_with
 from specrl.envs.scenario import LATENCY_SOURCES, PairSpec, Scenario
 from specrl.evaluation import Settings, evaluate_scenario, load_policies, roster
 from specrl.evaluation.machine import command_line, loadavg, machine_info, pair_info, warn_if_busy
@@ -192,6 +202,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--out", type=Path, default=None, help="output folder (default: results/evaluate/<pair>__<UTC time>/)"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_ray_arguments(parser)
     args = parser.parse_args(argv)
     if args.sim_prompts_per_domain is None:
         args.sim_prompts_per_domain = DEFAULT_PROMPTS_PER_DOMAIN[args.split]
@@ -290,16 +301,22 @@ def main(argv: list[str] | None = None) -> dict:
         seed=args.seed,
         progress=not args.no_progress,
     )
+    pool = pool_from_args(args, scenarios[0].pair)
     latencies: dict = {}
     results_by_scenario = {}
-    for i, scenario in enumerate(scenarios):
-        key = (scenario.latency, scenario.k_max)
-        if key not in latencies:
-            latencies[key] = scenario.latency_model(pair, progress=not args.no_progress)
-        warm = settings if i == 0 else replace(settings, warmup=0)  # later scenarios run on warm code
-        run = evaluate_scenario(scenario, pair, latencies[key], warm, policies, simulator)
-        results_by_scenario[scenario.name] = run.result
+    with recording_with(pool.collector()) if pool else contextlib.nullcontext():
+        for i, scenario in enumerate(scenarios):
+            key = (scenario.latency, scenario.k_max)
+            if key not in latencies:
+                latencies[key] = scenario.latency_model(pair, progress=not args.no_progress)
+            warm = settings if i == 0 else replace(settings, warmup=0)  # later scenarios run on warm code
+            real_loop = pool.real_loop if pool else None
+            run = evaluate_scenario(scenario, pair, latencies[key], warm, policies, simulator, real_loop)
+            results_by_scenario[scenario.name] = run.result
     machine["loadavg_end"] = loadavg()
+    if pool is not None:
+        machine["ray"] = {"address": args.ray, "workers": pool.where()}
+        pool.close()
 
     notes += [f"Learned policy {folder} skipped: {reason}" for folder, reason in skipped_policies.items()]
     if isinstance(simulator, str):

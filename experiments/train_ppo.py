@@ -23,6 +23,7 @@ rollout/, hyperparameters under TEXT, histograms of k and tau). Ctrl-C (or SIGTE
     python experiments/train_ppo.py                                   # the default run
     python experiments/train_ppo.py --total-timesteps 2000000 --policy-name long
     python experiments/train_ppo.py --preset tiny --total-timesteps 4096 --validate-prompts 1  # smoke
+    python experiments/train_ppo.py --train-on real --subproc --n-envs 2 --scenarios code  # real loop
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from specrl.controllers.learned import LearnedController
 from specrl.controllers.stop_rules import AcceptancePredictor, AdaEDLController, SpecDecPPController
 from specrl.engine.types import DEFAULT_DRAFTER
 from specrl.envs import ScenarioError, SpecDecodeEnv, VecTraceReplay, cached_traces, load_scenario
+from specrl.envs.vec_real import real_loop_vec_env
 from specrl.evaluation.compare import by_player, compare, env_players, paired_ratios, tokens_per_s
 from specrl.export import export_policy, verify_parity
 from specrl.export.layout import SHIPPED_POLICY_DIR
@@ -79,6 +81,7 @@ from specrl.training import (
 from specrl.tuning import fit_acceptance_predictor, tuned_rules
 
 REPO = Path(__file__).resolve().parent.parent
+REAL_ENVS = 4  # default --n-envs of --train-on real (at most the CPU count)
 # Eight parts, as many as before C headers and Perl joined: each part of the ScenarioMix costs
 # a vectorised step of its own, so code, prose and math train together in "mixed" (one domain
 # per episode) and the default run keeps its time budget.
@@ -113,7 +116,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--config", default=str(SHIPPED_POLICY_DIR / "ppo.yaml"), help="hyperparameter YAML")
     parser.add_argument("--total-timesteps", type=int, default=None, help="env steps (default: the YAML's)")
     parser.add_argument(
-        "--n-envs", type=int, default=None, help="parallel replayed episodes (default: the YAML's)"
+        "--n-envs",
+        type=int,
+        default=None,
+        help=f"parallel replayed episodes (default: the YAML's; with --train-on real, {REAL_ENVS} at most)",
     )
     parser.add_argument(
         "--eval-freq", type=int, default=None, help="env steps between evaluations on validation traces"
@@ -154,7 +160,21 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="train without the per-token stop dimension (actions [k, tau_index] only)",
     )
+    parser.add_argument(
+        "--train-on",
+        choices=("replay", "real"),
+        default="replay",
+        help="replay: the trace-replay simulator (default, ~1e5 steps/s); real: the real loop on train "
+        "prompts, with each scenario's time source (slow: tens of steps/s per env)",
+    )
+    parser.add_argument(
+        "--subproc",
+        action="store_true",
+        help="with --train-on real: each env in its own process (SB3's SubprocVecEnv; each loads the pair)",
+    )
     args = parser.parse_args()
+    if args.subproc and args.train_on != "real":
+        parser.error("--subproc runs real-loop envs in processes: give it with --train-on real")
     for flag in (
         "total_timesteps",
         "n_envs",
@@ -208,6 +228,8 @@ def main() -> None:
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     config = yaml.safe_load(Path(args.config).read_text())
     hyper, budget = dict(config["ppo"]), dict(config["train"])
+    if args.train_on == "real":  # the YAML's env count is the replay's (hundreds): one per core here
+        budget["n_envs"] = min(REAL_ENVS, os.cpu_count() or 1)
     for key in ("total_timesteps", "n_envs", "eval_freq"):
         if getattr(args, key) is not None:
             budget[key] = getattr(args, key)
@@ -258,14 +280,16 @@ def main() -> None:
     stop_grid = None if args.no_stop else tuple(scenarios[0].stop_grid)
     if stop_grid is not None and any(tuple(s.stop_grid) != stop_grid for s in scenarios):
         raise SystemExit("all training scenarios must share stop_grid (one action space)")
-    mix = ScenarioMix(
-        [
-            VecTraceReplay(s, train[s.name], latency, num_envs=n, seed=args.seed + i, predictor=predictor)
-            for i, (s, n) in enumerate(
-                zip(scenarios, envs_per_scenario(budget["n_envs"], len(scenarios)), strict=True)
-            )
-        ]
-    )
+    counts = envs_per_scenario(budget["n_envs"], len(scenarios))
+    if args.train_on == "real":  # real decoding of train prompts, one env per row
+        mix = real_loop_vec_env(scenarios, counts, latency, predictor=predictor, subprocesses=args.subproc)
+    else:
+        mix = ScenarioMix(
+            [
+                VecTraceReplay(s, train[s.name], latency, num_envs=n, seed=args.seed + i, predictor=predictor)
+                for i, (s, n) in enumerate(zip(scenarios, counts, strict=True))
+            ]
+        )
     mix.seed(args.seed)
     monitored = VecMonitor(mix)  # SB3's episode scalars: rollout/ep_rew_mean and rollout/ep_len_mean
     normalize = bool(budget.get("normalize_observations", False))
@@ -330,7 +354,12 @@ def main() -> None:
     }
     writer.add_text("hyperparameters", hyperparameter_table(settings))
     remaining = budget["total_timesteps"] - state["timesteps"]
-    print(f"run folder {run_dir}; training {remaining} env steps on {mix.num_envs} replayed episodes")
+    where = (
+        "replayed episodes"
+        if args.train_on == "replay"
+        else "real-loop envs" + " in processes" * args.subproc
+    )
+    print(f"run folder {run_dir}; training {remaining} env steps on {mix.num_envs} {where}")
     try:
         if remaining > 0:
             model.learn(total_timesteps=remaining, callback=callbacks, reset_num_timesteps=not args.resume)

@@ -172,7 +172,7 @@ class SpecdecMetrics(BaseCallback):
         self.rollouts = 0
 
     def _on_step(self) -> bool:
-        self.episodes += [info for info in self.locals["infos"] if "episode_tokens" in info]
+        self.episodes += [info for info in self.locals["infos"] if "k_sum" in info]  # episode ends
         if self.rollouts % self.histogram_every == 0:
             actions = np.asarray(self.locals["actions"])
             self.actions.append(actions.reshape(-1, actions.shape[-1]))

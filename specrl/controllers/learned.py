@@ -87,6 +87,11 @@ class LearnedController:
         :class:`~specrl.export.PolicyError` with the fix (a missing one lists the shipped names)."""
         return cls(load_policy(folder))
 
+    def __reduce__(self):
+        """Pickled as its folder, loaded (and verified) again on the other side: a Ray worker or a
+        ``SubprocVecEnv`` process gets the same policy without shipping a program."""
+        return (type(self).load, (str(Path(self.policy.folder).resolve()),))
+
     @property
     def name(self) -> str:
         """Short label for tables: ``learned:<folder name>``."""

@@ -8,6 +8,9 @@ it imports the traces' format, analysis and cache, which import no env.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,7 +21,7 @@ from specrl.envs.spec_decode import SpecDecodeEnv
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 from specrl.traces.analysis import analyse_segment, extend_past_eos
-from specrl.traces.cache import load_or_collect
+from specrl.traces.cache import Collector, load_or_collect
 from specrl.traces.format import Segment, Trace, TraceSet, make_fields
 
 
@@ -53,35 +56,58 @@ def record_episode(
     return Trace(domain=info["domain"], prompt_index=info["prompt_index"], seed=seed, segments=segments)
 
 
-def collect_traces(
-    pair: ModelPair,
-    scenario: Scenario,
-    split: str = "test",
-    *,
-    prompts_per_domain: int | None = None,
-    seed: int = 0,
-    progress: bool = True,
-) -> TraceSet:
-    """Record a trace for every prompt (or the first ``prompts_per_domain``) of each of the
-    scenario's start domains in ``split``. Episode i's reset seed is ``seed + i``, so the real
-    env reset with the same seed and options decodes the same episode."""
-    from tqdm.auto import tqdm  # ~0.1 s to import (asyncio); only collecting needs it
+@dataclass(frozen=True)
+class TraceJob:
+    """One prompt to record: episode ``index`` of the collection, reset with ``seed``, its sampled
+    draws (teacher-forced analysis) from a generator seeded ``seed`` too. Every job is
+    independent of the others, so a collection can be split across processes (Ray workers,
+    :mod:`specrl.distributed`) and give the same traces."""
 
-    scenario = scenario.with_overrides(split=split, time="modeled")
-    env = SpecDecodeEnv(scenario, pair=pair, latency=LatencyModel.from_cost_model(scenario.cost_model))
-    jobs = [
+    index: int
+    domain: str
+    prompt_index: int
+    seed: int
+
+    def describe(self) -> str:
+        return f"{self.domain}#{self.prompt_index}"
+
+
+def trace_jobs(
+    scenario: Scenario, prompt_sets: dict[str, list[str]], prompts_per_domain: int | None, seed: int
+) -> list[TraceJob]:
+    """Every prompt (or the first ``prompts_per_domain``) of each start domain, in order; job i is
+    reset with seed ``seed + i`` (the evaluation's episode plan uses the same rule)."""
+    pairs = [
         (domain, index)
         for domain in scenario.prompts.domains
         if scenario.prompts.domains[domain] > 0
-        for index in range(min(prompts_per_domain or 10**9, len(env.prompt_sets[domain])))
+        for index in range(min(prompts_per_domain or 10**9, len(prompt_sets[domain])))
     ]
-    generator = torch.Generator(device=pair.device).manual_seed(seed)
+    return [TraceJob(i, domain, index, seed + i) for i, (domain, index) in enumerate(pairs)]
+
+
+def recording_env(pair: ModelPair, scenario: Scenario, split: str) -> SpecDecodeEnv:
+    """The env traces are recorded in: ``split``'s prompts, modeled time (nothing is timed)."""
+    scenario = scenario.with_overrides(split=split, time="modeled")
+    return SpecDecodeEnv(scenario, pair=pair, latency=LatencyModel.from_cost_model(scenario.cost_model))
+
+
+def record_jobs(env: SpecDecodeEnv, jobs: Sequence[TraceJob], progress: bool = False) -> list[Trace]:
+    """The trace of each job, in order."""
+    from tqdm.auto import tqdm  # ~0.1 s to import (asyncio); only recording needs it
+
     traces = []
-    for i, (domain, index) in enumerate(
-        tqdm(jobs, desc=f"traces {scenario.name}/{split}", disable=not progress)
-    ):
-        traces.append(record_episode(env, seed + i, {"domain": domain, "prompt_index": index}, generator))
-    meta = {
+    desc = f"traces {env.scenario.name}/{env.scenario.prompts.split}"
+    for job in tqdm(jobs, desc=desc, disable=not progress):
+        generator = torch.Generator(device=env.pair.device).manual_seed(job.seed)
+        options = {"domain": job.domain, "prompt_index": job.prompt_index}
+        traces.append(record_episode(env, job.seed, options, generator))
+    return traces
+
+
+def trace_meta(pair: ModelPair, scenario: Scenario, split: str, prompts_per_domain, seed) -> dict:
+    """What a recorded :class:`TraceSet` says about itself."""
+    return {
         "pair": pair.name,
         "scenario": scenario.name,
         "split": split,
@@ -101,7 +127,38 @@ def collect_traces(
         "prompts_per_domain": prompts_per_domain,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    return TraceSet.from_traces(traces, meta)
+
+
+def collect_traces(
+    pair: ModelPair,
+    scenario: Scenario,
+    split: str = "test",
+    *,
+    prompts_per_domain: int | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> TraceSet:
+    """Record a trace for every prompt (or the first ``prompts_per_domain``) of each of the
+    scenario's start domains in ``split`` (:func:`trace_jobs`). Episode i's reset seed is
+    ``seed + i``, so the real env reset with the same seed and options decodes the same episode."""
+    env = recording_env(pair, scenario, split)
+    jobs = trace_jobs(env.scenario, env.prompt_sets, prompts_per_domain, seed)
+    traces = record_jobs(env, jobs, progress)
+    return TraceSet.from_traces(traces, trace_meta(pair, env.scenario, split, prompts_per_domain, seed))
+
+
+_collector: list[Collector] = []  # the innermost recording_with's
+
+
+@contextmanager
+def recording_with(collect: Collector) -> Iterator[None]:
+    """Inside the block, :func:`cached_traces` records missing traces with ``collect`` (e.g.
+    :meth:`specrl.distributed.RayPool.collector`) unless it is given one."""
+    _collector.append(collect)
+    try:
+        yield
+    finally:
+        _collector.pop()
 
 
 def cached_traces(
@@ -112,12 +169,15 @@ def cached_traces(
     prompts_per_domain: int | None = None,
     seed: int = 0,
     progress: bool = True,
+    collect: Collector | None = None,
 ) -> TraceSet:
-    """The scenario's traces for ``split``, shipped, cached or recorded now by
-    :func:`collect_traces`: :func:`specrl.traces.cache.load_or_collect` with this collector.
-    A :class:`~specrl.envs.scenario.PairInfo` (no weights loaded) is loaded only to record."""
+    """The scenario's traces for ``split``, shipped, cached or recorded now:
+    :func:`specrl.traces.cache.load_or_collect` with ``collect``, by default this process's
+    :func:`collect_traces` (a :class:`~specrl.envs.scenario.PairInfo`, no weights loaded, is
+    loaded only to record), or :func:`recording_with`'s;
+    :meth:`specrl.distributed.RayPool.collector` records on Ray workers."""
 
-    def collect(pair: ModelPair | PairInfo, scenario: Scenario, split: str, **kwargs: Any) -> TraceSet:
+    def here(pair: ModelPair | PairInfo, scenario: Scenario, split: str, **kwargs: Any) -> TraceSet:
         why = f"record the '{split}' traces of scenario '{scenario.name}' (none shipped or cached)"
         return collect_traces(loaded_pair(pair, why), scenario, split, **kwargs)
 
@@ -125,7 +185,7 @@ def cached_traces(
         scenario,
         split,
         pair,
-        collect,
+        collect or (_collector[-1] if _collector else here),
         prompts_per_domain=prompts_per_domain,
         seed=seed,
         progress=progress,

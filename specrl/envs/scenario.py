@@ -164,6 +164,15 @@ class PairInfo:
     cache: CacheSettings = field(default_factory=CacheSettings)
     _loaded: ModelPair | None = field(default=None, repr=False, compare=False)
 
+    @property
+    def prompts(self) -> dict[str, dict[str, list[str]]]:
+        """An embedded pair's prompt sets (read from its folder, no weights loaded); else none."""
+        if self.spec.target is not None:
+            return {}
+        from specrl.zoo.build import PROMPTS, ensure_pair
+
+        return json.loads((ensure_pair(self.spec.preset or "small", self.spec.seed) / PROMPTS).read_text())
+
     def load(self, why: str) -> ModelPair:
         """The loaded pair (loaded once, with a line on stderr that says ``why``)."""
         if self._loaded is None:

@@ -85,6 +85,10 @@ class Settings:
     progress: bool = True
 
 
+#: Plays the real-loop rows: (env, episodes, factories, best static, settings) -> (records, HF settings).
+RealLoop = Callable[..., tuple[dict[str, list[list[EpisodeRecord]]], dict[str, Any] | None]]
+
+
 @dataclass
 class ScenarioRun:
     """Everything measured on one scenario; ``result`` is its JSON-ready summary."""
@@ -135,9 +139,11 @@ def evaluate_scenario(
     settings: Settings,
     policies: dict[str, LearnedController],
     simulator: Simulator | str,
+    real_loop: RealLoop | None = None,
 ) -> ScenarioRun:
     """Run one scenario's comparison (see the module doc); ``simulator`` is the loaded simulator or
-    the reason it is missing."""
+    the reason it is missing. ``real_loop`` plays the real-loop rows (default
+    :func:`run_real_loop`, here; :meth:`specrl.distributed.RayPool.real_loop` shards it)."""
     scenario = scenario.with_overrides(split=settings.split)
     factories = controller_factories(scenario, settings, policies)
     skipped = {
@@ -166,7 +172,7 @@ def evaluate_scenario(
     best_from_sim = (
         roster.static_name(bounds["best_static"]["k"], bounds["best_static"]["tau"]) if bounds else None
     )
-    real, hf_settings = run_real_loop(env, episodes, factories, best_from_sim, settings)
+    real, hf_settings = (real_loop or run_real_loop)(env, episodes, factories, best_from_sim, settings)
 
     real_rows = {
         name: aggregate(repeats, "hf" if name in (HF_PLAIN, HF_ASSISTED) else "ours")

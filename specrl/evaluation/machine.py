@@ -87,10 +87,14 @@ def pair_info(pair: ModelPair) -> dict:
 def describe_machine(machine: dict) -> str:
     """One line for a report: device, dtype, CPUs, versions."""
     device = machine.get("gpu") or machine["device"]
-    return (
+    line = (
         f"{device} ({machine['dtype']}), {machine['cpu_count']} CPUs ({machine['processor']}), "
         f"torch {machine['torch']}, transformers {machine['transformers']}, Python {machine['python']}"
     )
+    ray = machine.get("ray")
+    if ray:  # the real loop ran on the workers: say where
+        line += f"; real loop on {len(ray['workers'])} Ray workers ({', '.join(ray['workers'])})"
+    return line
 
 
 def describe_commit(machine: dict) -> str | None:

@@ -1,0 +1,67 @@
+"""The real loop as one SB3 VecEnv, for PPO on real decoding: many :class:`SpecDecodeEnv`, each in
+its own process (SB3's ``SubprocVecEnv``, each process loading the pair once) or all in this one.
+
+Training on the trace-replay simulator is the default (``experiments/train_ppo.py``): it replays
+~100k steps a second where the real loop decodes tens. The real loop is for when the simulator
+does not model what matters (wall-clock time on the target hardware, batch effects).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
+
+from specrl.acceptance import AcceptancePredictor
+from specrl.envs.rollout import EpisodeSummary
+from specrl.envs.scenario import Scenario
+from specrl.envs.spec_decode import SpecDecodeEnv
+from specrl.envs.vec_replay import EPISODE_COUNTS
+from specrl.latency import LatencyModel
+
+
+class EpisodeCounts(gym.Wrapper):
+    """Adds the episode's totals to the info of its last step (``steps``, ``proposed``,
+    ``accepted``, ``k_sum``, ``tau_sum``, ``episode_return``), as :class:`VecTraceReplay`'s rows
+    report them, so the same training callbacks read both."""
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        self.summary = EpisodeSummary()
+        return self.env.reset(**kwargs)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self.summary.add_step(info, float(reward))
+        if terminated or truncated:
+            counts = self.summary.to_dict()
+            info = {**info, **{key: counts[key] for key in (*EPISODE_COUNTS, "episode_return")}}
+        return observation, reward, terminated, truncated, info
+
+
+def make_real_env(
+    scenario: Scenario, split: str, latency: LatencyModel | None, predictor: AcceptancePredictor | None
+) -> gym.Env:
+    """One real-loop env (it loads the scenario's pair: once per process)."""
+    return EpisodeCounts(SpecDecodeEnv(scenario, split=split, latency=latency, predictor=predictor))
+
+
+def real_loop_vec_env(
+    scenarios: Sequence[Scenario],
+    envs_per_scenario: Sequence[int],
+    latency: LatencyModel | None,
+    *,
+    split: str = "train",
+    predictor: AcceptancePredictor | None = None,
+    subprocesses: bool = True,
+) -> VecEnv:
+    """``envs_per_scenario[i]`` real-loop envs of ``scenarios[i]``, in order, on ``split``'s prompts;
+    in a ``SubprocVecEnv`` (one process each) or, without ``subprocesses``, a ``DummyVecEnv``."""
+    makers: list[Callable[[], gym.Env]] = [
+        partial(make_real_env, scenario, split, latency, predictor)
+        for scenario, count in zip(scenarios, envs_per_scenario, strict=True)
+        for _ in range(count)
+    ]
+    return SubprocVecEnv(makers) if subprocesses else DummyVecEnv(makers)
