@@ -85,6 +85,7 @@ BUDGETS = {
         episodes=1,
         repeats=3,
         latency=None,  # the scenarios' own: calibrated
+        threads=None,  # torch's own
     ),
     "smoke": dict(
         preset="tiny",
@@ -101,6 +102,7 @@ BUDGETS = {
         episodes=1,
         repeats=1,
         latency="constant",
+        threads=1,  # small models on a shared CPU: one thread is faster than two fighting over the cores
     ),
 }
 
@@ -224,6 +226,7 @@ def environment(device: str) -> dict:
         "commit": git_commit(),
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
         "device": device,
         "specrl_home": str(specrl_home()),
     }
@@ -323,6 +326,8 @@ def run_script(script: str, arguments: list[str], log: Path, device: str) -> Non
     On the CPU it sees no GPU (CUDA_VISIBLE_DEVICES empty), so that every script runs where the check does."""
     command = [sys.executable, str(REPO / "experiments" / script), *arguments]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if torch.get_num_threads() == 1:  # the scripts too (the latency file's name has the count)
+        env["OMP_NUM_THREADS"] = "1"
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     print("$ " + " ".join(command[1:]), flush=True)
@@ -529,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         check_device(torch.device(budget["device"]))
     except PairError as error:
         raise SystemExit(f"gpu_check: {error}") from None
+    if budget["threads"]:
+        torch.set_num_threads(budget["threads"])
     record = Record(out, args)
     holder: dict = {}  # the pair, from the build stage to the calibration
     record.stage("environment", lambda: environment(budget["device"]))
