@@ -16,6 +16,7 @@ raise again): it is re-raised as it is.
 from __future__ import annotations
 
 import math
+import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -55,8 +56,6 @@ class PairWorker:
         self.pair = spec.load()
 
     def where(self) -> str:
-        import os
-
         return f"{socket.gethostname()}:{os.getpid()} ({self.pair.device})"
 
     def record(self, jobs: list, scenario: Scenario, split: str, prompts_per_domain: int | None, seed: int):
