@@ -19,7 +19,7 @@ from gymnasium.utils.env_checker import check_env
 import specrl.envs  # noqa: F401 - registers the envs
 from specrl.envs.batch_replay import BatchReplayEnv, arrival_times
 from specrl.envs.scenario import BatchSpec, Scenario, ScenarioError
-from specrl.latency import LatencyError
+from specrl.latency import LatencyError, LatencyModel
 from specrl.latency.batch import BatchLatency, calibration_runs, measure_batch_latency
 
 SIZES, TOKENS, CONTEXTS = (1, 4, 16, 64), tuple(range(1, 10)), (32, 160, 320)
@@ -132,7 +132,10 @@ def test_each_row_replays_its_trace_as_the_single_row_simulator_does():
     env = BatchReplayEnv(scenario(size=1, requests=1), latency=latency, split="validation")
     env.reset(seed=3)
     segment = env.active[0].segment
-    single = gym.make("specrl/TraceReplay-v0", scenario="mixed", split="validation").unwrapped
+    # constant prices: what a step emits does not depend on them (the scenario's own would calibrate)
+    constant = LatencyModel.from_cost_model(specrl.envs.load_scenario("mixed").cost_model)
+    single = gym.make("specrl/TraceReplay-v0", scenario="mixed", split="validation", latency=constant)
+    single = single.unwrapped
     index = next(i for i, t in enumerate(single.traces.traces) if t.segments[0].tokens == segment.tokens)
     single.reset(seed=0, options={"trace_index": index})
     done, ks = False, [3, 0, 5, 1, 8, 2]
