@@ -19,6 +19,8 @@ same scenario (``batch_sim.py``'s episodes).
     python experiments/batch_real.py --policy specrl/policies/batch         # results/batch/real.*
     python experiments/batch_real.py --scenarios serving batch_4 --requests 6 --max-new-tokens 16 \
         --repeats 1 --episodes 1 --out /tmp/real                            # a smoke run
+    python experiments/batch_real.py --policy specrl/policies/batch --scenarios batch_64 --static 1 2 \
+        --only plain schedule static:1 static:2 ppo --repeats 5 --out results/batch/real_b64_static
 """
 
 from __future__ import annotations
@@ -70,19 +72,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--episodes", type=int, default=3, help="simulator episodes (tuning and the sim column)"
     )
     parser.add_argument("--policy", help="an exported policy folder to compare too")
+    parser.add_argument(
+        "--static", nargs="*", type=int, default=[], metavar="K", help="static-k rows to add (static:K)"
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="ROW",
+        help="run these rows only (plain and schedule always run: the ratios are to them)",
+    )
     parser.add_argument("--out", default=str(REPO / "results" / "batch" / "real"), help="output stem")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.only is not None:
+        known = {"plain", "schedule", "tcp", "hf-heuristic", *(f"static:{k}" for k in args.static)}
+        known |= {"ppo"} if args.policy else set()
+        unknown = sorted(set(args.only) - known)
+        if unknown:
+            parser.error(f"--only {' '.join(unknown)}: no such row; the rows are {sorted(known)}")
+    return args
 
 
-def controllers(schedule: dict[int, int], policy: str | None) -> dict:
+def controllers(
+    schedule: dict[int, int], policy: str | None, statics: list[int] = (), only: list[str] | None = None
+) -> dict:
     chosen = {
         "plain": specrl.StaticController(0),
         "schedule": BatchScheduleController(schedule),
         "tcp": specrl.TCPController(),
         "hf-heuristic": specrl.HFHeuristicController(),
+        **{f"static:{k}": specrl.StaticController(k) for k in statics},
     }
     if policy:
         chosen["ppo"] = specrl.LearnedController.load(policy)
+    if only is not None:
+        chosen = {label: c for label, c in chosen.items() if label in {"plain", "schedule", *only}}
     return chosen
 
 
@@ -96,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     best_k, schedule = tune_schedule(validation, args.episodes)
     print(f"schedule tuned on validation (simulator): {schedule}", flush=True)
-    roster = controllers(schedule, args.policy)
+    roster = controllers(schedule, args.policy, args.static, args.only)
 
     rows = {}
     for name in args.scenarios:
@@ -120,6 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
                 traces[label] = {"batch_sizes": run.batch_sizes, "ks": run.ks}
         same = all(outputs[label] == outputs["plain"] for label in roster) if sampling.greedy else None
         ratios = {label: paired_ratio(values, measured["schedule"]) for label, values in measured.items()}
+        to_plain = {label: paired_ratio(values, measured["plain"]) for label, values in measured.items()}
         rows[name] = {
             "batch": {
                 "capacity": capacity,
@@ -130,6 +154,7 @@ def main(argv: list[str] | None = None) -> dict:
             "tokens_per_s": measured,
             "median_tokens_per_s": {label: statistics.median(v) for label, v in measured.items()},
             "ratio_vs_schedule": ratios,
+            "ratio_vs_plain": to_plain,
             "sim_tokens_per_s": simulated,
             "sim_ratio_vs_schedule": {label: v / simulated["schedule"] for label, v in simulated.items()},
             "outputs_equal_plain": same,
@@ -170,6 +195,7 @@ def markdown(report: dict, picture: str) -> str:
         "rows",
         *labels,
         *[f"{label} / schedule (sim)" for label in others],
+        *[f"{label} / plain" for label in labels if label != "plain"],
         "outputs equal",
     ]
     table = []
@@ -186,6 +212,7 @@ def markdown(report: dict, picture: str) -> str:
                     f"{row['ratio_vs_schedule'][label]:.3f} ({row['sim_ratio_vs_schedule'][label]:.3f})"
                     for label in others
                 ],
+                *[_ratio(row, "ratio_vs_plain", label) for label in labels if label != "plain"],
                 "-" if same is None else ("yes" if same else "**no**"),
             ]
         )
@@ -195,6 +222,12 @@ def markdown(report: dict, picture: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _ratio(row: dict, key: str, label: str) -> str:
+    """A paired ratio of the table, or "-" in a report written before it was kept."""
+    value = row.get(key, {}).get(label)
+    return "-" if value is None else f"{value:.3f}"
 
 
 def plot(report: dict, path: Path) -> None:
