@@ -198,7 +198,10 @@ SECTIONS = (
         "python experiments/batch_real.py --policy specrl/policies/batch; "
         "python experiments/batch_real.py --policy specrl/policies/batch --scenarios batch_64 --repeats 3 "
         "--out results/batch/real_b64; with the version-3 latency file: "
-        "python experiments/batch_fidelity.py --out results/batch/fidelity_v3; and for seeds 1 and 2: "
+        "python experiments/batch_fidelity.py --out results/batch/fidelity_v3; "
+        "python experiments/batch_real.py --policy specrl/policies/batch --scenarios batch_64 --static 1 2 "
+        "--only plain schedule static:1 static:2 ppo --repeats 5 --out results/batch/real_b64_static; "
+        "and for seeds 1 and 2: "
         "python experiments/train_batch.py --seed 1 --out runs/batch_policy_seed1; "
         "python experiments/batch_sim.py --policy runs/batch_policy_seed1 "
         "--out results/batch/seeds/sim_seed1",
@@ -211,6 +214,7 @@ SECTIONS = (
             "results/batch/seeds/sim_seed2.md",
             "results/batch/real_b64.md",
             "results/batch/fidelity_v3.md",
+            "results/batch/real_b64_static.md",
             "results/batch/batch.png",
             "results/batch/real.png",
             "results/batch/batch.json",
@@ -218,6 +222,7 @@ SECTIONS = (
             "results/batch/real.json",
             "results/batch/fidelity.json",
             "results/batch/fidelity_v3.json",
+            "results/batch/real_b64_static.json",
         ),
         "results/notes/batch.md",
     ),
