@@ -72,7 +72,6 @@ from specrl.hf_baseline import confidence_threshold_variant
 from specrl.io import write_text_atomic
 from specrl.plots import write_plots
 from specrl.traces import DEFAULT_PROMPTS_PER_DOMAIN
-from specrl.zoo.build import PROMPTS, ensure_pair
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -268,9 +267,7 @@ def has_split(scenario: Scenario, split: str) -> bool:
     """Whether the embedded pair's prompt sets give every domain of ``scenario`` prompts in ``split``."""
     if scenario.prompts.file or scenario.pair.target is not None:
         return True  # a prompts file or hub pair: its own error says what is missing
-    sets = json.loads(
-        (ensure_pair(scenario.pair.preset or "small", scenario.pair.seed) / PROMPTS).read_text()
-    )
+    sets = scenario.pair.info().prompts  # read from the pair's folder, no weights loaded
     return all(sets.get(split, {}).get(domain) for domain in scenario.domains)
 
 
