@@ -23,6 +23,7 @@ back to this process and are cached (or shipped) here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 
 from specrl.distributed.cli import add_ray_arguments, pool_from_args
@@ -72,12 +73,10 @@ def main(argv: list[str] | None = None) -> None:
     names = args.scenarios or [n for n in shipped_scenarios() if n not in JOINED]
     scenarios = [load_scenario(name).with_overrides(preset=args.preset) for name in names]
     pool = pool_from_args(args, scenarios[0].pair)
-    if pool is None:
+    with recording_with(pool.collector()) if pool else contextlib.nullcontext():
         collect(scenarios, args)
-        return
-    with recording_with(pool.collector()):
-        collect(scenarios, args)
-    pool.close()
+    if pool is not None:
+        pool.close()
 
 
 def collect(scenarios: list, args: argparse.Namespace) -> None:
