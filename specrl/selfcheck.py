@@ -117,15 +117,21 @@ def memory_pair(
     )
 
 
+def noisy_copy(vocab_size: int, noise: float, seed: int, context: int = 128) -> LlamaForCausalLM:
+    """The random Llama of seed 0 with Gaussian noise on its head (``noise`` times the head's std,
+    drawn from ``seed``): a draft of partial, varied acceptance against that Llama as the target."""
+    model = random_llama(vocab_size, seed=0, context=context)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        model.lm_head.weight.add_(torch.randn_like(model.lm_head.weight) * model.lm_head.weight.std() * noise)
+    return model
+
+
 def close_pair(device: str | torch.device, dtype: torch.dtype = torch.float32) -> ModelPair:
     """A target (vocabulary 48) and a draft that is the target with noise on its head: partial,
     varied acceptance, so greedy equality is not trivial."""
     target = random_llama(48, seed=0, context=128)
-    draft = random_llama(48, seed=0, context=128)
-    torch.manual_seed(5)
-    with torch.no_grad():
-        draft.lm_head.weight.add_(torch.randn_like(draft.lm_head.weight) * draft.lm_head.weight.std() * 0.4)
-    return memory_pair(target, draft, device, dtype, "selfcheck-close")
+    return memory_pair(target, noisy_copy(48, 0.4, seed=5), device, dtype, "selfcheck-close")
 
 
 def small_vocab_pair(device: str | torch.device, dtype: torch.dtype = torch.float32) -> ModelPair:

@@ -20,6 +20,7 @@ from specrl.latency import LatencyModel
 from specrl.selfcheck import (  # noqa: F401
     chi_square_p_value,
     exact_two_token_law,
+    noisy_copy,
     random_llama,
     reference_greedy,
     two_token_counts,
@@ -111,13 +112,9 @@ def close_pair(tmp_path_factory) -> specrl.ModelPair:
     tmp = tmp_path_factory.mktemp("close_pair")
     tokenizer = word_tokenizer(VOCAB)
     target = random_llama(VOCAB, seed=0, context=128)
-    draft = random_llama(VOCAB, seed=0, context=128)
-    torch.manual_seed(5)
-    with torch.no_grad():
-        draft.lm_head.weight.add_(torch.randn_like(draft.lm_head.weight) * draft.lm_head.weight.std() * 0.4)
     return specrl.load_pair(
         target=save_model(tmp / "target", target, tokenizer),
-        draft=save_model(tmp / "draft", draft, tokenizer),
+        draft=save_model(tmp / "draft", noisy_copy(VOCAB, 0.4, seed=5), tokenizer),
         device="cpu",
     )
 
@@ -131,13 +128,7 @@ def close_pool_pair(tmp_path_factory) -> specrl.ModelPair:
     target = random_llama(VOCAB, seed=0, context=128)
     copies = {}
     for name, noise, seed in (("draft", 0.4, 5), ("mid", 0.2, 6)):
-        copy = random_llama(VOCAB, seed=0, context=128)
-        torch.manual_seed(seed)
-        with torch.no_grad():
-            copy.lm_head.weight.add_(
-                torch.randn_like(copy.lm_head.weight) * copy.lm_head.weight.std() * noise
-            )
-        copies[name] = save_model(tmp / name, copy, tokenizer)
+        copies[name] = save_model(tmp / name, noisy_copy(VOCAB, noise, seed), tokenizer)
     return specrl.load_pair(target=save_model(tmp / "target", target, tokenizer), **copies, device="cpu")
 
 
