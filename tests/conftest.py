@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +32,17 @@ from specrl.traces import TraceSet
 
 # The models here are tiny: one thread is faster than two fighting over the cores.
 torch.set_num_threads(1)
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def load_script(name: str):
+    """``experiments/<name>.py`` as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def save_model(path: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import load_script
 from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -25,7 +25,6 @@ from specrl.export import export_policy
 from specrl.features import N_FEATURES
 from specrl.plots import segments, shift_controllers, shift_series
 
-REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = ("code", "code_to_math_t1")
 OURS = {
     "plain",
@@ -39,13 +38,6 @@ OURS = {
 }
 HF = {"hf-generate", "hf-generate-assisted"}
 LEARNED = "learned:toy"
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class SpacesOnly(gym.Env):

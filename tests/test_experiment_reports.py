@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from conftest import load_script
 
 
 def test_machine_noise_is_the_spread_of_modeled_over_wall_clock_per_episode():

@@ -7,7 +7,6 @@ tiny pair on the CPU), which goes through every stage a GPU run goes through.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import load_script
 
 from specrl.zoo.__main__ import main as zoo_main
 from specrl.zoo.presets import PRESETS, parameters, training_flops
@@ -24,13 +24,6 @@ from specrl.zoo.train import make_model
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "experiments" / "gpu_check.py"
 STAGES = ["environment", "lossless", "build", "calibrate", "policy", "benchmark"]
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class Vocabulary:
@@ -74,7 +67,7 @@ def test_a_capped_build_stops_early_and_its_card_records_the_steps_and_the_cap(t
 
 
 def test_a_failed_stage_is_recorded_and_the_stages_that_need_it_are_skipped(tmp_path):
-    script = load_script()
+    script = load_script("gpu_check")
     args = argparse.Namespace(smoke=True, budget=dict(script.BUDGETS["smoke"]), scenarios=["code"])
     record = script.Record(tmp_path, args)
     record.stage("environment", lambda: {"device": "cpu", "torch": "x", "cuda": None})
@@ -95,7 +88,7 @@ def test_a_failed_stage_is_recorded_and_the_stages_that_need_it_are_skipped(tmp_
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal a machine without CUDA gives")
 def test_a_gpu_run_where_torch_sees_no_gpu_is_refused_by_name(tmp_path):
     with pytest.raises(SystemExit, match="gpu_check: .*sees no CUDA device here; install a CUDA build"):
-        load_script().main(["--out", str(tmp_path / "out")])
+        load_script("gpu_check").main(["--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
 
 

@@ -8,7 +8,6 @@ retried; one that dies twice fails the run naming the prompts lost.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_script
 
 from specrl.distributed import RayError, RayPool, WorkerLost, connect, shards
 from specrl.distributed.cluster import probe
@@ -25,7 +25,6 @@ from specrl.envs import load_scenario
 from specrl.envs.recording import cached_traces, collect_traces
 
 ray = pytest.importorskip("ray", reason="Ray is the optional extra specrl[ray] (the dev extra has it)")
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_shards_are_contiguous_balanced_and_join_back_in_order():
@@ -150,13 +149,6 @@ def test_a_dead_worker_is_replaced_and_its_shard_retried_once_then_the_run_fails
         pool.collector()(pair, code, "test", prompts_per_domain=4, seed=0, progress=False)
     assert lost.value.prompts == ["code#0", "code#1"]
     pool.close()
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow  # two tiny evaluation runs and a Ray pool: ~40 s
