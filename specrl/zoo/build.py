@@ -201,7 +201,7 @@ class Deadlines:
         }
         self.planned = {"target": preset.target_steps, "draft": preset.draft_steps}
         if preset.mid is not None:
-            steps = preset.mid_steps or preset.draft_steps
+            steps = preset.mid_training_steps
             self.cost[MID] = steps * training_flops(preset, preset.mid, preset.target)
             self.planned[MID] = steps
         self.done: dict[str, int] = {}
@@ -244,7 +244,7 @@ def distil_mid(
     started = time.time()
     device = next(target.parameters()).device
     mid = make_model(preset.mid, preset, tokenizer, seed + 2).to(device)
-    bf16, steps = device.type == "cuda", preset.mid_steps or preset.draft_steps
+    bf16, steps = device.type == "cuda", preset.mid_training_steps
     losses = train(
         mid, train_streams, preset, seed + 2, teacher=target, desc=f"{preset.name} {MID} (distil)",
         steps=steps, bf16=bf16, deadline=deadline,

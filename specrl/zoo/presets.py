@@ -44,6 +44,11 @@ class Preset:
     mid: ModelShape | None = None
     mid_steps: int = 0  # distillation steps of the mid draft; 0: draft_steps
 
+    @property
+    def mid_training_steps(self) -> int:
+        """The mid draft's distillation steps: ``mid_steps``, or the draft's when 0."""
+        return self.mid_steps or self.draft_steps
+
     def to_dict(self) -> dict:
         return asdict(self)
 
