@@ -166,8 +166,8 @@ class RayPool:
         return getattr(self._actor(i), method).remote(part, *args)
 
     def where(self) -> list[str]:
-        """Each worker's host, process and device (starts the workers)."""
-        return self.ray.get([self._actor(i).where.remote() for i in range(self.workers)])
+        """Each started worker's host, process and device (none is started to answer)."""
+        return self.ray.get([actor.where.remote() for actor in self._actors])
 
     def collector(self) -> Callable[..., TraceSet]:
         """A trace collector (:class:`specrl.traces.cache.Collector`) that records on the workers:
