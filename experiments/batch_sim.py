@@ -89,6 +89,57 @@ class OneStepOracle:
         pass
 
 
+class RolloutOracle:
+    """Labels a step by the run that follows it, not by the step alone: each (k, tau) is taken on
+    a fork of the episode (``env.fork``), then ``continuation`` plays up to ``horizon - 1`` more
+    steps, and the action's gain is tokens - lam[B] * seconds over them, prefill included (B the
+    batch's size now; lam[B] the continuation's own throughput there, :func:`rates_by_batch`).
+    Played to the episode's end, the tokens are the same for every action, and the gain orders
+    the actions by the busy time left: the labels of one step of policy iteration over the
+    continuation (AggreVaTe), on the episode's own draws.
+
+    Under load, what a step costs later outweighs what it gains now. A step that speculates
+    leaves its rows at different lengths for the rest of their lives: the grid carries the holes
+    of the rows that accepted less (``specrl.envs.slot_grid``), and rows that no longer finish
+    together join the batch one admission at a time, each copying the whole grid. At 64 rows,
+    one step of k = 1 amid plain decoding gains about what plain would over the step itself, and
+    loses several plain steps' worth by the episode's end (``results/batch/labels.md``, by
+    ``experiments/label_horizon.py``). The one-step oracle never sees that. ``continuation``
+    must act on the observation alone (a static k, a schedule, a policy), as every fork shares it."""
+
+    def __init__(self, env: BatchReplayEnv, lam: dict[int, float], continuation, horizon: int) -> None:
+        if horizon < 1:
+            raise ValueError(f"horizon must be at least 1 step, got {horizon}")
+        self.env, self.lam, self.continuation, self.horizon = env, lam, continuation, horizon
+
+    def reset(self) -> None:
+        pass
+
+    def regrets(self, taus: tuple[float, ...] = (0.0,)) -> np.ndarray:
+        """For every (k, tau): how much less than the best the next ``horizon`` steps gain, in
+        plain steps' worth (lam[B] times a plain step's seconds now), as :meth:`OneStepOracle.regrets`."""
+        lam = self.lam.get(len(self.env.active), self.lam[0])
+        ks = range(self.env.scenario.k_max + 1)
+        gains = np.array([[self._gain(specrl.Action(k, tau), lam) for tau in taus] for k in ks])
+        return (gains.max() - gains) / (lam * self.env.preview(0)[1])
+
+    def _gain(self, action: specrl.Action, lam: float) -> float:
+        twin, gain = self.env.fork(), 0.0
+        for _ in range(self.horizon):
+            observation, _, done, _, info = twin.step(action)
+            gain += info["tokens"] - lam * info["seconds"]
+            if done:
+                break
+            action = self.continuation.act(observation)
+        return gain
+
+    def act(self, observation) -> specrl.Action:
+        return specrl.Action(int(self.regrets()[:, 0].argmin()))
+
+    def observe(self, result) -> None:
+        pass
+
+
 def rates_by_batch(env: BatchReplayEnv, controller, episodes: int, prefill: bool = True) -> dict[int, float]:
     """Tokens over seconds at each batch size a controller's episodes met (key 0: over all); the
     seconds of the steps alone if not ``prefill``."""

@@ -5,11 +5,15 @@ The policy sees the features of the batch as one step (``batch_size`` among them
 (k, tau) for every row. It trains on the **train** traces of a mix of fixed batches (``batch_1``,
 ``batch_4``, ``batch_16``, ``batch_64``) and the ``serving`` load, in two stages:
 
-1. **Imitation** (DAgger, ``--imitation-rounds``): the one-step clairvoyant of ``batch_sim.py``
-   labels every step with the k it would take knowing the step's outcome. Round 0 follows the
-   oracle; later rounds follow the policy and the oracle labels the states the policy reaches.
-   The policy network is fit to every label so far by cross-entropy (tau index 0: the oracle
-   never needs a cut), so it learns the oracle's choice as far as the past predicts it.
+1. **Imitation** (DAgger, ``--imitation-rounds``): one step of policy iteration over the tuned
+   batch-size schedule. One visited state in ``--label-every`` is labelled with every k's regret
+   over the run that follows it: the k on a fork of the episode, then the schedule for up to
+   ``--label-horizon`` steps (``batch_sim.RolloutOracle``). Round 0 follows the schedule; later
+   rounds follow the policy, and the states it reaches are labelled the same way. The policy
+   network is fit to every label so far by its expected regret (tau index 0: a cut's regret is
+   predicted too weakly by the past), so it learns the k that pays over the run, as far as the
+   past predicts it. A label that looks one step ahead asks for speculation at 64 rows that a
+   whole run does not repay (``results/batch/labels.md``, ``experiments/label_horizon.py``).
 2. **PPO** from there (``--timesteps``), one scenario per env.
 
 After imitation and every ``--eval-freq`` steps of PPO, the deterministic policy is scored on the
@@ -42,7 +46,14 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor, VecNormali
 from tqdm.auto import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from batch_sim import FIXED, SERVING, OneStepOracle, oracle_rates, throughput, tune_schedule  # noqa: E402
+from batch_sim import (  # noqa: E402
+    FIXED,
+    SERVING,
+    RolloutOracle,
+    rates_by_batch,
+    throughput,
+    tune_schedule,
+)
 
 import specrl  # noqa: E402
 from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E402
@@ -57,6 +68,9 @@ HYPERPARAMETERS = REPO / "specrl" / "policies" / "ppo.yaml"
 # validation (0.963 of the schedule against 0.992, 4 rounds of 4 episodes): the past predicts a cut's
 # regret too weakly, and the labels cost a replay of every k per tau.
 IMITATION_TAUS = (0.0,)
+LABEL_HORIZON = 256  # steps a label plays out: the action, then the schedule
+LABEL_EVERY = 8  # one visited state labelled in this many (a label plays k_max + 1 runs)
+FIT_BATCH, FIT_UPDATES = 256, 400  # the fit to the labels: minibatch, least Adam steps a round
 PLAIN_FLOOR = 0.99  # a checkpoint's least throughput over plain decoding's at a fixed batch size
 
 
@@ -68,6 +82,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--imitation-rounds", type=int, default=4, help="DAgger rounds before PPO (0: none)")
     parser.add_argument(
         "--imitation-episodes", type=int, default=4, help="train episodes per scenario a round"
+    )
+    parser.add_argument(
+        "--label-horizon", type=int, default=LABEL_HORIZON, help="steps an imitation label plays out"
+    )
+    parser.add_argument(
+        "--label-every", type=int, default=LABEL_EVERY, help="label one visited state in this many"
     )
     parser.add_argument("--envs-per-scenario", type=int, default=4)
     parser.add_argument("--eval-freq", type=int, default=50_000, help="env steps between validations")
@@ -143,39 +163,54 @@ class Validation(BaseCallback):
 
 
 def imitate(
-    model: PPO, normalizer: VecNormalize, envs: dict, schedule, rounds: int, episodes: int, seed: int
-) -> None:
-    """DAgger toward the one-step oracle (the module doc's stage 1), in place on ``model``.
+    model: PPO,
+    normalizer: VecNormalize,
+    envs: dict,
+    schedule,
+    rounds: int,
+    episodes: int,
+    seed: int,
+    horizon: int = LABEL_HORIZON,
+    every: int = LABEL_EVERY,
+) -> list[dict]:
+    """DAgger toward one step of policy iteration over the schedule (the module doc's stage 1), in
+    place on ``model``.
 
-    Every state visited is labelled with the oracle's regret of every (k, tau) for tau in
-    ``IMITATION_TAUS`` (how much less than the best k the step would gain), and the policy's
-    (k, tau) distribution is fit to minimise its expected regret over every label so far, its tau
-    kept to those values, with a little entropy left for PPO to explore from."""
+    One state in ``every`` visited is labelled with the regret of every (k, tau), tau in
+    ``IMITATION_TAUS``: how much less than the best action the run gains that takes it and then
+    follows the schedule for up to ``horizon`` steps (``batch_sim.RolloutOracle``). Round 0 follows
+    the schedule, later rounds the policy. The policy's (k, tau) distribution is fit to minimise
+    its expected regret over every label so far, its tau kept to those values, with a little
+    entropy left for PPO to explore from. Returns each round's fit: labelled states, the policy's
+    mean regret on them, and the least mean regret of one (k, tau) everywhere."""
     tau_grid = next(iter(envs.values())).tau_grid
     taus = [tau_grid.index(tau) for tau in IMITATION_TAUS]
-    observations, regrets = [], []
-    lams = {name: oracle_rates(env, schedule, 1, rounds=1) for name, env in envs.items()}
+    observations, regrets, fits = [], [], []
+    oracles = {
+        name: RolloutOracle(env, rates_by_batch(env, schedule, 1), schedule, horizon)
+        for name, env in envs.items()
+    }
     optimizer = torch.optim.Adam(model.policy.parameters(), lr=1e-3)
     for round_ in range(rounds):
         learner, start = PolicyController(model, normalizer), len(regrets)
+        behaviour = schedule if round_ == 0 else learner
         for name, env in tqdm(envs.items(), desc=f"imitation round {round_ + 1}/{rounds}", leave=False):
-            oracle = OneStepOracle(env, lams[name])
             for episode in range(episodes):
                 observation, _ = env.reset(seed=seed + 1000 * round_ + episode)
-                done = False
+                done, step = False, 0
                 while not done:
-                    regret = oracle.regrets(IMITATION_TAUS)
-                    observations.append(observation)
-                    regrets.append(regret)
-                    best = specrl.Action(int(regret[:, 0].argmin()))
-                    action = best if round_ == 0 else learner.act(observation)
-                    observation, _, done, _, _ = env.step(action)
+                    if step % every == 0:
+                        observations.append(observation)
+                        regrets.append(oracles[name].regrets(IMITATION_TAUS))
+                    observation, _, done, _, _ = env.step(behaviour.act(observation))
+                    step += 1
         normalizer.obs_rms.update(np.asarray(observations[start:], dtype=np.float64))  # this round's states
         inputs = torch.as_tensor(normalizer.normalize_obs(np.asarray(observations, dtype=np.float32)))
         costs = torch.as_tensor(np.asarray(regrets, dtype=np.float32))  # (states, k, len(taus))
         generator = torch.Generator().manual_seed(seed + round_)
-        for _ in range(8):  # epochs over every label so far
-            for batch in torch.randperm(len(costs), generator=generator).split(1024):
+        epochs = -(-FIT_UPDATES * FIT_BATCH // len(costs))  # at least FIT_UPDATES steps a round
+        for _ in range(epochs):  # over every label so far
+            for batch in torch.randperm(len(costs), generator=generator).split(FIT_BATCH):
                 k_law, tau_law = model.policy.get_distribution(inputs[batch]).distribution
                 kept = tau_law.probs[:, taus]  # the tau values labelled
                 mass = kept.sum(1, keepdim=True)
@@ -188,12 +223,14 @@ def imitate(
         with torch.no_grad():
             mode = model.policy.get_distribution(inputs).mode()
         k, tau = mode[:, 0], torch.as_tensor([taus.index(t) if t in taus else 0 for t in mode[:, 1].tolist()])
-        regret = float(costs[torch.arange(len(costs)), k, tau].mean())
+        regret, constant = float(costs[torch.arange(len(costs)), k, tau].mean()), float(costs.mean(0).min())
+        fits.append({"states": len(costs), "policy_regret": regret, "best_constant_regret": constant})
         print(
             f"imitation round {round_ + 1}/{rounds}: {len(costs)} states, the policy's mean regret "
-            f"{regret:.3f} plain steps (the best single k and tau: {float(costs.mean(0).min()):.3f})",
+            f"{regret:.3f} plain steps (the best single k and tau: {constant:.3f})",
             flush=True,
         )
+    return fits
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -234,7 +271,17 @@ def main(argv: list[str] | None = None) -> None:
     callback.init_callback(model)
     if args.imitation_rounds:
         train_envs = {name: BatchReplayEnv(name, latency=latency, split="train", pair=pair) for name in names}
-        imitate(model, venv, train_envs, schedule, args.imitation_rounds, args.imitation_episodes, args.seed)
+        imitate(
+            model,
+            venv,
+            train_envs,
+            schedule,
+            args.imitation_rounds,
+            args.imitation_episodes,
+            args.seed,
+            args.label_horizon,
+            args.label_every,
+        )
         callback.on_step()  # the imitated policy is the first checkpoint
         model.logger.dump(0)
     if args.timesteps:

@@ -8,12 +8,10 @@ and is measured through the engine's own batched cache.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import load_script
 from gymnasium.utils.env_checker import check_env
 
 import specrl.envs  # noqa: F401 - registers the envs
@@ -23,7 +21,6 @@ from specrl.latency import LatencyError, LatencyModel
 from specrl.latency.batch import BatchLatency, calibration_runs, measure_batch_latency
 
 SIZES, TOKENS, CONTEXTS = (1, 4, 16, 64), tuple(range(1, 10)), (32, 160, 320)
-REPO = Path(__file__).resolve().parent.parent
 
 
 def synthetic_latency(verify_scale: list | None = None) -> BatchLatency:
@@ -265,9 +262,7 @@ def test_the_batch_size_schedule_reads_the_batch_from_the_observation_and_is_tun
 def test_the_one_step_oracle_takes_the_k_of_least_regret_and_beats_every_static_k():
     """batch_sim.py's clairvoyant: each step's k is the one whose previewed gain is highest, so its
     regret is 0; knowing the outcomes, it emits faster than any static k at a batch of one."""
-    spec = importlib.util.spec_from_file_location("batch_sim", REPO / "experiments" / "batch_sim.py")
-    batch_sim = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(batch_sim)
+    batch_sim = load_script("batch_sim")
     env = BatchReplayEnv(scenario(size=1, requests=6), latency=synthetic_latency(), split="validation")
     static = {
         k: batch_sim.throughput(env, specrl.StaticController(k), 2) for k in range(env.scenario.k_max + 1)
@@ -284,10 +279,88 @@ def test_the_one_step_oracle_takes_the_k_of_least_regret_and_beats_every_static_
 def test_checkpoint_selection_puts_the_plain_floor_before_the_score():
     """train_batch.py keeps a checkpoint slower than plain decoding at some fixed batch size only if
     no checkpoint keeps the floor, however well it scores against the schedule."""
-    spec = importlib.util.spec_from_file_location("train_batch", REPO / "experiments" / "train_batch.py")
-    train_batch = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train_batch)
+    train_batch = load_script("train_batch")
     rank, floor = train_batch.Validation.rank, train_batch.PLAIN_FLOOR
     assert rank(1.00, floor) > rank(1.30, floor - 0.01)  # the floor first
     assert rank(1.10, 1.00) > rank(1.05, 1.20)  # then the score
     assert rank(0.90, floor - 0.01) > rank(1.20, floor - 0.05)  # below it, the least bad worst size
+
+
+def test_a_fork_plays_on_without_moving_the_episode():
+    """BatchReplayEnv.fork: the copy steps as the env would (same tokens, seconds, observations),
+    and the env, its queue and its grid stay where they were."""
+    env = BatchReplayEnv(scenario(size=4, requests=10), latency=synthetic_latency(), split="validation")
+    env.reset(seed=2)
+    for k in (2, 0, 5):
+        env.step(np.array([k, 0]))
+    before = ([row.position for row in env.active], env.grid.width, dict(env.grid.ends), env.clock)
+    observation = env.features.vector()
+    twin, played, ks = env.fork(), [], []
+    while twin.served < env.served + 2 and not (played and played[-1][2]):
+        ks.append((3, 1, 8, 0, 4, 2, 6)[len(ks) % 7])
+        played.append(twin.step(np.array([ks[-1], 0])))
+    assert twin.next_request > env.next_request  # rows finished and new ones joined in the copy
+    assert ([row.position for row in env.active], env.grid.width, dict(env.grid.ends), env.clock) == before
+    assert np.array_equal(env.features.vector(), observation)
+    assert all(row.position == 0 for row in env.requests)  # the queue is never played
+    for k, (twin_obs, reward, done, _, info) in zip(ks, played, strict=True):
+        mine = env.step(np.array([k, 0]))
+        assert np.array_equal(mine[0], twin_obs) and mine[1] == reward and mine[2] == done
+        assert (mine[4]["tokens"], mine[4]["seconds"]) == (info["tokens"], info["seconds"])
+
+
+def test_the_rollout_oracle_prices_each_k_by_the_steps_that_follow_it():
+    """train_batch.py's labels: over one step they are the one-step oracle's; over a horizon, each
+    k's gain is what a fork taking k and then the continuation plays, and the episode stays put."""
+    batch_sim = load_script("batch_sim")
+    env = BatchReplayEnv(scenario(size=4, requests=8), latency=synthetic_latency(), split="validation")
+    env.reset(seed=0)
+    env.step(np.array([2, 0]))
+    lam = {0: 30.0}
+    one_step = batch_sim.OneStepOracle(env, lam).regrets((0.0, 0.5))
+    plain = specrl.StaticController(0)
+    assert np.allclose(batch_sim.RolloutOracle(env, lam, plain, 1).regrets((0.0, 0.5)), one_step)
+    positions = [row.position for row in env.active]
+    regrets = batch_sim.RolloutOracle(env, lam, plain, 6).regrets()
+    assert [row.position for row in env.active] == positions
+    gains = []
+    for k in range(env.scenario.k_max + 1):
+        twin, gain, action = env.fork(), 0.0, np.array([k, 0])
+        for _ in range(6):
+            _, _, done, _, info = twin.step(action)
+            gain += info["tokens"] - lam[0] * (info["seconds"] - info["prefill_seconds"])
+            action = np.array([0, 0])
+            if done:
+                break
+        gains.append(gain)
+    expected = (max(gains) - np.array(gains)) / (lam[0] * env.preview(0)[1])
+    assert np.allclose(regrets[:, 0], expected) and regrets.min() == 0.0
+    assert not np.allclose(regrets[:, 0], one_step[:, 0])  # looking ahead changes the labels
+    with pytest.raises(ValueError, match="horizon must be at least 1"):
+        batch_sim.RolloutOracle(env, lam, plain, 0)
+
+
+def test_imitation_fits_the_policy_to_the_labels_of_the_run_that_follows():
+    """train_batch.imitate: labels one state in ``every`` by the rollout oracle over the schedule and
+    fits the policy to them; after a round its expected-regret fit does at least as well as the best
+    single k on the states it saw, and a second round (following the policy) adds its states."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from specrl.controllers.batch_schedule import BatchScheduleController
+
+    train_batch = load_script("train_batch")
+
+    def make():
+        return BatchReplayEnv(scenario(size=4, requests=6), latency=synthetic_latency(), split="validation")
+
+    venv = VecNormalize(DummyVecEnv([make]), norm_reward=False)
+    model = PPO("MlpPolicy", venv, n_steps=64, batch_size=64, seed=0, verbose=0)
+    envs = {"batch_4": make()}
+    fits = train_batch.imitate(
+        model, venv, envs, BatchScheduleController({4: 2}), rounds=2, episodes=1, seed=0, horizon=8, every=3
+    )
+    assert len(fits) == 2 and fits[1]["states"] > fits[0]["states"] > 0
+    for fit in fits:
+        assert fit["policy_regret"] <= fit["best_constant_regret"] + 1e-6
+    assert fits[0]["best_constant_regret"] > 0  # the labels do tell the ks apart

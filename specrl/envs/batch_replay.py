@@ -14,7 +14,8 @@ step and is not counted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -275,6 +276,18 @@ class BatchReplayEnv(gym.Env):
         replayed, _, draft_seconds, verify_seconds = self._replay(k, tau)
         return sum(step.emitted for step in replayed), draft_seconds + verify_seconds
 
+    def fork(self) -> BatchReplayEnv:
+        """A copy of the episode as it stands, sharing the traces, latency model and scenario:
+        stepping the copy leaves this env where it is (for labels that look past one step, by
+        playing what would follow each action)."""
+        if not self.active:
+            raise RuntimeError("call reset() before fork()")
+        twin = copy.copy(self)
+        twin.active = [replace(row) for row in self.active]
+        twin.grid = copy.deepcopy(self.grid)
+        twin.features = copy.deepcopy(self.features)
+        return twin
+
     # ---- helpers ------------------------------------------------------------------------------
 
     def _replay(self, k: int, tau: float) -> tuple[list, list[int], float, float]:
@@ -304,7 +317,7 @@ class BatchReplayEnv(gym.Env):
             and len(self.active) + len(joining) < capacity
             and self.arrivals[self.next_request] <= self.clock
         ):
-            joining.append(self.requests[self.next_request])
+            joining.append(replace(self.requests[self.next_request]))  # the queue's rows stay unplayed
             self.next_request += 1
         if not joining:
             return 0.0
