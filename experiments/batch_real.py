@@ -37,7 +37,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from batch_sim import FIXED, SERVING, throughput, tune_schedule  # noqa: E402
+from batch_sim import (  # noqa: E402
+    FIXED,
+    SERVING,
+    cutoff_sentence,
+    throughput,
+    tune_cutoff,
+    tune_schedule,
+    with_cutoff,
+)
 
 import specrl  # noqa: E402
 from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E402
@@ -85,7 +93,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.only is not None:
         known = {"plain", "schedule", "tcp", "hf-heuristic", *(f"static:{k}" for k in args.static)}
-        known |= {"ppo"} if args.policy else set()
+        known |= {"ppo", "ppo+cutoff"} if args.policy else set()
         unknown = sorted(set(args.only) - known)
         if unknown:
             parser.error(f"--only {' '.join(unknown)}: no such row; the rows are {sorted(known)}")
@@ -93,7 +101,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def controllers(
-    schedule: dict[int, int], policy: str | None, statics: list[int] = (), only: list[str] | None = None
+    schedule: dict[int, int],
+    policy: specrl.LearnedController | None,
+    cutoff: int | None = None,
+    statics: list[int] = (),
+    only: list[str] | None = None,
 ) -> dict:
     chosen = {
         "plain": specrl.StaticController(0),
@@ -103,7 +115,7 @@ def controllers(
         **{f"static:{k}": specrl.StaticController(k) for k in statics},
     }
     if policy:
-        chosen["ppo"] = specrl.LearnedController.load(policy)
+        chosen = with_cutoff({**chosen, "ppo": policy}, cutoff)
     if only is not None:
         chosen = {label: c for label, c in chosen.items() if label in {"plain", "schedule", *only}}
     return chosen
@@ -119,7 +131,9 @@ def main(argv: list[str] | None = None) -> dict:
     }
     best_k, schedule = tune_schedule(validation, args.episodes)
     print(f"schedule tuned on validation (simulator): {schedule}", flush=True)
-    roster = controllers(schedule, args.policy, args.static, args.only)
+    policy = specrl.LearnedController.load(args.policy) if args.policy else None
+    cutoff = tune_cutoff(validation, policy, args.episodes) if policy else None
+    roster = controllers(schedule, policy, cutoff, args.static, args.only)
 
     rows = {}
     for name in args.scenarios:
@@ -165,6 +179,7 @@ def main(argv: list[str] | None = None) -> dict:
         "rows": rows,
         "schedule": schedule,
         "best_k_validation": best_k,
+        "cutoff": cutoff,
         "repeats": args.repeats,
         "policy": args.policy,
         **result_origin(pair),
@@ -187,7 +202,7 @@ def markdown(report: dict, picture: str) -> str:
         "included) and join the batch when a row is free. Ratios are medians of the ratios within a "
         "repeat; `sim` is the batch simulator on the same scenario's test traces. The schedule was "
         f"tuned on validation in the simulator: best k per batch size {report['best_k_validation']} -> "
-        f"`{report['schedule']}`.",
+        f"`{report['schedule']}`.{cutoff_sentence(report)}",
         "",
     ]
     header = [

@@ -24,13 +24,18 @@ controller that sees only the past should come near it.
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
 import specrl
-from specrl.controllers.batch_schedule import BatchScheduleController, schedule_from_best_k
+from specrl.controllers.batch_schedule import (
+    BatchCutoffController,
+    BatchScheduleController,
+    schedule_from_best_k,
+)
 from specrl.envs import load_scenario
 from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency
 from specrl.evaluation.machine import origin_line, result_origin
@@ -193,6 +198,28 @@ def tune_schedule(envs: dict[str, BatchReplayEnv], episodes: int) -> tuple[dict[
     return best_k, schedule_from_best_k(best_k)
 
 
+def tune_cutoff(envs: dict[str, BatchReplayEnv], controller, episodes: int) -> int | None:
+    """The cut-off of :class:`BatchCutoffController` for ``controller``, tuned on validation like
+    the schedule: at the fixed batches (scenario name -> its validation env), in order of size,
+    the first where ``controller`` is slower than plain decoding ends its speculation at the
+    geometric middle between that size and the one before (1 if it is the smallest); None if it
+    is never slower."""
+    sizes = sorted((batch_of(name), env) for name, env in envs.items())
+    previous = None
+    for size, env in sizes:
+        if throughput(env, controller, episodes) < throughput(env, specrl.StaticController(0), episodes):
+            return math.isqrt(previous * size) if previous else 1
+        previous = size
+    return None
+
+
+def with_cutoff(roster: dict, cutoff: int | None) -> dict:
+    """``roster`` with ``ppo+cutoff``, the policy switched off above ``cutoff`` rows, if both exist."""
+    if "ppo" not in roster or cutoff is None:
+        return roster
+    return {**roster, "ppo+cutoff": BatchCutoffController(roster["ppo"], cutoff)}
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     first = load_scenario(args.fixed[0])
@@ -211,8 +238,12 @@ def main(argv: list[str] | None = None) -> dict:
         "tcp": specrl.TCPController(),
         "hf-heuristic": specrl.HFHeuristicController(),
     }
+    cutoff = None
     if args.policy:
         controllers["ppo"] = specrl.LearnedController.load(args.policy)
+        fixed = {name: envs[(name, "validation")] for name in args.fixed}
+        cutoff = tune_cutoff(fixed, controllers["ppo"], args.episodes)
+        controllers = with_cutoff(controllers, cutoff)
     rows = {}
     for name in tqdm([*args.fixed, *args.serving], desc="test"):
         env = envs[(name, "test")]
@@ -228,6 +259,7 @@ def main(argv: list[str] | None = None) -> dict:
         "rows": rows,
         "best_k_validation": best_k,
         "schedule": schedule,
+        "cutoff": cutoff,
         "episodes": args.episodes,
         "policy": args.policy,
         "latency": {"device": latency.device, "verify_scale": latency.verify_scale.tolist()},
@@ -239,6 +271,17 @@ def main(argv: list[str] | None = None) -> dict:
     return report
 
 
+def cutoff_sentence(report: dict) -> str:
+    """How ``ppo+cutoff`` was made, if the report has it."""
+    if report.get("cutoff") is None:
+        return ""
+    return (
+        f" `ppo+cutoff` is the policy with speculation off above {report['cutoff']} rows (vLLM's "
+        "`speculative_disable_by_batch_size`), the cut-off tuned on validation: between the last fixed "
+        "batch size where the policy beats plain decoding and the first where it does not."
+    )
+
+
 def markdown(report: dict) -> str:
     labels = list(next(iter(report["rows"].values()))["controllers"])
     lines = [
@@ -247,7 +290,7 @@ def markdown(report: dict) -> str:
         f"Tokens per busy second over {report['episodes']} episodes per scenario (the same requests, "
         "arrivals and draws for every controller), modeled with this machine's batched latency model. The "
         f"schedule was tuned on validation: best k per batch size {report['best_k_validation']} -> "
-        f"`{report['schedule']}` (k up to each batch size, 0 above the last).",
+        f"`{report['schedule']}` (k up to each batch size, 0 above the last).{cutoff_sentence(report)}",
         "",
     ]
     others = [label for label in labels if label != "schedule"]

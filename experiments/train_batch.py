@@ -162,6 +162,27 @@ class Validation(BaseCallback):
         return True
 
 
+def fit_to_labels(
+    model: PPO, optimizer, inputs: torch.Tensor, costs: torch.Tensor, taus: list[int], seed: int
+):
+    """Fit the policy's (k, tau) distribution to minimise its expected regret on ``costs`` (states,
+    k, len(taus)) at ``inputs`` (normalised observations), its tau kept to the labelled indices
+    ``taus``, with a little entropy left for PPO to explore from; at least ``FIT_UPDATES`` Adam steps."""
+    generator = torch.Generator().manual_seed(seed)
+    epochs = -(-FIT_UPDATES * FIT_BATCH // len(costs))
+    for _ in range(epochs):
+        for batch in torch.randperm(len(costs), generator=generator).split(FIT_BATCH):
+            k_law, tau_law = model.policy.get_distribution(inputs[batch]).distribution
+            kept = tau_law.probs[:, taus]  # the tau values labelled
+            mass = kept.sum(1, keepdim=True)
+            joint = k_law.probs[:, :, None] * (kept / mass)[:, None, :]
+            expected_regret = (joint * costs[batch]).sum((1, 2)).mean()
+            loss = expected_regret - 0.1 * mass.log().mean() - 0.01 * k_law.entropy().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
 def imitate(
     model: PPO,
     normalizer: VecNormalize,
@@ -207,19 +228,7 @@ def imitate(
         normalizer.obs_rms.update(np.asarray(observations[start:], dtype=np.float64))  # this round's states
         inputs = torch.as_tensor(normalizer.normalize_obs(np.asarray(observations, dtype=np.float32)))
         costs = torch.as_tensor(np.asarray(regrets, dtype=np.float32))  # (states, k, len(taus))
-        generator = torch.Generator().manual_seed(seed + round_)
-        epochs = -(-FIT_UPDATES * FIT_BATCH // len(costs))  # at least FIT_UPDATES steps a round
-        for _ in range(epochs):  # over every label so far
-            for batch in torch.randperm(len(costs), generator=generator).split(FIT_BATCH):
-                k_law, tau_law = model.policy.get_distribution(inputs[batch]).distribution
-                kept = tau_law.probs[:, taus]  # the tau values labelled
-                mass = kept.sum(1, keepdim=True)
-                joint = k_law.probs[:, :, None] * (kept / mass)[:, None, :]
-                expected_regret = (joint * costs[batch]).sum((1, 2)).mean()
-                loss = expected_regret - 0.1 * mass.log().mean() - 0.01 * k_law.entropy().mean()
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
+        fit_to_labels(model, optimizer, inputs, costs, taus, seed + round_)
         with torch.no_grad():
             mode = model.policy.get_distribution(inputs).mode()
         k, tau = mode[:, 0], torch.as_tensor([taus.index(t) if t in taus else 0 for t in mode[:, 1].tolist()])

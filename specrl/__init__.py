@@ -13,6 +13,7 @@ Usage::
 
 from specrl import hf as hf  # specrl.hf.speculative_generate, for HF generate
 from specrl.controllers import (
+    BatchCutoffController,
     BatchScheduleController,
     Controller,
     HFConfidenceController,
@@ -39,6 +40,7 @@ from specrl.models import ModelPair, PairError, load_pair
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchCutoffController",
     "BatchScheduleController",
     "FEATURE_NAMES",
     "FEATURE_VERSION",

@@ -364,3 +364,54 @@ def test_imitation_fits_the_policy_to_the_labels_of_the_run_that_follows():
     for fit in fits:
         assert fit["policy_regret"] <= fit["best_constant_regret"] + 1e-6
     assert fits[0]["best_constant_regret"] > 0  # the labels do tell the ks apart
+
+
+def test_the_cutoff_switches_any_controller_off_above_its_batch_size_and_is_tuned_on_validation():
+    """BatchCutoffController: the controller's action up to max_batch rows, plain decoding above, and
+    every outcome still observed; batch_sim.tune_cutoff ends speculation where it stops paying."""
+    from specrl.controllers.batch_schedule import BatchCutoffController
+    from specrl.features import FeatureTracker, GenerationSettings
+
+    class Recording(specrl.StaticController):
+        def __init__(self, k):
+            super().__init__(k)
+            self.seen = 0
+
+        def observe(self, result):
+            self.seen += 1
+
+    inner = Recording(4)
+    cut = BatchCutoffController(inner, max_batch=8)
+    for batch, k in ((1, 4), (8, 4), (9, 0), (64, 0)):
+        tracker = FeatureTracker(GenerationSettings(128, 256, 48, batch_size=batch), prompt_length=10)
+        assert cut.act(tracker.vector()).k == k
+    env = BatchReplayEnv(scenario(size=16, requests=16), latency=synthetic_latency(), split="validation")
+    observation, _ = env.reset(seed=0)
+    _, _, _, _, info = env.step(cut.act(observation))
+    cut.observe(info["step_result"])
+    assert info["k"] == 0 and inner.seen == 1
+    with pytest.raises(ValueError, match="max_batch is the largest batch"):
+        BatchCutoffController(inner, 0)
+
+    batch_sim = load_script("batch_sim")
+    sizes = {
+        name: BatchReplayEnv(
+            scenario(size=size, requests=size), latency=synthetic_latency(), split="validation"
+        )
+        for name, size in (("batch_1", 1), ("batch_4", 4), ("batch_16", 16))
+    }
+    plain = specrl.StaticController(0)
+    assert batch_sim.tune_cutoff(sizes, plain, 1) is None  # never slower than itself
+    speeds = {
+        name: {k: batch_sim.throughput(env, specrl.StaticController(k), 1) for k in (0, 6)}
+        for name, env in sizes.items()
+    }
+    slower = [batch_sim.batch_of(n) for n, s in speeds.items() if s[6] < s[0]]
+    expected = None
+    if slower:
+        first = min(slower)
+        below = [batch_sim.batch_of(n) for n in sizes if batch_sim.batch_of(n) < first]
+        expected = int(np.sqrt(max(below) * first)) if below else 1
+    assert batch_sim.tune_cutoff(sizes, specrl.StaticController(6), 1) == expected
+    assert batch_sim.with_cutoff({"ppo": plain}, None) == {"ppo": plain}
+    assert batch_sim.with_cutoff({"ppo": plain}, 4)["ppo+cutoff"].max_batch == 4

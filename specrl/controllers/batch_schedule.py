@@ -1,8 +1,11 @@
-"""k by batch size: the schedule vLLM and TensorRT-LLM ship for batched speculation.
+"""k by batch size: the schedule vLLM and TensorRT-LLM ship for batched speculation, and the
+switch that turns any controller's speculation off above a batch size.
 
 vLLM's ``num_speculative_tokens_per_batch_size`` and TensorRT-LLM's ``draft_len_schedule`` map
 the batch size to a number of draft tokens, 0 (no speculation) above a cut-off; for example
 ``{4: 4, 8: 2, 32: 1}`` drafts 4 tokens up to batch 4, 2 up to 8, 1 up to 32 and none above.
+vLLM's ``speculative_disable_by_batch_size`` is the cut-off alone, over whatever chooses k:
+:class:`BatchCutoffController`.
 """
 
 from __future__ import annotations
@@ -15,6 +18,11 @@ from specrl.engine.types import Action, StepResult
 from specrl.features import BATCH_LOG2_NORM, FEATURE_NAMES
 
 BATCH_FEATURE = FEATURE_NAMES.index("batch_size")
+
+
+def batch_size_of(observation: Any) -> int:
+    """The number of rows an observation's ``batch_size`` feature says the batch holds."""
+    return max(1, round(2 ** (float(observation[BATCH_FEATURE]) * BATCH_LOG2_NORM)))
 
 
 class BatchScheduleController:
@@ -43,8 +51,7 @@ class BatchScheduleController:
         """Nothing to forget: the schedule has no state."""
 
     def act(self, observation: Any) -> Action:
-        batch_size = round(2 ** (float(observation[BATCH_FEATURE]) * BATCH_LOG2_NORM))
-        return self.action_at(max(1, batch_size))
+        return self.action_at(batch_size_of(observation))
 
     def observe(self, result: StepResult) -> None:
         """Ignores outcomes by design."""
@@ -71,3 +78,27 @@ def schedule_from_best_k(best_k: Mapping[int, int]) -> dict[int, int]:
             merged.pop(list(merged)[-1])
         merged[bound] = k
     return merged or {1: 0}
+
+
+class BatchCutoffController:
+    """``controller``'s actions up to ``max_batch`` rows, plain decoding above (vLLM's
+    ``speculative_disable_by_batch_size``). Every step's outcome still reaches ``controller``, so
+    a controller that keeps a window of outcomes sees the whole run."""
+
+    def __init__(self, controller: Any, max_batch: int) -> None:
+        if not (isinstance(max_batch, int) and max_batch >= 1):
+            raise ValueError(f"max_batch is the largest batch that speculates, >= 1; got {max_batch!r}")
+        self.controller, self.max_batch = controller, max_batch
+
+    def reset(self) -> None:
+        self.controller.reset()
+
+    def act(self, observation: Any) -> Action:
+        action = self.controller.act(observation)  # asked every step, as without the switch
+        return action if batch_size_of(observation) <= self.max_batch else Action(0)
+
+    def observe(self, result: StepResult) -> None:
+        self.controller.observe(result)
+
+    def __repr__(self) -> str:
+        return f"BatchCutoffController({self.controller!r}, max_batch={self.max_batch})"
