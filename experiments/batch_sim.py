@@ -97,11 +97,14 @@ class OneStepOracle:
 class RolloutOracle:
     """Labels a step by the run that follows it, not by the step alone: each (k, tau) is taken on
     a fork of the episode (``env.fork``), then ``continuation`` plays up to ``horizon - 1`` more
-    steps, and the action's gain is tokens - lam[B] * seconds over them, prefill included (B the
-    batch's size now; lam[B] the continuation's own throughput there, :func:`rates_by_batch`).
-    Played to the episode's end, the tokens are the same for every action, and the gain orders
-    the actions by the busy time left: the labels of one step of policy iteration over the
-    continuation (AggreVaTe), on the episode's own draws.
+    steps, and the action's gain is tokens - lam[B] * seconds over them (B the batch's size now;
+    lam[B] the continuation's own throughput there, :func:`rates_by_batch`, measured as the gain
+    counts seconds). Played to the episode's end, the tokens are the same for every action, and
+    the gain orders the actions by the busy time left: the labels of one step of policy
+    iteration over the continuation (AggreVaTe), on the episode's own draws. The seconds count
+    prefill when the run looks past its step: a single step's prefill is that of the requests
+    its finished rows make room for, which every action pays sooner or later, so over one step
+    it is left out, as :class:`OneStepOracle` leaves it out (and then the two agree).
 
     Under load, what a step costs later outweighs what it gains now. A step that speculates
     leaves its rows at different lengths for the rest of their lives: the grid carries the holes
@@ -116,6 +119,7 @@ class RolloutOracle:
         if horizon < 1:
             raise ValueError(f"horizon must be at least 1 step, got {horizon}")
         self.env, self.lam, self.continuation, self.horizon = env, lam, continuation, horizon
+        self.prefill = horizon > 1
 
     def reset(self) -> None:
         pass
@@ -132,7 +136,8 @@ class RolloutOracle:
         twin, gain = self.env.fork(), 0.0
         for _ in range(self.horizon):
             observation, _, done, _, info = twin.step(action)
-            gain += info["tokens"] - lam * info["seconds"]
+            seconds = info["seconds"] - (0.0 if self.prefill else info["prefill_seconds"])
+            gain += info["tokens"] - lam * seconds
             if done:
                 break
             action = self.continuation.act(observation)
@@ -200,14 +205,24 @@ def tune_schedule(envs: dict[str, BatchReplayEnv], episodes: int) -> tuple[dict[
 
 def tune_cutoff(envs: dict[str, BatchReplayEnv], controller, episodes: int) -> int | None:
     """The cut-off of :class:`BatchCutoffController` for ``controller``, tuned on validation like
-    the schedule: at the fixed batches (scenario name -> its validation env), in order of size,
-    the first where ``controller`` is slower than plain decoding ends its speculation at the
-    geometric middle between that size and the one before (1 if it is the smallest); None if it
-    is never slower."""
-    sizes = sorted((batch_of(name), env) for name, env in envs.items())
+    the schedule: :func:`cutoff_from` its throughput over plain decoding's at each fixed batch
+    (scenario name -> its validation env)."""
+    plain = specrl.StaticController(0)
+    return cutoff_from(
+        {
+            batch_of(name): throughput(env, controller, episodes) / throughput(env, plain, episodes)
+            for name, env in envs.items()
+        }
+    )
+
+
+def cutoff_from(vs_plain: dict[int, float]) -> int | None:
+    """Batch size -> a controller's throughput over plain decoding's: in order of size, the first
+    size where it is slower ends its speculation at the geometric middle between that size and
+    the one before (1 if it is the smallest); None if it is never slower."""
     previous = None
-    for size, env in sizes:
-        if throughput(env, controller, episodes) < throughput(env, specrl.StaticController(0), episodes):
+    for size in sorted(vs_plain):
+        if vs_plain[size] < 1.0:
             return math.isqrt(previous * size) if previous else 1
         previous = size
     return None

@@ -6,23 +6,30 @@ The policy sees the features of the batch as one step (``batch_size`` among them
 ``batch_4``, ``batch_16``, ``batch_64``) and the ``serving`` load, in two stages:
 
 1. **Imitation** (DAgger, ``--imitation-rounds``): one step of policy iteration over the tuned
-   batch-size schedule. One visited state in ``--label-every`` is labelled with every k's regret
-   over the run that follows it: the k on a fork of the episode, then the schedule for up to
-   ``--label-horizon`` steps (``batch_sim.RolloutOracle``). Round 0 follows the schedule; later
-   rounds follow the policy, and the states it reaches are labelled the same way. The policy
-   network is fit to every label so far by its expected regret (tau index 0: a cut's regret is
-   predicted too weakly by the past), so it learns the k that pays over the run, as far as the
-   past predicts it. A label that looks one step ahead asks for speculation at 64 rows that a
-   whole run does not repay (``results/batch/labels.md``, ``experiments/label_horizon.py``).
+   batch-size schedule. Every visited state (one in ``--label-every``) is labelled with every
+   k's regret over the run that follows it: the k on a fork of the episode, then the schedule
+   for up to ``--label-horizon`` steps (``batch_sim.RolloutOracle``; the default, 1, is the step
+   alone, what the one-step clairvoyant of ``batch_sim.py`` sees). Round 0 follows the
+   schedule; later rounds follow the policy, and the states it reaches are labelled the same
+   way. The policy network is fit to every label so far by its expected regret (tau index 0: a
+   cut's regret is predicted too weakly by the past), so it learns the k that pays, as far as
+   the past predicts it. One step ahead, the labels ask for speculation at 64 rows that a whole
+   run does not repay; 64 to 256 steps ahead they ask for none there, but the policies fit to
+   them lost more at small batches than they saved (``results/batch/labels.md``,
+   ``experiments/label_horizon.py``, and ``results/notes/batch.md``).
 2. **PPO** from there (``--timesteps``), one scenario per env.
 
 After imitation and every ``--eval-freq`` steps of PPO, the deterministic policy is scored on the
-**validation** traces against the batch-size schedule tuned there (``batch_sim.py``'s tuning),
-and the best checkpoint is exported: the best geometric mean over the scenarios among the
-checkpoints that keep the floor, at least ``PLAIN_FLOOR`` of plain decoding at every fixed batch
-size (the issue's bar is 0.98 in the real loop; the simulator's floor is tighter, as its prices
-err by a few percent at large batches). If none keeps it, the one whose worst fixed size is
-best. Report on test with ``python experiments/batch_sim.py --policy specrl/policies/batch``.
+**validation** traces against the batch-size schedule tuned there (``batch_sim.py``'s tuning), as
+it serves: with speculation switched off above the batch sizes where it is slower than plain
+decoding (``BatchCutoffController``, the cut-off ``batch_sim.cutoff_from`` its ratios at the
+fixed sizes; ``batch_sim.py`` and ``batch_real.py`` tune the same cut-off for their
+``ppo+cutoff`` row). The best checkpoint is exported: the best geometric mean over the scenarios
+among the checkpoints that keep the floor, at least ``PLAIN_FLOOR`` of plain decoding at every
+fixed batch size (the issue's bar is 0.98 in the real loop; the simulator's floor is tighter,
+as its prices err by a few percent at large batches). If none keeps it, the one whose worst
+fixed size is best. Report on test with ``python experiments/batch_sim.py --policy
+specrl/policies/batch``.
 
     python experiments/train_batch.py                         # specrl/policies/batch
     python experiments/train_batch.py --imitation-rounds 1 --timesteps 20000 --out /tmp/batch_policy  # smoke
@@ -50,13 +57,15 @@ from batch_sim import (  # noqa: E402
     FIXED,
     SERVING,
     RolloutOracle,
+    batch_of,
+    cutoff_from,
     rates_by_batch,
     throughput,
     tune_schedule,
 )
 
 import specrl  # noqa: E402
-from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E402
+from specrl.controllers.batch_schedule import BatchCutoffController, BatchScheduleController  # noqa: E402
 from specrl.envs import load_scenario  # noqa: E402
 from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency  # noqa: E402
 from specrl.evaluation.machine import command_line  # noqa: E402
@@ -68,8 +77,8 @@ HYPERPARAMETERS = REPO / "specrl" / "policies" / "ppo.yaml"
 # validation (0.963 of the schedule against 0.992, 4 rounds of 4 episodes): the past predicts a cut's
 # regret too weakly, and the labels cost a replay of every k per tau.
 IMITATION_TAUS = (0.0,)
-LABEL_HORIZON = 256  # steps a label plays out: the action, then the schedule
-LABEL_EVERY = 8  # one visited state labelled in this many (a label plays k_max + 1 runs)
+LABEL_HORIZON = 1  # steps a label plays out: the action, then the schedule (1: the step alone)
+LABEL_EVERY = 1  # one visited state labelled in this many (a label plays k_max + 1 runs)
 FIT_BATCH, FIT_UPDATES = 256, 400  # the fit to the labels: minibatch, least Adam steps a round
 PLAIN_FLOOR = 0.99  # a checkpoint's least throughput over plain decoding's at a fixed batch size
 
@@ -140,19 +149,35 @@ class Validation(BaseCallback):
             name: throughput(env, controller, self.episodes) / self.reference[name]
             for name, env in self.envs.items()
         }
-        score = float(np.exp(np.mean(np.log(list(ratios.values())))))  # geometric mean over scenarios
         vs_plain = {name: ratios[name] * self.reference[name] / plain for name, plain in self.plain.items()}
+        cutoff = cutoff_from({batch_of(name): ratio for name, ratio in vs_plain.items()})
+        if cutoff is not None:  # scored as it serves: switched off where it is slower than plain
+            switched = BatchCutoffController(controller, cutoff)
+            ratios = {
+                name: throughput(env, switched, self.episodes) / self.reference[name]
+                for name, env in self.envs.items()
+            }
+            vs_plain = {
+                name: ratios[name] * self.reference[name] / plain for name, plain in self.plain.items()
+            }
+        score = float(np.exp(np.mean(np.log(list(ratios.values())))))  # geometric mean over scenarios
         worst = min(vs_plain.values(), default=np.inf)
         for name, ratio in ratios.items():
             self.logger.record(f"specdec/batch/ratio_vs_schedule/{name}", ratio)
         self.logger.record("specdec/batch/ratio_vs_schedule", score)
         self.logger.record("specdec/batch/worst_ratio_vs_plain", worst)
         self.history.append(
-            {"timesteps": self.num_timesteps, "score": score, "ratios": ratios, "vs_plain": vs_plain}
+            {
+                "timesteps": self.num_timesteps,
+                "score": score,
+                "ratios": ratios,
+                "vs_plain": vs_plain,
+                "cutoff": cutoff,
+            }
         )
         print(
             f"{self.num_timesteps} steps: validation vs schedule {score:.3f} {ratios}; worst fixed size "
-            f"vs plain {worst:.3f}",
+            f"vs plain {worst:.3f}; speculation off above {cutoff} rows",
             flush=True,
         )
         if self.rank(score, worst) > self.best_rank:
@@ -208,7 +233,7 @@ def imitate(
     taus = [tau_grid.index(tau) for tau in IMITATION_TAUS]
     observations, regrets, fits = [], [], []
     oracles = {
-        name: RolloutOracle(env, rates_by_batch(env, schedule, 1), schedule, horizon)
+        name: RolloutOracle(env, rates_by_batch(env, schedule, 1, prefill=horizon > 1), schedule, horizon)
         for name, env in envs.items()
     }
     optimizer = torch.optim.Adam(model.policy.parameters(), lr=1e-3)

@@ -321,18 +321,20 @@ def test_the_rollout_oracle_prices_each_k_by_the_steps_that_follow_it():
     plain = specrl.StaticController(0)
     assert np.allclose(batch_sim.RolloutOracle(env, lam, plain, 1).regrets((0.0, 0.5)), one_step)
     positions = [row.position for row in env.active]
-    regrets = batch_sim.RolloutOracle(env, lam, plain, 6).regrets()
+    regrets = batch_sim.RolloutOracle(env, lam, plain, 200).regrets()
     assert [row.position for row in env.active] == positions
-    gains = []
+    gains, prefills = [], 0.0
     for k in range(env.scenario.k_max + 1):
         twin, gain, action = env.fork(), 0.0, np.array([k, 0])
-        for _ in range(6):
+        for _ in range(200):
             _, _, done, _, info = twin.step(action)
-            gain += info["tokens"] - lam[0] * (info["seconds"] - info["prefill_seconds"])
+            gain += info["tokens"] - lam[0] * info["seconds"]  # past one step, prefill counts
+            prefills += info["prefill_seconds"]
             action = np.array([0, 0])
             if done:
                 break
         gains.append(gain)
+    assert prefills > 0  # requests were admitted within the horizon
     expected = (max(gains) - np.array(gains)) / (lam[0] * env.preview(0)[1])
     assert np.allclose(regrets[:, 0], expected) and regrets.min() == 0.0
     assert not np.allclose(regrets[:, 0], one_step[:, 0])  # looking ahead changes the labels
@@ -402,16 +404,14 @@ def test_the_cutoff_switches_any_controller_off_above_its_batch_size_and_is_tune
     }
     plain = specrl.StaticController(0)
     assert batch_sim.tune_cutoff(sizes, plain, 1) is None  # never slower than itself
-    speeds = {
-        name: {k: batch_sim.throughput(env, specrl.StaticController(k), 1) for k in (0, 6)}
-        for name, env in sizes.items()
+    assert batch_sim.cutoff_from({1: 1.3, 4: 1.1, 16: 0.97, 64: 0.9}) == 8  # between 4 and 16
+    assert batch_sim.cutoff_from({1: 1.3, 4: 1.1, 16: 1.0, 64: 0.99}) == 32
+    assert batch_sim.cutoff_from({4: 0.9, 1: 0.8}) == 1 and batch_sim.cutoff_from({1: 1.0}) is None
+    deep = specrl.StaticController(8)
+    vs_plain = {
+        batch_sim.batch_of(n): batch_sim.throughput(e, deep, 1) / batch_sim.throughput(e, plain, 1)
+        for n, e in sizes.items()
     }
-    slower = [batch_sim.batch_of(n) for n, s in speeds.items() if s[6] < s[0]]
-    expected = None
-    if slower:
-        first = min(slower)
-        below = [batch_sim.batch_of(n) for n in sizes if batch_sim.batch_of(n) < first]
-        expected = int(np.sqrt(max(below) * first)) if below else 1
-    assert batch_sim.tune_cutoff(sizes, specrl.StaticController(6), 1) == expected
+    assert batch_sim.tune_cutoff(sizes, deep, 1) == batch_sim.cutoff_from(vs_plain)
     assert batch_sim.with_cutoff({"ppo": plain}, None) == {"ppo": plain}
     assert batch_sim.with_cutoff({"ppo": plain}, 4)["ppo+cutoff"].max_batch == 4
