@@ -201,6 +201,9 @@ SECTIONS = (
         "python experiments/batch_fidelity.py --out results/batch/fidelity_v3; "
         "python experiments/batch_real.py --policy specrl/policies/batch --scenarios batch_64 --static 1 2 "
         "--only plain schedule static:1 static:2 ppo --repeats 5 --out results/batch/real_b64_static; "
+        "python experiments/label_horizon.py; with the policy retrained on this machine's file: "
+        "python experiments/batch_real.py --policy specrl/policies/batch --only plain schedule ppo "
+        "ppo+cutoff --repeats 2 --out results/batch/real_cutoff; "
         "and for seeds 1 and 2: "
         "python experiments/train_batch.py --seed 1 --out runs/batch_policy_seed1; "
         "python experiments/batch_sim.py --policy runs/batch_policy_seed1 "
@@ -215,7 +218,10 @@ SECTIONS = (
             "results/batch/real_b64.md",
             "results/batch/fidelity_v3.md",
             "results/batch/real_b64_static.md",
+            "results/batch/labels.md",
+            "results/batch/real_cutoff.md",
             "results/batch/batch.png",
+            "results/batch/real_cutoff.png",
             "results/batch/real.png",
             "results/batch/batch.json",
             "results/batch/sim.json",
@@ -223,6 +229,8 @@ SECTIONS = (
             "results/batch/fidelity.json",
             "results/batch/fidelity_v3.json",
             "results/batch/real_b64_static.json",
+            "results/batch/labels.json",
+            "results/batch/real_cutoff.json",
         ),
         "results/notes/batch.md",
     ),
