@@ -64,6 +64,11 @@ def throughput(env: BatchReplayEnv, controller, episodes: int) -> float:
     return rates_by_batch(env, controller, episodes)[0]
 
 
+def rate_at(lam: dict[int, float], env: BatchReplayEnv) -> float:
+    """lam[B] at the batch's size now, else over all sizes (key 0)."""
+    return lam.get(len(env.active), lam[0])
+
+
 class OneStepOracle:
     """Knows the next step's outcome for every k (``env.preview``); takes the k that maximises
     tokens - lam[B] * seconds, lam[B] the throughput at the batch's size B (a batch of one row
@@ -80,7 +85,7 @@ class OneStepOracle:
         worth (the gain of an action is tokens - lam[B] * seconds; the unit is lam[B] times a plain
         step's seconds). A tau never helps the oracle, which knows the outcomes, but its regret is
         what a controller that sees only the past pays or saves with a cut."""
-        lam = self.lam.get(len(self.env.active), self.lam[0])
+        lam = rate_at(self.lam, self.env)
         priced = np.array(
             [[self.env.preview(k, tau) for tau in taus] for k in range(self.env.scenario.k_max + 1)]
         )  # (k, tau, [tokens, seconds])
@@ -127,7 +132,7 @@ class RolloutOracle:
     def regrets(self, taus: tuple[float, ...] = (0.0,)) -> np.ndarray:
         """For every (k, tau): how much less than the best the next ``horizon`` steps gain, in
         plain steps' worth (lam[B] times a plain step's seconds now), as :meth:`OneStepOracle.regrets`."""
-        lam = self.lam.get(len(self.env.active), self.lam[0])
+        lam = rate_at(self.lam, self.env)
         ks = range(self.env.scenario.k_max + 1)
         gains = np.array([[self._gain(specrl.Action(k, tau), lam) for tau in taus] for k in ks])
         return (gains.max() - gains) / (lam * self.env.preview(0)[1])

@@ -136,6 +136,10 @@ class Validation(BaseCallback):
         self.plain = {name: throughput(envs[name], plain, episodes) for name in FIXED if name in envs}
         self.best, self.best_rank, self.history = -np.inf, (False, -np.inf), []
 
+    def vs_plain(self, ratios: dict[str, float]) -> dict[str, float]:
+        """Ratios to the schedule -> throughput over plain decoding's, at the fixed batch sizes."""
+        return {name: ratios[name] * self.reference[name] / plain for name, plain in self.plain.items()}
+
     @staticmethod
     def rank(score: float, worst_vs_plain: float) -> tuple[bool, float]:
         """Checkpoints that keep the floor by their score, ahead of those that do not, by their worst."""
@@ -149,17 +153,14 @@ class Validation(BaseCallback):
             name: throughput(env, controller, self.episodes) / self.reference[name]
             for name, env in self.envs.items()
         }
-        vs_plain = {name: ratios[name] * self.reference[name] / plain for name, plain in self.plain.items()}
-        cutoff = cutoff_from({batch_of(name): ratio for name, ratio in vs_plain.items()})
+        cutoff = cutoff_from({batch_of(name): ratio for name, ratio in self.vs_plain(ratios).items()})
         if cutoff is not None:  # scored as it serves: switched off where it is slower than plain
             switched = BatchCutoffController(controller, cutoff)
             ratios = {
                 name: throughput(env, switched, self.episodes) / self.reference[name]
                 for name, env in self.envs.items()
             }
-            vs_plain = {
-                name: ratios[name] * self.reference[name] / plain for name, plain in self.plain.items()
-            }
+        vs_plain = self.vs_plain(ratios)
         score = float(np.exp(np.mean(np.log(list(ratios.values())))))  # geometric mean over scenarios
         worst = min(vs_plain.values(), default=np.inf)
         for name, ratio in ratios.items():
