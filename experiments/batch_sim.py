@@ -115,8 +115,8 @@ class RolloutOracle:
     leaves its rows at different lengths for the rest of their lives: the grid carries the holes
     of the rows that accepted less (``specrl.envs.slot_grid``), and rows that no longer finish
     together join the batch one admission at a time, each copying the whole grid. At 64 rows,
-    one step of k = 1 amid plain decoding gains about what plain would over the step itself, and
-    loses several plain steps' worth by the episode's end (``results/batch/labels.md``, by
+    one step of k = 1 amid plain decoding gains more than plain over the step itself, and loses
+    several plain steps' worth by the episode's end (``results/batch/labels.md``, by
     ``experiments/label_horizon.py``). The one-step oracle never sees that. ``continuation``
     must act on the observation alone (a static k, a schedule, a policy), as every fork shares it."""
 
