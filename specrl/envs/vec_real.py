@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 import gymnasium as gym
+import torch
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from specrl.acceptance import AcceptancePredictor
@@ -42,9 +43,16 @@ class EpisodeCounts(gym.Wrapper):
 
 
 def make_real_env(
-    scenario: Scenario, split: str, latency: LatencyModel | None, predictor: AcceptancePredictor | None
+    scenario: Scenario,
+    split: str,
+    latency: LatencyModel | None,
+    predictor: AcceptancePredictor | None,
+    threads: int | None = None,
 ) -> gym.Env:
-    """One real-loop env (it loads the scenario's pair: once per process)."""
+    """One real-loop env (it loads the scenario's pair: once per process), its process held to
+    ``threads`` torch threads if given."""
+    if threads is not None:
+        torch.set_num_threads(threads)
     return EpisodeCounts(SpecDecodeEnv(scenario, split=split, latency=latency, predictor=predictor))
 
 
@@ -58,9 +66,12 @@ def real_loop_vec_env(
     subprocesses: bool = True,
 ) -> VecEnv:
     """``envs_per_scenario[i]`` real-loop envs of ``scenarios[i]``, in order, on ``split``'s prompts;
-    in a ``SubprocVecEnv`` (one process each) or, without ``subprocesses``, a ``DummyVecEnv``."""
+    in a ``SubprocVecEnv`` (one process each, each with this process's torch threads: as many
+    processes each on every core would oversubscribe them, and a forward's float sums depend on
+    its threads) or, without ``subprocesses``, a ``DummyVecEnv``."""
+    threads = torch.get_num_threads() if subprocesses else None
     makers: list[Callable[[], gym.Env]] = [
-        partial(make_real_env, scenario, split, latency, predictor)
+        partial(make_real_env, scenario, split, latency, predictor, threads)
         for scenario, count in zip(scenarios, envs_per_scenario, strict=True)
         for _ in range(count)
     ]
