@@ -77,6 +77,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--repeats", type=int, default=2, help="interleaved repeats per controller")
     parser.add_argument(
+        "--fixed-repeats",
+        type=int,
+        help="repeats of the fixed-batch scenarios (default: --repeats); they run in seconds, so more "
+        "repeats buy them a steadier median cheaply",
+    )
+    parser.add_argument(
         "--episodes", type=int, default=3, help="simulator episodes (tuning and the sim column)"
     )
     parser.add_argument("--policy", help="an exported policy folder to compare too")
@@ -149,8 +155,12 @@ def main(argv: list[str] | None = None) -> dict:
         measured: dict[str, list[float]] = {label: [] for label in roster}
         outputs: dict[str, list[list[int]]] = {}
         traces: dict[str, dict] = {}
-        for repeat in range(args.repeats):
-            for label, controller in tqdm(roster.items(), desc=f"{name}, repeat {repeat + 1}/{args.repeats}"):
+        repeats = args.repeats if spec.serving or args.fixed_repeats is None else args.fixed_repeats
+        for repeat in range(repeats):
+            # every other repeat runs the roster backwards, so a drift of the machine's speed
+            # within a repeat favours no controller
+            order = list(roster.items())[:: 1 if repeat % 2 == 0 else -1]
+            for label, controller in tqdm(order, desc=f"{name}, repeat {repeat + 1}/{repeats}"):
                 run = serve_continuous(pair, controller, requests, capacity, budget, sampling, seed=repeat)
                 measured[label].append(run.tokens_per_s)
                 outputs.setdefault(label, run.outputs)
@@ -165,6 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "requests": len(requests),
                 "max_new_tokens": budget,
             },
+            "repeats": repeats,
             "tokens_per_s": measured,
             "median_tokens_per_s": {label: statistics.median(v) for label, v in measured.items()},
             "ratio_vs_schedule": ratios,
@@ -197,11 +208,12 @@ def markdown(report: dict, picture: str) -> str:
     lines = [
         "# Batch-aware control in the real loop (continuous batching, test prompts)",
         "",
-        f"Tokens per busy second, median over {report['repeats']} interleaved repeats, with the embedded "
-        "pair's real decoding loop; requests arrive on the batch's own clock (its measured work, prefill "
-        "included) and join the batch when a row is free. Ratios are medians of the ratios within a "
-        "repeat; `sim` is the batch simulator on the same scenario's test traces. The schedule was "
-        f"tuned on validation in the simulator: best k per batch size {report['best_k_validation']} -> "
+        f"Tokens per busy second, median over {_repeats(report)} interleaved repeats (every other one "
+        "runs the controllers in reverse order), with the embedded pair's real decoding loop; requests "
+        "arrive on the batch's own clock (its measured work, prefill included) and join the batch when "
+        "a row is free. Ratios are medians of the ratios within a repeat; `sim` is the batch simulator "
+        "on the same scenario's test traces. The schedule was tuned on validation "
+        f"in the simulator: best k per batch size {report['best_k_validation']} -> "
         f"`{report['schedule']}`.{cutoff_sentence(report)}",
         "",
     ]
@@ -237,6 +249,18 @@ def markdown(report: dict, picture: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _repeats(report: dict) -> str:
+    """The report's repeats: "2", or "4 (serving) and 8 (fixed batches)"."""
+    by_kind: dict[bool, set[int]] = {True: set(), False: set()}
+    for row in report["rows"].values():
+        by_kind[row["batch"]["serving"]].add(row.get("repeats", report["repeats"]))
+    every = by_kind[True] | by_kind[False]
+    if len(every) == 1:
+        return str(every.pop())
+    serving, fixed = ("/".join(map(str, sorted(by_kind[kind]))) for kind in (True, False))
+    return f"{serving} (serving) and {fixed} (fixed batches)"
 
 
 def _ratio(row: dict, key: str, label: str) -> str:

@@ -415,3 +415,22 @@ def test_the_cutoff_switches_any_controller_off_above_its_batch_size_and_is_tune
     assert batch_sim.tune_cutoff(sizes, deep, 1) == batch_sim.cutoff_from(vs_plain)
     assert batch_sim.with_cutoff({"ppo": plain}, None) == {"ppo": plain}
     assert batch_sim.with_cutoff({"ppo": plain}, 4)["ppo+cutoff"].max_batch == 4
+
+
+def test_batch_real_report_names_each_kind_of_repeats():
+    """batch_real.py's page says how many repeats each kind of scenario had (fixed batches may get
+    more, --fixed-repeats), and one number when they all had the same."""
+    batch_real = load_script("batch_real")
+
+    def report(serving: int, fixed: int) -> dict:
+        rows = {"serving": {"batch": {"serving": True}, "repeats": serving}}
+        rows["batch_4"] = {"batch": {"serving": False}, "repeats": fixed}
+        return {"rows": rows, "repeats": serving}
+
+    assert batch_real._repeats(report(3, 3)) == "3"
+    assert batch_real._repeats(report(3, 8)) == "3 (serving) and 8 (fixed batches)"
+    only_fixed = {"rows": {"batch_4": {"batch": {"serving": False}, "repeats": 8}}, "repeats": 3}
+    assert batch_real._repeats(only_fixed) == "8"
+    old = {"rows": {"batch_4": {"batch": {"serving": False}}}, "repeats": 2}  # a page from before
+    assert batch_real._repeats(old) == "2"
+    assert batch_real.parse_args(["--fixed-repeats", "8"]).fixed_repeats == 8
