@@ -21,13 +21,17 @@ same scenario (``batch_sim.py``'s episodes).
         --repeats 1 --episodes 1 --out /tmp/real                            # a smoke run
     python experiments/batch_real.py --policy specrl/policies/batch --scenarios batch_64 --static 1 2 \
         --only plain schedule static:1 static:2 ppo --repeats 5 --out results/batch/real_b64_static
+    python experiments/batch_real.py --policy runs/batch_seed0 runs/batch_seed1 runs/batch_seed2 \
+        --only ppo+cutoff --out results/batch/real_seeds    # training seeds side by side, one run
+
+With several policies (training seeds, say) their rows are ``ppo:FOLDER`` and ``ppo:FOLDER+cutoff``,
+each with its own cut-off; ``--only ppo`` or ``ppo+cutoff`` picks that row of every policy.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -36,18 +40,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from batch_sim import (  # noqa: E402
-    FIXED,
-    SERVING,
-    cutoff_sentence,
-    throughput,
-    tune_cutoff,
-    tune_schedule,
-    with_cutoff,
-)
-
 import specrl  # noqa: E402
+from specrl.batch_control import FIXED, SERVING, throughput, tune_cutoff, tune_schedule, with_cutoff  # noqa: E402
+from specrl.batch_control.tuning import cutoff_sentence  # noqa: E402
 from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E402
 from specrl.engine.sampling import SamplingConfig  # noqa: E402
 from specrl.envs import load_scenario  # noqa: E402
@@ -85,7 +80,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--episodes", type=int, default=3, help="simulator episodes (tuning and the sim column)"
     )
-    parser.add_argument("--policy", help="an exported policy folder to compare too")
+    parser.add_argument(
+        "--policy", nargs="+", default=[], metavar="FOLDER", help="exported policy folders to compare too"
+    )
     parser.add_argument(
         "--static", nargs="*", type=int, default=[], metavar="K", help="static-k rows to add (static:K)"
     )
@@ -97,22 +94,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", default=str(REPO / "results" / "batch" / "real"), help="output stem")
     args = parser.parse_args(argv)
+    names = [Path(folder).name for folder in args.policy]
+    if len(set(names)) < len(names):
+        parser.error(f"--policy: the folders' names label the rows, so they must differ: {names}")
     if args.only is not None:
         known = {"plain", "schedule", "tcp", "hf-heuristic", *(f"static:{k}" for k in args.static)}
-        known |= {"ppo", "ppo+cutoff"} if args.policy else set()
+        labels = policy_labels(args.policy)
+        known |= {"ppo", "ppo+cutoff", *labels, *(f"{label}+cutoff" for label in labels)} if labels else set()
         unknown = sorted(set(args.only) - known)
         if unknown:
             parser.error(f"--only {' '.join(unknown)}: no such row; the rows are {sorted(known)}")
     return args
 
 
+def policy_labels(folders: list[str]) -> list[str]:
+    """Row labels of the policies: ``ppo`` for one, ``ppo:FOLDER`` (its folder's name) for several."""
+    if len(folders) == 1:
+        return ["ppo"]
+    return [f"ppo:{Path(folder).name}" for folder in folders]
+
+
+def chosen_row(label: str, only: list[str]) -> bool:
+    """Whether ``--only`` picks ``label``: by name, or ``ppo`` / ``ppo+cutoff`` for every policy's."""
+    generic = "ppo+cutoff" if label.endswith("+cutoff") else "ppo"
+    return label in {"plain", "schedule", *only} or (label.startswith("ppo:") and generic in only)
+
+
 def controllers(
     schedule: dict[int, int],
-    policy: specrl.LearnedController | None,
-    cutoff: int | None = None,
+    policies: dict[str, specrl.LearnedController],
+    cutoffs: dict[str, int | None],
     statics: list[int] = (),
     only: list[str] | None = None,
 ) -> dict:
+    """The roster: plain, the schedule, the rules, static k, and each policy (label -> controller)
+    with and, where it has a cut-off, without speculation above it."""
     chosen = {
         "plain": specrl.StaticController(0),
         "schedule": BatchScheduleController(schedule),
@@ -120,10 +136,10 @@ def controllers(
         "hf-heuristic": specrl.HFHeuristicController(),
         **{f"static:{k}": specrl.StaticController(k) for k in statics},
     }
-    if policy:
-        chosen = with_cutoff({**chosen, "ppo": policy}, cutoff)
+    for label, policy in policies.items():
+        chosen = with_cutoff({**chosen, label: policy}, cutoffs[label], label)
     if only is not None:
-        chosen = {label: c for label, c in chosen.items() if label in {"plain", "schedule", *only}}
+        chosen = {label: c for label, c in chosen.items() if chosen_row(label, only)}
     return chosen
 
 
@@ -137,9 +153,12 @@ def main(argv: list[str] | None = None) -> dict:
     }
     best_k, schedule = tune_schedule(validation, args.episodes)
     print(f"schedule tuned on validation (simulator): {schedule}", flush=True)
-    policy = specrl.LearnedController.load(args.policy) if args.policy else None
-    cutoff = tune_cutoff(validation, policy, args.episodes) if policy else None
-    roster = controllers(schedule, policy, cutoff, args.static, args.only)
+    policies = {
+        label: specrl.LearnedController.load(folder)
+        for label, folder in zip(policy_labels(args.policy), args.policy, strict=True)
+    }
+    cutoffs = {label: tune_cutoff(validation, policy, args.episodes) for label, policy in policies.items()}
+    roster = controllers(schedule, policies, cutoffs, args.static, args.only)
 
     rows = {}
     for name in args.scenarios:
@@ -190,9 +209,9 @@ def main(argv: list[str] | None = None) -> dict:
         "rows": rows,
         "schedule": schedule,
         "best_k_validation": best_k,
-        "cutoff": cutoff,
+        "cutoffs": cutoffs,
         "repeats": args.repeats,
-        "policy": args.policy,
+        "policy": args.policy[0] if len(args.policy) == 1 else args.policy,
         **result_origin(pair),
     }
     out = Path(args.out)

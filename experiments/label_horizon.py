@@ -16,16 +16,20 @@ a short look-ahead teaches the wrong k.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from batch_sim import FIXED, SERVING, RolloutOracle, rates_by_batch, throughput, tune_schedule  # noqa: E402
-
 import specrl  # noqa: E402
+from specrl.batch_control import (
+    FIXED,
+    SERVING,
+    RolloutOracle,
+    rates_by_batch,
+    throughput,
+    tune_schedule,
+)
 from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E402
 from specrl.envs import load_scenario  # noqa: E402
 from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency  # noqa: E402

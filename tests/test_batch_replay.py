@@ -15,6 +15,8 @@ from conftest import load_script
 from gymnasium.utils.env_checker import check_env
 
 import specrl.envs  # noqa: F401 - registers the envs
+from specrl import batch_control
+from specrl.batch_control import imitation
 from specrl.envs.batch_replay import BatchReplayEnv, arrival_times
 from specrl.envs.scenario import BatchSpec, Scenario, ScenarioError
 from specrl.latency import LatencyError, LatencyModel
@@ -262,25 +264,23 @@ def test_the_batch_size_schedule_reads_the_batch_from_the_observation_and_is_tun
 def test_the_one_step_oracle_takes_the_k_of_least_regret_and_beats_every_static_k():
     """batch_sim.py's clairvoyant: each step's k is the one whose previewed gain is highest, so its
     regret is 0; knowing the outcomes, it emits faster than any static k at a batch of one."""
-    batch_sim = load_script("batch_sim")
     env = BatchReplayEnv(scenario(size=1, requests=6), latency=synthetic_latency(), split="validation")
     static = {
-        k: batch_sim.throughput(env, specrl.StaticController(k), 2) for k in range(env.scenario.k_max + 1)
+        k: batch_control.throughput(env, specrl.StaticController(k), 2) for k in range(env.scenario.k_max + 1)
     }
     best = max(static, key=static.get)
     env.reset(seed=0)
-    oracle = batch_sim.OneStepOracle(env, {0: static[best]})
+    oracle = batch_control.OneStepOracle(env, {0: static[best]})
     regrets = oracle.regrets((0.0, 0.5))
     assert regrets.shape == (env.scenario.k_max + 1, 2) and regrets.min() == 0.0
     assert oracle.act(None).k == int(regrets[:, 0].argmin())
-    assert batch_sim.clairvoyant(env, specrl.StaticController(best), 2) > static[best]
+    assert batch_control.clairvoyant(env, specrl.StaticController(best), 2) > static[best]
 
 
 def test_checkpoint_selection_puts_the_plain_floor_before_the_score():
     """train_batch.py keeps a checkpoint slower than plain decoding at some fixed batch size only if
     no checkpoint keeps the floor, however well it scores against the schedule."""
-    train_batch = load_script("train_batch")
-    rank, floor = train_batch.Validation.rank, train_batch.PLAIN_FLOOR
+    rank, floor = imitation.Validation.rank, imitation.PLAIN_FLOOR
     assert rank(1.00, floor) > rank(1.30, floor - 0.01)  # the floor first
     assert rank(1.10, 1.00) > rank(1.05, 1.20)  # then the score
     assert rank(0.90, floor - 0.01) > rank(1.20, floor - 0.05)  # below it, the least bad worst size
@@ -312,16 +312,15 @@ def test_a_fork_plays_on_without_moving_the_episode():
 def test_the_rollout_oracle_prices_each_k_by_the_steps_that_follow_it():
     """train_batch.py's labels: over one step they are the one-step oracle's; over a horizon, each
     k's gain is what a fork taking k and then the continuation plays, and the episode stays put."""
-    batch_sim = load_script("batch_sim")
     env = BatchReplayEnv(scenario(size=4, requests=8), latency=synthetic_latency(), split="validation")
     env.reset(seed=0)
     env.step(np.array([2, 0]))
     lam = {0: 30.0}
-    one_step = batch_sim.OneStepOracle(env, lam).regrets((0.0, 0.5))
+    one_step = batch_control.OneStepOracle(env, lam).regrets((0.0, 0.5))
     plain = specrl.StaticController(0)
-    assert np.allclose(batch_sim.RolloutOracle(env, lam, plain, 1).regrets((0.0, 0.5)), one_step)
+    assert np.allclose(batch_control.RolloutOracle(env, lam, plain, 1).regrets((0.0, 0.5)), one_step)
     positions = [row.position for row in env.active]
-    regrets = batch_sim.RolloutOracle(env, lam, plain, 200).regrets()
+    regrets = batch_control.RolloutOracle(env, lam, plain, 200).regrets()
     assert [row.position for row in env.active] == positions
     gains, prefills = [], 0.0
     for k in range(env.scenario.k_max + 1):
@@ -339,11 +338,11 @@ def test_the_rollout_oracle_prices_each_k_by_the_steps_that_follow_it():
     assert np.allclose(regrets[:, 0], expected) and regrets.min() == 0.0
     assert not np.allclose(regrets[:, 0], one_step[:, 0])  # looking ahead changes the labels
     with pytest.raises(ValueError, match="horizon must be at least 1"):
-        batch_sim.RolloutOracle(env, lam, plain, 0)
+        batch_control.RolloutOracle(env, lam, plain, 0)
 
 
 def test_imitation_fits_the_policy_to_the_labels_of_the_run_that_follows():
-    """train_batch.imitate: labels one state in ``every`` by the rollout oracle over the schedule and
+    """imitation.imitate: labels one state in ``every`` by the rollout oracle over the schedule and
     fits the policy to them; after a round its expected-regret fit does at least as well as the best
     single k on the states it saw, and a second round (following the policy) adds its states."""
     from stable_baselines3 import PPO
@@ -351,15 +350,13 @@ def test_imitation_fits_the_policy_to_the_labels_of_the_run_that_follows():
 
     from specrl.controllers.batch_schedule import BatchScheduleController
 
-    train_batch = load_script("train_batch")
-
     def make():
         return BatchReplayEnv(scenario(size=4, requests=6), latency=synthetic_latency(), split="validation")
 
     venv = VecNormalize(DummyVecEnv([make]), norm_reward=False)
     model = PPO("MlpPolicy", venv, n_steps=64, batch_size=64, seed=0, verbose=0)
     envs = {"batch_4": make()}
-    fits = train_batch.imitate(
+    fits = imitation.imitate(
         model, venv, envs, BatchScheduleController({4: 2}), rounds=2, episodes=1, seed=0, horizon=8, every=3
     )
     assert len(fits) == 2 and fits[1]["states"] > fits[0]["states"] > 0
@@ -370,7 +367,7 @@ def test_imitation_fits_the_policy_to_the_labels_of_the_run_that_follows():
 
 def test_the_cutoff_switches_any_controller_off_above_its_batch_size_and_is_tuned_on_validation():
     """BatchCutoffController: the controller's action up to max_batch rows, plain decoding above, and
-    every outcome still observed; batch_sim.tune_cutoff ends speculation where it stops paying."""
+    every outcome still observed; batch_control.tune_cutoff ends speculation where it stops paying."""
     from specrl.controllers.batch_schedule import BatchCutoffController
     from specrl.features import FeatureTracker, GenerationSettings
 
@@ -395,7 +392,6 @@ def test_the_cutoff_switches_any_controller_off_above_its_batch_size_and_is_tune
     with pytest.raises(ValueError, match="max_batch is the largest batch"):
         BatchCutoffController(inner, 0)
 
-    batch_sim = load_script("batch_sim")
     sizes = {
         name: BatchReplayEnv(
             scenario(size=size, requests=size), latency=synthetic_latency(), split="validation"
@@ -403,18 +399,18 @@ def test_the_cutoff_switches_any_controller_off_above_its_batch_size_and_is_tune
         for name, size in (("batch_1", 1), ("batch_4", 4), ("batch_16", 16))
     }
     plain = specrl.StaticController(0)
-    assert batch_sim.tune_cutoff(sizes, plain, 1) is None  # never slower than itself
-    assert batch_sim.cutoff_from({1: 1.3, 4: 1.1, 16: 0.97, 64: 0.9}) == 8  # between 4 and 16
-    assert batch_sim.cutoff_from({1: 1.3, 4: 1.1, 16: 1.0, 64: 0.99}) == 32
-    assert batch_sim.cutoff_from({4: 0.9, 1: 0.8}) == 1 and batch_sim.cutoff_from({1: 1.0}) is None
+    assert batch_control.tune_cutoff(sizes, plain, 1) is None  # never slower than itself
+    assert batch_control.cutoff_from({1: 1.3, 4: 1.1, 16: 0.97, 64: 0.9}) == 8  # between 4 and 16
+    assert batch_control.cutoff_from({1: 1.3, 4: 1.1, 16: 1.0, 64: 0.99}) == 32
+    assert batch_control.cutoff_from({4: 0.9, 1: 0.8}) == 1 and batch_control.cutoff_from({1: 1.0}) is None
     deep = specrl.StaticController(8)
+    throughput = batch_control.throughput
     vs_plain = {
-        batch_sim.batch_of(n): batch_sim.throughput(e, deep, 1) / batch_sim.throughput(e, plain, 1)
-        for n, e in sizes.items()
+        batch_control.batch_of(n): throughput(e, deep, 1) / throughput(e, plain, 1) for n, e in sizes.items()
     }
-    assert batch_sim.tune_cutoff(sizes, deep, 1) == batch_sim.cutoff_from(vs_plain)
-    assert batch_sim.with_cutoff({"ppo": plain}, None) == {"ppo": plain}
-    assert batch_sim.with_cutoff({"ppo": plain}, 4)["ppo+cutoff"].max_batch == 4
+    assert batch_control.tune_cutoff(sizes, deep, 1) == batch_control.cutoff_from(vs_plain)
+    assert batch_control.with_cutoff({"ppo": plain}, None) == {"ppo": plain}
+    assert batch_control.with_cutoff({"ppo": plain}, 4)["ppo+cutoff"].max_batch == 4
 
 
 def test_batch_real_report_names_each_kind_of_repeats():
@@ -434,3 +430,46 @@ def test_batch_real_report_names_each_kind_of_repeats():
     old = {"rows": {"batch_4": {"batch": {"serving": False}}}, "repeats": 2}  # a page from before
     assert batch_real._repeats(old) == "2"
     assert batch_real.parse_args(["--fixed-repeats", "8"]).fixed_repeats == 8
+
+
+def test_batch_real_puts_several_policies_side_by_side_each_with_its_own_cutoff():
+    """batch_real.py --policy A B: rows ppo:A, ppo:A+cutoff, ppo:B (no cut-off: never slower than
+    plain), and --only ppo+cutoff picks every policy's switched row; one policy keeps the row name
+    ppo; folders of the same name are refused (they label the rows)."""
+    batch_real = load_script("batch_real")
+    assert batch_real.policy_labels(["specrl/policies/batch"]) == ["ppo"]
+    assert batch_real.policy_labels(["runs/seed0", "runs/seed1"]) == ["ppo:seed0", "ppo:seed1"]
+    policies = {"ppo:seed0": specrl.StaticController(3), "ppo:seed1": specrl.StaticController(1)}
+    cutoffs = {"ppo:seed0": 8, "ppo:seed1": None}
+    roster = batch_real.controllers({4: 2}, policies, cutoffs)
+    assert list(roster)[-3:] == ["ppo:seed0", "ppo:seed0+cutoff", "ppo:seed1"]
+    assert (
+        roster["ppo:seed0+cutoff"].max_batch == 8
+        and roster["ppo:seed0+cutoff"].controller is policies["ppo:seed0"]
+    )
+    switched = batch_real.controllers(
+        {4: 2}, policies, {"ppo:seed0": 8, "ppo:seed1": 16}, only=["ppo+cutoff"]
+    )
+    assert list(switched) == ["plain", "schedule", "ppo:seed0+cutoff", "ppo:seed1+cutoff"]
+    assert list(batch_real.controllers({4: 2}, policies, cutoffs, only=["ppo:seed1"])) == [
+        "plain",
+        "schedule",
+        "ppo:seed1",
+    ]
+    assert batch_real.parse_args(["--policy", "a/x", "b/y", "--only", "ppo:y+cutoff"]).policy == [
+        "a/x",
+        "b/y",
+    ]
+    with pytest.raises(SystemExit):
+        batch_real.parse_args(["--policy", "a/seed", "b/seed"])
+    with pytest.raises(SystemExit):
+        batch_real.parse_args(["--policy", "a/x", "--only", "ppo:x"])  # one policy's row is "ppo"
+
+    several = {"cutoffs": {"ppo:seed0": 8, "ppo:seed1": None}}
+    assert batch_control.tuning.report_cutoffs(several) == {"ppo:seed0": 8}
+    assert "`ppo:seed0+cutoff` above 8 rows" in batch_control.tuning.cutoff_sentence(several)
+    assert batch_control.tuning.report_cutoffs({"cutoff": 32}) == {"ppo": 32}  # a page of one policy
+    assert "`ppo+cutoff` is the policy with speculation off above 32 rows" in (
+        batch_control.tuning.cutoff_sentence({"cutoffs": {"ppo": 32}})
+    )
+    assert batch_control.tuning.cutoff_sentence({"cutoff": None}) == ""

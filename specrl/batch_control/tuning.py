@@ -1,0 +1,120 @@
+"""The batch-size rules a serving engineer tunes, and what they are measured with: throughput in
+the batch simulator, the vLLM / TensorRT-LLM schedule (the best k at each fixed batch size, on
+**validation**) and the switch that ends speculation above a batch size (vLLM's
+``speculative_disable_by_batch_size``), tuned the same way for any controller.
+
+``experiments/batch_sim.py``, ``batch_real.py``, ``train_batch.py`` and ``label_horizon.py`` all
+tune and score with these, so the schedule and the cut-off mean the same thing in every table.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tqdm.auto import tqdm
+
+from specrl.controllers.batch_schedule import BatchCutoffController, schedule_from_best_k
+from specrl.controllers.static import StaticController
+from specrl.envs.batch_replay import BatchReplayEnv
+from specrl.envs.scenario import load_scenario
+
+#: The fixed-batch scenarios the schedule and the cut-off are tuned on, smallest first.
+FIXED = ["batch_1", "batch_4", "batch_16", "batch_64"]
+#: The scenarios whose load varies (continuous batching with arrivals).
+SERVING = ["serving"]
+
+
+def rates_by_batch(env: BatchReplayEnv, controller, episodes: int, prefill: bool = True) -> dict[int, float]:
+    """Tokens over seconds at each batch size a controller's episodes met (key 0: over all); the
+    seconds of the steps alone if not ``prefill``."""
+    tokens: dict[int, float] = {}
+    seconds: dict[int, float] = {}
+    for seed in range(episodes):
+        observation, _ = env.reset(seed=seed)
+        controller.reset()
+        done = False
+        while not done:
+            observation, _, done, _, info = env.step(controller.act(observation))
+            controller.observe(info["step_result"])
+            spent = info["seconds"] - (0.0 if prefill else info["prefill_seconds"])
+            for size in (0, info["batch_size"]):
+                tokens[size] = tokens.get(size, 0.0) + info["tokens"]
+                seconds[size] = seconds.get(size, 0.0) + spent
+    return {size: tokens[size] / seconds[size] for size in tokens}
+
+
+def throughput(env: BatchReplayEnv, controller, episodes: int) -> float:
+    """Tokens over busy seconds, summed over episodes with seeds 0..episodes-1."""
+    return rates_by_batch(env, controller, episodes)[0]
+
+
+def batch_of(name: str) -> int:
+    return load_scenario(name).batch.size
+
+
+def tune_schedule(envs: dict[str, BatchReplayEnv], episodes: int) -> tuple[dict[int, int], dict[int, int]]:
+    """The batch-size schedule as a serving engineer tunes it: at each fixed batch (scenario name
+    -> its validation env), the k of the highest throughput; returns (best k by batch size, schedule)."""
+    best_k = {}
+    for name, env in tqdm(envs.items(), desc="tune the schedule (validation)"):
+        speeds = {k: throughput(env, StaticController(k), episodes) for k in range(env.scenario.k_max + 1)}
+        best_k[batch_of(name)] = max(speeds, key=speeds.get)
+    return best_k, schedule_from_best_k(best_k)
+
+
+def tune_cutoff(envs: dict[str, BatchReplayEnv], controller, episodes: int) -> int | None:
+    """The cut-off of :class:`BatchCutoffController` for ``controller``, tuned on validation like
+    the schedule: :func:`cutoff_from` its throughput over plain decoding's at each fixed batch
+    (scenario name -> its validation env)."""
+    plain = StaticController(0)
+    return cutoff_from(
+        {
+            batch_of(name): throughput(env, controller, episodes) / throughput(env, plain, episodes)
+            for name, env in envs.items()
+        }
+    )
+
+
+def cutoff_from(vs_plain: dict[int, float]) -> int | None:
+    """Batch size -> a controller's throughput over plain decoding's: in order of size, the first
+    size where it is slower ends its speculation at the geometric middle between that size and
+    the one before (1 if it is the smallest); None if it is never slower."""
+    previous = None
+    for size in sorted(vs_plain):
+        if vs_plain[size] < 1.0:
+            return math.isqrt(previous * size) if previous else 1
+        previous = size
+    return None
+
+
+def with_cutoff(roster: dict, cutoff: int | None, label: str = "ppo") -> dict:
+    """``roster`` with ``LABEL+cutoff``, the controller ``label`` switched off above ``cutoff`` rows,
+    if both exist."""
+    if label not in roster or cutoff is None:
+        return roster
+    return {**roster, f"{label}+cutoff": BatchCutoffController(roster[label], cutoff)}
+
+
+def report_cutoffs(report: dict) -> dict[str, int]:
+    """A report's tuned cut-offs by policy label: ``cutoffs`` (several policies), or the one policy's
+    ``cutoff`` as ``ppo``'s (the reports of one policy, older ones too); policies never slower than
+    plain decoding have none."""
+    cutoffs = report.get("cutoffs") or {"ppo": report.get("cutoff")}
+    return {label: cutoff for label, cutoff in cutoffs.items() if cutoff is not None}
+
+
+def cutoff_sentence(report: dict) -> str:
+    """How the ``+cutoff`` rows were made, if the report has them."""
+    cutoffs = report_cutoffs(report)
+    if not cutoffs:
+        return ""
+    if list(cutoffs) == ["ppo"]:
+        switched = f"`ppo+cutoff` is the policy with speculation off above {cutoffs['ppo']} rows"
+    else:
+        each = ", ".join(f"`{label}+cutoff` above {cutoff} rows" for label, cutoff in cutoffs.items())
+        switched = f"The `+cutoff` rows are each policy with speculation off above a batch size ({each})"
+    return (
+        f" {switched} (vLLM's `speculative_disable_by_batch_size`), the cut-off tuned on validation: "
+        "between the last fixed batch size where the policy beats plain decoding and the first where "
+        "it does not."
+    )
