@@ -1,6 +1,6 @@
 """How far an imitation label must look: the regret of every k, played out over 1 to all steps.
 
-``train_batch.py`` labels the states it visits with ``batch_sim.RolloutOracle``: each k is taken
+``train_batch.py`` labels the states it visits with ``specrl.batch_control.RolloutOracle``: each k is taken
 on a fork of the episode, then the schedule (tuned on validation) plays on, and the k's regret is
 how much less than the best k that run gains (tokens - lam x seconds, prefill included, in plain
 steps' worth). This script follows the schedule through one validation episode per scenario,
@@ -111,8 +111,8 @@ def markdown(report: dict) -> str:
         "Mean regret of each k over the states the schedule visits (one in "
         f"{report['every']}, one episode per scenario, seed 0), in plain steps' worth: each k is "
         f"taken on a fork of the episode, then the schedule `{report['schedule']}` plays the given "
-        "number of steps (`batch_sim.RolloutOracle`). *Policy's k*: the least mean regret, the k a "
-        "causal policy fit to those labels takes where it cannot tell the states apart. The last "
+        "number of steps (`specrl.batch_control.RolloutOracle`). *Policy's k*: the least mean regret, "
+        "the k a causal policy fit to those labels takes where it cannot tell the states apart. The last "
         "row of each scenario is each static k's throughput over plain decoding on the same "
         "episode, and the schedule's.",
         "",

@@ -8,7 +8,7 @@ The policy sees the features of the batch as one step (``batch_size`` among them
 1. **Imitation** (DAgger, ``--imitation-rounds``): one step of policy iteration over the tuned
    batch-size schedule. Every visited state (one in ``--label-every``) is labelled with every
    k's regret over the run that follows it: the k on a fork of the episode, then the schedule
-   for up to ``--label-horizon`` steps (``batch_sim.RolloutOracle``; the default, 1, is the step
+   for up to ``--label-horizon`` steps (``specrl.batch_control.RolloutOracle``; the default, 1, is the step
    alone, what the one-step clairvoyant of ``batch_sim.py`` sees). Round 0 follows the
    schedule; later rounds follow the policy, and the states it reaches are labelled the same
    way. The policy network is fit to every label so far by its expected regret (tau index 0: a
@@ -22,7 +22,7 @@ The policy sees the features of the batch as one step (``batch_size`` among them
 After imitation and every ``--eval-freq`` steps of PPO, the deterministic policy is scored on the
 **validation** traces against the batch-size schedule tuned there (``batch_sim.py``'s tuning), as
 it serves: with speculation switched off above the batch sizes where it is slower than plain
-decoding (``BatchCutoffController``, the cut-off ``batch_sim.cutoff_from`` its ratios at the
+decoding (``BatchCutoffController``, the cut-off ``specrl.batch_control.cutoff_from`` its ratios at the
 fixed sizes; ``batch_sim.py`` and ``batch_real.py`` tune the same cut-off for their
 ``ppo+cutoff`` row). The best checkpoint is exported: the best geometric mean over the scenarios
 among the checkpoints that keep the floor, at least ``PLAIN_FLOOR`` of plain decoding at every
