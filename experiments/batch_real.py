@@ -114,10 +114,15 @@ def policy_labels(folders: list[str]) -> list[str]:
     return [f"ppo:{Path(folder).name}" for folder in folders]
 
 
-def chosen_row(label: str, only: list[str]) -> bool:
-    """Whether ``--only`` picks ``label``: by name, or ``ppo`` / ``ppo+cutoff`` for every policy's."""
-    generic = "ppo+cutoff" if label.endswith("+cutoff") else "ppo"
-    return label in {"plain", "schedule", *only} or (label.startswith("ppo:") and generic in only)
+def chosen_row(label: str, only: list[str], roster: dict) -> bool:
+    """Whether ``--only`` picks ``label``: by name, or ``ppo`` / ``ppo+cutoff`` for every policy's
+    (a policy with no cut-off, never slower than plain decoding, serves as it is: its own row)."""
+    if label in {"plain", "schedule", *only}:
+        return True
+    if label.startswith("ppo:") and ("ppo+cutoff" if label.endswith("+cutoff") else "ppo") in only:
+        return True
+    uncut = label.startswith("ppo") and not label.endswith("+cutoff") and f"{label}+cutoff" not in roster
+    return uncut and ("ppo+cutoff" in only or f"{label}+cutoff" in only)
 
 
 def controllers(
@@ -139,7 +144,7 @@ def controllers(
     for label, policy in policies.items():
         chosen = with_cutoff({**chosen, label: policy}, cutoffs[label], label)
     if only is not None:
-        chosen = {label: c for label, c in chosen.items() if chosen_row(label, only)}
+        chosen = {label: c for label, c in chosen.items() if chosen_row(label, only, chosen)}
     return chosen
 
 

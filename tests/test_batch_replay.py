@@ -451,6 +451,10 @@ def test_batch_real_puts_several_policies_side_by_side_each_with_its_own_cutoff(
         {4: 2}, policies, {"ppo:seed0": 8, "ppo:seed1": 16}, only=["ppo+cutoff"]
     )
     assert list(switched) == ["plain", "schedule", "ppo:seed0+cutoff", "ppo:seed1+cutoff"]
+    as_served = batch_real.controllers({4: 2}, policies, cutoffs, only=["ppo+cutoff"])
+    assert list(as_served) == ["plain", "schedule", "ppo:seed0+cutoff", "ppo:seed1"]  # seed1 has no cut-off
+    one = batch_real.controllers({4: 2}, {"ppo": policies["ppo:seed1"]}, {"ppo": None}, only=["ppo+cutoff"])
+    assert list(one) == ["plain", "schedule", "ppo"]
     assert list(batch_real.controllers({4: 2}, policies, cutoffs, only=["ppo:seed1"])) == [
         "plain",
         "schedule",
