@@ -203,8 +203,12 @@ SECTIONS = (
         "--only plain schedule static:1 static:2 ppo --repeats 5 --out results/batch/real_b64_static; "
         "python experiments/label_horizon.py; with the policy retrained on this machine's file: "
         "python experiments/batch_real.py --policy specrl/policies/batch --only plain schedule ppo "
-        "ppo+cutoff --repeats 2 --out results/batch/real_cutoff; "
-        "and for seeds 1 and 2: "
+        "ppo+cutoff --repeats 2 --out results/batch/real_cutoff; the same with --repeats 3 --fixed-repeats 6 "
+        "--out results/batch/real_final, and on a fresh machine --out results/batch/real_fresh; three seeds "
+        "trained on that machine: python experiments/train_batch.py --seed S --out runs/batch_seedS "
+        "(S = 0, 1, 2), python experiments/batch_real.py --policy runs/batch_seed0 runs/batch_seed1 "
+        "runs/batch_seed2 --only ppo+cutoff --repeats 2 --fixed-repeats 4 --out results/batch/real_seeds; "
+        "and for seeds 1 and 2 (the simulator, an earlier policy): "
         "python experiments/train_batch.py --seed 1 --out runs/batch_policy_seed1; "
         "python experiments/batch_sim.py --policy runs/batch_policy_seed1 "
         "--out results/batch/seeds/sim_seed1",
@@ -220,8 +224,14 @@ SECTIONS = (
             "results/batch/real_b64_static.md",
             "results/batch/labels.md",
             "results/batch/real_cutoff.md",
+            "results/batch/real_final.md",
+            "results/batch/real_fresh.md",
+            "results/batch/real_seeds.md",
             "results/batch/batch.png",
             "results/batch/real_cutoff.png",
+            "results/batch/real_final.png",
+            "results/batch/real_fresh.png",
+            "results/batch/real_seeds.png",
             "results/batch/real.png",
             "results/batch/batch.json",
             "results/batch/sim.json",
@@ -231,6 +241,9 @@ SECTIONS = (
             "results/batch/real_b64_static.json",
             "results/batch/labels.json",
             "results/batch/real_cutoff.json",
+            "results/batch/real_final.json",
+            "results/batch/real_fresh.json",
+            "results/batch/real_seeds.json",
         ),
         "results/notes/batch.md",
     ),
