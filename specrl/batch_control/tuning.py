@@ -49,6 +49,7 @@ def throughput(env: BatchReplayEnv, controller, episodes: int) -> float:
 
 
 def batch_of(name: str) -> int:
+    """The batch size of the fixed-batch scenario ``name``."""
     return load_scenario(name).batch.size
 
 
