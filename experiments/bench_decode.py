@@ -61,7 +61,7 @@ from tqdm import tqdm
 from transformers import GenerationConfig
 
 import specrl
-from specrl.engine.cache import CachedModel
+from specrl.engine.cache import KVCache
 from specrl.engine.timing import DeviceClock
 from specrl.evaluation.machine import command_line, loadavg, machine_info, warn_if_busy
 from specrl.hf_baseline import (
@@ -437,8 +437,8 @@ def measure_forward_costs(pair: specrl.ModelPair, prompts: list[Prompt], args: a
     context = min(args.forward_context, pair.context_length - widest - 1)
     tokens = torch.tensor([context_tokens(prompts, context + widest)], dtype=torch.long, device=pair.device)
     models = {
-        "target": CachedModel(pair.target, pair.vocab_size),
-        "draft": CachedModel(pair.draft, pair.vocab_size),
+        "target": KVCache(pair.target, pair.vocab_size),
+        "draft": KVCache(pair.draft, pair.vocab_size),
     }
     for model in models.values():
         model.feed(tokens[:, :context])
@@ -451,7 +451,7 @@ def measure_forward_costs(pair: specrl.ModelPair, prompts: list[Prompt], args: a
             start = clock.now()
             model.feed(tokens[:, context : context + n], keep=n)
             elapsed = clock.now() - start
-            model.rollback(context)
+            model.rollback([context])
             if rep >= warmup:
                 times[(role, n)].append(elapsed)
     ms = {f"{role}_{n}": 1000 * statistics.median(values) for (role, n), values in times.items()}

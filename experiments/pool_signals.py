@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from specrl.engine.drafters import NGramDrafter
+from specrl.engine.drafters.ngram import NGramIndex
 from specrl.envs import cached_traces, load_scenario
 from specrl.envs.scenario import Scenario
 from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info
@@ -94,7 +94,7 @@ def text_signals(traces: TraceSet, scenario: Scenario, pair: ModelPair) -> list[
                 f"trace {segment.prompt_length}: the traces are not of this pair's prompts; recollect them"
             )
         text = torch.tensor(prompt + segment.tokens)
-        lookup, fields = NGramDrafter(pair.vocab_size), segment.fields("ngram")
+        lookup, fields = NGramIndex(), segment.fields("ngram")
         rows, run = [], 0
         for j in range(segment.end):
             match = lookup.longest_match(text[: segment.prompt_length + j])

@@ -9,7 +9,7 @@ step results (the real loop, a trace replay) produces them.
 Every feature lies in [0, 1]. Windows count *steps*, not tokens. "Proposing step" means a
 step that proposed at least one draft token; statistics over proposing steps keep their last
 value through runs of plain (k = 0) steps, and ``steps_since_draft`` says how stale they are.
-A batched step (:meth:`FeatureTracker.update_batch`, one action for every row) is one step: its
+A batched step (:meth:`FeatureTracker.update`, one action for every row) is one step: its
 counts are the rows' sums in the rates and their means in ``last_*``, the signals of drafted
 positions pool every row's, lengths are means over rows, and ``batch_size`` counts the rows.
 
@@ -74,14 +74,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:  # annotations only: the engine's decoder imports this module
-    from specrl.engine.batch import BatchGeneration
     from specrl.engine.generation import Generation
     from specrl.engine.types import StepResult
 
@@ -91,7 +90,7 @@ FEATURE_VERSION = 3
 # keeps the two equal: adding a drafter is a new feature version).
 FEATURE_DRAFTERS = ("draft", "draft-mid", "draft-int8", "draft-int4", "ngram", "cascade")
 LOOKUP_DRAFTER = "ngram"
-Lookup = Callable[[], tuple[int, int]]  # -> (tokens the lookup could propose now, its match order)
+Lookup = Callable[[], tuple[float, float]]  # -> (tokens the lookup could propose now, its match order)
 
 FEATURE_NAMES: tuple[str, ...] = (
     "acceptance_short",
@@ -156,7 +155,7 @@ class GenerationSettings:
     @classmethod
     def of(
         cls,
-        generation: Generation | BatchGeneration,
+        generation: Generation,
         max_new_tokens: int | None = None,
         drafters: tuple[str, ...] = ("draft",),
     ) -> GenerationSettings:
@@ -198,7 +197,7 @@ class _Step:
     stopped: int  # rows whose drafting ended early
 
     @classmethod
-    def of(cls, results: list[StepResult]) -> _Step:
+    def of(cls, results: Sequence[StepResult]) -> _Step:
         first = results[0]
         return cls(
             action=first.action,
@@ -224,11 +223,11 @@ class FeatureTracker:
 
     Usage::
 
-        tracker = FeatureTracker(GenerationSettings.of(generation), generation.prompt_length)
+        tracker = FeatureTracker(GenerationSettings.of(generation), prompt_length)
         while not generation.done:
-            result = generation.step(controller.act(tracker.vector()))
-            tracker.update(result)
-            controller.observe(result)
+            step = generation.step(controller.act(tracker.vector()))
+            tracker.update(step.results)
+            controller.observe(step.merged())
 
     Window statistics are aggregated in ``update`` (once per step, over windows of at most
     32 entries), so ``vector`` only assembles numbers: the trace-replay simulator calls both
@@ -279,18 +278,15 @@ class FeatureTracker:
         rows' mean sequence length and mean tokens generated."""
         self.batch_size, self.context_length, self.generated = batch_size, context_length, generated
 
-    def update(self, result: StepResult) -> None:
-        """Account for one step."""
-        self._account(_Step.of([result]))
-
-    def update_batch(self, results: list[StepResult]) -> None:
-        """Account for one batched step: ``results`` has one entry per row, all of one action.
+    def update(self, results: Sequence[StepResult]) -> None:
+        """Account for one step: ``results`` has one entry per row, all of one action (a single
+        sequence is a batch of one).
 
         The batch is one step: rates over proposing steps use the rows' sums (the batch's
         acceptance), the last step's counts are means over rows, the signals of drafted
         positions pool every row's, and the batch size is the number of rows."""
         if not results:
-            raise ValueError("a batched step has at least one row")
+            raise ValueError("a step has at least one row")
         self.batch_size = len(results)
         self._account(_Step.of(results))
 

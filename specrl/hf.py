@@ -252,11 +252,9 @@ def _prompt_ids(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) ->
     return ids[first:]
 
 
-def _stop_position(
-    sequence: torch.Tensor, start: int, eos: set[int], others: StoppingCriteriaList
-) -> int | None:
+def _stop_position(tokens: list[int], start: int, eos: set[int], others: StoppingCriteriaList) -> int | None:
     """The length at which generation stops, checking tokens ``start..`` one by one, else None."""
-    tokens = sequence[0].tolist()
+    sequence = torch.tensor([tokens]) if others else None
     for end in range(start + 1, len(tokens) + 1):
         if tokens[end - 1] in eos:
             return end
@@ -338,22 +336,23 @@ def speculative_generate(
     if seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item())
 
-    generation = Generation(pair, prompt, budget, sampling, seed=seed, stop_at_eos=False)
-    checked = generation.tokens.shape[1]  # tokens already checked against the stop criteria
+    generation = Generation(pair, [prompt], budget, sampling, seed=seed, stop_at_eos=False)
+    sequence = generation.tokens[0]  # the batch of one's sequence, grown in place by every step
+    checked = len(sequence)  # tokens already checked against the stop criteria
     stop_at = None
 
     def stop() -> bool:
         nonlocal checked, stop_at
-        stop_at = _stop_position(generation.tokens, checked, eos, others)
-        checked = generation.tokens.shape[1]
+        stop_at = _stop_position(sequence, checked, eos, others)
+        checked = len(sequence)
         return stop_at is not None
 
     drive(generation, controller, stop)
 
-    tokens = generation.tokens if stop_at is None else generation.tokens[:, :stop_at]
-    sequences = torch.cat([input_ids[:, :padding].to(tokens.device), tokens], 1)
+    tokens = torch.tensor([sequence if stop_at is None else sequence[:stop_at]], device=input_ids.device)
+    sequences = torch.cat([input_ids[:, :padding], tokens], 1)
     if not generation_config.return_dict_in_generate:
         return sequences
     stats = generation.stats()
-    stats.new_tokens = tokens.shape[1] - generation.prompt_length
-    return SpeculativeGenerateOutput(sequences=sequences, stats=stats, steps=generation.steps)
+    stats.new_tokens = tokens.shape[1] - generation.prompt_lengths[0]
+    return SpeculativeGenerateOutput(sequences=sequences, stats=stats, steps=generation.row_steps(0))

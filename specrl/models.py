@@ -71,12 +71,13 @@ KV_CACHES = ("dynamic", "static")
 
 @dataclass(frozen=True)
 class CacheSettings:
-    """How a single-sequence generation keeps its KV caches (batched decoding has its own grid).
+    """How a generation keeps its KV caches (:class:`specrl.engine.cache.KVCache`, one grid of
+    slots over the rows, for a single sequence as for a batch).
 
     Attributes:
         kind: ``dynamic`` (transformers' ``DynamicCache``: grows by concatenation, cut by crop)
-            or ``static`` (``StaticCache``: allocated once at the context window, rolled back by
-            moving its length; what ``torch.compile`` and CUDA graphs need).
+            or ``static`` (``StaticCache``: allocated once at the context window plus a step's
+            room, rolled back by moving its width; what ``torch.compile`` and CUDA graphs need).
         compile: run the decode forwards (a few tokens each) through ``torch.compile``; static only.
     """
 

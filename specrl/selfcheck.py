@@ -199,21 +199,31 @@ def two_token_counts(
     sampling: SamplingConfig,
     n: int,
     drafter: str = "draft",
+    batch: int = 1,
 ) -> torch.Tensor:
-    """(V, V) counts of the first two tokens of ``n`` speculative generations with seeds 0..n-1.
+    """(V, V) counts of the first two tokens of ``n`` speculative generations of ``prompt``.
 
     The budget is k + 1 tokens, so the first step really proposes up to k (the engine clips k to
-    the room left: a budget of two would test k = 1 only); each generation stops once it has
-    emitted two tokens, which cannot change them."""
+    the room left: a budget of two would test k = 1 only); each generation stops once every row
+    has emitted two tokens, which cannot change them. With ``batch`` > 1 the prompt fills all
+    rows but the last of each generation, and the last holds a longer prompt, so the rows are
+    ragged from the start; seeds 0, 1, ... give the generations."""
     counts = torch.zeros(pair.vocab_size, pair.vocab_size)
     decoder = SpeculativeDecoder(pair, StaticController(k, tau, drafter))
     options = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
     budget = max(2, k + 1)
-    for seed in range(n):
-        generation = decoder.start(prompt, max_new_tokens=budget, stop_at_eos=False, seed=seed, **options)
-        drive(generation, decoder.controller, stop=lambda g=generation: g.new_tokens >= 2)
-        t1, t2 = generation.output_ids[:2]
-        counts[t1, t2] += 1
+    rows = [prompt] * max(1, batch - 1) + ([prompt + prompt[:3]] if batch > 1 else [])
+    counted = range(max(1, batch - 1))
+    for seed in range(-(-n // len(counted))):
+        generation = decoder.start(rows, max_new_tokens=budget, stop_at_eos=False, seed=seed, **options)
+        drive(
+            generation,
+            decoder.controller,
+            stop=lambda g=generation: all(len(g.output_ids(r)) >= 2 for r in counted),
+        )
+        for r in counted:
+            t1, t2 = generation.output_ids(r)[:2]
+            counts[t1, t2] += 1
     return counts
 
 

@@ -188,33 +188,50 @@ def greedy_traces(close_pair, shifted) -> TraceSet:
 
 
 def step_and_check_rollback(
-    pair: specrl.ModelPair, prompt: list[int], n: int, label: str = "", drafters: tuple[str, ...] = ("draft",)
+    pair: specrl.ModelPair,
+    prompt: list[int] | list[list[int]],
+    n: int,
+    label: str = "",
+    drafters: tuple[str, ...] = ("draft",),
 ) -> tuple:
-    """Decode ``n`` tokens at temperature 1 with k cycling through 3, 0, 5, 1, 8, 2 (and the drafter
-    through ``drafters``); after every step each cached model must hold a prefix of the sequence
-    whose next-token logits equal a full recompute. Returns the generation and the (all accepted,
-    proposed any) outcomes seen."""
+    """Decode ``n`` tokens of one prompt or of a batch of prompts at temperature 1 with k cycling
+    through 3, 0, 5, 1, 8, 2 (and the drafter through ``drafters``); after every step each cached
+    model must hold a prefix of every row's sequence whose next-token logits equal a full
+    recompute of that row alone. Returns the generation and the (all accepted, proposed any)
+    outcomes seen."""
     import itertools
 
+    from specrl.engine.cache import padded
     from specrl.engine.generation import Generation
 
-    generation = Generation(pair, prompt, n, SamplingConfig(1.0), seed=2)
+    batch = prompt if isinstance(prompt[0], list) else [prompt]
+    generation = Generation(pair, batch, n, SamplingConfig(1.0), seed=2)
     outcomes = set()
     for k, drafter in zip(itertools.cycle([3, 0, 5, 1, 8, 2]), itertools.cycle(drafters)):
         if generation.done:
             break
-        result = generation.step(specrl.Action(k, 0.0, drafter=drafter))
-        outcomes.add((result.accepted == result.proposed, result.proposed > 0))
-        tokens = generation.tokens
+        step = generation.step(specrl.Action(k, 0.0, drafter=drafter))
+        outcomes |= {(result.accepted == result.proposed, result.proposed > 0) for result in step.results}
+        # the rows the caches hold: the active ones (the last to finish keep theirs)
+        sequences = [generation.tokens[r] for r in (generation.active or step.rows)]
         for cached in generation.caches():
-            # a prefix of the sequence, and the next-token logits from it equal a full recompute
-            assert cached.length <= tokens.shape[1] - 1
+            # a prefix of each row, and the next-token logits from it equal a full recompute
+            assert all(held <= len(s) - 1 for held, s in zip(cached.lengths, sequences, strict=True))
+            pending = [s[held:] for held, s in zip(cached.lengths, sequences, strict=True)]
+            ids, counts = padded(pending, pair.device)
             with torch.inference_mode():
-                full = cached.model(tokens).logits[0, -1, : pair.vocab_size]
-                step_logits = cached.feed(tokens[:, cached.length :])[0, -1]
-                cached.rollback(tokens.shape[1] - 1)
-            torch.testing.assert_close(step_logits, full, atol=1e-4, rtol=1e-4, msg=lambda m: f"{label}: {m}")
-        assert generation.target.length == tokens.shape[1] - 1
+                logits = cached.feed(ids, counts, keep=ids.shape[1])
+                for i, sequence in enumerate(sequences):
+                    full = cached.model(torch.tensor([sequence])).logits[0, -1, : pair.vocab_size]
+                    torch.testing.assert_close(
+                        logits[i, len(pending[i]) - 1],
+                        full,
+                        atol=1e-4,
+                        rtol=1e-4,
+                        msg=lambda m: f"{label}: {m}",
+                    )
+            cached.rollback([len(s) - 1 for s in sequences])
+        assert generation.target.lengths == [len(s) - 1 for s in sequences]
     return generation, outcomes
 
 

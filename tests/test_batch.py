@@ -15,12 +15,11 @@ import torch
 from conftest import chi_square_p_value, exact_two_token_law, prompts, reference_greedy
 
 import specrl
-from specrl.engine import batch as batch_module
+from specrl.engine import memory as memory_module
 from specrl.engine import rejection as rejection_module
-from specrl.engine.batch import BatchGeneration, BatchTooLargeError
-from specrl.engine.batch_cache import BatchCache
-from specrl.engine.cache import CachedModel
+from specrl.engine.cache import KVCache
 from specrl.engine.generation import Generation, PromptTooLongError
+from specrl.engine.memory import BatchTooLargeError
 from specrl.engine.sampling import SamplingConfig
 from specrl.features import FEATURE_NAMES, FeatureTracker, GenerationSettings
 
@@ -32,14 +31,14 @@ def ragged_prompts(vocab_size: int, n: int = 5, seed: int = 3) -> list[list[int]
     return [p[: 2 + 3 * i] for i, p in enumerate(prompts(n, vocab_size, seed=seed))]
 
 
-def decode(pair, prompt_ids, action, max_new_tokens, sampling=GREEDY, seed=0) -> BatchGeneration:
-    generation = BatchGeneration(pair, prompt_ids, max_new_tokens, sampling, seed, stop_at_eos=False)
+def decode(pair, prompt_ids, action, max_new_tokens, sampling=GREEDY, seed=0) -> Generation:
+    generation = Generation(pair, prompt_ids, max_new_tokens, sampling, seed, stop_at_eos=False)
     while not generation.done:
         generation.step(action)
         for row in generation.active:  # each cache holds a prefix of its row: all but the last token
             i = generation.active.index(row)
-            assert int(generation.target.lengths[i]) == len(generation.tokens[row]) - 1
-            assert int(generation.draft.lengths[i]) <= len(generation.tokens[row]) - 1
+            assert generation.target.lengths[i] == len(generation.tokens[row]) - 1
+            assert generation.drafters["draft"].cache.lengths[i] <= len(generation.tokens[row]) - 1
     return generation
 
 
@@ -49,12 +48,15 @@ def test_greedy_rows_equal_plain_greedy_and_accept_what_they_accept_alone(close_
     generation = decode(close_pair, prompt_ids, specrl.Action(k, tau), 24)
     for row, prompt in enumerate(prompt_ids):
         assert generation.output_ids(row) == reference_greedy(close_pair.target, prompt, 24), row
-        alone = Generation(close_pair, prompt, 24, GREEDY, stop_at_eos=False)
+        alone = Generation(close_pair, [prompt], 24, GREEDY, stop_at_eos=False)
         while not alone.done:
             alone.step(specrl.Action(k, tau))
         # ragged acceptance: the row accepted, step by step, what the prompt accepts alone
-        assert [s.accepted for s in generation.row_steps(row)] == [s.accepted for s in alone.steps], row
-        assert [s.proposed for s in generation.row_steps(row)] == [s.proposed for s in alone.steps], row
+        accepted_alone = [s.accepted for s in alone.row_steps(0)]
+        assert [s.accepted for s in generation.row_steps(row)] == accepted_alone, row
+        assert [s.proposed for s in generation.row_steps(row)] == [s.proposed for s in alone.row_steps(0)], (
+            row
+        )
     if k >= 3 and tau == 0.0:
         accepted = [[s.accepted for s in generation.row_steps(r)] for r in range(len(prompt_ids))]
         assert len({tuple(a[:3]) for a in accepted}) > 1  # the rows really accepted differently
@@ -65,9 +67,9 @@ def test_one_token_prompts_batch_with_longer_ones(close_pair):
     """A one-token prompt has nothing to prefill: its prefill columns are all padding, a fully
     masked attention row, which must leave no NaN in the caches."""
     prompt_ids = [[5], ragged_prompts(close_pair.vocab_size, 3)[2], [7]]
-    prefilled = BatchGeneration(close_pair, prompt_ids, 12, GREEDY)
+    prefilled = Generation(close_pair, prompt_ids, 12, GREEDY)
     assert prefilled.target.holes() > 0.5  # the padding is still there
-    for cache in (prefilled.target, prefilled.draft):
+    for cache in prefilled.caches():
         layers = cache.cache.layers
         assert not any(torch.isnan(layer.keys).any() or torch.isnan(layer.values).any() for layer in layers)
     generation = decode(close_pair, prompt_ids, specrl.Action(3), 12)
@@ -83,7 +85,7 @@ def test_rows_that_join_a_running_batch_decode_as_they_would_alone(close_pair, k
     vocab = close_pair.vocab_size
     first, later = ragged_prompts(vocab, 2), ragged_prompts(vocab, 4, seed=8)
     waves = {0: first, 2: [later[3], [11]], 5: [later[1]], 60: [[4], later[2]]}  # step -> prompts
-    generation = BatchGeneration(close_pair, waves[0], 16, GREEDY, stop_at_eos=False)
+    generation = Generation(close_pair, waves[0], 16, GREEDY, stop_at_eos=False)
     for step in range(1, 100):
         if step in waves:
             assert generation.done == (step == 60)  # the last wave comes after every row has left
@@ -98,10 +100,11 @@ def test_rows_that_join_a_running_batch_decode_as_they_would_alone(close_pair, k
     for row, prompt in enumerate(admitted):
         budget = generation.budgets[row]
         assert generation.output_ids(row) == reference_greedy(close_pair.target, prompt, budget), row
-        alone = Generation(close_pair, prompt, budget, GREEDY, stop_at_eos=False)
+        alone = Generation(close_pair, [prompt], budget, GREEDY, stop_at_eos=False)
         while not alone.done:
             alone.step(specrl.Action(k))
-        assert [s.accepted for s in generation.row_steps(row)] == [s.accepted for s in alone.steps], row
+        accepted_alone = [s.accepted for s in alone.row_steps(0)]
+        assert [s.accepted for s in generation.row_steps(row)] == accepted_alone, row
     assert max(step.batch_size for step in generation.steps) == 5  # rows really decoded together
 
 
@@ -126,29 +129,25 @@ def test_batch_cache_holes_rollback_compaction_and_selection_match_a_recompute(c
     model.set_attn_implementation(attention)
     assert model.config._attn_implementation == attention
     rows = ragged_prompts(close_pair.vocab_size, 3)
-    cache = BatchCache(model, close_pair.vocab_size, len(rows))
+    cache = KVCache(model, close_pair.vocab_size, rows=len(rows))
     width = max(map(len, rows))
     ids = torch.tensor([row + [0] * (width - len(row)) for row in rows])
-    valid = torch.tensor([[j < len(row) for j in range(width)] for row in rows])
-    cache.feed(ids, valid)
+    cache.feed(ids, [len(row) for row in rows])
     sequences = [list(row) for row in rows]
 
     def check(logits: torch.Tensor, order: list[int]) -> None:
         for i, r in enumerate(order):
-            expected = CachedModel(model, close_pair.vocab_size).feed(torch.tensor([sequences[r]]))
+            expected = KVCache(model, close_pair.vocab_size).feed(torch.tensor([sequences[r]]))
             assert torch.allclose(logits[i, -1], expected[0, -1], atol=1e-5), r
 
     # ragged feeds: 3, 1 and 2 tokens, then keep 1, 1 and 0 of them
     new = [[5, 6, 7], [8], [9, 10]]
-    cache.feed(
-        torch.tensor([x + [0] * (3 - len(x)) for x in new]),
-        torch.tensor([[j < len(x) for j in range(3)] for x in new]),
-    )
+    cache.feed(torch.tensor([x + [0] * (3 - len(x)) for x in new]), [len(x) for x in new])
     keep = [1, 1, 0]
     for r in range(3):
         sequences[r] += new[r][: keep[r]]
-    cache.rollback(torch.tensor([len(s) for s in sequences]))
-    assert cache.lengths.tolist() == [len(s) for s in sequences] and cache.holes() > 0
+    cache.rollback([len(s) for s in sequences])
+    assert cache.lengths == [len(s) for s in sequences] and cache.holes() > 0
     for r in range(3):
         sequences[r].append(11)
     check(cache.feed(torch.tensor([[11], [11], [11]])), [0, 1, 2])
@@ -156,7 +155,7 @@ def test_batch_cache_holes_rollback_compaction_and_selection_match_a_recompute(c
     for r in range(3):
         sequences[r].append(12)
     check(cache.feed(torch.tensor([[12], [12], [12]])), [0, 1, 2])
-    cache.select(torch.tensor([2, 0]))  # row 1 left; the order may change
+    cache.select([2, 0])  # row 1 left; the order may change
     for r in (2, 0):
         sequences[r].append(13)
     check(cache.feed(torch.tensor([[13], [13]])), [2, 0])
@@ -187,7 +186,7 @@ def batched_two_token_counts(pair, prompt_ids, k, sampling, n) -> list[torch.Ten
     """Per row, (V, V) counts of its first two tokens over ``n`` batched generations (seeds 0..n-1)."""
     counts = [torch.zeros(pair.vocab_size, pair.vocab_size) for _ in prompt_ids]
     for seed in range(n):
-        generation = BatchGeneration(pair, prompt_ids, k + 1, sampling, seed, stop_at_eos=False)
+        generation = Generation(pair, prompt_ids, k + 1, sampling, seed, stop_at_eos=False)
         while not all(len(generation.output_ids(r)) >= 2 for r in range(len(prompt_ids))):
             generation.step(specrl.Action(k))
         for row in range(len(prompt_ids)):
@@ -224,7 +223,7 @@ def test_batched_features_treat_the_batch_as_one_step():
         specrl.StepResult(action, 4, 2, 2, 3, 0.01, 0.03, [0.8, 0.7, 0.2], [0.2] * 3, context_length=12,
                           stopped_by_tau=True),
     ]  # fmt: skip
-    tracker.update_batch(rows)
+    tracker.update(rows)
     values = dict(zip(FEATURE_NAMES, tracker.vector(), strict=True))
     assert values["acceptance_short"] == pytest.approx(3 / 6)  # the batch's acceptance
     assert values["last_proposed"] == pytest.approx(3 / 16) and values["last_accepted"] == pytest.approx(
@@ -235,7 +234,7 @@ def test_batched_features_treat_the_batch_as_one_step():
     assert values["last_stopped_by_tau"] == pytest.approx(0.5)
     assert values["batch_size"] == pytest.approx(1 / 8)  # log2(2) / 8
     assert values["progress"] == pytest.approx(2.5 / 100)  # mean tokens per row
-    tracker.update_batch(rows[:1])  # a row left
+    tracker.update(rows[:1])  # a row left
     assert dict(zip(FEATURE_NAMES, tracker.vector(), strict=True))["batch_size"] == 0.0
 
 
@@ -246,13 +245,12 @@ def test_bad_batches_are_refused_by_name(close_pair, monkeypatch):
     with pytest.raises(ValueError, match="prompt is empty: an empty list holds no token ids and no prompts"):
         decoder.generate([])
     with pytest.raises(ValueError, match="prompt 1 is empty"):
-        BatchGeneration(close_pair, [[1, 2], []], 4, GREEDY)
+        Generation(close_pair, [[1, 2], []], 4, GREEDY)
     with pytest.raises(PromptTooLongError, match="prompt 1 has"):
-        BatchGeneration(close_pair, [[1, 2], [1] * close_pair.context_length], 4, GREEDY)
-    monkeypatch.setattr(batch_module, "free_bytes", lambda device: 10 * 2**20)
+        Generation(close_pair, [[1, 2], [1] * close_pair.context_length], 4, GREEDY)
+    monkeypatch.setattr(memory_module, "free_bytes", lambda device: 10 * 2**20)
     with pytest.raises(BatchTooLargeError, match=r"at most \d+ rows fit"):
-        BatchGeneration(close_pair, [[1, 2]] * 4096, 64, GREEDY)
+        Generation(close_pair, [[1, 2]] * 4096, 64, GREEDY)
     monkeypatch.undo()
-    generation = BatchGeneration(close_pair, [[1, 2], [3, 4]], 4, GREEDY)
-    with pytest.raises(NotImplementedError, match="drafter pool"):
-        generation.step(specrl.Action(2, drafter="ngram"))
+    with pytest.raises(specrl.engine.DrafterError, match="unknown drafter 'medusa'; choose one of draft, "):
+        Generation(close_pair, [[1, 2], [3, 4]], 4, GREEDY).step(specrl.Action(2, drafter="medusa"))

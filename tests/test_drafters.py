@@ -24,6 +24,7 @@ import specrl
 from specrl.engine import rejection as rejection_module
 from specrl.engine.drafters import DRAFTERS, DrafterError, DrafterPool, NGramDrafter
 from specrl.engine.drafters.cascade import CascadeDrafter
+from specrl.engine.drafters.ngram import NGramIndex
 from specrl.engine.sampling import SamplingConfig
 
 
@@ -55,17 +56,28 @@ def repetitive_prompt(vocab_size: int) -> list[int]:
     return prompts(1, vocab_size, seed=3, length=6)[0] * 3
 
 
+@pytest.mark.parametrize("batch", [1, 4])
 @pytest.mark.parametrize("drafter", DRAFTERS)
-def test_greedy_output_equals_plain_greedy_for_every_drafter(pool_pair, drafter):
-    for prompt in (prompts(1, pool_pair.vocab_size, seed=11)[0], repetitive_prompt(pool_pair.vocab_size)):
-        expected = reference_greedy(pool_pair.target, prompt, 24)
-        proposed = 0
+def test_greedy_output_equals_plain_greedy_for_every_drafter(pool_pair, drafter, batch):
+    """At B = 4 the rows (prompts of different lengths, repetitive and not) draft together through
+    the drafter and accept their own tokens; each row equals its own plain greedy decoding."""
+    vocab = pool_pair.vocab_size
+    rows = [prompts(1, vocab, seed=11)[0], repetitive_prompt(vocab)]
+    rows += [p[: 4 + 5 * i] for i, p in enumerate(prompts(2, vocab, seed=12))] + [
+        repetitive_prompt(vocab)[2:]
+    ]
+    batches = (
+        [[row] for row in rows] if batch == 1 else [rows[i : i + batch] for i in range(0, len(rows), batch)]
+    )
+    proposed = 0
+    for group in batches:
+        expected = [reference_greedy(pool_pair.target, prompt, 24) for prompt in group]
         for k in (1, 3, 6):
-            out = decode(pool_pair, prompt, specrl.StaticController(k, 0.0, drafter))
-            assert out.token_ids == expected, f"{drafter} k={k}"
-            assert all(step.drafter == drafter for step in out.steps)
-            proposed += out.stats.proposed
-        assert proposed > 0, f"{drafter} never proposed: equality would be trivial"
+            outs = decode(pool_pair, group, specrl.StaticController(k, 0.0, drafter))
+            assert [out.token_ids for out in outs] == expected, f"{drafter} k={k}"
+            assert all(step.drafter == drafter for out in outs for step in out.steps)
+            proposed += outs.stats.proposed
+    assert proposed > 0, f"{drafter} never proposed: equality would be trivial"
 
 
 def test_switching_drafters_every_step_is_lossless_and_keeps_every_cache_a_true_prefix(pool_pair):
@@ -78,21 +90,32 @@ def test_switching_drafters_every_step_is_lossless_and_keeps_every_cache_a_true_
     generation, outcomes = step_and_check_rollback(pool_pair, prompt, 60, drafters=(*DRAFTERS, "draft"))
     assert set(generation.drafters) == set(DRAFTERS)
     assert {(True, True), (False, True), (True, False)} <= outcomes
+    # and for a batch of ragged rows, each drafter's caches holding holes
+    batch = [prompt, prompt[:7], prompts(1, pool_pair.vocab_size, seed=4)[0], prompt[3:]]
+    generation, outcomes = step_and_check_rollback(pool_pair, batch, 40, "B=4", drafters=(*DRAFTERS, "draft"))
+    assert set(generation.drafters) == set(DRAFTERS)
+    assert {(True, True), (False, True), (True, False)} <= outcomes
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "drafter,k,sampling",
+    "drafter,k,sampling,batch",
     [
-        ("ngram", 2, SamplingConfig(1.0)),
-        ("ngram", 3, SamplingConfig(0.7, top_k=4)),
-        ("cascade", 3, SamplingConfig(1.0)),
-        ("cascade", 2, SamplingConfig(1.3, top_p=0.9)),
+        ("ngram", 2, SamplingConfig(1.0), 1),
+        ("ngram", 3, SamplingConfig(0.7, top_k=4), 1),
+        ("cascade", 3, SamplingConfig(1.0), 1),
+        ("cascade", 2, SamplingConfig(1.3, top_p=0.9), 1),
+        ("ngram", 2, SamplingConfig(1.0), 4),
+        ("cascade", 3, SamplingConfig(1.0), 4),
+        ("draft-mid", 3, SamplingConfig(1.0), 4),
+        ("draft-int8", 3, SamplingConfig(1.0), 4),
     ],
 )
-def test_sampling_with_ngram_and_cascade_follows_the_target_law(small_vocab_pair, drafter, k, sampling):
+def test_sampling_with_every_drafter_follows_the_target_law(small_vocab_pair, drafter, k, sampling, batch):
     prompt = [1, 2, 3, 1, 2, 3, 1, 2]  # repeats: the n-gram drafter proposes at both positions
-    counts = two_token_counts(small_vocab_pair, prompt, k, 0.0, sampling, n=1000, drafter=drafter)
+    counts = two_token_counts(
+        small_vocab_pair, prompt, k, 0.0, sampling, n=1000, drafter=drafter, batch=batch
+    )
     law = exact_two_token_law(small_vocab_pair, prompt, sampling)
     assert chi_square_p_value(counts, law) > 1e-3
 
@@ -107,8 +130,8 @@ def test_chi_square_catches_a_point_mass_rejection_that_resamples_from_p(small_v
 
 
 def test_ngram_lookup_takes_the_longest_tail_and_its_latest_occurrence():
-    drafter = NGramDrafter(vocab_size=20, max_ngram=3)
-    lookup = lambda ids, k: drafter.lookup(torch.tensor(ids), k).tolist()  # noqa: E731
+    index = NGramIndex(max_ngram=3)
+    lookup = lambda ids, k: index.lookup(ids, k)  # noqa: E731
     # tail (7, 8, 9): its latest earlier occurrence is followed by 4, 5
     assert lookup([7, 8, 9, 1, 2, 7, 8, 9, 4, 5, 6, 7, 8, 9], 2) == [4, 5]
     # no 3-gram or 2-gram match: the 1-gram 9 is followed by 3
@@ -137,12 +160,12 @@ def test_ngram_index_equals_the_scan_as_the_sequence_grows_and_when_it_changes()
     checked = 0
     for trial in range(60):
         vocab = int(rng.integers(2, 12))  # small vocabularies: many matches of every order
-        drafter = NGramDrafter(vocab_size=vocab, max_ngram=3, min_ngram=int(rng.integers(1, 3)))
+        drafter = NGramIndex(max_ngram=3, min_ngram=int(rng.integers(1, 3)))
         sequence = rng.integers(0, vocab, int(rng.integers(1, 6))).tolist()
         while len(sequence) < 120:
             expected = scan_match(sequence, 3, drafter.min_ngram)
-            assert drafter.longest_match(torch.tensor(sequence)) == expected, (trial, sequence)
-            assert drafter.match_start(torch.tensor(sequence)) == (expected and expected[1])
+            assert drafter.longest_match(sequence) == expected, (trial, sequence)
+            assert drafter.longest_match(torch.tensor(sequence)) == expected  # a tensor is read the same
             checked += 1
             sequence += rng.integers(0, vocab, int(rng.integers(1, 9))).tolist()
         changed = list(sequence)
@@ -154,29 +177,33 @@ def test_ngram_index_equals_the_scan_as_the_sequence_grows_and_when_it_changes()
 
 
 def test_ngram_proposes_a_point_mass_and_obeys_the_stop_rule():
-    drafter = NGramDrafter(vocab_size=10)
-    tokens = torch.tensor([[1, 2, 3, 4, 1, 2]])
-    proposal = drafter.propose(tokens, 5, specrl.Action(5), SamplingConfig(1.0), None)
-    assert proposal.tokens.tolist() == [[3, 4, 1, 2]]
-    assert proposal.stopped  # fewer than k to propose
-    assert torch.equal(proposal.q.sum(-1), torch.ones(1, 4))
+    drafter = NGramDrafter(vocab_size=10, rows=2)
+    rows = [[1, 2, 3, 4, 1, 2], [5, 6, 7, 5]]  # the rows' lookups find four and three tokens
+    proposal = drafter.propose(rows, [5, 5], specrl.Action(5), SamplingConfig(1.0), None)
+    assert proposal.tokens.tolist() == [[3, 4, 1, 2], [6, 7, 5, 0]] and proposal.proposed == [4, 3]
+    assert proposal.stopped == [True, True]  # fewer than k to propose
+    assert torch.equal(proposal.q.sum(-1), torch.ones(2, 4))
     assert proposal.q[0].argmax(-1).tolist() == [3, 4, 1, 2]
     stop_at_two = specrl.Action(5, stop=lambda position, confidence, entropy: position == 2)
-    proposal = drafter.propose(tokens, 5, stop_at_two, SamplingConfig(1.0), None)
-    assert proposal.tokens.tolist() == [[3, 4]] and proposal.stopped and len(proposal.confidences) == 3
+    proposal = drafter.propose(rows, [5, 0], stop_at_two, SamplingConfig(1.0), None)
+    assert proposal.tokens.tolist() == [[3, 4], [0, 0]] and proposal.proposed == [2, 0]
+    assert proposal.stopped == [True, False] and [len(c) for c in proposal.confidences] == [3, 0]
 
 
 @torch.inference_mode()
 def test_cascade_proposes_the_mid_drafts_own_greedy_continuation(pool_pair):
     """The middle model verifies the small draft: what reaches the target is the mid's text."""
     prompt = prompts(1, pool_pair.vocab_size, seed=4)[0]
-    cascade = CascadeDrafter(pool_pair.draft, pool_pair.mid, pool_pair.vocab_size, inner_k=2)
-    tokens = torch.tensor([prompt])
-    proposal = cascade.propose(tokens, 7, specrl.Action(7), SamplingConfig(0.0), None)
+    other = prompts(2, pool_pair.vocab_size, seed=5)[1][:6]
+    cascade = CascadeDrafter(pool_pair.draft, pool_pair.mid, pool_pair.vocab_size, inner_k=2, rows=2)
+    proposal = cascade.propose([prompt, other], [7, 4], specrl.Action(7), SamplingConfig(0.0), None)
+    assert proposal.proposed == [7, 4]
     assert proposal.tokens[0].tolist() == reference_greedy(pool_pair.mid, prompt, 7)
+    assert proposal.tokens[1, :4].tolist() == reference_greedy(pool_pair.mid, other, 4)
     # q is the mid's distribution at each position (a point of its softmax's argmax)
     assert proposal.q[0].argmax(-1).tolist() == proposal.tokens[0].tolist()
-    assert all(cache.length <= len(prompt) + 7 for cache in cascade.caches())
+    assert proposal.q[1, :4].argmax(-1).tolist() == proposal.tokens[1, :4].tolist()
+    assert all(held <= len(prompt) + 7 for cache in cascade.caches() for held in cache.lengths)
 
 
 def test_quantized_drafts_really_are_quantized_and_close_to_the_draft(pool_pair):

@@ -94,24 +94,26 @@ def test_initial_vector_before_any_step():
 
 def test_scripted_history_gives_the_documented_values():
     tracker = FeatureTracker(SETTINGS, prompt_length=50)
-    tracker.update(step(4, 4, 4, [0.9, 0.8, 0.7, 0.6], draft_s=0.004, verify_s=0.010, context=50))
-    tracker.update(step(4, 4, 1, [0.9, 0.3, 0.5, 0.2], draft_s=0.004, verify_s=0.010, context=55))
-    tracker.update(step(0, 0, 0, [], verify_s=0.008, context=57))  # a plain step
+    tracker.update([step(4, 4, 4, [0.9, 0.8, 0.7, 0.6], draft_s=0.004, verify_s=0.010, context=50)])
+    tracker.update([step(4, 4, 1, [0.9, 0.3, 0.5, 0.2], draft_s=0.004, verify_s=0.010, context=55)])
+    tracker.update([step(0, 0, 0, [], verify_s=0.008, context=57)])  # a plain step
     assert features(tracker)["steps_since_draft"] == pytest.approx(1 / 16)
     tracker.update(
-        step(
-            3,
-            1,
-            0,
-            [0.6, 0.4],
-            entropies=[1.0, 2.0],
-            probs=[0.25],
-            tau=0.5,
-            draft_s=0.002,
-            verify_s=0.009,
-            context=58,
-            stopped=True,
-        )
+        [
+            step(
+                3,
+                1,
+                0,
+                [0.6, 0.4],
+                entropies=[1.0, 2.0],
+                probs=[0.25],
+                tau=0.5,
+                draft_s=0.002,
+                verify_s=0.009,
+                context=58,
+                stopped=True,
+            )
+        ]
     )
     values = features(tracker)
     expected = {
@@ -152,9 +154,9 @@ def test_pool_features_follow_each_drafter_and_the_lookup():
     assert features(tracker)["lookup_available"] == pytest.approx(5 / 16)
     assert features(tracker)["lookup_order"] == pytest.approx(1.0)  # a trigram match
     assert all(features(tracker)[f"drafter_{d}"] == 0.0 for d in FEATURE_DRAFTERS)  # no step yet
-    tracker.update(step(4, 4, 2, [1.0] * 4, drafter="ngram"))
-    tracker.update(step(4, 4, 4, [0.9] * 4, drafter="draft"))
-    tracker.update(step(4, 0, 0, [], drafter="ngram", stopped=True))  # the lookup found nothing
+    tracker.update([step(4, 4, 2, [1.0] * 4, drafter="ngram")])
+    tracker.update([step(4, 4, 4, [0.9] * 4, drafter="draft")])
+    tracker.update([step(4, 0, 0, [], drafter="ngram", stopped=True)])  # the lookup found nothing
     match[0] = (40, 1)
     values = features(tracker)
     assert values["acceptance_ngram"] == pytest.approx(2 / 4)  # the empty step does not count
@@ -164,7 +166,7 @@ def test_pool_features_follow_each_drafter_and_the_lookup():
     assert values["lookup_available"] == 1.0  # 40 / 16, clipped
     assert values["lookup_order"] == pytest.approx(1 / 3)  # a single token matched
     for _ in range(4):  # the window of a drafter is its own last 4 proposing steps
-        tracker.update(step(2, 2, 0, [1.0] * 2, drafter="ngram"))
+        tracker.update([step(2, 2, 0, [1.0] * 2, drafter="ngram")])
     assert features(tracker)["acceptance_ngram"] == 0.0
     assert features(tracker)["acceptance_draft"] == pytest.approx(1.0)
     # without ngram among the drafters the lookup is never asked
@@ -185,9 +187,9 @@ def test_feature_versions_are_prefixes_and_name_every_drafter():
 def test_short_window_forgets_and_long_window_remembers():
     tracker = FeatureTracker(SETTINGS, prompt_length=10)
     for _ in range(4):
-        tracker.update(step(4, 4, 0, [0.5] * 4))
+        tracker.update([step(4, 4, 0, [0.5] * 4)])
     for _ in range(4):
-        tracker.update(step(4, 4, 4, [0.9] * 4))
+        tracker.update([step(4, 4, 4, [0.9] * 4)])
     values = features(tracker)
     assert values["acceptance_short"] == 1.0
     assert values["acceptance_long"] == pytest.approx(0.5)
@@ -202,18 +204,20 @@ def test_every_feature_stays_finite_and_in_range_on_random_and_extreme_histories
         proposed = rng.randint(0, k)
         accepted = rng.randint(0, proposed)
         tracker.update(
-            step(
-                k,
-                proposed,
-                accepted,
-                [rng.random() for _ in range(proposed + rng.randint(0, 1) if k else 0)],
-                entropies=None,
-                tau=rng.random(),
-                draft_s=rng.choice([0.0, 1e-4, 5.0]),
-                verify_s=rng.choice([0.0, 1e-3, 1e-9]),
-                context=rng.randint(1, 500),
-                stopped=rng.random() < 0.3,
-            )
+            [
+                step(
+                    k,
+                    proposed,
+                    accepted,
+                    [rng.random() for _ in range(proposed + rng.randint(0, 1) if k else 0)],
+                    entropies=None,
+                    tau=rng.random(),
+                    draft_s=rng.choice([0.0, 1e-4, 5.0]),
+                    verify_s=rng.choice([0.0, 1e-3, 1e-9]),
+                    context=rng.randint(1, 500),
+                    stopped=rng.random() < 0.3,
+                )
+            ]
         )
         vector = tracker.vector()
         assert np.isfinite(vector).all() and (vector >= 0).all() and (vector <= 1).all()
@@ -222,7 +226,7 @@ def test_every_feature_stays_finite_and_in_range_on_random_and_extreme_histories
 def test_reset_forgets_the_history():
     tracker = FeatureTracker(SETTINGS, prompt_length=50)
     fresh = tracker.vector()
-    tracker.update(step(4, 4, 2, [0.9, 0.8, 0.3, 0.2], draft_s=0.004))
+    tracker.update([step(4, 4, 2, [0.9, 0.8, 0.3, 0.2], draft_s=0.004)])
     assert not np.array_equal(tracker.vector(), fresh)
     tracker.reset(SETTINGS, prompt_length=50)
     assert np.array_equal(tracker.vector(), fresh)
@@ -260,7 +264,7 @@ def test_decoder_gives_the_controller_the_feature_vector_of_its_history(pair):
     for observation, result in zip(controller.observations, out.steps, strict=True):
         assert observation.shape == (N_FEATURES,)
         assert np.array_equal(observation, tracker.vector())
-        tracker.update(result)
+        tracker.update([result])
 
 
 @pytest.fixture

@@ -35,13 +35,14 @@ def test_the_self_check_passes_here_and_reports_every_check(tmp_path):
     assert torch.get_float32_matmul_precision() == "highest"  # restored (the CPU default)
 
 
-def accept_everything(proposal, q, p, sampling, generator):
+def accept_everything(proposal, proposed, q, p, sampling, generator):
     """A broken verdict: every drafted token accepted, then the bonus token from p after them."""
-    m = proposal.shape[1]
+    rows, m = proposal.shape
     if not m:
-        return real_judge(proposal, q, p, sampling, generator)
+        return real_judge(proposal, proposed, q, p, sampling, generator)
+    accepted = torch.tensor(proposed)
     return rejection.Judgement(
-        proposal.new_tensor(m), sampling.choose(p[:, m], generator), torch.ones(proposal.shape)
+        accepted, sampling.choose(p[torch.arange(rows), accepted], generator), torch.ones(proposal.shape)
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specrl.engine.batch import BatchGeneration
+from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import Action
 from specrl.envs.slot_grid import SlotGrid
@@ -15,7 +15,7 @@ def test_the_grid_width_follows_the_engines_cache(pair):
     rng = np.random.default_rng(0)
     prompts = [rng.integers(0, pair.vocab_size, rng.integers(1, 30)).tolist() for _ in range(9)]
     budgets = [int(b) for b in rng.integers(3, 20, size=len(prompts))]
-    generation = BatchGeneration(pair, prompts[:3], 20, SamplingConfig(0.0), stop_at_eos=False)
+    generation = Generation(pair, prompts[:3], 20, SamplingConfig(0.0), stop_at_eos=False)
     generation.budgets[:3] = budgets[:3]
     grid = SlotGrid()
     grid.admit({row: len(prompts[row]) for row in range(3)})

@@ -25,9 +25,8 @@ from conftest import (
 from transformers import MistralConfig, MistralForCausalLM
 
 import specrl
-from specrl.engine.cache import CachedModel, new_cache
+from specrl.engine.cache import KVCache
 from specrl.engine.sampling import SamplingConfig
-from specrl.engine.static_cache import StaticCachedModel
 from specrl.envs.scenario import PairSpec
 from specrl.latency.store import latency_path
 from specrl.models import CacheSettings
@@ -41,23 +40,25 @@ def test_the_pair_chooses_the_cache_every_model_of_a_generation_gets(pool_pair):
     generation = specrl.SpeculativeDecoder(static(pool_pair), specrl.StaticController(3)).start([1, 2, 3])
     for drafter in ("draft", "draft-mid", "cascade"):
         generation.drafter(drafter)
-    assert {type(cache) for cache in generation.caches()} == {StaticCachedModel}
+    assert {cache.static for cache in generation.caches()} == {True}
     assert len(generation.caches()) == 5  # target, draft, draft-mid, the cascade's small and mid
     dynamic = specrl.SpeculativeDecoder(pool_pair, specrl.StaticController(3)).start([1, 2, 3])
-    assert {type(cache) for cache in dynamic.caches()} == {CachedModel}
+    assert {cache.static for cache in dynamic.caches()} == {False}
 
 
-@pytest.mark.parametrize("prompt_index", range(2))
-def test_greedy_equals_plain_target_greedy_for_every_k_and_tau(close_pair, prompt_index):
-    prompt = prompts(2, close_pair.vocab_size, seed=11)[prompt_index]
-    expected = reference_greedy(close_pair.target, prompt, 24)
+@pytest.mark.parametrize("batch", [1, 4])
+def test_greedy_equals_plain_target_greedy_for_every_k_and_tau(close_pair, batch):
+    """At B = 4 the rows' prompts differ in length and the rows accept differently: the static grid
+    holds holes, packed away when full, and every row still equals its own greedy decoding."""
+    batch_prompts = [p[: 5 + 3 * i] for i, p in enumerate(prompts(batch, close_pair.vocab_size, seed=11))]
+    expected = [reference_greedy(close_pair.target, prompt, 24) for prompt in batch_prompts]
     decoder_pair = static(close_pair)
     for k, tau in itertools.product(range(0, 9, 2), (0.0, 0.5)):
         decoder = specrl.SpeculativeDecoder(decoder_pair, specrl.StaticController(k, tau))
-        out = decoder.generate(prompt, max_new_tokens=24, stop_at_eos=False)
-        assert out.token_ids == expected, f"k={k} tau={tau}"
+        outs = decoder.generate_batch(batch_prompts, max_new_tokens=24, stop_at_eos=False)
+        assert [out.token_ids for out in outs] == expected, f"k={k} tau={tau}"
         if k == 4 and tau == 0.0:
-            assert 0 < out.stats.accepted < out.stats.proposed  # rejections: equality is not trivial
+            assert 0 < outs.stats.accepted < outs.stats.proposed  # rejections: equality is not trivial
 
 
 def test_cached_logits_equal_full_recompute_after_accepts_and_rejections_for_every_drafter(pool_pair):
@@ -67,10 +68,10 @@ def test_cached_logits_equal_full_recompute_after_accepts_and_rejections_for_eve
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("k,tau", [(3, 0.0), (3, 0.5)])
-def test_speculative_sampling_matches_target_law(small_vocab_pair, k, tau):
+@pytest.mark.parametrize("k,tau,batch", [(3, 0.0, 1), (3, 0.5, 1), (3, 0.0, 4)])
+def test_speculative_sampling_matches_target_law(small_vocab_pair, k, tau, batch):
     prompt, sampling = [1, 2, 3, 0, 4], SamplingConfig(1.0)
-    counts = two_token_counts(static(small_vocab_pair), prompt, k, tau, sampling, n=1000)
+    counts = two_token_counts(static(small_vocab_pair), prompt, k, tau, sampling, n=1000, batch=batch)
     law = exact_two_token_law(small_vocab_pair, prompt, sampling)
     assert chi_square_p_value(counts, law) > 1e-3
 
@@ -83,13 +84,13 @@ def test_feeds_after_rollbacks_equal_a_recompute_with_either_attention_kernel(at
     model.set_attn_implementation(attention)
     generator = torch.Generator().manual_seed(0)
     sequence = torch.randint(0, 63, (1, 60), generator=generator)
-    cache = StaticCachedModel(model, 64, max_length=128)
+    cache = KVCache(model, 64, CacheSettings("static"), max_length=128)
     cache.feed(sequence[:, :10])
     while cache.length < 50:
         rejected = torch.randint(0, 63, (1, int(torch.randint(1, 5, (1,), generator=generator))))
         kept = cache.length
         cache.feed(rejected)
-        cache.rollback(kept)
+        cache.rollback([kept])
         n = int(torch.randint(1, 4, (1,), generator=generator))
         logits = cache.feed(sequence[:, kept : kept + n], keep=n)
         with torch.inference_mode():
@@ -99,12 +100,12 @@ def test_feeds_after_rollbacks_equal_a_recompute_with_either_attention_kernel(at
 
 def test_a_full_static_cache_and_bad_settings_are_refused_by_name():
     model = random_llama(16, 0, context=32)
-    cache = StaticCachedModel(model, 16, max_length=8)
-    cache.feed(torch.tensor([[1, 2, 3, 4, 5, 6]]))
-    with pytest.raises(RuntimeError, match="holds 8 tokens and is full"):
-        cache.feed(torch.tensor([[1, 2, 3]]))
-    cache.rollback(4)  # room again: the length moved back
-    assert cache.feed(torch.tensor([[1, 2, 3]])).shape == (1, 1, 16) and cache.length == 7
+    cache = KVCache(model, 16, CacheSettings("static"), max_length=8)  # 8 + a step's room: 25 slots
+    cache.feed(torch.tensor([[1, 2, 3, 4, 5, 6] * 3]))
+    with pytest.raises(RuntimeError, match="holds 25 slots and is full"):
+        cache.feed(torch.tensor([[1, 2, 3] * 3]))
+    cache.rollback([16])  # room again: the width moved back
+    assert cache.feed(torch.tensor([[1, 2, 3] * 3])).shape == (1, 1, 16) and cache.length == 25
     with pytest.raises(ValueError, match="unknown KV cache 'paged'; choose one of dynamic, static"):
         CacheSettings("paged")
     with pytest.raises(ValueError, match="compile=True needs kv_cache='static'"):
@@ -123,8 +124,8 @@ def test_sliding_window_models_are_sent_to_the_dynamic_cache():
     )
     model = MistralForCausalLM(config).eval()
     with pytest.raises(ValueError, match="load the pair with kv_cache='dynamic'"):
-        new_cache(model, 16, CacheSettings("static"), 64)
-    assert isinstance(new_cache(model, 16, CacheSettings("dynamic"), 64), CachedModel)
+        KVCache(model, 16, CacheSettings("static"), 64)
+    assert KVCache(model, 16, CacheSettings("dynamic"), 64).window == 8
 
 
 @pytest.mark.slow

@@ -1,19 +1,18 @@
-"""KV-cached, lossless speculative decoding."""
+"""KV-cached, lossless speculative decoding: one engine over rows (a single sequence is a batch of one)."""
 
-from specrl.engine.batch import BatchGeneration, BatchStepResult, BatchTooLargeError
-from specrl.engine.decoder import BatchOutputs, SpeculativeDecoder
+from specrl.engine.decoder import BatchOutputs, ControlLoop, SpeculativeDecoder
 from specrl.engine.drafters import DRAFTERS, DrafterError
 from specrl.engine.generation import Generation, PromptTooLongError
+from specrl.engine.memory import BatchTooLargeError
 from specrl.engine.sampling import SamplingConfig
-from specrl.engine.types import Action, GenerationOutput, GenerationStats, StepResult
+from specrl.engine.types import Action, GenerationOutput, GenerationStats, Step, StepResult
 
 __all__ = [
     "DRAFTERS",
     "Action",
-    "BatchGeneration",
     "BatchOutputs",
-    "BatchStepResult",
     "BatchTooLargeError",
+    "ControlLoop",
     "DrafterError",
     "Generation",
     "GenerationOutput",
@@ -21,5 +20,6 @@ __all__ = [
     "PromptTooLongError",
     "SamplingConfig",
     "SpeculativeDecoder",
+    "Step",
     "StepResult",
 ]

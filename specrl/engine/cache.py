@@ -1,33 +1,73 @@
-"""A model plus its KV cache, fed incrementally and cut back on rejection."""
+"""A model plus one KV cache over B rows of different lengths: the engine's one cache interface.
+
+Speculative decoding accepts a different number of tokens in every row (ragged acceptance), so
+the cache is a grid of slots, one column per feed position, shared by the rows; a row's tokens
+fill its valid slots in order, and their positions (RoPE) count the row's valid slots, so holes
+change nothing a row sees: attention never reads a masked slot. A single sequence is a batch of
+one: its rollbacks cut the tail, so it never has a hole, and its feeds run with the model's own
+causal mask and positions, as a plain KV-cached decode does.
+
+- ``feed(tokens, counts)`` appends one column per token to every row; row r's first
+  ``counts[r]`` tokens are real, the rest padding (holes). Prompts of different lengths are fed
+  right-padded, so a padding slot has its row's tokens before it. A row with nothing to prefill
+  has only padding there, fully masked attention rows: transformers' attention returns finite
+  values for them (tested: no NaN enters a cache), and no query ever reads those slots.
+- ``rollback(lengths)`` keeps the first ``lengths[r]`` tokens of row r: its later slots become
+  holes. Columns that are holes in every row are cut from the tail. Nothing is recomputed, and
+  no row is cut back to another row's length.
+- ``admit(prefixes)`` prefills new rows apart and joins them after the batch's rows (requests
+  joining a running batch): the narrower grid's rows get holes on the right; nothing is recomputed.
+- ``select(rows)`` keeps some rows (finished rows leave the batch); ``compact()`` packs each row's
+  tokens to the left when holes take more than half the cache (a gather, no forward).
+
+Two storages behind the same interface (``CacheSettings.kind``):
+
+- ``dynamic``: transformers' ``DynamicCache``, grown by each feed and cropped by a rollback.
+  Sliding-window layers (Mistral, Gemma 2/3, Qwen2 with ``use_sliding_window``) keep only the
+  last ``window - 1`` tokens; their cache records past states until the next rollback, which
+  trims them back to the window, so a rollback may go back to any length since the previous one,
+  not before it (the engine never goes further). Such a cache holds no holes: one row at a time.
+- ``static``: transformers' ``StaticCache``, allocated once (gpt-fast's cache): a feed writes its
+  columns in place at the grid's width and a rollback only moves that width back, so every decode
+  forward keeps its shapes and ``torch.compile`` can run it (``compile``: one graph per token
+  count up to ``COMPILED_TOKENS``; prefills run eagerly).
+
+The grid's bookkeeping (each row's slots, the width) is kept on the host, so neither feeding nor
+rolling back reads the device: on a GPU such a read waits for every queued kernel.
+"""
 
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel, StaticCache
+from transformers.cache_utils import StaticLayer
 
-from specrl.engine.static_cache import StaticCachedModel
+from specrl.engine import masks
 from specrl.models import CacheSettings, check_cache
 
+COMPILED_TOKENS = 16  # a verification is k + 1 tokens; longer feeds are prefills
+COMPACT_AT = 0.5  # pack a cache when holes take more than this share of its slots
 
-class CachedModel:
-    """One causal LM with a KV cache over a prefix of the sequence.
 
-    The cache holds the first ``length`` tokens of the sequence. ``feed`` runs only the
-    tokens after that, and ``rollback`` cuts the cache to a shorter prefix by dropping its
-    tail: the prefix is never recomputed.
+class KVCache:
+    """One causal LM with a KV cache over ``rows`` rows, empty at first (see the module doc);
+    ``max_length`` is the context window no row passes (a static cache's size)."""
 
-    Sliding-window layers (Mistral, Gemma 2/3, Qwen2 with ``use_sliding_window``) keep only
-    the last ``window - 1`` tokens. Their cache records past states until the next
-    ``rollback``, which cuts the rejected tail and trims the layer back to its window; so a
-    rollback may go back to any length since the previous one, not before it (the engine
-    never goes further: the accepted prefix only grows).
-    """
-
-    def __init__(self, model: PreTrainedModel, vocab_size: int) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        vocab_size: int,
+        settings: CacheSettings | None = None,
+        max_length: int = 0,
+        rows: int = 1,
+    ) -> None:
         self.model = model
         self.vocab_size = vocab_size  # logits beyond the shared tokenizer are padding rows
-        self.cache = DynamicCache(config=model.config)
-        check_cache(self.cache, model.config)  # refuse, by name, a cache that cannot be cut back
+        self.settings = settings or CacheSettings()
+        self.static = self.settings.kind == "static"
+        self.max_length = max_length  # the context window: no row holds more
+        self.capacity = max_length + COMPILED_TOKENS + 1  # a static grid's slots: a window, holes of a step
+        self.cache = self._new_storage()
         self.window = min(
             (layer.sliding_window for layer in self.cache.layers if getattr(layer, "is_sliding", False)),
             default=None,
@@ -36,54 +76,326 @@ class CachedModel:
             self.cache.activate_past_recording()
         self.floor = 0  # sliding layers: no rollback below the length at the last trim
         self.checked = False
+        self.compiled = (
+            torch.compile(model.forward, dynamic=False) if self.static and self.settings.compile else None
+        )
+        self.slots_of: list[list[int]] = [[] for _ in range(rows)]  # per row, the column of each token
+        self.slots = 0  # the grid's width: columns in use, holes included
+        self.mask: torch.Tensor | None = None  # (B, slots) valid slots; None while there is no hole
+
+    def _new_storage(self) -> DynamicCache | StaticCache:
+        if not self.static:
+            cache = DynamicCache(config=self.model.config)
+            check_cache(cache, self.model.config)  # refuse, by name, a cache that cannot be cut back
+            return cache
+        cache = StaticCache(config=self.model.config, max_cache_len=self.capacity)
+        sliding = [type(layer).__name__ for layer in cache.layers if type(layer) is not StaticLayer]
+        if sliding:
+            raise ValueError(
+                f"the {self.model.config.model_type} model has {sliding[0]} layers, which a static cache "
+                "cannot roll back (their ring buffer overwrites the slots a rejection would go back to); "
+                "load the pair with kv_cache='dynamic'"
+            )
+        return cache
+
+    # ---- state --------------------------------------------------------------------------------
+
+    @property
+    def rows(self) -> int:
+        return len(self.slots_of)
+
+    @property
+    def lengths(self) -> list[int]:
+        """Tokens each row holds."""
+        return [len(slots) for slots in self.slots_of]
 
     @property
     def length(self) -> int:
-        return self.cache.get_seq_length()
+        """Tokens the one row holds (a single sequence's cache)."""
+        if self.rows != 1:
+            raise ValueError(f"the cache holds {self.rows} rows; read lengths[r] for a row's length")
+        return len(self.slots_of[0])
+
+    def holes(self) -> float:
+        """The share of slots that hold no token."""
+        if not self.slots or not self.rows:
+            return 0.0
+        return 1.0 - sum(self.lengths) / (self.rows * self.slots)
+
+    def _valid(self) -> torch.Tensor:
+        """(B, slots) the valid slots, materialised."""
+        if self.mask is not None:
+            return self.mask
+        return torch.ones((self.rows, self.slots), dtype=torch.bool, device=self.model.device)
+
+    # ---- feeding ------------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def feed(self, tokens: torch.Tensor, keep: int = 1) -> torch.Tensor:
-        """Append ``tokens`` (B, n) to the cache; return logits of the last ``keep`` (B, keep, V)."""
-        before = None if self.checked else self.length  # the first feed checks the cache grew
-        out = self.model(input_ids=tokens, cache=self.cache, use_cache=True, logits_to_keep=keep)
-        if before is not None:
-            self.checked = True
-            if self.length != before + tokens.shape[1]:
+    def feed(self, tokens: torch.Tensor, counts: list[int] | None = None, keep: int = 1) -> torch.Tensor:
+        """Append ``tokens`` (B, n) to the cache, row r's first ``counts[r]`` real (default: all);
+        return the logits of the last ``keep`` columns (B, keep, V)."""
+        rows, n = tokens.shape
+        if rows != self.rows:
+            raise ValueError(f"fed {rows} rows to a cache of {self.rows}")
+        ragged = counts is not None and any(count != n for count in counts)
+        if ragged and self.window is not None:
+            raise NotImplementedError(
+                f"the {self.model.config.model_type} model has sliding-window layers, whose cache cannot "
+                "hold the holes of a batch with ragged rows yet; decode one prompt at a time"
+            )
+        if self.static and self.slots + n > self.capacity:
+            self.compact(0.0)  # a static grid is full: pack its holes away first
+            if self.slots + n > self.capacity:
                 raise RuntimeError(
-                    f"the {self.model.config.model_type} model ({type(self.model).__name__}) did not "
-                    f"extend the KV cache it was given (length {before} -> {self.length} after "
-                    f"{tokens.shape[1]} tokens): its forward does not take transformers' `cache` "
-                    "argument, so specrl cannot decode with it incrementally"
+                    f"the static KV cache holds {self.capacity} slots and is full ({self.slots} used, "
+                    f"{n} more fed); it is sized to the pair's context window, which generations never pass"
                 )
+        mask = None  # (B, slots + n) the valid slots after the feed; None while there is no hole
+        if ragged:
+            new = torch.arange(n, device=tokens.device)[None, :] < on_device(
+                [[c] for c in counts], tokens.device
+            )
+            mask = torch.cat([self._valid(), new], 1)
+        elif self.mask is not None:
+            mask = torch.cat([self.mask, torch.ones((rows, n), dtype=torch.bool, device=tokens.device)], 1)
+        before = self.slots
+        out = self._forward(tokens, mask, counts, n, keep)
+        for slots, count in zip(self.slots_of, counts or [n] * rows, strict=True):
+            slots.extend(range(before, before + count))
+        self.slots, self.mask = before + n, mask
+        self._check_grew(before)
         return out.logits[..., : self.vocab_size]
 
-    def rollback(self, length: int) -> None:
-        """Cut the cache to its first ``length`` tokens (no-op if it is not longer)."""
-        excess = self.length - length
-        if self.window is None:
-            if excess > 0:
-                self.cache.crop(-excess)
+    def _forward(self, tokens, mask, counts, n, keep):
+        arguments = {"input_ids": tokens, "cache": self.cache, "use_cache": True, "logits_to_keep": keep}
+        if mask is not None or self.static:
+            # positions count each row's own tokens; each new token sees its row's valid slots up to its own
+            lengths = on_device([[length] for length in self.lengths], tokens.device)  # (B, 1)
+            real = mask[:, self.slots :] if mask is not None else torch.ones_like(tokens, dtype=torch.bool)
+            arguments["position_ids"] = (lengths + real.long().cumsum(1) - 1).clamp(min=0)
+            arguments["attention_mask"] = self._attention(mask, n)
+        if self.compiled is not None and n <= COMPILED_TOKENS:
+            return self.compiled(**arguments)
+        return self.model(**arguments)  # the module's call: its hooks run (forward counters)
+
+    def _attention(self, mask: torch.Tensor | None, n: int) -> torch.Tensor | None:
+        """The attention mask of a feed of ``n`` columns onto the grid (:mod:`specrl.engine.masks`):
+        (B, 1, n, width) in the kernel's form; a 2D mask for kernels that build their own."""
+        width = self.capacity if self.static else self.slots + n
+        if not masks.takes_prepared(self.model):
+            return None if mask is None else torch.nn.functional.pad(mask, (0, width - mask.shape[1])).long()
+        allowed = masks.causal(n, width, self.slots, self.model.device)  # (n, width)
+        if mask is not None:
+            allowed = torch.nn.functional.pad(mask, (0, width - mask.shape[1]))[:, None, None, :] & allowed
+        else:
+            allowed = allowed.expand(self.rows, 1, n, width)
+        return masks.prepared_mask(self.model, allowed)
+
+    def _check_grew(self, before: int) -> None:
+        """The first feed checks that the model extended the cache it was given."""
+        if self.checked or self.static:
             return
-        # Sliding layers: crop even when nothing is rejected, to trim them to the window.
+        self.checked = True
+        if self.window is None and self.cache.get_seq_length() != self.slots:
+            raise RuntimeError(
+                f"the {self.model.config.model_type} model ({type(self.model).__name__}) did not extend the "
+                f"KV cache it was given ({before} -> {self.cache.get_seq_length()} slots, {self.slots} "
+                "expected): its forward does not take transformers' `cache` argument, so specrl cannot "
+                "decode with it incrementally"
+            )
+
+    def verify(self, pending: list[list[int]], proposal: torch.Tensor, proposed: list[int]) -> torch.Tensor:
+        """Feed each row's pending tokens (the sequence after its cached prefix; empty: the row
+        takes no part) and then its ``proposed[r]`` proposals (``proposal``: (B, w), right-padded);
+        return (B, w + 1, V): the logits at each row's last pending token and at each proposal,
+        the verifier's p_1..p_{m+1}."""
+        rows, w = proposal.shape
+        device = proposal.device
+        widths = [len(tokens) for tokens in pending]
+        if all(width == 1 for width in widths) and all(m == w for m in proposed):  # a single sequence's step
+            return self.feed(torch.cat([on_device(pending, device), proposal], 1), keep=w + 1)
+        base, _ = padded(pending, device)  # (B, P)
+        first = base.shape[1]
+        counts = [width + m if width else 0 for width, m in zip(widths, proposed, strict=True)]
+        width_fed = max(max(counts), 1)
+        columns = [  # each row's pending tokens, then its proposals, then padding
+            [*range(width), *range(first, first + m)] + [0] * (width_fed - (width + m if width else 0))
+            for width, m in zip(widths, proposed, strict=True)
+        ]
+        ids = torch.cat([base, proposal], 1).gather(1, on_device(columns, device))
+        logits = self.feed(ids, counts, keep=width_fed)  # (B, width_fed, V)
+        if all(width == 1 for width in widths):
+            return logits[:, : w + 1]
+        at = [[min(max(width - 1, 0) + j, width_fed - 1) for j in range(w + 1)] for width in widths]
+        return logits.gather(1, on_device(at, device)[..., None].expand(-1, -1, logits.shape[-1]))
+
+    # ---- rolling back, rows joining and leaving -------------------------------------------------
+
+    def rollback(self, lengths: list[int]) -> None:
+        """Keep the first ``lengths[r]`` tokens of every row r; a row already shorter is left alone."""
+        cut = False
+        for slots, length in zip(self.slots_of, lengths, strict=True):
+            if len(slots) > length:
+                del slots[length:]
+                cut = True
+        if self.window is not None:
+            self._trim_window()
+            return
+        if not cut:
+            return
+        width = max((slots[-1] + 1 for slots in self.slots_of if slots), default=0)
+        if self.mask is not None or any(len(slots) != width for slots in self.slots_of):
+            rank = self._valid().long().cumsum(1)  # the 1-based index of each valid slot in its row
+            lengths_now = on_device([[len(slots)] for slots in self.slots_of], self.model.device)
+            self.mask = (self._valid() & (rank <= lengths_now))[:, :width]
+            if all(len(slots) == width for slots in self.slots_of):
+                self.mask = None  # the cut left no hole
+        self._cut_tail(width)
+
+    def _trim_window(self) -> None:
+        """Sliding layers (one row, no holes): crop even when nothing is rejected, to trim them to
+        the window; no rollback may go below the length of the last trim."""
+        length = len(self.slots_of[0]) if self.slots_of else 0
         if length < self.floor:
             raise RuntimeError(
                 f"cannot roll the {self.model.config.model_type} cache back to {length} tokens: its "
                 f"sliding-window layers were trimmed at {self.floor}"
             )
-        trims = self.length >= self.window
-        self.cache.crop(-max(excess, 0))
+        trims = self.slots >= self.window
+        self.cache.crop(-(self.slots - length))
+        self.slots = length
         if trims:
-            self.floor = self.length
+            self.floor = length
+
+    def _cut_tail(self, width: int) -> None:
+        if width < self.slots:
+            self.cache.crop(width - self.slots)  # transformers' crop takes minus the slots to drop
+            self.slots = width
+            if self.mask is not None:
+                self.mask = self.mask[:, :width]
+
+    def select(self, rows: list[int]) -> None:
+        """Keep only ``rows`` (indices into the batch, in their new order)."""
+        self.slots_of = [self.slots_of[r] for r in rows]
+        if not rows:
+            self.cache, self.slots, self.mask = self._new_storage(), 0, None
+            return
+        index = torch.tensor(rows, device=self.model.device)
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                layer.keys, layer.values = layer.keys[index], layer.values[index]
+        if self.mask is not None:
+            self.mask = self.mask[index]
+        width = max((slots[-1] + 1 for slots in self.slots_of if slots), default=0)
+        self._cut_tail(width)
+        if self.mask is not None and all(len(slots) == self.slots for slots in self.slots_of):
+            self.mask = None
+
+    def admit(self, prefixes: list[list[int]]) -> None:
+        """Append new rows holding ``prefixes`` (prefilled apart, right-padded, then joined)."""
+        joining = KVCache(self.model, self.vocab_size, self.settings, self.max_length, rows=len(prefixes))
+        joining.compiled = self.compiled
+        if any(prefixes):
+            ids, counts = padded(prefixes, self.model.device)
+            joining.feed(ids, counts, keep=1)
+        self.join(joining)
+
+    def join(self, other: KVCache) -> None:
+        """Append ``other``'s rows (a cache of the same model) after this cache's rows."""
+        if other.model is not self.model:
+            raise ValueError("only a cache of the same model can join this batch")
+        if not self.rows:
+            self.cache, self.slots_of, self.slots, self.mask = (
+                other.cache,
+                other.slots_of,
+                other.slots,
+                other.mask,
+            )
+            self.floor, self.checked = other.floor, self.checked or other.checked
+            return
+        if self.window is not None:
+            raise NotImplementedError(
+                f"the {self.model.config.model_type} model has sliding-window layers, whose cache cannot "
+                "take rows joining a running batch yet; decode one prompt at a time"
+            )
+        width = max(self.slots, other.slots)
+        mine_valid, their_valid = self._valid(), other._valid()
+        for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
+            if not mine.is_initialized and not theirs.is_initialized:
+                continue  # nothing cached yet: the next feed initialises the layer at the new size
+            like = (mine if mine.is_initialized else theirs).keys
+            parts = ((self, mine), (other, theirs))
+            keys = torch.cat([cache._widened(layer, "keys", width, like) for cache, layer in parts])
+            values = torch.cat([cache._widened(layer, "values", width, like) for cache, layer in parts])
+            if not mine.is_initialized:
+                mine.lazy_initialization(like, like)
+            mine.keys, mine.values = keys, values
+        pad = torch.nn.functional.pad
+        self.mask = torch.cat(
+            [pad(mine_valid, (0, width - self.slots)), pad(their_valid, (0, width - other.slots))]
+        )
+        self.slots_of = self.slots_of + other.slots_of
+        self.slots = width
+        if self.static:
+            for layer in self.cache.layers:
+                if layer.is_initialized:
+                    layer.cumulative_length.fill_(width)
+        if all(len(slots) == width for slots in self.slots_of):
+            self.mask = None
+
+    def _widened(self, layer, name: str, width: int, like: torch.Tensor) -> torch.Tensor:
+        """A layer's keys or values (rows, heads, slots, dim) with holes up to ``width`` slots (zeros
+        that the mask hides; a static grid's are the allocated slots after its width)."""
+        tensor = getattr(layer, name) if layer.is_initialized else None
+        if self.static:
+            if tensor is None:
+                return like.new_zeros((self.rows, *like.shape[1:]))
+            return tensor
+        holes = like.new_zeros((self.rows, like.shape[1], width - self.slots, like.shape[-1]))
+        return (
+            torch.cat([tensor[:, :, : self.slots], holes], 2) if tensor is not None and self.slots else holes
+        )
+
+    def compact(self, threshold: float = COMPACT_AT) -> bool:
+        """Pack each row's tokens to the left when holes exceed ``threshold`` of the slots; True if it did."""
+        if self.mask is None or self.holes() <= threshold:
+            return False
+        width = max(self.lengths)
+        # per row: the slot of its i-th token, i < width (rows with fewer tokens repeat their last slot)
+        order = [slots + [slots[-1] if slots else 0] * (width - len(slots)) for slots in self.slots_of]
+        index_rows = torch.tensor(order, device=self.model.device)  # (B, width)
+        for layer in self.cache.layers:
+            if not layer.is_initialized:
+                continue
+            index = index_rows[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
+            keys, values = layer.keys.gather(2, index), layer.values.gather(2, index)
+            if self.static:
+                layer.keys[:, :, :width], layer.values[:, :, :width] = keys, values
+                layer.cumulative_length.fill_(width)
+            else:
+                layer.keys, layer.values = keys, values
+        self.slots_of = [list(range(len(slots))) for slots in self.slots_of]
+        self.slots = width
+        self.mask = None
+        if any(len(slots) != width for slots in self.slots_of):
+            self.mask = torch.arange(width, device=self.model.device)[None, :] < on_device(
+                [[len(slots)] for slots in self.slots_of], self.model.device
+            )
+        return True
 
 
-KVCache = CachedModel | StaticCachedModel  # what a generation's caches are; one interface
+def padded(rows: list[list[int]], device: torch.device) -> tuple[torch.Tensor, list[int] | None]:
+    """Right-padded (B, width) token ids on the device, and each row's count of real tokens (None
+    when every row fills the width)."""
+    width = max(1, max(len(row) for row in rows))
+    ids = on_device([row + [0] * (width - len(row)) for row in rows], device)
+    counts = [len(row) for row in rows]
+    return ids, None if all(count == width for count in counts) else counts
 
 
-def new_cache(
-    model: PreTrainedModel, vocab_size: int, settings: CacheSettings | None, max_length: int
-) -> KVCache:
-    """The cache a generation keeps for ``model``, as the pair's :class:`CacheSettings` ask
-    (dynamic when none are given); a static one holds ``max_length`` tokens."""
-    if settings is None or settings.kind == "dynamic":
-        return CachedModel(model, vocab_size)
-    return StaticCachedModel(model, vocab_size, max_length, compiled=settings.compile)
+def on_device(values: list, device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """A host table copied to the device without waiting for it (pinned, non-blocking on CUDA)."""
+    table = torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return table
+    return table.pin_memory().to(device, non_blocking=True)

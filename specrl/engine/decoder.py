@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from specrl.engine.batch import BatchGeneration
 from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig
-from specrl.engine.types import DEFAULT_DRAFTER, GenerationOutput, GenerationStats
+from specrl.engine.types import DEFAULT_DRAFTER, GenerationOutput, GenerationStats, Step
 from specrl.features import FeatureTracker, GenerationSettings
 from specrl.models import ModelPair
 
@@ -38,7 +37,7 @@ class SpeculativeDecoder:
 
     def start(
         self,
-        prompt: str | list[int],
+        prompt: str | list[int] | Sequence[str | list[int]],
         max_new_tokens: int = 64,
         temperature: float = 0.0,
         top_k: int = 0,
@@ -47,70 +46,61 @@ class SpeculativeDecoder:
         stop_at_eos: bool = True,
         keep_target_logits: bool = False,
     ) -> Generation:
-        """Tokenize, prefill, and return the generation ready to be stepped."""
-        prompt_ids = self.pair.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        """Tokenize, prefill, and return the generation ready to be stepped: one prompt (a string
+        or token ids) is a batch of one; a list of them is a batch."""
+        prompts = [prompt] if _is_one_prompt(prompt) else list(prompt)
+        ids = [self.pair.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+        if len(ids) == 1 and not ids[0]:
+            raise ValueError("the prompt is empty: give at least one token of text to continue")
         sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-        return Generation(
-            self.pair, prompt_ids, max_new_tokens, sampling, seed, stop_at_eos, keep_target_logits
-        )
+        return Generation(self.pair, ids, max_new_tokens, sampling, seed, stop_at_eos, keep_target_logits)
 
     def generate(
         self, prompt: str | list[int] | Sequence[str | list[int]], max_new_tokens: int = 64, **options
     ) -> GenerationOutput | BatchOutputs:
-        """Decode one prompt to the end, or a list of prompts together (:meth:`generate_batch`).
+        """Decode one prompt to the end, or a list of prompts together: one action per step, each
+        row accepting its own tokens.
 
-        A string or a list of token ids is one prompt; a list of strings or of token-id lists is
-        a batch. ``options``: temperature, top_k, top_p, seed, stop_at_eos, keep_target_logits
-        (one prompt only: the output then carries the target's logits at every generated
+        A string or a list of token ids is one prompt, and one :class:`GenerationOutput` comes
+        back; a list of strings or of token-id lists is a batch, and a :class:`BatchOutputs` (one
+        output per prompt, in order; its ``stats`` are the batch's totals: every row's tokens over
+        the batch's time) comes back. ``options``: temperature, top_k, top_p, seed, stop_at_eos,
+        keep_target_logits (each output then carries the target's logits at every generated
         position, taken from the verify forwards)."""
         if isinstance(prompt, (list, tuple)) and not prompt:
             raise ValueError(
                 "the prompt is empty: an empty list holds no token ids and no prompts; give at least one "
                 "token of text to continue, or a list of prompts to decode together"
             )
-        if isinstance(prompt, (list, tuple)) and not isinstance(prompt[0], int):
-            return self.generate_batch(prompt, max_new_tokens, **options)
-        generation = self.start(prompt, max_new_tokens, **options)
-        drive(generation, self.controller)
-        ids = generation.output_ids
-        return GenerationOutput(
-            text=self.pair.tokenizer.decode(ids),
-            token_ids=ids,
-            prompt_ids=generation.tokens[0, : generation.prompt_length].tolist(),
-            stats=generation.stats(),
-            steps=generation.steps,
-            target_logits=generation.target_logits(),
-        )
+        if _is_one_prompt(prompt):
+            return self.generate_batch([prompt], max_new_tokens, **options)[0]
+        return self.generate_batch(prompt, max_new_tokens, **options)
 
     def generate_batch(
-        self,
-        prompts: Sequence[str | list[int]],
-        max_new_tokens: int = 64,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        seed: int = 0,
-        stop_at_eos: bool = True,
+        self, prompts: Sequence[str | list[int]], max_new_tokens: int = 64, **options
     ) -> BatchOutputs:
-        """Decode ``prompts`` together (:mod:`specrl.engine.batch`): one action per batched step,
-        each row accepting its own tokens. Returns one output per prompt, in order; the list's
-        ``stats`` are the batch's totals (every row's tokens over the batch's time)."""
-        ids = [self.pair.encode(p) if isinstance(p, str) else list(p) for p in prompts]
-        sampling = SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-        generation = BatchGeneration(self.pair, ids, max_new_tokens, sampling, seed, stop_at_eos)
-        drive_batch(generation, self.controller)
+        """Decode ``prompts`` together (see :meth:`generate`); one output per prompt."""
+        generation = self.start(list(prompts), max_new_tokens, **options)
+        drive(generation, self.controller)
         outputs = BatchOutputs(
             GenerationOutput(
                 text=self.pair.tokenizer.decode(generation.output_ids(r)),
                 token_ids=generation.output_ids(r),
-                prompt_ids=ids[r],
+                prompt_ids=generation.tokens[r][: generation.prompt_lengths[r]],
                 stats=generation.row_stats(r),
                 steps=generation.row_steps(r),
+                target_logits=generation.target_logits(r),
             )
-            for r in range(len(ids))
+            for r in range(len(generation.tokens))
         )
         outputs.stats = generation.stats()
         return outputs
+
+
+def _is_one_prompt(prompt) -> bool:
+    return isinstance(prompt, str) or (
+        isinstance(prompt, (list, tuple)) and bool(prompt) and isinstance(prompt[0], int)
+    )
 
 
 class BatchOutputs(list):
@@ -119,30 +109,45 @@ class BatchOutputs(list):
     stats: GenerationStats
 
 
+class ControlLoop:
+    """The one controller loop: before every step the controller is given the observation of
+    :mod:`specrl.features` and picks the action every row takes; after it, the features account
+    for the step (:meth:`FeatureTracker.update`, B = 1 the batch of one) and the controller
+    observes it as one step (:meth:`Step.merged`). The decoder, :mod:`specrl.hf` and continuous
+    batching (:mod:`specrl.serving.continuous`) all step generations through it."""
+
+    def __init__(self, generation: Generation, controller: Controller) -> None:
+        self.generation, self.controller = generation, controller
+        drafters = getattr(controller, "drafters", (DEFAULT_DRAFTER,))
+        prompt_length = round(sum(generation.prompt_lengths) / len(generation.prompt_lengths))
+        self.features = FeatureTracker(
+            GenerationSettings.of(generation, drafters=drafters), prompt_length, generation.lookup_match
+        )
+        controller.reset()
+
+    def step(self) -> Step:
+        step = self.generation.step(self.controller.act(self.features.vector()))
+        self.features.update(step.results)
+        self.controller.observe(step.merged())
+        return step
+
+    def rows_changed(self) -> None:
+        """Rows joined or left outside a step: the features learn the batch's size, its rows' mean
+        length and mean tokens generated."""
+        generation = self.generation
+        rows = generation.active
+        self.features.set_rows(
+            batch_size=len(rows),
+            context_length=sum(len(generation.tokens[r]) for r in rows) / len(rows),
+            generated=sum(len(generation.output_ids(r)) for r in rows) / len(rows),
+        )
+
+
 def drive(generation: Generation, controller: Controller, stop: Callable[[], bool] | None = None) -> None:
-    """Step ``generation`` to its end with ``controller`` choosing each action from the features of
-    :mod:`specrl.features` and observing each step's result; ``stop()``, asked after every step,
-    may end it earlier. The one controller loop of the decoder and of :mod:`specrl.hf`."""
-    settings = GenerationSettings.of(generation, drafters=getattr(controller, "drafters", (DEFAULT_DRAFTER,)))
-    features = FeatureTracker(settings, generation.prompt_length, generation.lookup_match)
-    controller.reset()
+    """Step ``generation`` to its end through the :class:`ControlLoop`; ``stop()``, asked after
+    every step, may end it earlier."""
+    loop = ControlLoop(generation, controller)
     while not generation.done:
-        result = generation.step(controller.act(features.vector()))
-        features.update(result)
-        controller.observe(result)
+        loop.step()
         if stop is not None and stop():
             return
-
-
-def drive_batch(generation: BatchGeneration, controller: Controller) -> None:
-    """Step a batched generation to its end: one action per step for every row, chosen from the
-    batch's features (:meth:`FeatureTracker.update_batch`); the controller observes the batch as
-    one step (:meth:`BatchStepResult.merged`)."""
-    settings = GenerationSettings.of(generation, drafters=getattr(controller, "drafters", (DEFAULT_DRAFTER,)))
-    prompt_length = sum(generation.prompt_lengths) / len(generation.prompt_lengths)
-    features = FeatureTracker(settings, round(prompt_length))
-    controller.reset()
-    while not generation.done:
-        step = generation.step(controller.act(features.vector()))
-        features.update_batch(step.results)
-        controller.observe(step.merged())

@@ -1,17 +1,33 @@
-"""One generation in progress: the sequence, both caches, the budget, stepped by actions."""
+"""Generations in progress: B sequences decoded together, one action per step; a single
+sequence is a batch of one.
+
+Serving engines (vLLM, TensorRT-LLM) decode many requests together and speculate with the same k
+for every row. One :class:`Generation` holds the rows; each step (:func:`specrl.engine.step.speculative_step`)
+drafts for every row with the drafter the action names, verifies every row in one target forward,
+accepts each row's own tokens with the lossless rule (ragged acceptance: each row keeps its own
+accepted length), and rolls each cache back to each row's own accepted prefix
+(:class:`~specrl.engine.cache.KVCache`: the rejected slots become holes; nothing is recomputed and
+no row is cut to another's length).
+
+Rows that finish (EOS, their budget, the context window) leave the batch, and new prompts may join
+it between steps (:meth:`Generation.add`: continuous batching; their prefill runs apart and their
+caches join the batch's). Each row's output is distributed as the target's alone; greedy rows
+equal plain greedy decoding of that prompt.
+"""
 
 from __future__ import annotations
 
 import torch
 
-from specrl.engine.cache import KVCache, new_cache
+from specrl.engine.cache import COMPACT_AT, KVCache
 from specrl.engine.drafters.base import Drafter
 from specrl.engine.drafters.ngram import NGramDrafter
 from specrl.engine.drafters.pool import DrafterPool
+from specrl.engine.memory import check_batch_memory
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.step import speculative_step
 from specrl.engine.timing import DeviceClock
-from specrl.engine.types import DEFAULT_DRAFTER, LOOKUP_DRAFTER, Action, GenerationStats, StepResult
+from specrl.engine.types import DEFAULT_DRAFTER, LOOKUP_DRAFTER, Action, GenerationStats, Step, StepResult
 from specrl.models import ModelPair
 
 
@@ -20,142 +36,213 @@ class PromptTooLongError(ValueError):
 
 
 class Generation:
-    """A single sequence being decoded speculatively; ``step(action)`` runs one iteration.
+    """B prompts decoded together with the target and a drafter per step (see the module doc).
 
-    The prompt is prefilled into the target's cache and the default draft's at construction
-    (timed separately). Every other drafter an action names (:mod:`specrl.engine.drafters`) is
-    built on first use, with its own state, and catches up on the sequence then, within that
-    step's drafting time. The
-    generation is done after ``max_new_tokens`` tokens, an EOS (when ``stop_at_eos``), or
-    when the context window is full. With ``keep_target_logits`` every step also returns the
-    target's logits at the positions it emitted (:attr:`StepResult.target_logits`).
+    ``step(action)`` runs one iteration for every row still active; ``done`` once every row has
+    finished; ``output_ids(r)`` is row r's generated text. The prompts are prefilled into the
+    target's cache and the default draft's at construction (timed: ``prefill_seconds``). Every
+    other drafter an action names (:mod:`specrl.engine.drafters`) is built on first use, with its
+    own state, and catches up on the rows then, within that step's drafting time. With
+    ``keep_target_logits`` every step also returns the target's logits at the positions it
+    emitted (:attr:`StepResult.target_logits`).
     """
 
     def __init__(
         self,
         pair: ModelPair,
-        prompt_ids: list[int],
+        prompts: list[list[int]],
         max_new_tokens: int,
         sampling: SamplingConfig,
         seed: int = 0,
         stop_at_eos: bool = True,
         keep_target_logits: bool = False,
     ) -> None:
-        if not prompt_ids:
-            raise ValueError("the prompt is empty: give at least one token of text to continue")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if len(prompt_ids) >= pair.context_length:
-            raise PromptTooLongError(
-                f"the prompt has {len(prompt_ids)} tokens but the models' context window is "
-                f"{pair.context_length}; shorten the prompt to at most "
-                f"{pair.context_length - 1} tokens"
-            )
-        self.pair = pair
-        self.sampling = sampling
-        self.max_new_tokens = max_new_tokens
+        self.pair, self.sampling, self.max_new_tokens = pair, sampling, max_new_tokens
         self.eos_token_id = pair.eos_token_id if stop_at_eos else None
         self.keep_target_logits = keep_target_logits
         self.clock = DeviceClock(pair.device)
         self.generator = torch.Generator(device=pair.device).manual_seed(seed)
-        self.tokens = torch.tensor([prompt_ids], dtype=torch.long, device=pair.device)  # (B, L)
-        self.prompt_length = len(prompt_ids)
-        self.target = new_cache(pair.target, pair.vocab_size, pair.cache, pair.context_length)
+        self.tokens: list[list[int]] = []  # every row's whole sequence
+        self.prompt_lengths: list[int] = []
+        self.budgets: list[int] = []  # every row's max_new_tokens
+        self.finished_by_eos: list[bool] = []
+        self.active: list[int] = []  # rows in the batch, in cache order
+        self.steps: list[Step] = []
+        self.prefill_seconds = 0.0
+        self.target = KVCache(pair.target, pair.vocab_size, pair.cache, pair.context_length, rows=0)
         self.pool = DrafterPool(pair)
-        self.drafters: dict[str, Drafter] = {}
-        self.steps: list[StepResult] = []
-        self.finished_by_eos = False
+        self.drafters: dict[str, Drafter] = {DEFAULT_DRAFTER: self.pool.new(DEFAULT_DRAFTER)}
+        self.add(prompts)
 
+    def add(self, prompts: list[list[int]], max_new_tokens: int | None = None) -> list[int]:
+        """Admit ``prompts`` into the batch, also while it runs (continuous batching); return
+        their row indices. Their prompts are prefilled apart, then their caches join the batch's
+        (:meth:`KVCache.admit`); the time it takes counts in ``prefill_seconds``. Each new row
+        may emit ``max_new_tokens`` (default: the generation's)."""
+        if not prompts:
+            raise ValueError("the list of prompts is empty: give at least one prompt to decode")
+        budget = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        if budget < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {budget}")
+        context = self.pair.context_length
+        for r, prompt in enumerate(prompts):
+            if not prompt:
+                raise ValueError(f"prompt {r} is empty: give at least one token of text to continue")
+            if len(prompt) >= context:
+                raise PromptTooLongError(
+                    f"prompt {r} has {len(prompt)} tokens but the models' context window is "
+                    f"{context}; shorten it to at most {context - 1} tokens"
+                )
+        longest = max(
+            [min(context, len(prompt) + budget) for prompt in prompts]
+            + [min(context, self.prompt_lengths[r] + self.budgets[r]) for r in self.active]
+        )
+        check_batch_memory(self.pair, len(self.active) + len(prompts), longest)
         start = self.clock.now()
-        draft = self.drafter(DEFAULT_DRAFTER)
-        if self.prompt_length > 1:  # both caches hold everything but the last token
-            self.target.feed(self.tokens[:, :-1])
-            draft.prefill(self.tokens)
-        self.prefill_seconds = self.clock.now() - start
+        if not self.active and self.target.rows:  # the last rows finished (their caches stayed): a new batch
+            self.target.select([])
+            for drafter in self.drafters.values():
+                drafter.select([])
+        prompts = [list(prompt) for prompt in prompts]
+        self.target.admit([prompt[:-1] for prompt in prompts])  # the caches hold all but the last token
+        for drafter in self.drafters.values():
+            drafter.admit(prompts)
+        self.prefill_seconds += self.clock.now() - start
+        rows = list(range(len(self.tokens), len(self.tokens) + len(prompts)))
+        self.tokens += prompts
+        self.prompt_lengths += [len(prompt) for prompt in prompts]
+        self.budgets += [budget] * len(prompts)
+        self.finished_by_eos += [False] * len(prompts)
+        self.active += rows
+        return rows
 
     def drafter(self, name: str) -> Drafter:
-        """This generation's drafter ``name``, built from the pair's pool on first use."""
+        """This generation's drafter ``name``, built from the pair's pool on first use (its rows
+        empty: it catches up on their sequences when it first proposes)."""
         if name not in self.drafters:
-            self.drafters[name] = self.pool.new(name)
+            self.drafters[name] = self.pool.new(name, rows=len(self.active))
         return self.drafters[name]
 
-    def lookup_match(self) -> tuple[int, int]:
-        """What the n-gram lookup finds now: (tokens it could propose, the order of its match),
-        (0, 0) without a match (the ``lookup_available`` and ``lookup_order`` features)."""
+    # ---- state --------------------------------------------------------------------------------
+
+    def remaining(self, row: int) -> int:
+        """Tokens row ``row`` may still emit: its budget and the context window."""
+        by_budget = self.budgets[row] - (len(self.tokens[row]) - self.prompt_lengths[row])
+        return max(0, min(by_budget, self.pair.context_length - len(self.tokens[row])))
+
+    def row_done(self, row: int) -> bool:
+        return self.finished_by_eos[row] or self.remaining(row) == 0
+
+    @property
+    def done(self) -> bool:
+        return not self.active
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.active)
+
+    def output_ids(self, row: int) -> list[int]:
+        return self.tokens[row][self.prompt_lengths[row] :]
+
+    def lookup_match(self) -> tuple[float, float]:
+        """What the n-gram lookup finds now, as a mean over the active rows: (tokens it could
+        propose, the order of its match), (0, 0) without a match (the ``lookup_available`` and
+        ``lookup_order`` features)."""
+        if not self.active:
+            return 0.0, 0.0
         lookup = self.drafter(LOOKUP_DRAFTER)  # the n-gram drafter's own index: it proposes from this search
         assert isinstance(lookup, NGramDrafter)
-        match = lookup.longest_match(self.tokens[0])
-        return (0, 0) if match is None else (self.tokens.shape[1] - match[1], match[0])
+        available = order = 0
+        for index, row in zip(lookup.indices, self.active, strict=True):
+            match = index.longest_match(self.tokens[row])
+            if match is not None:
+                available += len(self.tokens[row]) - match[1]
+                order += match[0]
+        return available / len(self.active), order / len(self.active)
 
     def caches(self) -> list[KVCache]:
         """Every KV cache of the generation: the target's, then each drafter's."""
         return [self.target, *(cache for drafter in self.drafters.values() for cache in drafter.caches())]
 
-    @property
-    def batch_size(self) -> int:
-        return self.tokens.shape[0]
+    def row_steps(self, row: int) -> list[StepResult]:
+        """Row ``row``'s result of every step it took part in."""
+        return [step.results[step.rows.index(row)] for step in self.steps if row in step.rows]
 
-    @property
-    def new_tokens(self) -> int:
-        return self.tokens.shape[1] - self.prompt_length
-
-    @property
-    def remaining(self) -> int:
-        """Tokens still allowed by the budget and the context window."""
-        by_budget = self.max_new_tokens - self.new_tokens
-        by_context = self.pair.context_length - self.tokens.shape[1]
-        return max(0, min(by_budget, by_context))
-
-    @property
-    def done(self) -> bool:
-        return self.finished_by_eos or self.remaining == 0
-
-    def step(self, action: Action) -> StepResult:
-        """One speculative iteration with ``action``; appends what it emitted."""
-        if self.done:
-            raise RuntimeError("the generation is finished; start a new one")
-        # A step emits up to k + 1 tokens and verifies k + 1 positions: never draft past
-        # the budget or the context window.
-        k = min(action.k, self.remaining - 1)
-        drafter = self.drafter(action.drafter)
-        result = speculative_step(
-            self.tokens, self.target, drafter, action, k, self.sampling, self.generator, self.clock,
-            self.keep_target_logits,
-        )  # fmt: skip
-        emitted = result.tokens
-        if self.eos_token_id is not None and self.eos_token_id in emitted:
-            emitted = emitted[: emitted.index(self.eos_token_id) + 1]
-            self.finished_by_eos = True
-            if result.target_logits is not None:
-                result.target_logits = result.target_logits[: len(emitted)]
-        result.tokens, result.emitted = emitted, len(emitted)
-        new = torch.tensor([emitted], dtype=torch.long, device=self.tokens.device)
-        self.tokens = torch.cat([self.tokens, new], 1)
-        if len(emitted) < result.accepted + 1:
-            # EOS cut the step short: keep the caches a strict prefix of the sequence.
-            self.target.rollback(self.tokens.shape[1] - 1)
-            drafter.rollback(self.tokens.shape[1] - 1)
-        self.steps.append(result)
-        return result
-
-    def target_logits(self) -> torch.Tensor | None:
-        """(new tokens, V): the target's logits at every generated position, when kept."""
-        if not self.keep_target_logits:
-            return None
-        rows = [step.target_logits for step in self.steps]
-        return torch.cat(rows) if rows else torch.empty((0, self.pair.vocab_size), device=self.tokens.device)
-
-    @property
-    def output_ids(self) -> list[int]:
-        return self.tokens[0, self.prompt_length :].tolist()
+    def row_stats(self, row: int) -> GenerationStats:
+        """Row ``row``'s totals; its seconds are those of the steps it took part in (its latency),
+        its tokens and draft counts its own."""
+        steps = [step for step in self.steps if row in step.rows]
+        mine = self.row_steps(row)
+        return GenerationStats(
+            new_tokens=len(self.output_ids(row)),
+            steps=len(steps),
+            prefill_seconds=self.prefill_seconds,
+            draft_seconds=sum(step.draft_seconds for step in steps),
+            verify_seconds=sum(step.verify_seconds for step in steps),
+            proposed=sum(result.proposed for result in mine),
+            accepted=sum(result.accepted for result in mine),
+        )
 
     def stats(self) -> GenerationStats:
+        """The batch's totals: every row's tokens over the batch's time (its throughput)."""
         return GenerationStats(
-            new_tokens=self.new_tokens,
+            new_tokens=sum(len(self.output_ids(r)) for r in range(len(self.tokens))),
             steps=len(self.steps),
             prefill_seconds=self.prefill_seconds,
-            draft_seconds=sum(s.draft_seconds for s in self.steps),
-            verify_seconds=sum(s.verify_seconds for s in self.steps),
-            proposed=sum(s.proposed for s in self.steps),
-            accepted=sum(s.accepted for s in self.steps),
+            draft_seconds=sum(step.draft_seconds for step in self.steps),
+            verify_seconds=sum(step.verify_seconds for step in self.steps),
+            proposed=sum(result.proposed for step in self.steps for result in step.results),
+            accepted=sum(result.accepted for step in self.steps for result in step.results),
         )
+
+    def target_logits(self, row: int) -> torch.Tensor | None:
+        """(new tokens, V): the target's logits at every position row ``row`` generated, when kept."""
+        if not self.keep_target_logits:
+            return None
+        logits = [result.target_logits for result in self.row_steps(row)]
+        if not logits:
+            return torch.empty((0, self.pair.vocab_size), device=self.pair.device)
+        return torch.cat(logits)
+
+    # ---- one step -----------------------------------------------------------------------------
+
+    def step(self, action: Action) -> Step:
+        """One speculative iteration of every active row with ``action``."""
+        if self.done:
+            raise RuntimeError("every row is finished; start a new generation")
+        rows, slots = list(self.active), self.target.slots
+        # A step emits up to k + 1 tokens and verifies k + 1 positions: never draft past a row's
+        # budget or the context window.
+        ks = [min(action.k, self.remaining(r) - 1) for r in rows]
+        drafter = self.drafter(action.drafter)
+        step = speculative_step(
+            [self.tokens[r] for r in rows], ks, self.target, drafter, action, self.sampling, self.generator,
+            self.clock, self.eos_token_id, self.keep_target_logits,
+        )  # fmt: skip
+        step.rows, step.slots = rows, slots
+        step.finished = self._append(rows, step.results)
+        self.steps.append(step)
+        return step
+
+    def _append(self, rows: list[int], results: list[StepResult]) -> list[int]:
+        """Append each row's emitted tokens; remove finished rows from the batch and its caches."""
+        finished = []
+        for r, result in zip(rows, results, strict=True):
+            self.tokens[r].extend(result.tokens)
+            if self.eos_token_id is not None and result.tokens[-1] == self.eos_token_id:
+                self.finished_by_eos[r] = True
+            if self.row_done(r):
+                finished.append(r)
+        if finished and len(finished) < len(rows):  # the last row to finish keeps its caches
+            keep = [i for i, r in enumerate(rows) if r not in finished]
+            self.active = [rows[i] for i in keep]
+            self.target.select(keep)
+            for drafter in self.drafters.values():
+                drafter.select(keep)
+        elif finished:
+            self.active = []
+        for cache in self.caches():
+            cache.compact(COMPACT_AT)
+        return finished

@@ -30,6 +30,6 @@ def prepared_mask(model: PreTrainedModel, allowed: torch.Tensor) -> torch.Tensor
     )
 
 
-def causal(n: int, slots: int, device: torch.device) -> torch.Tensor:
-    """(n, slots): the i-th of ``n`` new tokens, at slot ``slots - n + i``, sees the slots up to its own."""
-    return torch.ones((n, slots), dtype=torch.bool, device=device).tril(slots - n)
+def causal(n: int, width: int, first: int, device: torch.device) -> torch.Tensor:
+    """(n, width): the i-th of ``n`` new tokens, at slot ``first + i``, sees the slots up to its own."""
+    return torch.ones((n, width), dtype=torch.bool, device=device).tril(first)

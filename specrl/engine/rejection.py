@@ -29,13 +29,13 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Judgement:
-    """The outcome of verifying m proposed tokens, on the device (no host read made).
+    """The outcome of verifying each row's proposals, on the device (no host read made).
 
     Attributes:
-        accepted: () long, a: the leading run of accepted proposals (row 0).
+        accepted: (B,) long, a_r: the leading run of row r's accepted proposals.
         next_token: (B,) the token after them: the correction drawn from the residual at the
             first rejection, or the bonus from p_{m+1} (greedy: the argmax of p_{a+1}).
-        acceptance_probs: (B, m) min(1, p_i(x_i) / q_i(x_i)); greedy: 1 where x_i = argmax p_i.
+        acceptance_probs: (B, w) min(1, p_i(x_i) / q_i(x_i)); greedy: 1 where x_i = argmax p_i.
     """
 
     accepted: torch.Tensor
@@ -45,62 +45,69 @@ class Judgement:
 
 def judge(
     proposal: torch.Tensor,
+    proposed: list[int],
     q: torch.Tensor,
     p: torch.Tensor,
     sampling: SamplingConfig,
     generator: torch.Generator | None,
 ) -> Judgement:
-    """Accept x_i while u_i < p_i(x_i) / q_i(x_i); then a correction or bonus token. All on the
-    device: the engine reads the outcome to the host once per step, with the emitted tokens.
+    """Accept x_i while u_i < p_i(x_i) / q_i(x_i); then a correction or bonus token. Every row at
+    once, all on the device: the engine reads the outcome to the host once per step, with the
+    emitted tokens. The uniforms are drawn for the whole (B, w) block, then one draw per row for
+    the next token: a seed fixes every row's outcome.
 
     Args:
-        proposal: (B, m) the proposed tokens x_1..x_m.
-        q: (B, m, V) the law each x_i was drawn from.
-        p: (B, m + 1, V) the verifier's distributions p_1..p_{m+1}, processed by ``sampling``.
+        proposal: (B, w) the proposed tokens x_1..x_m of each row, right-padded to w = max m.
+        proposed: m_r, the proposals of row r (its first m_r columns).
+        q: (B, w, V) the law each x_i was drawn from.
+        p: (B, w + 1, V) the verifier's distributions p_1..p_{w+1}, processed by ``sampling``.
     """
-    m = proposal.shape[1]
-    if not m:
-        return Judgement(proposal.new_zeros(()), sampling.choose(p[:, 0], generator), proposal.float())
+    rows, w = proposal.shape
+    if not w:
+        return Judgement(proposal.new_zeros(rows), sampling.choose(p[:, 0], generator), proposal.float())
     if sampling.greedy:
-        accept = proposal == p[:, :m].argmax(-1)  # (B, m)
+        accept = proposal == p[:, :w].argmax(-1)  # (B, w)
         acceptance_probs = accept.float()
     else:
-        p_x = p[:, :m].gather(-1, proposal[..., None])[..., 0]  # (B, m)
-        q_x = q.gather(-1, proposal[..., None])[..., 0]  # > 0: x was drawn from q
-        acceptance_probs = (p_x / q_x).clamp(max=1.0)
+        p_x = p[:, :w].gather(-1, proposal[..., None])[..., 0]  # (B, w)
+        q_x = q.gather(-1, proposal[..., None])[..., 0]  # > 0 where x was drawn from q
+        acceptance_probs = (p_x / q_x.clamp_min(1e-30)).clamp(max=1.0)
         u = torch.rand(p_x.shape, generator=generator, device=p_x.device)
         accept = u * q_x < p_x
-    accepted = accept[0].long().cumprod(0).sum()  # the leading run of acceptances
-    p_next = p.index_select(1, accepted.view(1))[:, 0]  # p_{a+1}
+    m = None
+    if any(count != w for count in proposed):  # a row's padding is never accepted
+        m = torch.tensor(proposed, device=proposal.device)
+        accept = accept & (torch.arange(w, device=proposal.device)[None, :] < m[:, None])
+    accepted = accept.long().cumprod(1).sum(1)  # (B,) the leading run of acceptances
+    rows_index = torch.arange(rows, device=proposal.device)
+    p_next = p[rows_index, accepted]  # (B, V) p_{a+1}
     if not sampling.greedy:  # a rejection at a <= m - 1 draws from the residual there; else the bonus
-        q_next = q.index_select(1, accepted.clamp(max=m - 1).view(1))[:, 0]
-        p_next = torch.where(accepted < m, residual(p_next, q_next), p_next)
+        limit = w if m is None else m
+        rejected = accepted < limit
+        q_next = q[rows_index, accepted.clamp(max=w - 1)]
+        p_next = torch.where(rejected[:, None], residual(p_next, q_next), p_next)
     return Judgement(accepted, sampling.choose(p_next, generator), acceptance_probs)
 
 
 def read_outcomes(
-    judgements: list[Judgement], proposals: list[torch.Tensor]
+    judgement: Judgement, proposal: torch.Tensor, proposed: list[int]
 ) -> list[tuple[int, int, list[int], list[float]]]:
-    """Each judgement's row 0 read to the host in one read: (accepted, next token, the proposed
-    tokens, their acceptance probabilities), for proposals (1, m) each. Packed in float32, the
-    probabilities' own dtype, which holds token ids exactly (vocabularies are below 2**24) and
-    which every device supports (MPS has no float64)."""
-    packed = [
-        torch.cat(
-            [
-                judgement.accepted.view(1).float(),
-                judgement.next_token[:1].float(),
-                proposal[0].float(),
-                judgement.acceptance_probs[0].float(),
-            ]
-        )
-        for judgement, proposal in zip(judgements, proposals, strict=True)
-    ]
-    values = torch.cat(packed).tolist()
-    outcomes, start = [], 0
-    for proposal in proposals:
-        m = proposal.shape[1]
-        row = values[start : start + 2 + 2 * m]
-        outcomes.append((int(row[0]), int(row[1]), [int(x) for x in row[2 : 2 + m]], row[2 + m :]))
-        start += 2 + 2 * m
+    """Every row's outcome read to the host in one read: (accepted, next token, the proposed
+    tokens, their acceptance probabilities). Packed in float32, the probabilities' own dtype,
+    which holds token ids exactly (vocabularies are below 2**24) and which every device supports
+    (MPS has no float64)."""
+    rows, w = proposal.shape
+    packed = torch.cat(
+        [
+            judgement.accepted[:, None].float(),
+            judgement.next_token[:, None].float(),
+            proposal.float(),
+            judgement.acceptance_probs.float(),
+        ],
+        1,
+    )  # (B, 2 + 2w)
+    values = packed.tolist()
+    outcomes = []
+    for row, m in zip(values, proposed, strict=True):
+        outcomes.append((int(row[0]), int(row[1]), [int(x) for x in row[2 : 2 + m]], row[2 + w : 2 + w + m]))
     return outcomes

@@ -21,29 +21,39 @@ from specrl.engine.types import Action
 
 
 class DraftSignals:
-    """The signals of one step's drafted positions, for rows drafting in lockstep ((B, V) laws).
+    """The signals of one step's drafted positions, for rows drafting together ((B, V) laws).
 
-    ``halts(position, q)`` returns, for each of the ``rows`` rows, whether ``action`` stops
-    drafting before the token drawn from ``q``: all False, without a read, when the action needs
-    no signals. ``read()`` returns every position's confidences and entropies, per row, as host
-    floats.
+    ``halts(positions, q, active)`` returns, for each of the ``rows`` rows, whether ``action``
+    stops drafting before the token drawn from ``q`` at that row's position: all False, without
+    a read, when the action needs no signals. Only the ``active`` rows (default: all) look at
+    this position: theirs are the signals recorded. ``read()`` returns every row's confidences
+    and entropies, position by position, as host floats.
     """
 
     def __init__(self, action: Action, rows: int = 1) -> None:
         self.action = action
         self.rows = rows
         self.eager = action.needs_signals
-        self.device_values: list[torch.Tensor] = []  # (2, B) per position, not read yet
-        self.host_values: list[list[list[float]]] = []  # [confidences, entropies] per position, read
+        self.device_values: list[torch.Tensor] = []  # (2, B) per call, not read yet
+        self.host_values: list[list[list[float]]] = []  # [confidences, entropies] per call, read
+        self.active: list[list[bool] | None] = []  # per call, the rows it looked at (None: all)
 
-    def halts(self, position: int, q: torch.Tensor) -> list[bool]:
+    def halts(
+        self, positions: int | list[int], q: torch.Tensor, active: list[bool] | None = None
+    ) -> list[bool]:
         values = torch.stack([q.max(-1).values, entropy(q)])  # (2, B), on the device
+        self.active.append(None if active is None else list(active))  # the caller goes on to change its own
         if not self.eager:
             self.device_values.append(values)
             return [False] * q.shape[0]
         confidences, entropies = values.tolist()  # the one read this position costs
         self.host_values.append([confidences, entropies])
-        return [self.action.halts(position, c, h) for c, h in zip(confidences, entropies, strict=True)]
+        if isinstance(positions, int):
+            positions = [positions] * q.shape[0]
+        return [
+            (active is None or active[r]) and self.action.halts(positions[r], c, h)
+            for r, (c, h) in enumerate(zip(confidences, entropies, strict=True))
+        ]
 
     def read(self) -> tuple[list[list[float]], list[list[float]]]:
         """(confidences, entropies), each [row][position], as host floats; one read for the
@@ -51,6 +61,11 @@ class DraftSignals:
         if self.device_values:
             self.host_values += torch.stack(self.device_values).tolist()
             self.device_values = []
-        confidences = [[c[r] for c, _ in self.host_values] for r in range(self.rows)]
-        entropies = [[h[r] for _, h in self.host_values] for r in range(self.rows)]
+        confidences: list[list[float]] = [[] for _ in range(self.rows)]
+        entropies: list[list[float]] = [[] for _ in range(self.rows)]
+        for (c, h), active in zip(self.host_values, self.active, strict=True):
+            for r in range(self.rows):
+                if active is None or active[r]:
+                    confidences[r].append(c[r])
+                    entropies[r].append(h[r])
         return confidences, entropies

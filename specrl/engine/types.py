@@ -80,8 +80,8 @@ class Action:
 
 @dataclass
 class StepResult:
-    """What one speculative iteration did for one sequence (one row of a batched step: its
-    seconds are then the whole batch's, :class:`~specrl.engine.batch.BatchStepResult`).
+    """What one speculative iteration did for one row (its seconds are the whole step's: the rows
+    share the forwards, :class:`Step`).
 
     Attributes:
         action: the action the controller asked for (its ``drafter`` proposed).
@@ -136,6 +136,71 @@ class StepResult:
         """Draft forwards the step ran: one per drafted position, the tau-stopped one included
         (a model draft's count; other drafters report their positions the same way)."""
         return len(self.confidences)
+
+
+@dataclass
+class Step:
+    """One iteration of the engine over its rows: each row's :class:`StepResult` and the step's time.
+
+    Attributes:
+        action: the action every row took.
+        rows: the rows (indices into the generation's prompts) that took part, in batch order.
+        results: their step results, in the same order.
+        draft_seconds, verify_seconds: device-synchronised time of the step's drafting and of its
+            verification, acceptance and rollback (shared by the rows).
+        finished: rows that left the batch after this step.
+        slots: the width of the target cache's grid the step started on (holes included).
+    """
+
+    action: Action
+    rows: list[int]
+    results: list[StepResult]
+    draft_seconds: float
+    verify_seconds: float
+    finished: list[int] = field(default_factory=list)
+    slots: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return self.draft_seconds + self.verify_seconds
+
+    @property
+    def emitted(self) -> int:
+        """Tokens the step emitted, summed over rows."""
+        return sum(result.emitted for result in self.results)
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.rows)
+
+    def merged(self) -> StepResult:
+        """The step as one :class:`StepResult`, for a controller's ``observe`` (:func:`merge_rows`)."""
+        return merge_rows(self.results)
+
+
+def merge_rows(results: list[StepResult]) -> StepResult:
+    """The rows of one step as one step: counts summed over rows (so accepted / proposed is the
+    batch's acceptance), the rows' drafted signals pooled, the step's seconds. A single row is
+    its own result."""
+    if len(results) == 1:
+        return results[0]
+    first = results[0]
+    return StepResult(
+        action=first.action,
+        k=max(result.k for result in results),
+        proposed=sum(result.proposed for result in results),
+        accepted=sum(result.accepted for result in results),
+        emitted=sum(result.emitted for result in results),
+        draft_seconds=first.draft_seconds,
+        verify_seconds=first.verify_seconds,
+        confidences=[c for result in results for c in result.confidences],
+        entropies=[h for result in results for h in result.entropies],
+        accepted_mask=[a for result in results for a in result.accepted_mask],
+        acceptance_probs=[a for result in results for a in result.acceptance_probs],
+        stopped_by_tau=any(result.stopped_by_tau for result in results),
+        context_length=first.context_length,
+        tokens=[t for result in results for t in result.tokens],
+    )
 
 
 GENERATION_TOTALS = (

@@ -23,8 +23,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from specrl.engine.batch import merge_rows
-from specrl.engine.types import DEFAULT_DRAFTER
+from specrl.engine.types import DEFAULT_DRAFTER, merge_rows
 from specrl.envs.actions import make_action_space, to_engine_action
 from specrl.envs.recording import cached_traces
 from specrl.envs.replay import replay_step
@@ -101,7 +100,7 @@ class BatchReplayEnv(gym.Env):
     ## Observation Space
 
     ``Box(0, 1, (N_FEATURES,), float32)``: :mod:`specrl.features` of the batch as one step
-    (:meth:`FeatureTracker.update_batch`); ``batch_size`` is the number of rows now, and the
+    (:meth:`FeatureTracker.update`); ``batch_size`` is the number of rows now, and the
     lengths are means over them.
 
     ## Rewards
@@ -245,7 +244,7 @@ class BatchReplayEnv(gym.Env):
         self.clock += prefill
         seconds = draft_seconds + verify_seconds + prefill
         self.busy_seconds += seconds
-        self.features.update_batch(results)
+        self.features.update(results)
         self._describe_rows()
         reward = step_reward(emitted, seconds, self.reference_tokens_per_s, self.scenario.reward.scale)
         terminated = not self.active

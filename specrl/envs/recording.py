@@ -34,12 +34,12 @@ def record_episode(
     segments, done = [], False
     while not done:
         generation = env.generation
-        prompt_ids = generation.tokens[0].tolist()
+        prompt_ids = generation.tokens[0][: generation.prompt_lengths[0]]
         while env.generation is generation and not done:
             _, _, done, _, _ = env.step(Action(0))
-        trajectory = generation.output_ids
+        trajectory = generation.output_ids(0)
         stored = list(trajectory)
-        if generation.finished_by_eos:
+        if generation.finished_by_eos[0]:
             stored += extend_past_eos(pair, sampling, prompt_ids + trajectory, k_max, seed + len(segments))
         fields = analyse_segment(pair, sampling, prompt_ids, stored, k_max, generator, env.scenario.drafters)
         others = fields.pop("drafters", {})
@@ -48,7 +48,7 @@ def record_episode(
                 prompt_length=len(prompt_ids),
                 budget=generation.max_new_tokens,
                 end=len(trajectory),
-                eos=generation.finished_by_eos,
+                eos=generation.finished_by_eos[0],
                 **fields,
                 others={name: make_fields(name, values) for name, values in others.items()},
             )

@@ -1,6 +1,6 @@
 """The width of a batch's KV cache grid, tracked from token counts as the engine lays it out.
 
-A batched cache (:class:`~specrl.engine.batch_cache.BatchCache`) is a grid of slots shared by
+A batched cache (:class:`~specrl.engine.cache.KVCache`) is a grid of slots shared by
 the rows, and attention reads all of it: a row's rejected proposals and a joined row's padding
 are holes that still cost. The batch simulator prices a step at the grid's width, so it follows
 the same rules as the engine, on counts alone:
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from specrl.engine.batch import COMPACT_AT
+from specrl.engine.cache import COMPACT_AT
 
 
 class SlotGrid:

@@ -213,12 +213,12 @@ class SpecDecodeEnv(gym.Env):
         if self.generation.done:
             raise RuntimeError("the episode is over; call reset() to start a new one")
         engine_action = self.to_engine_action(action)
-        result = self.generation.step(engine_action)
+        result = self.generation.step(engine_action).merged()  # the episode is a batch of one
         if self.scenario.reward.time == "modeled":
             assert self.latency is not None  # built in __init__ for modeled time
             draft_seconds, verify_seconds = self.latency.seconds(result)
             result = replace(result, draft_seconds=draft_seconds, verify_seconds=verify_seconds)
-        self.features.update(result)
+        self.features.update([result])
         seconds = result.seconds
         self.episode_tokens += result.emitted
         self.episode_seconds += seconds
@@ -262,7 +262,7 @@ class SpecDecodeEnv(gym.Env):
         budget = end - self.episode_tokens
         return Generation(
             self.pair,
-            prompt_ids,
+            [prompt_ids],
             budget,
             self.scenario.sampling,
             self.generation_seed + self.segment,
@@ -274,8 +274,8 @@ class SpecDecodeEnv(gym.Env):
         assert self.generation is not None and self.features is not None
         shift = self.scenario.shift[self.segment]
         texts = self.prompt_sets[shift.domain]
-        context = self.generation.tokens[0].tolist()
-        if self.generation.finished_by_eos:
+        context = list(self.generation.tokens[0])
+        if self.generation.finished_by_eos[0]:
             context = context[:-1]  # the EOS would close the document before the new text
         context += self.pair.encode(SHIFT_SEPARATOR + texts[int(self.np_random.integers(len(texts)))])
         self.segment += 1

@@ -206,7 +206,7 @@ class TraceReplayEnv(gym.Env):
             context_length,
             segment.tokens[start : self.position],
         )
-        self.features.update(result)
+        self.features.update([result])
         seconds = draft_seconds + verify_seconds
         self.episode_tokens += step.emitted
         self.episode_seconds += seconds

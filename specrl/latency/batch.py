@@ -1,9 +1,9 @@
 """Latency of a batched speculative step, over (batch size, tokens per row, cache width), per device.
 
-A batched step (:mod:`specrl.engine.batch`) of B rows costs ``draft_forwards`` draft forwards
+A batched step (:mod:`specrl.engine.generation`) of B rows costs ``draft_forwards`` draft forwards
 over (B, 1) and one target forward over (B, n), n = the most tokens a row feeds (its last token
 and its proposals; the rows are right-padded to n). Both read the batch's whole slot grid
-(:class:`~specrl.engine.batch_cache.BatchCache`): W slots a row, holes included, which is more
+(:class:`~specrl.engine.cache.KVCache`): W slots a row, holes included, which is more
 than the rows' mean context once rows have rejected tokens or joined mid-flight (see
 :class:`SlotGrid`)::
 
@@ -225,13 +225,13 @@ def batch_latency_path(pair: Any) -> Path:
 
 
 @torch.inference_mode()
-def _feed_seconds(cache, tokens: torch.Tensor, kept: torch.Tensor, clock, repeats: int) -> float:
+def _feed_seconds(cache, tokens: torch.Tensor, kept: list[int], clock, repeats: int) -> float:
     """The median seconds of feeding ``tokens`` to ``cache`` (then cut back to ``kept``), after one
     untimed feed that warms the shape."""
     times = []
     for repeat in range(repeats + 1):
         start = clock.now()
-        cache.feed(tokens)
+        cache.feed(tokens, keep=tokens.shape[1])  # a verification's logits at every column
         elapsed = clock.now() - start
         cache.rollback(kept)
         if repeat:
@@ -257,7 +257,7 @@ def measure_batch_latency(
     ``rounds`` interleaved rounds of them."""
     from tqdm.auto import tqdm
 
-    from specrl.engine.batch_cache import BatchCache
+    from specrl.engine.cache import KVCache
     from specrl.engine.timing import DeviceClock
 
     room = pair.context_length - (k_max + 1)
@@ -272,9 +272,9 @@ def measure_batch_latency(
         for c, context in enumerate(contexts):
             ids = torch.randint(0, pair.vocab_size, (batch, context + k_max + 1), generator=generator)
             ids = ids.to(pair.device)
-            kept = torch.full((batch,), context, device=pair.device)
+            kept = [context] * batch
             for model, table in ((pair.target, target), (pair.draft, draft)):
-                cache = BatchCache(model, pair.vocab_size, batch)
+                cache = KVCache(model, pair.vocab_size, rows=batch)
                 cache.feed(ids[:, :context], keep=1)
                 sizes = n_tokens if table is target else (1,)
                 for j, n in enumerate(sizes):
@@ -349,7 +349,7 @@ def _real_steps(
     and every admission's (prompt lengths, rows before, width before, seconds)."""
     from tqdm.auto import tqdm
 
-    from specrl.engine.batch import BatchGeneration
+    from specrl.engine.generation import Generation
     from specrl.engine.sampling import SamplingConfig
     from specrl.engine.types import Action
 
@@ -358,7 +358,7 @@ def _real_steps(
     for batch, k in tqdm(runs, desc="batch latency: real steps", disable=not progress):
         queue = [list(prompt) for prompt in prompts[: batch + batch // 2]]
         first, queue = queue[:batch], queue[batch:]
-        generation = BatchGeneration(pair, first, max_new_tokens, SamplingConfig(0.0), stop_at_eos=False)
+        generation = Generation(pair, first, max_new_tokens, SamplingConfig(0.0), stop_at_eos=False)
         admissions.append(([len(p) for p in first], 0, 0, generation.prefill_seconds))
         while not generation.done:
             step = generation.step(Action(k))

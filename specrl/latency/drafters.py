@@ -57,10 +57,10 @@ def measure_drafter_costs(
             if generation is None or generation.done:
                 prompt = prompts[started[name] % len(prompts)]
                 generation = live[name] = Generation(
-                    pair, prompt, max_new_tokens, SamplingConfig(), seed=seed + started[name]
+                    pair, [prompt], max_new_tokens, SamplingConfig(), seed=seed + started[name]
                 )
                 started[name] += 1
-            result = generation.step(Action(k, drafter=name))
+            result = generation.step(Action(k, drafter=name)).merged()
             if done >= warmup_steps and result.draft_forwards:
                 per_position[name].append(result.draft_seconds / result.draft_forwards)
             bar.update(1)

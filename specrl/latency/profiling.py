@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from specrl.engine.cache import new_cache
+from specrl.engine.cache import KVCache
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.timing import DeviceClock
 from specrl.latency.isotonic import isotonic
@@ -109,7 +109,7 @@ def profile(
     for context in points:  # the target holds context - 1 tokens before a verify (engine invariant)
         # the caches the pair's generations keep (a static cache costs otherwise)
         target, draft = (
-            new_cache(model, pair.vocab_size, pair.cache, pair.context_length)
+            KVCache(model, pair.vocab_size, pair.cache, pair.context_length)
             for model in (pair.target, pair.draft)
         )
         if context > 1:
@@ -123,7 +123,7 @@ def profile(
         p = sampling.probs(target.feed(ids[:, context - 1 : context - 1 + n], keep=n))  # (1, n, V)
         p[0, -1].argmax().item()
         seconds = clock.now() - start
-        target.rollback(context - 1)
+        target.rollback([context - 1])
         return seconds
 
     def time_draft(context: int) -> float:
@@ -132,7 +132,7 @@ def profile(
         q = sampling.probs(draft.feed(ids[:, context - 1 : context])[:, -1])  # (1, V)
         q.max(-1).values.item()
         seconds = clock.now() - start
-        draft.rollback(context - 1)
+        draft.rollback([context - 1])
         return seconds
 
     target_samples = {(c, n): [] for c in points for n in range(1, n_max + 1)}

@@ -166,12 +166,12 @@ def record_loop(
         if generation is None or generation.done:
             prompt = prompts[started % len(prompts)]
             generation = live[mode] = Generation(
-                pair, prompt, max_new_tokens, samplings[mode], seed=seed + started, stop_at_eos=True
+                pair, [prompt], max_new_tokens, samplings[mode], seed=seed + started, stop_at_eos=True
             )
             episodes[mode], started = started, started + 1
         if not cycles[mode]:
             cycles[mode] = [cycle[i] for i in rng.permutation(len(cycle))]
-        result = generation.step(cycles[mode].pop())
+        result = generation.step(cycles[mode].pop()).merged()
         if done >= warmup_steps:
             recorded.append((result, bool(mode), episodes[mode]))
         done += 1

@@ -27,11 +27,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from specrl.controllers.base import Controller
-from specrl.engine.batch import BatchGeneration, BatchStepResult
+from specrl.engine.decoder import ControlLoop
+from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig
+from specrl.engine.types import Step
 from specrl.envs.batch_replay import arrival_times
 from specrl.envs.scenario import Scenario
-from specrl.features import FeatureTracker, GenerationSettings
 from specrl.models import ModelPair
 
 
@@ -114,7 +115,7 @@ def serve_continuous(
     seed: int = 0,
     stop_at_eos: bool = True,
     progress: bool = False,
-    on_step: Callable[[BatchGeneration, BatchStepResult], None] | None = None,
+    on_step: Callable[[Generation, Step], None] | None = None,
 ) -> ContinuousRun:
     """Serve ``requests`` (in arrival order) with continuous batching; see the module doc.
     ``on_step(generation, step)``, if given, sees every batched step as it ends."""
@@ -126,14 +127,13 @@ def serve_continuous(
     if any(later < earlier for earlier, later in zip(arrivals, arrivals[1:], strict=False)):
         raise ValueError("requests must be given in arrival order (their arrival times never decrease)")
     sampling = sampling or SamplingConfig(0.0)
-    generation: BatchGeneration | None = None
-    features: FeatureTracker | None = None
+    generation: Generation | None = None
+    loop: ControlLoop | None = None
     row_of: dict[int, int] = {}  # generation row -> request index
     clock = busy = 0.0
     waiting = 0  # the next request not yet admitted
     finished_at = [0.0] * len(requests)
     sizes, ks, admissions = [], [], []
-    controller.reset()
     bar = tqdm(total=len(requests), desc="requests served", disable=not progress, leave=False)
     while waiting < len(requests) or (generation is not None and not generation.done):
         if generation is None or generation.done:
@@ -149,43 +149,29 @@ def serve_continuous(
             rows_before = 0 if generation is None else generation.batch_size
             slots_before = 0 if generation is None or generation.done else generation.target.slots
             if generation is None:
-                generation = BatchGeneration(pair, prompts, max_new_tokens, sampling, seed, stop_at_eos)
+                generation = Generation(pair, prompts, max_new_tokens, sampling, seed, stop_at_eos)
                 rows = list(range(len(prompts)))
-                settings = GenerationSettings.of(generation)
-                features = FeatureTracker(settings, round(sum(map(len, prompts)) / len(prompts)))
+                loop = ControlLoop(generation, controller)
             else:
                 rows = generation.add(prompts)
             row_of.update(zip(rows, admitted, strict=True))
             spent = generation.prefill_seconds - before
             admissions.append(Admission([len(p) for p in prompts], rows_before, slots_before, spent))
             clock, busy = clock + spent, busy + spent
-            _describe_rows(features, generation)
-        step = generation.step(controller.act(features.vector()))
+            loop.rows_changed()
+        step = loop.step()
         clock, busy = clock + step.seconds, busy + step.seconds
         sizes.append(step.batch_size)
         ks.append(step.action.k)
-        features.update_batch(step.results)
-        controller.observe(step.merged())
         if on_step is not None:
             on_step(generation, step)
         for row in step.finished:
             finished_at[row_of[row]] = clock
         bar.update(len(step.finished))
         if not generation.done:
-            _describe_rows(features, generation)
+            loop.rows_changed()
     bar.close()
     outputs: list[list[int]] = [[] for _ in requests]
     for row, request in row_of.items():
         outputs[request] = generation.output_ids(row)
     return ContinuousRun(outputs, busy, generation.prefill_seconds, sizes, ks, finished_at, admissions)
-
-
-def _describe_rows(features: FeatureTracker, generation: BatchGeneration) -> None:
-    """The batch's facts as of the next decision: its rows, their mean length and progress (as the
-    batch simulator tells its features)."""
-    rows = generation.active
-    features.set_rows(
-        batch_size=len(rows),
-        context_length=sum(len(generation.tokens[r]) for r in rows) / len(rows),
-        generated=sum(len(generation.output_ids(r)) for r in rows) / len(rows),
-    )

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from specrl.engine.cache import CachedModel
-from specrl.engine.drafters.ngram import NGramDrafter
+from specrl.engine.cache import KVCache
+from specrl.engine.drafters.ngram import NGramIndex
 from specrl.engine.drafters.pool import DrafterPool
 from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig, entropy
@@ -27,13 +27,13 @@ class _Verifier:
     def __init__(
         self, pair: ModelPair, sampling: SamplingConfig, ids: torch.Tensor, length: int, n: int
     ) -> None:
-        self.model, self.sampling, self.ids = CachedModel(pair.target, pair.vocab_size), sampling, ids
+        self.model, self.sampling, self.ids = KVCache(pair.target, pair.vocab_size), sampling, ids
         self.p = sampling.probs(self.model.feed(ids[:, : length + n - 1], keep=n))[0]  # p[j] predicts y_j
         self.valid = length + n - 1  # the cache holds the true sequence up to here
 
     def after(self, prefix: int, tokens: list[int]) -> torch.Tensor:
         """(len(tokens), V): the target's laws after each of ``tokens``, fed after the true prefix."""
-        self.model.rollback(min(self.valid, prefix))
+        self.model.rollback([min(self.valid, prefix)])
         self.valid = prefix
         step = torch.cat(
             [self.ids[:, self.model.length : prefix], torch.tensor([tokens], device=self.ids.device)], 1
@@ -95,7 +95,7 @@ def _model_fields(
     every position where a rejection can happen, it continues from its rejected proposal and
     the target verifies that continuation. Its cache is cut back between positions."""
     ids, p = verifier.ids, verifier.p
-    draft = CachedModel(model, pair.vocab_size)
+    draft = KVCache(model, pair.vocab_size)
     q = sampling.probs(draft.feed(ids[:, : length + n - 1], keep=n))[0]  # (n, V)
     y = ids[0, length:]
     confidence, entropies = q.max(-1).values, entropy(q)
@@ -122,7 +122,7 @@ def _model_fields(
         steps = max(0, min(k_max - 1, room))
         if not steps:
             continue
-        draft.rollback(min(draft_valid, length + j))
+        draft.rollback([min(draft_valid, length + j)])
         draft_valid = length + j
         pending = ids[:, draft.length : length + j]
         q_off = []
@@ -160,7 +160,7 @@ def _lookup_fields(
     verifies the lookup."""
     ids, p = verifier.ids, verifier.p
     sequence, y = ids[0], ids[0, length:].tolist()
-    lookup = NGramDrafter(pair.vocab_size)
+    lookup = NGramIndex()
     available, order, match, ap = [], [], [], torch.zeros(n, k_max)
     for j in range(n):
         room = pair.context_length - (length + j) - 1  # the engine never drafts past the window
@@ -192,7 +192,7 @@ def extend_past_eos(
     room = pair.context_length - len(context)
     if room <= 0:
         return []
-    generation = Generation(pair, context, min(k_max, room), sampling, seed, stop_at_eos=False)
+    generation = Generation(pair, [context], min(k_max, room), sampling, seed, stop_at_eos=False)
     while not generation.done:
         generation.step(Action(0))
-    return generation.output_ids
+    return generation.output_ids(0)

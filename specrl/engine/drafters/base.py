@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -18,73 +18,86 @@ class DrafterError(ValueError):
 
 @dataclass
 class Proposal:
-    """Up to k proposed tokens and the law each was drawn from.
+    """Each row's proposed tokens (up to its k) and the law each was drawn from.
 
     Attributes:
-        tokens: (B, m) the proposed tokens x_1..x_m.
-        q: (B, m, V) q_i, the distribution x_i was drawn from given the tokens before it
+        tokens: (B, w) the proposed tokens x_1..x_m of each row, right-padded to w = max m.
+        q: (B, w, V) q_i, the distribution x_i was drawn from given the tokens before it
             (after the generation's sampling processing); a point mass for a deterministic
             drafter. The accept/reject rule (:mod:`specrl.engine.rejection`) needs nothing else.
-        confidences: max_v q_i(v) at every position the drafter looked at, the one that stopped
-            drafting included (m or m + 1 entries).
-        entropies: the entropy of q_i (nats) at the same positions.
-        stopped: drafting ended before k: tau or the stop rule, or nothing more to propose.
+        proposed: m per row (row r's proposals are its first m_r columns).
+        confidences: per row, max_v q_i(v) at every position the drafter looked at, the one
+            that stopped drafting included (m or m + 1 entries).
+        entropies: per row, the entropy of q_i (nats) at the same positions.
+        stopped: per row, drafting ended before k: tau or the stop rule, or nothing more to propose.
     """
 
     tokens: torch.Tensor
     q: torch.Tensor
-    confidences: list[float] = field(default_factory=list)
-    entropies: list[float] = field(default_factory=list)
-    stopped: bool = False
+    proposed: list[int]
+    confidences: list[list[float]]
+    entropies: list[list[float]]
+    stopped: list[bool]
 
     @property
-    def m(self) -> int:
-        return self.tokens.shape[1]
+    def rows(self) -> int:
+        return self.tokens.shape[0]
 
 
 @runtime_checkable
 class Drafter(Protocol):
-    """Proposes tokens after a sequence and keeps whatever state it needs (a KV cache) as a
-    prefix of that sequence.
+    """Proposes tokens after each row's sequence and keeps whatever state it needs (a KV cache
+    over the rows) as a prefix of each row's sequence.
 
-    ``propose`` is given the whole sequence; a drafter that has not seen its tail yet catches up
-    first (that time is drafting time). The token at each position must be drawn from the q it
-    reports, and the decision to stop before a position may depend only on what came before it:
-    ``action.halts(position, confidence, entropy)`` with that position's signals. That is all
-    losslessness asks of a drafter.
+    ``propose`` is given every row's whole sequence and its k; a drafter that has not seen a
+    row's tail yet catches up first (that time is drafting time). The token at each position must
+    be drawn from the q it reports, and the decision to stop before a position may depend only on
+    what came before it: ``action.halts(position, confidence, entropy)`` with that position's
+    signals. That is all losslessness asks of a drafter. Rows join (``admit``, with their
+    prompts) and leave (``select``) as the generation's rows do.
     """
 
     name: str
 
     def propose(
         self,
-        tokens: torch.Tensor,
-        k: int,
+        sequences: list[list[int]],
+        ks: list[int],
         action: Action,
         sampling: SamplingConfig,
         generator: torch.Generator | None,
     ) -> Proposal: ...
 
-    def rollback(self, length: int) -> None:
-        """Forget everything after the first ``length`` tokens of the sequence (no recompute)."""
+    def rollback(self, lengths: list[int]) -> None:
+        """Forget everything after the first ``lengths[r]`` tokens of row r (no recompute)."""
+
+    def admit(self, prompts: list[list[int]]) -> None:
+        """New rows with these prompts join after the current ones."""
+
+    def select(self, rows: list[int]) -> None:
+        """Keep only ``rows`` (indices into the current rows, in their new order)."""
 
     def caches(self) -> list[KVCache]:
         """The KV caches it keeps (none for a lookup drafter), for inspection and tests."""
 
 
 def stacked_proposal(
-    tokens: torch.Tensor,
+    rows: int,
     vocab_size: int,
-    drafted: list[torch.Tensor],
+    device: torch.device,
+    columns: list[torch.Tensor],
     laws: list[torch.Tensor],
-    confidences: list[float],
-    entropies: list[float],
-    stopped: bool,
+    proposed: list[int],
+    signals: tuple[list[list[float]], list[list[float]]],
+    stopped: list[bool],
 ) -> Proposal:
-    """The proposal of the tokens ``drafted`` one position at a time ((B,) each), drawn from
-    ``laws`` ((B, V) each); none drafted (k = 0, or stopped at once) gives m = 0."""
-    if not drafted:
-        batch = tokens.shape[0]
-        empty_q = torch.empty((batch, 0, vocab_size), device=tokens.device)
-        return Proposal(tokens.new_empty((batch, 0)), empty_q, confidences, entropies, stopped)
-    return Proposal(torch.stack(drafted, 1), torch.stack(laws, 1), confidences, entropies, stopped)
+    """The proposal of tokens drafted one column at a time ((B,) each), drawn from ``laws``
+    ((B, V) each), of which row r proposes its first ``proposed[r]``."""
+    width = max(proposed, default=0)
+    if not width:
+        empty_q = torch.empty((rows, 0, vocab_size), device=device)
+        return Proposal(
+            torch.empty((rows, 0), dtype=torch.long, device=device), empty_q, proposed, *signals, stopped
+        )
+    tokens = torch.stack(columns[:width], 1)  # (B, w)
+    return Proposal(tokens, torch.stack(laws[:width], 1), proposed, *signals, stopped)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from specrl.engine.cache import KVCache, new_cache
-from specrl.engine.drafters.base import Proposal, stacked_proposal
+from specrl.engine.cache import KVCache, on_device
+from specrl.engine.drafters.base import Proposal
 from specrl.engine.drafters.model import ModelDrafter
-from specrl.engine.rejection import judge
+from specrl.engine.rejection import judge, read_outcomes
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.signals import DraftSignals
 from specrl.engine.types import Action
@@ -24,11 +24,12 @@ from specrl.models import CacheSettings
 
 
 class CascadeDrafter:
-    """Proposes up to k tokens of the middle model, drafted for it by the small one.
+    """Proposes up to k tokens of the middle model per row, drafted for it by the small one.
 
     The action's tau and stop rule apply to the middle model's confidence and entropy at each
     emitted position, before that token is proposed. The small draft's inner steps run without a
-    cut (``inner_k`` tokens each, fewer near k, so a step never emits past k).
+    cut (``inner_k`` tokens each, fewer near k, so a step never emits past k). Each inner round
+    takes every row that is still proposing; one host read per round tells each row's outcome.
     """
 
     def __init__(
@@ -40,6 +41,7 @@ class CascadeDrafter:
         name: str = "cascade",
         cache: CacheSettings | None = None,
         max_length: int = 0,
+        rows: int = 0,
     ) -> None:
         if inner_k < 1:
             raise ValueError(f"the cascade's inner_k must be >= 1, got {inner_k}")
@@ -47,61 +49,91 @@ class CascadeDrafter:
         self.vocab_size = vocab_size
         self.inner_k = inner_k
         self.inner_action = Action(inner_k)  # no cut inside: tau applies to the mid's output
-        self.small = ModelDrafter(f"{name}/small", small, vocab_size, cache, max_length)
-        self.mid = new_cache(mid, vocab_size, cache, max_length)
+        self.small = ModelDrafter(f"{name}/small", small, vocab_size, cache, max_length, rows)
+        self.mid = KVCache(mid, vocab_size, cache, max_length, rows)
 
-    def prefill(self, tokens: torch.Tensor) -> None:
-        self.small.prefill(tokens)
-        self.mid.feed(tokens[:, :-1])
+    def admit(self, prompts: list[list[int]]) -> None:
+        self.small.admit(prompts)
+        self.mid.admit([prompt[:-1] for prompt in prompts])
 
     def propose(
         self,
-        tokens: torch.Tensor,
-        k: int,
+        sequences: list[list[int]],
+        ks: list[int],
         action: Action,
         sampling: SamplingConfig,
         generator: torch.Generator | None,
     ) -> Proposal:
-        sequence = tokens
-        proposed: list[torch.Tensor] = []  # (B,) each
-        laws: list[torch.Tensor] = []  # (B, V) each: the middle model's q at that position
-        signals = DraftSignals(action, tokens.shape[0])
-        stopped = False
-        while len(proposed) < k and not stopped:
+        rows = len(sequences)
+        sequences = [list(sequence) for sequence in sequences]  # each grows by what the mid emits
+        signals = DraftSignals(action, rows)
+        tokens: list[list[int]] = [[] for _ in range(rows)]  # each row's proposals
+        where: list[list[int]] = [[] for _ in range(rows)]  # the column of each one's law in ``laws``
+        laws: list[torch.Tensor] = []  # (B, a + 1, V) per inner round: the mid's q at what it emitted
+        stopped = [False] * rows
+        while True:
+            active = [not stopped[r] and len(tokens[r]) < ks[r] for r in range(rows)]
+            if not any(active):
+                break
             # An inner step emits up to inner k + 1 tokens: keep within k.
-            inner = self.small.propose(
-                sequence, min(self.inner_k, k - len(proposed) - 1), self.inner_action, sampling, generator
-            )
-            length = sequence.shape[1]
-            logits = self.mid.feed(torch.cat([sequence[:, self.mid.length :], inner.tokens], 1), inner.m + 1)
-            p_mid = sampling.probs(logits)  # (B, m + 1, V)
-            judgement = judge(inner.tokens, inner.q, p_mid, sampling, generator)
-            a = int(judgement.accepted)  # the inner step branches on it: one read
-            self.mid.rollback(length + a)
-            self.small.rollback(length + a)
-            emitted = torch.cat([inner.tokens[:, :a], judgement.next_token[:, None]], 1)  # (B, a + 1)
-            for j in range(a + 1):
-                law = p_mid[:, j]
-                if signals.halts(len(proposed), law)[0]:
-                    stopped = True
+            inner_ks = [
+                min(self.inner_k, ks[r] - len(tokens[r]) - 1) if active[r] else 0 for r in range(rows)
+            ]
+            inner = self.small.propose(sequences, inner_ks, self.inner_action, sampling, generator)
+            lengths = [len(sequence) for sequence in sequences]
+            pending = [
+                sequence[held:] if active[r] else []
+                for r, (sequence, held) in enumerate(zip(sequences, self.mid.lengths, strict=True))
+            ]
+            p_mid = sampling.probs(self.mid.verify(pending, inner.tokens, inner.proposed))  # (B, w + 1, V)
+            judgement = judge(inner.tokens, inner.proposed, inner.q, p_mid, sampling, generator)
+            outcomes = read_outcomes(judgement, inner.tokens, inner.proposed)  # the round's one read
+            accepted = [a for a, *_ in outcomes]
+            kept = [length + a for length, a in zip(lengths, accepted, strict=True)]
+            self.mid.rollback(kept)
+            self.small.rollback(kept)
+            base = sum(law.shape[1] for law in laws)
+            laws.append(p_mid)
+            for j in range(max(a + 1 for a, active_row in zip(accepted, active, strict=True) if active_row)):
+                looking = [active[r] and not stopped[r] and j <= accepted[r] for r in range(rows)]
+                if not any(looking):
                     break
-                proposed.append(emitted[:, j])
-                laws.append(law)
-            sequence = torch.cat([sequence, emitted], 1)
-        confidences, entropies = signals.read()
-        return stacked_proposal(
-            tokens,
-            self.vocab_size,
-            proposed,
-            laws,
-            confidences[0],
-            entropies[0],
-            stopped,
-        )
+                halts = signals.halts([len(proposals) for proposals in tokens], p_mid[:, j], looking)
+                for r in range(rows):
+                    if not looking[r]:
+                        continue
+                    if halts[r]:
+                        stopped[r] = True
+                        continue
+                    a, next_token, drafted, _ = outcomes[r]
+                    tokens[r].append((drafted[:a] + [next_token])[j])
+                    where[r].append(base + j)
+            for r in range(rows):
+                if active[r]:
+                    a, next_token, drafted, _ = outcomes[r]
+                    sequences[r] += drafted[:a] + [next_token]
+        return self._proposal(tokens, where, laws, signals, stopped)
 
-    def rollback(self, length: int) -> None:
-        self.small.rollback(length)
-        self.mid.rollback(length)
+    def _proposal(self, tokens, where, laws, signals: DraftSignals, stopped: list[bool]) -> Proposal:
+        rows, device = len(tokens), self.mid.model.device
+        proposed = [len(row) for row in tokens]
+        width = max(proposed, default=0)
+        table = on_device([row + [0] * (width - len(row)) for row in tokens], device).view(rows, width)
+        if not width:
+            q = torch.empty((rows, 0, self.vocab_size), device=device)
+        else:
+            every = torch.cat(laws, 1)  # (B, columns, V)
+            index = on_device([row + [0] * (width - len(row)) for row in where], device)
+            q = every.gather(1, index[..., None].expand(-1, -1, every.shape[-1]))  # (B, w, V)
+        return Proposal(table, q, proposed, *signals.read(), stopped)
+
+    def rollback(self, lengths: list[int]) -> None:
+        self.small.rollback(lengths)
+        self.mid.rollback(lengths)
+
+    def select(self, rows: list[int]) -> None:
+        self.small.select(rows)
+        self.mid.select(rows)
 
     def caches(self) -> list[KVCache]:
         return [*self.small.caches(), self.mid]

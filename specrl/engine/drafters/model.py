@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from specrl.engine.cache import KVCache, new_cache
+from specrl.engine.cache import KVCache, on_device, padded
 from specrl.engine.drafters.base import Proposal, stacked_proposal
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.signals import DraftSignals
@@ -14,10 +14,14 @@ from specrl.models import CacheSettings
 
 
 class ModelDrafter:
-    """Runs the model one token at a time on its own KV cache; q is its processed softmax.
+    """Runs the model one token at a time for every row on its own KV cache; q is its processed
+    softmax.
 
-    Drafting stops before a token whose confidence max q is below tau or that the action's stop
-    rule rejects: that position's forward is paid, its token is not proposed.
+    Rows draft in lockstep: a catch-up forward over the tokens each row's cache has not seen
+    (right-padded), then one forward per further position. Drafting stops, row by row, before a
+    token whose confidence max q is below tau or that the action's stop rule rejects (that
+    position's forward is paid, its token is not proposed), or at the row's k; a row that stopped
+    is fed holes until every row has.
     """
 
     def __init__(
@@ -27,48 +31,64 @@ class ModelDrafter:
         vocab_size: int,
         cache: CacheSettings | None = None,
         max_length: int = 0,
+        rows: int = 0,
     ) -> None:
         self.name = name
-        self.cache = new_cache(model, vocab_size, cache, max_length)
+        self.cache = KVCache(
+            model, vocab_size, cache, max_length, rows
+        )  # empty rows catch up when first asked
 
-    def prefill(self, tokens: torch.Tensor) -> None:
-        """Feed the prompt but its last token (the generation's prefill)."""
-        self.cache.feed(tokens[:, :-1])
+    def admit(self, prompts: list[list[int]]) -> None:
+        """New rows: their prompts but the last token are prefilled (the generation's prefill)."""
+        self.cache.admit([prompt[:-1] for prompt in prompts])
 
     def propose(
         self,
-        tokens: torch.Tensor,
-        k: int,
+        sequences: list[list[int]],
+        ks: list[int],
         action: Action,
         sampling: SamplingConfig,
         generator: torch.Generator | None,
     ) -> Proposal:
-        drafted, q_of_drafted = [], []
-        signals = DraftSignals(action, tokens.shape[0])  # read per position if the cut needs them
-        stopped = False
-        pending = tokens[:, self.cache.length :]  # tokens the draft has not seen yet, >= 1
-        for i in range(k):
-            q = sampling.probs(self.cache.feed(pending)[:, -1])  # (B, V)
-            if signals.halts(i, q)[0]:
-                stopped = True
+        rows, cache = len(sequences), self.cache
+        signals = DraftSignals(action, rows)  # read per position if the cut needs them
+        proposed, stopped = [0] * rows, [False] * rows
+        drafting = [k > 0 for k in ks]
+        columns, laws = [], []  # (B,) tokens and (B, V) laws, one per position
+        seen = cache.lengths
+        pending = [sequence[length:] for sequence, length in zip(sequences, seen, strict=True)]  # >= 1 each
+        ids, counts = padded(pending, cache.model.device)
+        for position in range(max(ks, default=0)):
+            logits = cache.feed(ids, counts, keep=1 if counts is None else ids.shape[1])  # (B, keep, V)
+            if counts is None:
+                last = logits[:, -1]
+            else:  # each row's last real column
+                last = logits[torch.arange(rows), on_device([max(c, 1) - 1 for c in counts], logits.device)]
+            q = sampling.probs(last)  # (B, V)
+            halts = signals.halts(position, q, drafting)
+            for r in range(rows):
+                if drafting[r] and halts[r]:
+                    drafting[r], stopped[r] = False, True
+            if not any(drafting):
                 break
-            x = sampling.choose(q, generator)  # (B,), on the device
-            drafted.append(x)
-            q_of_drafted.append(q)
-            pending = x[:, None]
-        confidences, entropies = signals.read()
+            columns.append(sampling.choose(q, generator))  # (B,), on the device
+            laws.append(q)
+            for r in range(rows):
+                if drafting[r]:
+                    proposed[r] += 1
+                    drafting[r] = proposed[r] < ks[r]  # the last proposal is not fed: only its law is needed
+            if not any(drafting):
+                break
+            ids, counts = columns[-1][:, None], None if all(drafting) else [int(d) for d in drafting]
         return stacked_proposal(
-            tokens,
-            self.cache.vocab_size,
-            drafted,
-            q_of_drafted,
-            confidences[0],
-            entropies[0],
-            stopped,
+            rows, cache.vocab_size, cache.model.device, columns, laws, proposed, signals.read(), stopped
         )
 
-    def rollback(self, length: int) -> None:
-        self.cache.rollback(length)
+    def rollback(self, lengths: list[int]) -> None:
+        self.cache.rollback(lengths)
+
+    def select(self, rows: list[int]) -> None:
+        self.cache.select(rows)
 
     def caches(self) -> list[KVCache]:
         return [self.cache]

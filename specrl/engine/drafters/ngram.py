@@ -10,29 +10,28 @@ The output is exact for sampling as for greedy decoding.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from specrl.engine.cache import on_device
 from specrl.engine.drafters.base import Proposal
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import Action
 
 
-class NGramDrafter:
-    """Point-mass proposals by n-gram lookup.
+class NGramIndex:
+    """The n-gram index of one sequence: for each n, the latest position that followed every n-gram.
 
-    Its state is an index of the sequence it was given, kept as a prefix of that sequence like a
-    KV cache: for each n, the latest position that followed every n-gram. A call extends it by the
+    It is kept as a prefix of the sequence it was given, like a KV cache: a call extends it by the
     tokens it has not seen (a few dictionary updates per new token), so a lookup costs the same at
-    any context length; a sequence that does not extend the indexed prefix is indexed afresh.
-    Rollback needs nothing: the next call checks the prefix."""
+    any context length; a sequence that does not extend the indexed prefix is indexed afresh."""
 
-    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1, name: str = "ngram") -> None:
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram} and {max_ngram}")
-        self.name = name
-        self.vocab_size = vocab_size
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
         self._forget()
 
@@ -60,7 +59,7 @@ class NGramDrafter:
                 self._latest[n][tuple(text[i - n : i])] = p
         self._indexed = tokens.copy()
 
-    def longest_match(self, sequence: torch.Tensor) -> tuple[int, int] | None:
+    def longest_match(self, sequence: Sequence[int] | torch.Tensor) -> tuple[int, int] | None:
         """(L,) -> (n, start): the length n of the longest tail that occurred earlier, and where the
         text that followed its latest earlier occurrence starts (the lookup proposes from there);
         None without a match.
@@ -68,7 +67,7 @@ class NGramDrafter:
         An earlier occurrence of the tail's n tokens must start before L - n (the tail itself does
         not count). A policy asks this before every step (the lookup features) and the drafter
         again when it proposes; the index answers both from the tokens new since the last call."""
-        tokens = sequence.numpy() if sequence.device.type == "cpu" else sequence.cpu().numpy()
+        tokens = _array(sequence)
         self._index(tokens)
         length = len(tokens)
         tail = tokens[max(0, length - self.max_ngram) :].tolist()
@@ -78,39 +77,75 @@ class NGramDrafter:
                 return n, start
         return None
 
-    def match_start(self, sequence: torch.Tensor) -> int | None:
-        """(L,) -> where the lookup proposes from (:meth:`longest_match`), or None without a match."""
-        match = self.longest_match(sequence)
-        return None if match is None else match[1]
-
-    def lookup(self, sequence: torch.Tensor, k: int) -> torch.Tensor:
+    def lookup(self, sequence: Sequence[int] | torch.Tensor, k: int) -> list[int]:
         """(L,) -> up to k tokens that followed the latest earlier match of the longest matching tail."""
-        start = self.match_start(sequence)
-        return sequence[:0] if start is None else sequence[start : start + k]
+        match = self.longest_match(sequence)
+        return [] if match is None else [int(x) for x in _array(sequence)[match[1] : match[1] + k]]
+
+
+def _array(sequence: Sequence[int] | torch.Tensor) -> np.ndarray:
+    if isinstance(sequence, torch.Tensor):
+        return sequence.cpu().numpy()
+    return np.asarray(sequence, dtype=np.int64)
+
+
+class NGramDrafter:
+    """Point-mass proposals by n-gram lookup, one :class:`NGramIndex` per row. Rollback needs
+    nothing: the next lookup checks that its index is a prefix of the row's sequence."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        max_ngram: int = 3,
+        min_ngram: int = 1,
+        name: str = "ngram",
+        rows: int = 0,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        NGramIndex(max_ngram, min_ngram)  # checks the orders
+        self.name = name
+        self.vocab_size = vocab_size
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.indices = [NGramIndex(max_ngram, min_ngram) for _ in range(rows)]
+        self.device = torch.device(device)
 
     def propose(
         self,
-        tokens: torch.Tensor,
-        k: int,
+        sequences: list[list[int]],
+        ks: list[int],
         action: Action,
         sampling: SamplingConfig,
         generator: torch.Generator | None,
     ) -> Proposal:
-        found = self.lookup(tokens[0], k) if k else tokens[0, :0]
-        confidences: list[float] = []
-        for i in range(found.shape[0]):  # a point mass: confidence 1, entropy 0
-            confidences.append(1.0)
-            if action.halts(i, 1.0, 0.0):
-                found, stopped = found[:i], True
-                break
-        else:
-            stopped = found.shape[0] < k
-        proposal = found[None]  # (1, m), m = 0 included
-        q = F.one_hot(proposal, self.vocab_size).float()
-        return Proposal(proposal, q, confidences, [0.0] * len(confidences), stopped)
+        found, confidences, stopped = [], [], []
+        for index, sequence, k in zip(self.indices, sequences, ks, strict=True):
+            tokens = index.lookup(sequence, k) if k else []
+            looked: list[float] = []
+            for i in range(len(tokens)):  # a point mass: confidence 1, entropy 0
+                looked.append(1.0)
+                if action.halts(i, 1.0, 0.0):
+                    tokens, halted = tokens[:i], True
+                    break
+            else:
+                halted = len(tokens) < k
+            found.append(tokens)
+            confidences.append(looked)
+            stopped.append(halted)
+        width = max(map(len, found), default=0)
+        table = [tokens + [0] * (width - len(tokens)) for tokens in found]
+        proposal = on_device(table, self.device).view(len(found), width)  # (B, w)
+        q = F.one_hot(proposal, self.vocab_size).float()  # (B, w, V)
+        entropies = [[0.0] * len(looked) for looked in confidences]
+        return Proposal(proposal, q, [len(tokens) for tokens in found], confidences, entropies, stopped)
 
-    def rollback(self, length: int) -> None:
+    def rollback(self, lengths: list[int]) -> None:
         """Nothing to do: the next lookup checks that its index is a prefix of the sequence."""
+
+    def admit(self, prompts: list[list[int]]) -> None:
+        self.indices += [NGramIndex(self.max_ngram, self.min_ngram) for _ in prompts]
+
+    def select(self, rows: list[int]) -> None:
+        self.indices = [self.indices[r] for r in rows]
 
     def caches(self) -> list:
         return []

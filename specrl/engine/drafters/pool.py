@@ -73,15 +73,18 @@ class DrafterPool:
             self.pair.derived[name] = (self.pair.draft, quantized)
         return quantized
 
-    def new(self, name: str) -> Drafter:
-        """A fresh drafter with empty state (it catches up on the sequence when first asked)."""
+    def new(self, name: str, rows: int = 0) -> Drafter:
+        """A fresh drafter over ``rows`` empty rows (each catches up on its sequence when first
+        asked); rows join later with ``admit``."""
         self.check(name)
         vocab = self.pair.vocab_size
         if name == "ngram":
-            return NGramDrafter(vocab)
+            return NGramDrafter(vocab, rows=rows, device=self.pair.device)
         cache, length = self.pair.cache, self.pair.context_length
         if name == "cascade":
             mid = self.model("draft-mid")
             inner_k = self.cascade_inner_k
-            return CascadeDrafter(self.pair.draft, mid, vocab, inner_k, cache=cache, max_length=length)
-        return ModelDrafter(name, self.model(name), vocab, cache, length)
+            return CascadeDrafter(
+                self.pair.draft, mid, vocab, inner_k, cache=cache, max_length=length, rows=rows
+            )
+        return ModelDrafter(name, self.model(name), vocab, cache, length, rows)
