@@ -8,7 +8,7 @@ one untimed warm-up pass first. A configuration's speed is the median over passe
 seconds summed over the prompts), prefill included; its speed-up is that over plain decoding's.
 
 The best static k of each drafter is chosen on the **validation** prompts and reported on the
-**test** prompts (DESIGN.md 4b). Per drafter and domain the table gives:
+**test** prompts (docs/design.md section 4b). Per drafter and domain the table gives:
 
 - acceptance (accepted / proposed) at the chosen k, on test;
 - the cost of one drafted position relative to one target verification (draft seconds per

@@ -41,7 +41,7 @@ the ratios stay paired) after its own warm-up, and missing traces are recorded o
 too. With modeled time the results equal a single-process run's; with the wall clock each
 episode is timed on the machine that played it, so use workers of one hardware type.
 
-Prompt split (DESIGN.md section 4b): results are reported on ``test`` (the default; nothing is
+Prompt split (docs/design.md section 4b): results are reported on ``test`` (the default; nothing is
 selected on it). ``--split validation`` runs the same comparison on validation prompts, for
 tuning; scenarios without prompts in that split (the test-only license domain) are skipped.
 """

@@ -14,7 +14,7 @@ With no arguments, on the embedded default pair:
    hindsight vs the HF heuristic vs the clairvoyant oracle), the unseen license domain
    included, then validates in the real loop (wall clock, test prompts, medians over repeats).
 
-Protocol (DESIGN.md section 4b): train on train, select on validation, report on test once.
+Protocol (docs/design.md section 4b): train on train, select on validation, report on test once.
 
 TensorBoard: ``tensorboard --logdir runs`` (scalars under specdec/, SB3's under train/ and
 rollout/, hyperparameters under TEXT, histograms of k and tau). Ctrl-C (or SIGTERM) saves a checkpoint;

@@ -11,6 +11,9 @@ Usage::
     ctrl = specrl.LearnedController.load("policies/default")   # an exported PPO policy
 """
 
+from specrl import quiet as quiet  # first: transformers' import, without its optional packages' noise
+
+# isort: split
 from specrl import hf as hf  # specrl.hf.speculative_generate, for HF generate
 from specrl.controllers import (
     BatchCutoffController,

@@ -16,6 +16,8 @@ from transformers import (
 )
 from transformers.cache_utils import DummyLayer, DynamicLayer, LinearAttentionCacheLayerMixin
 
+from specrl.quiet import no_progress_bars
+
 
 class PairError(ValueError):
     """The two models cannot be used together (or one cannot be found)."""
@@ -174,7 +176,10 @@ def _load(name: str, role: str, device: torch.device, dtype: torch.dtype, trust_
     source = _check_source(name, role)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, trust_remote_code=trust_remote_code)
+        with no_progress_bars():  # seconds of work: no bar
+            model = AutoModelForCausalLM.from_pretrained(
+                source, dtype=dtype, trust_remote_code=trust_remote_code
+            )
     except OSError as error:
         raise PairError(
             f"could not load the {role} model '{name}': {error}\nIf the Hub is unreachable, "

@@ -1,5 +1,5 @@
 """Pieces of PPO training on the trace-replay simulator: the scenario mix, evaluation on
-traces (validation traces select checkpoints, test traces are reported: DESIGN.md section 4b),
+traces (validation traces select checkpoints, test traces are reported: docs/design.md section 4b),
 and the SB3 callbacks that log ``specdec/`` scalars and keep checkpoints.
 
 ``experiments/train_ppo.py`` reads top to bottom with these.

@@ -2,7 +2,7 @@
 
 The SpecDec++-style rule needs an acceptance predictor (fitted on *train* traces) and a
 threshold; AdaEDL needs its entropy scale gamma. Both are chosen here by throughput in the
-simulator (modeled time) on *validation* traces (DESIGN.md section 4b): the same footing as a
+simulator (modeled time) on *validation* traces (docs/design.md section 4b): the same footing as a
 learned policy whose checkpoint is selected on validation.
 """
 

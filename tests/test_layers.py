@@ -1,8 +1,9 @@
-"""Dependencies point one way (DESIGN.md section 1): the packages and modules of specrl import
-each other without a cycle. Imports needed for annotations only (under ``if TYPE_CHECKING:``)
-do not count; an import inside a function does.
+"""Dependencies point one way (docs/design.md section 1): every package and module of specrl sits in
+a layer, and imports only from its own layer or the layers below; nor do they import each other in
+a cycle. Imports needed for annotations only (under ``if TYPE_CHECKING:``) do not count; an import
+inside a function does.
 
-    models <- engine <- controllers <- envs <- training / evaluation <- experiments
+    models <- engine <- controllers <- envs <- training / evaluation <- serving / distributed
 """
 
 from __future__ import annotations
@@ -55,6 +56,41 @@ def layer_graph() -> dict[str, set[str]]:
     return graph
 
 
+LAYERS: tuple[tuple[str, ...], ...] = (  # bottom up; a new package or module must be placed here
+    ("quiet", "io", "tables", "plots", "provenance", "features", "acceptance"),  # no model, no engine
+    ("zoo", "models"),
+    ("engine", "export"),
+    ("controllers", "traces", "latency", "hf_baseline", "selfcheck", "hf"),
+    ("envs",),
+    ("oracle", "training", "tuning", "batch_control", "evaluation", "serving"),
+    ("distributed",),
+)
+RANK = {f"specrl.{name}": rank for rank, names in enumerate(LAYERS) for name in names}
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from a layer into a layer above it, as 'importer -> imported'."""
+    return sorted(
+        f"{source} -> {target}"
+        for source, targets in graph.items()
+        for target in targets
+        if RANK[target] > RANK[source]
+    )
+
+
+def test_every_layer_imports_only_its_own_layer_and_those_below():
+    graph = layer_graph()
+    unplaced = sorted((set(graph) | {t for targets in graph.values() for t in targets}) - set(RANK))
+    assert not unplaced, f"place these in LAYERS (tests/test_layers.py): {unplaced}"
+    assert upward_imports(graph) == []
+
+
+def test_an_upward_import_is_found():
+    """The check itself: the engine importing the envs points the wrong way."""
+    graph = {"specrl.engine": {"specrl.models", "specrl.envs"}, "specrl.envs": {"specrl.engine"}}
+    assert upward_imports(graph) == ["specrl.engine -> specrl.envs"]
+
+
 def test_the_layers_of_specrl_import_each_other_without_a_cycle():
     graph = layer_graph()
     assert {"specrl.engine", "specrl.envs", "specrl.traces", "specrl.latency", "specrl.export"} <= set(graph)
@@ -62,7 +98,7 @@ def test_the_layers_of_specrl_import_each_other_without_a_cycle():
         order = list(TopologicalSorter(graph).static_order())
     except CycleError as error:
         raise AssertionError(f"an import cycle between layers: {' -> '.join(error.args[1])}") from None
-    # the ends of DESIGN.md's chain, in its order
+    # the ends of docs/design.md's chain, in its order
     assert order.index("specrl.models") < order.index("specrl.engine") < order.index("specrl.controllers")
     assert order.index("specrl.controllers") < order.index("specrl.envs") < order.index("specrl.training")
 

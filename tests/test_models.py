@@ -85,3 +85,20 @@ def test_bad_sampling_settings_are_refused(pair):
         decoder.generate([1, 2], max_new_tokens=4, temperature=-1.0)
     with pytest.raises(ValueError, match="top_p"):
         decoder.generate([1, 2], max_new_tokens=4, top_p=0.0)
+
+
+def test_importing_specrl_and_loading_the_embedded_pair_print_nothing(tmp_path):
+    """No logger lines from optional packages transformers pulls in (torchao, when installed), no
+    warnings, no weight-loading bars: short work is quiet."""
+    import subprocess
+    import sys
+
+    code = "import specrl; pair = specrl.load_pair(); print(pair.name)"
+    done = subprocess.run(
+        [sys.executable, "-W", "error::DeprecationWarning:specrl", "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "specrl-zoo-small" and done.stderr == ""

@@ -215,7 +215,7 @@ class HFConfidenceController:
         - Where the cut falls. HF's ``ConfidenceCriteria`` checks a token *after* drafting
           it, so the draft token whose probability fell below the threshold is still
           proposed (and its outcome recorded), and drafting stops after it. Our engine stops
-          *before* that token (DESIGN.md section 2), so it is never proposed nor recorded:
+          *before* that token (docs/design.md section 2), so it is never proposed nor recorded:
           the engine reports its confidence but not whether it would have matched. Every
           recorded confidence is therefore at least the tau in force when it was drafted,
           and since the candidates are recorded confidences, tau never falls below its

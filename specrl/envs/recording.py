@@ -1,7 +1,7 @@
 """Recording acceptance traces: episodes of the real loop, decoded plainly and analysed.
 
 The trace-replay env collects what is missing through :func:`cached_traces`, and recording runs
-:class:`~specrl.envs.spec_decode.SpecDecodeEnv`, so this is env-level code (DESIGN.md section 1):
+:class:`~specrl.envs.spec_decode.SpecDecodeEnv`, so this is env-level code (docs/design.md section 1):
 it imports the traces' format, analysis and cache, which import no env.
 """
 

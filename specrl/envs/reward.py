@@ -1,4 +1,4 @@
-"""The reward of one speculative step. The ONE place the formula lives (DESIGN.md section 3).
+"""The reward of one speculative step. The ONE place the formula lives (docs/design.md section 3).
 
     r_t = (n_t - rho * dt_t) / scale
 

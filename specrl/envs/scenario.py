@@ -83,7 +83,7 @@ DEFAULT_TAU_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 DEFAULT_STOP_GRID = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8)
 TIME_MODES = ("wallclock", "modeled")
 LATENCY_SOURCES = ("calibrated", "constant")  # or the path of a latency JSON file
-# SPLITS: the disjoint prompt splits train, validation, test (DESIGN.md section 4b), defined
+# SPLITS: the disjoint prompt splits train, validation, test (docs/design.md section 4b), defined
 # where the embedded pairs' prompts are cut (specrl.zoo.corpus) and imported here.
 RETIRED_SPLITS = {"heldout": "validation (checkpoint selection, tuning) or test (reported results)"}
 

@@ -31,7 +31,7 @@ class SpecDecodeEnv(gym.Env):
     ## Description
 
     Each episode decodes one prompt with the scenario's (target, draft) pair and sampling
-    settings. Each step runs one iteration of the lossless engine (DESIGN.md section 2): the
+    settings. Each step runs one iteration of the lossless engine (docs/design.md section 2): the
     draft proposes up to ``k`` tokens, stopping early before a token whose confidence
     ``max q`` is below ``tau``; the target verifies them in one forward; 1 to k + 1 tokens are
     emitted. The output is the target's whatever the actions, so actions only change time.

@@ -1,6 +1,6 @@
 """One scenario, every controller, side by side: the simulator columns, then the real loop.
 
-Everything runs on one prompt split, ``Settings.split``: ``test`` by default (DESIGN.md section
+Everything runs on one prompt split, ``Settings.split``: ``test`` by default (docs/design.md section
 4b: reported once, nothing selected on it; the best static and the oracle are bounds in
 hindsight), or ``validation`` for tuning. Per scenario (:func:`evaluate_scenario`):
 

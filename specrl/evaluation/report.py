@@ -181,7 +181,7 @@ def render_markdown(results: dict) -> str:
         f"Date: {results['date']}; git {results['machine']['git']['commit'] or '?'}"
         f"{' (dirty)' if results['machine']['git']['dirty'] else ''}",
         "",
-        f"Prompt split: {config.get('split', 'held-out')} (DESIGN.md section 4b). "
+        f"Prompt split: {config.get('split', 'held-out')} (docs/design.md section 4b). "
         f"Real loop: {config['episodes']} episode(s) per scenario, median of "
         f"{config['repeats']} interleaved repeat(s) after {config['warmup']} warm-up pass(es) in the first "
         "scenario; "

@@ -27,7 +27,7 @@ class CostModel:
 
     A step runs one draft forward per drafted position (the one that stopped drafting under
     tau included) and one target forward over the last emitted token plus the m proposals.
-    The defaults are the embedded "small" pair on 2 CPU cores (DESIGN.md section 7): a
+    The defaults are the embedded "small" pair on 2 CPU cores (docs/design.md section 7): a
     target forward ~9 ms, verifying 8 tokens ~1.5x one, a draft forward ~0.5 ms.
 
     Attributes:

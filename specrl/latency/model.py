@@ -1,7 +1,7 @@
 """The latency model: modeled seconds of a speculative step's draft and verify, from tables.
 
 A speculative step costs ``draft_forwards`` single-token draft forwards plus one target
-forward over ``proposed + 1`` new tokens (DESIGN.md section 2). :meth:`LatencyModel.step_seconds`
+forward over ``proposed + 1`` new tokens (docs/design.md section 2). :meth:`LatencyModel.step_seconds`
 is the one definition of a step's modeled time; both envs, the trace simulator and the oracle
 use it.
 

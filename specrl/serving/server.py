@@ -103,7 +103,7 @@ def serve_request(pair: ModelPair, spec: StreamSpec, setup: Setup, request: Requ
 
 def warm_up(pair: ModelPair, spec: StreamSpec, setups: list[Setup], request: Request) -> None:
     """Untimed and unlogged: every setup decodes ``request`` once, every adapter takes a training
-    step on a throwaway copy (benchmarks exclude warm-up, DESIGN.md 6)."""
+    step on a throwaway copy (benchmarks exclude warm-up, docs/design.md section 6)."""
     for setup in setups:
         SpeculativeDecoder(replace(pair, draft=setup.draft.model), setup.controller).generate(
             request.prompt, max_new_tokens=spec.max_new_tokens, temperature=spec.sampling.temperature

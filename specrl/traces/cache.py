@@ -1,6 +1,6 @@
 """Where a scenario's traces are kept: file names, folders, and load-or-collect.
 
-Below the envs (DESIGN.md section 1): the collector that records missing traces is passed in
+Below the envs (docs/design.md section 1): the collector that records missing traces is passed in
 (:func:`specrl.envs.recording.cached_traces` passes the real loop's), so nothing here imports
 an env.
 """
@@ -45,7 +45,7 @@ def _slug(text: str) -> str:
 
 # Prompts per domain recorded by default: enough variety to train on, few enough that the
 # first run collects them in minutes on a CPU (a trace of the small pair takes seconds).
-# Validation selects checkpoints and tunes; test is reported (DESIGN.md section 4b).
+# Validation selects checkpoints and tunes; test is reported (docs/design.md section 4b).
 DEFAULT_PROMPTS_PER_DOMAIN = {"train": 24, "validation": 8, "test": 8}
 
 

@@ -1,7 +1,7 @@
 """The trace format: what the trace-replay simulator needs to replay the real loop exactly.
 
 A trace is one episode of a scenario decoded plainly by the target (greedy or sampled, as
-the scenario says), plus one teacher-forced forward of each model over it (DESIGN.md
+the scenario says), plus one teacher-forced forward of each model over it (docs/design.md
 section 4). For every generated position j of a segment (context = prompt + y_<j):
 
 - ``confidence[j]``, ``entropy[j]``: max_v q_j(v) and the entropy of q_j, the draft's
@@ -23,7 +23,7 @@ So for greedy decoding the replay reproduces the real loop's accepted counts, pr
 confidences and features exactly; for sampling, it reproduces the acceptance process in
 distribution (a rejection's continuation is one stored draw, not a fresh one per replay).
 
-Other drafters (DESIGN.md section 4; :mod:`specrl.engine.drafters`): ``meta["drafters"]`` lists the
+Other drafters (docs/design.md section 4; :mod:`specrl.engine.drafters`): ``meta["drafters"]`` lists the
 drafters a trace set can replay (a file without it holds the draft only). Each model drafter
 (``draft-mid``, ``draft-int8``, ``draft-int4``) has the fields above of its own model, stored as
 ``<name>/confidence`` and so on; the ``cascade`` proposes the middle model's text with its law,

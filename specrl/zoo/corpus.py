@@ -11,7 +11,7 @@ split is stable across machines with the same Python version. Held-out prompts a
 only from held-out files (and from math generated with a different seed).
 
 Prompts come in three disjoint splits per domain (``SPLITS``, the evaluation protocol of
-DESIGN.md section 4b): ``train`` (the traces PPO trains on), ``validation`` (checkpoint
+docs/design.md section 4b): ``train`` (the traces PPO trains on), ``validation`` (checkpoint
 selection, tuning) and ``test`` (reported). The held-out prompts of a domain are cut as one
 list, then dealt into test and validation in alternating blocks (:func:`split_evaluation`).
 
