@@ -52,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def worker(args: argparse.Namespace) -> None:
-    """Time every configuration once (after one untimed warm-up of each); print JSON."""
+    """Time every configuration once (after an untimed warm-up of each); print JSON."""
     import torch
 
     import specrl
@@ -66,12 +66,12 @@ def worker(args: argparse.Namespace) -> None:
         for text in texts[domain][: args.prompts_per_domain]
     ]
     results = {}
-    for timed in (False, True):
+    for timed in (False, True):  # the warm-up decodes each configuration's first group only
         for k in args.k_values:
             decoder = specrl.SpeculativeDecoder(pair, specrl.StaticController(k))
             for batch in args.batches:
                 tokens, seconds = 0, 0.0
-                for start in range(0, len(prompts), batch):
+                for start in range(0, len(prompts) if timed else 1, batch):
                     group = prompts[start : start + batch]
                     begin = time.perf_counter()
                     outs = decoder.generate(group, max_new_tokens=args.max_new_tokens, stop_at_eos=False)
