@@ -41,8 +41,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 import specrl  # noqa: E402
-from specrl.batch_control import FIXED, SERVING, throughput, tune_cutoff, tune_schedule, with_cutoff  # noqa: E402
-from specrl.batch_control.tuning import cutoff_sentence  # noqa: E402
+from specrl.batch_control import (  # noqa: E402
+    FIXED,
+    SERVING,
+    controller_throughput,
+    tune_cutoff,
+    tune_schedule,
+    with_cutoff,
+)
+from specrl.batch_control.schedule import cutoff_sentence  # noqa: E402
 from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E402
 from specrl.engine.sampling import SamplingConfig  # noqa: E402
 from specrl.envs import load_scenario  # noqa: E402
@@ -175,7 +182,7 @@ def main(argv: list[str] | None = None) -> dict:
         sampling = SamplingConfig(scenario.sampling.temperature)
         budget = args.max_new_tokens or scenario.max_new_tokens
         env = BatchReplayEnv(name, latency=latency, split="test", pair=pair)
-        simulated = {label: throughput(env, c, args.episodes) for label, c in roster.items()}
+        simulated = {label: controller_throughput(env, c, args.episodes) for label, c in roster.items()}
         measured: dict[str, list[float]] = {label: [] for label in roster}
         outputs: dict[str, list[list[int]]] = {}
         traces: dict[str, dict] = {}

@@ -33,12 +33,12 @@ from specrl.batch_control import (
     FIXED,
     SERVING,
     clairvoyant,
-    throughput,
+    controller_throughput,
     tune_cutoff,
     tune_schedule,
     with_cutoff,
 )
-from specrl.batch_control.tuning import cutoff_sentence
+from specrl.batch_control.schedule import cutoff_sentence
 from specrl.controllers.batch_schedule import BatchScheduleController
 from specrl.envs import load_scenario
 from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency
@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> dict:
     rows = {}
     for name in tqdm([*args.fixed, *args.serving], desc="test"):
         env = envs[(name, "test")]
-        static = {k: throughput(env, specrl.StaticController(k), args.episodes) for k in ks}
-        measured = {label: throughput(env, c, args.episodes) for label, c in controllers.items()}
+        static = {k: controller_throughput(env, specrl.StaticController(k), args.episodes) for k in ks}
+        measured = {label: controller_throughput(env, c, args.episodes) for label, c in controllers.items()}
         rows[name] = {
             "controllers": measured,
             "static": {str(k): v for k, v in static.items()},

@@ -63,8 +63,9 @@ from transformers import GenerationConfig
 import specrl
 from specrl.engine.cache import KVCache
 from specrl.engine.timing import DeviceClock
+from specrl.engine.types import throughput
 from specrl.evaluation.machine import command_line, loadavg, machine_info, warn_if_busy
-from specrl.hf_baseline import (
+from specrl.hf_assisted import (
     ForwardCounter,
     assistant_config,
     hf_generate,
@@ -467,15 +468,14 @@ def measure_forward_costs(pair: specrl.ModelPair, prompts: list[Prompt], args: a
 # --------------------------------------------------------------------------- summary
 
 
-def throughput(records: list[dict]) -> float:
-    seconds = sum(r["seconds"] for r in records)
-    return sum(r["new_tokens"] for r in records) / seconds if seconds > 0 else 0.0
+def records_throughput(records: list[dict]) -> float:
+    return throughput(sum(r["new_tokens"] for r in records), sum(r["seconds"] for r in records))
 
 
 def summarize_cell(records: list[dict], plain: list[dict], repeats: int) -> dict:
     """One configuration on one domain: median over repeats of sum tokens / sum seconds."""
-    per_repeat = [throughput([r for r in records if r["repeat"] == i]) for i in range(repeats)]
-    plain_per_repeat = [throughput([r for r in plain if r["repeat"] == i]) for i in range(repeats)]
+    per_repeat = [records_throughput([r for r in records if r["repeat"] == i]) for i in range(repeats)]
+    plain_per_repeat = [records_throughput([r for r in plain if r["repeat"] == i]) for i in range(repeats)]
     median, plain_median = statistics.median(per_repeat), statistics.median(plain_per_repeat)
     tokens = sum(r["new_tokens"] for r in records)
     cell = {

@@ -17,12 +17,15 @@ The best static k of each drafter is chosen on the **validation** prompts and re
 
 For the quantised drafts it also gives the change against the full-precision draft at the same k
 (acceptance difference, cost ratio): the seed's claim is that quantisation trades acceptance for
-cost. Every output is checked token for token against plain decoding.
+cost. Every output is checked token for token against plain decoding. With ``--batch B`` each
+domain's prompts are decoded B at a time (one action per step for the B rows, each accepting its own
+tokens): the same table for a batch, the drafter pool included.
 
 Run from the repository root (offline, on the embedded default pair; about 30 minutes on 2 CPU cores):
 
     python experiments/bench_drafters.py
     python experiments/bench_drafters.py --quick     # a minute: 1 prompt, 16 tokens, k 1 and 4, 1 pass
+    python experiments/bench_drafters.py --batch 4 --prompts 4 --out results/drafters/batch4   # B = 4
 
 Writes ``results/drafters/drafters.json`` (every run), ``drafters.md`` and ``drafters.png``. A
 benchmark, not a test: the ratios are the claim, measured on this machine.
@@ -39,6 +42,7 @@ from pathlib import Path
 
 import specrl
 from specrl.engine.drafters import DRAFTERS, DrafterPool
+from specrl.engine.types import throughput
 from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info, pair_info
 from specrl.io import write_text_atomic
 from specrl.tables import markdown_table
@@ -58,6 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ks", default="1,2,4,6", help="static k values tried per drafter")
     parser.add_argument("--prompts", type=int, default=3, help="prompts per domain and split")
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=1, help="prompts decoded together (rows of a batch)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved passes; medians over them")
     parser.add_argument("--seed", type=int, default=0, help="seed of the configuration order")
     parser.add_argument("--preset", default="small", help="embedded pair (small, or tiny for a smoke test)")
@@ -81,27 +86,36 @@ def controller_of(drafter: str, k: int, drafters: list[str]):
     return specrl.StaticController(k, 0.0, "draft" if drafter == "plain" else drafter)
 
 
-def call(pair: specrl.ModelPair, controller, prompt: list[int], max_new_tokens: int) -> dict:
-    out = specrl.SpeculativeDecoder(pair, controller).generate(prompt, max_new_tokens=max_new_tokens)
-    stats = out.stats
+def call(pair: specrl.ModelPair, controller, prompts: list[list[int]], max_new_tokens: int) -> dict:
+    """One generation of ``prompts`` decoded together (a batch of one for a single prompt)."""
+    outs = specrl.SpeculativeDecoder(pair, controller).generate_batch(prompts, max_new_tokens=max_new_tokens)
+    stats = outs.stats
     return {
-        "ids": out.token_ids,
+        "ids": [out.token_ids for out in outs],
+        "tokens": stats.new_tokens,
         "seconds": stats.seconds,
         "draft_seconds": stats.draft_seconds,
         "verify_seconds": stats.verify_seconds,
         "steps": stats.steps,
         "proposed": stats.proposed,
         "accepted": stats.accepted,
-        "drafted_positions": sum(step.draft_forwards for step in out.steps),
+        # the batch's draft forwards: one per position its longest-drafting row looked at
+        "drafted_positions": sum(
+            max(step.draft_forwards for step in steps)
+            for steps in zip(*(out.steps for out in outs), strict=False)
+        ),
     }
 
 
-def measure(pair, prompts: dict, drafters, ks, max_new_tokens: int, repeats: int, seed: int) -> list[dict]:
-    """Every configuration on every prompt of every (split, domain): a warm-up, then interleaved passes."""
+def measure(
+    pair, prompts: dict, drafters, ks, max_new_tokens: int, repeats: int, seed: int, batch: int = 1
+) -> list[dict]:
+    """Every configuration on every group of ``batch`` prompts of every (split, domain): a warm-up,
+    then interleaved passes."""
     from tqdm.auto import tqdm
 
-    items = [(split, domain, i, p) for split, by_domain in prompts.items() for domain, ps in by_domain.items()
-             for i, p in enumerate(ps)]  # fmt: skip
+    items = [(split, domain, i // batch, ps[i : i + batch]) for split, by_domain in prompts.items()
+             for domain, ps in by_domain.items() for i in range(0, len(ps), batch)]  # fmt: skip
     order, configs = random.Random(seed), configurations(drafters, ks)
     for drafter, k in configs:  # warm-up (and the quantised copies are built here, untimed)
         call(pair, controller_of(drafter, k, drafters), items[0][3], max_new_tokens)
@@ -124,7 +138,7 @@ def _speed_per_pass(runs: list[dict]) -> dict[int, float]:
     for run in runs:
         by_repeat.setdefault(run["repeat"], []).append(run)
     return {
-        repeat: sum(len(r["ids"]) for r in rs) / sum(r["seconds"] for r in rs)
+        repeat: throughput(sum(r["tokens"] for r in rs), sum(r["seconds"] for r in rs))
         for repeat, rs in by_repeat.items()
     }
 
@@ -241,11 +255,16 @@ def markdown(report: dict) -> str:
             by_k_rows.append([domain, drafter, *(f"{test[str(k)]:.2f}" for k in config["ks"])])
     machine = report["machine"]
     commit = describe_commit(machine)
+    batch = config.get("batch", 1)
+    rows_together = "one at a time"
+    if batch > 1:
+        rows_together = f"decoded {batch} at a time (a batch of {batch} rows, each accepting its own tokens)"
     lines = [
-        "# The drafter pool, measured in the real loop",
+        "# The drafter pool, measured in the real loop" + (f", batches of {batch}" if batch > 1 else ""),
         "",
         f"Pair {report['pair']['name']}; greedy, {config['max_new_tokens']} new tokens; {config['prompts']} "
-        f"prompts per domain and split; median of {config['repeats']} interleaved passes after a warm-up; "
+        f"prompts per domain and split, {rows_together}; median of {config['repeats']} interleaved passes "
+        "after a warm-up; "
         "time includes prefill. Best k chosen on the validation prompts, every figure on the test prompts. "
         "Cost: draft seconds per drafted position over target-verify seconds per step (n-gram lookup: no "
         "model forward). Speed-up: over plain decoding of the same prompts, in the same passes.",
@@ -321,11 +340,12 @@ def main(argv: list[str] | None = None) -> dict:
         split: {d: [pair.encode(t) for t in pair.prompts[split][d][: args.prompts]] for d in domains}
         for split in SPLITS
     }
-    runs = measure(pair, prompts, drafters, ks, args.max_new_tokens, args.repeats, args.seed)
+    runs = measure(pair, prompts, drafters, ks, args.max_new_tokens, args.repeats, args.seed, args.batch)
     report = {
         "table": summarise(runs, [*drafters, POOL_RULE], domains, ks),
         "config": {"drafters": [*drafters, POOL_RULE], "domains": domains, "ks": ks, "prompts": args.prompts,
-                   "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "seed": args.seed},
+                   "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "seed": args.seed,
+                   "batch": args.batch},
         "pair": pair_info(pair),
         "machine": machine_info(pair),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),

@@ -16,7 +16,7 @@ Rows, all through ``pair.target.generate`` on the same prompt ids, greedy, exact
 
 In transformers 5.x the assisted settings are read from the assistant's generation_config, so
 each assisted row owns a copy that is swapped onto the draft for its calls only
-(:mod:`specrl.hf_baseline`). One untimed warm-up pass, then ``--repeats`` passes; within a pass
+(:mod:`specrl.hf_assisted`). One untimed warm-up pass, then ``--repeats`` passes; within a pass
 every prompt runs every row in a shuffled (seeded) order, so machine noise hits all alike. A
 row's figure is the median over passes of (tokens / seconds summed over the prompts), per domain
 and over all; the time is the wall clock of the whole ``generate`` call (prefill included,
@@ -47,9 +47,10 @@ import torch
 
 import specrl
 from specrl.engine.timing import DeviceClock
+from specrl.engine.types import throughput
 from specrl.evaluation.machine import command_line, describe_commit, describe_machine, machine_info, pair_info
 from specrl.hf import speculative_generate
-from specrl.hf_baseline import (
+from specrl.hf_assisted import (
     ForwardCounter,
     assistant_config,
     assistant_settings,
@@ -212,7 +213,7 @@ def _throughput(runs: list[dict]) -> float:
     for r in runs:
         by_repeat.setdefault(r["repeat"], []).append(r)
     return statistics.median(
-        sum(len(r["ids"]) for r in rs) / sum(r["seconds"] for r in rs) for rs in by_repeat.values()
+        throughput(sum(len(r["ids"]) for r in rs), sum(r["seconds"] for r in rs)) for rs in by_repeat.values()
     )
 
 

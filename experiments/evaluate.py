@@ -68,7 +68,7 @@ from specrl.evaluation.machine import command_line, loadavg, machine_info, pair_
 from specrl.evaluation.report import render_markdown, summarize, write_tensorboard
 from specrl.evaluation.simulator import load_simulator
 from specrl.export.layout import SHIPPED_POLICY_DIR
-from specrl.hf_baseline import confidence_threshold_variant
+from specrl.hf_assisted import confidence_threshold_variant
 from specrl.io import write_text_atomic
 from specrl.plots import write_plots
 from specrl.traces import DEFAULT_PROMPTS_PER_DOMAIN

@@ -13,7 +13,7 @@ over the same traces and acceptance draws:
   a prompt, which token the target will reject.
 
 A controller sees the draft's signals, not outcomes: how much of the per-step room it can take
-depends on how well those signals predict acceptance (``specrl.tuning.fit_acceptance_predictor``
+depends on how well those signals predict acceptance (``specrl.rule_tuning.fit_acceptance_predictor``
 reports the log loss of that prediction against the base rate).
 
     python experiments/headroom.py                         # results/headroom.{json,md}

@@ -26,8 +26,8 @@ from specrl.batch_control import (
     FIXED,
     SERVING,
     RolloutOracle,
+    controller_throughput,
     rates_by_batch,
-    throughput,
     tune_schedule,
 )
 from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E402
@@ -83,14 +83,15 @@ def main(argv: list[str] | None = None) -> dict:
     schedule = BatchScheduleController(table)
     rows = {}
     for name, env in tqdm(envs.items(), desc="label horizons"):
-        plain = throughput(env, specrl.StaticController(0), 1)
+        plain = controller_throughput(env, specrl.StaticController(0), 1)
         static = [
-            throughput(env, specrl.StaticController(k), 1) / plain for k in range(env.scenario.k_max + 1)
+            controller_throughput(env, specrl.StaticController(k), 1) / plain
+            for k in range(env.scenario.k_max + 1)
         ]
         rows[name] = {
             "regrets": mean_regrets(env, schedule, args.horizons, args.every),
             "static_vs_plain": static,
-            "schedule_vs_plain": throughput(env, schedule, 1) / plain,
+            "schedule_vs_plain": controller_throughput(env, schedule, 1) / plain,
         }
     report = {"rows": rows, "schedule": table, "every": args.every, "horizons": args.horizons}
     report.update(result_origin(pair))

@@ -54,7 +54,7 @@ from specrl.evaluation.machine import (
 from specrl.io import write_text_atomic
 from specrl.serving import Setup, build_setups, draw_requests, load_stream, serve_stream
 from specrl.serving.adaptation import LiveDraft
-from specrl.serving.report import StreamScalars, markdown, plot, summarize
+from specrl.serving.stream_report import StreamScalars, markdown, plot, summarize
 from specrl.tables import markdown_table
 
 

@@ -60,9 +60,10 @@ from specrl.export.layout import SHIPPED_POLICY_DIR
 from specrl.io import write_text_atomic
 from specrl.latency import calibrated, latency_path
 from specrl.oracle import best_static, clairvoyant_bound
+from specrl.rule_tuning import fit_acceptance_predictor, tuned_rules
 from specrl.tables import markdown_table
 from specrl.training import (
-    RULES,
+    BAR_RULES,
     RUN_RECORD,
     ScenarioMix,
     SpecdecMetrics,
@@ -78,7 +79,6 @@ from specrl.training import (
     tensorboard_writer,
     write_run_record,
 )
-from specrl.tuning import fit_acceptance_predictor, tuned_rules
 
 REPO = Path(__file__).resolve().parent.parent
 REAL_ENVS = 4  # default --n-envs of --train-on real (at most the CPU count)
@@ -508,7 +508,7 @@ def run_predictor(run_dir: Path, train_traces) -> AcceptancePredictor:
 
 def rule_baselines(scenario, pair, latency, repeats: int, predictor, traces) -> dict:
     """AdaEDL and the SpecDec++-style rule on ``traces`` (test), tuned on validation traces
-    (:func:`specrl.tuning.tuned_rules`); ``_<name>`` keys hold the tuned settings."""
+    (:func:`specrl.rule_tuning.tuned_rules`); ``_<name>`` keys hold the tuned settings."""
     rows = {}
     for name, tuned in tuned_rules(scenario, pair, latency, predictor, repeats).items():
         rows[name] = evaluate_controller(tuned.controller, scenario, traces, latency, repeats).tokens_per_s
@@ -528,7 +528,7 @@ def policy_predict(model: PPO, normalizer: VecNormalize | None):
     return lambda observations: model.predict(normalizer.normalize_obs(observations), deterministic=True)[0]
 
 
-REAL_RULES = (*RULES, "static")  # the controller names of the real-loop comparison
+REAL_RULES = (*BAR_RULES, "static")  # the controller names of the real-loop comparison
 
 
 def static_label(k: int, tau: float, drafter: str) -> str:
@@ -595,7 +595,7 @@ def validate_real(args, pair, latency, folder: Path, rows: dict[str, dict], pred
     controller's in the same repeat, which cancels the machine's drift between repeats. The best
     rule is the rule with the highest median."""
     learned = LearnedController.load(folder)
-    names = ["plain", *(r for r in RULES if r != "pool-rule")]
+    names = ["plain", *(r for r in BAR_RULES if r != "pool-rule")]
     if any(len(load_scenario(name).drafters) > 1 for name in args.validate_scenarios):
         names.append("pool-rule")
     names += ["static", "ppo"]

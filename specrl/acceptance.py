@@ -3,7 +3,7 @@
 A logistic regression on the draft's confidence and entropy, the signals the engine hands a
 per-token stop rule. It sits below the controllers: the SpecDec++-style rule and the per-token
 stop dimension of the envs apply it (:mod:`specrl.controllers.stop_rules`), an exported policy
-carries one (:mod:`specrl.export`), and :func:`specrl.tuning.fit_acceptance_predictor` fits it
+carries one (:mod:`specrl.export`), and :func:`specrl.rule_tuning.fit_acceptance_predictor` fits it
 on train traces.
 """
 
@@ -138,7 +138,7 @@ class AcceptancePredictor:
             raise PredictorError(
                 f"{source} has predictor format version {data.get('version')} with features "
                 f"{data.get('features')}; this specrl reads version {PREDICTOR_FORMAT_VERSION} with "
-                f"{list(PREDICTOR_FEATURES)}: refit it (specrl.tuning.fit_acceptance_predictor)"
+                f"{list(PREDICTOR_FEATURES)}: refit it (specrl.rule_tuning.fit_acceptance_predictor)"
             )
         return cls(data["weights"], data.get("metadata"))
 

@@ -86,10 +86,10 @@ if TYPE_CHECKING:  # annotations only: the engine's decoder imports this module
 
 FEATURE_VERSION = 3
 
-# The drafters with features of their own (specrl.engine.drafters.DRAFTERS, in order; a test
-# keeps the two equal: adding a drafter is a new feature version).
+# The drafters, each with features of their own, in order: the one list of them (the engine's
+# pool, specrl.engine.drafters.DRAFTERS, is this list; adding a drafter is a new feature version).
 FEATURE_DRAFTERS = ("draft", "draft-mid", "draft-int8", "draft-int4", "ngram", "cascade")
-LOOKUP_DRAFTER = "ngram"
+LOOKUP_DRAFTER = "ngram"  # the n-gram lookup drafter: its search also feeds the lookup features
 Lookup = Callable[[], tuple[float, float]]  # -> (tokens the lookup could propose now, its match order)
 
 FEATURE_NAMES: tuple[str, ...] = (

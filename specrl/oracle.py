@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specrl.engine.sampling import SamplingConfig
-from specrl.engine.types import DEFAULT_DRAFTER
+from specrl.engine.types import DEFAULT_DRAFTER, throughput
 from specrl.envs.replay import ReplayedStep, replay_step
 from specrl.envs.trace_replay import realise_acceptance
 from specrl.latency import LatencyModel
@@ -42,7 +42,7 @@ class Bound:
 
     @property
     def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+        return throughput(self.tokens, self.seconds)
 
     def __add__(self, other: Bound) -> Bound:
         return Bound(self.tokens + other.tokens, self.seconds + other.seconds)

@@ -266,7 +266,8 @@ def test_the_one_step_oracle_takes_the_k_of_least_regret_and_beats_every_static_
     regret is 0; knowing the outcomes, it emits faster than any static k at a batch of one."""
     env = BatchReplayEnv(scenario(size=1, requests=6), latency=synthetic_latency(), split="validation")
     static = {
-        k: batch_control.throughput(env, specrl.StaticController(k), 2) for k in range(env.scenario.k_max + 1)
+        k: batch_control.controller_throughput(env, specrl.StaticController(k), 2)
+        for k in range(env.scenario.k_max + 1)
     }
     best = max(static, key=static.get)
     env.reset(seed=0)
@@ -404,9 +405,10 @@ def test_the_cutoff_switches_any_controller_off_above_its_batch_size_and_is_tune
     assert batch_control.cutoff_from({1: 1.3, 4: 1.1, 16: 1.0, 64: 0.99}) == 32
     assert batch_control.cutoff_from({4: 0.9, 1: 0.8}) == 1 and batch_control.cutoff_from({1: 1.0}) is None
     deep = specrl.StaticController(8)
-    throughput = batch_control.throughput
+    controller_throughput = batch_control.controller_throughput
     vs_plain = {
-        batch_control.batch_of(n): throughput(e, deep, 1) / throughput(e, plain, 1) for n, e in sizes.items()
+        batch_control.batch_of(n): controller_throughput(e, deep, 1) / controller_throughput(e, plain, 1)
+        for n, e in sizes.items()
     }
     assert batch_control.tune_cutoff(sizes, deep, 1) == batch_control.cutoff_from(vs_plain)
     assert batch_control.with_cutoff({"ppo": plain}, None) == {"ppo": plain}
@@ -470,10 +472,10 @@ def test_batch_real_puts_several_policies_side_by_side_each_with_its_own_cutoff(
         batch_real.parse_args(["--policy", "a/x", "--only", "ppo:x"])  # one policy's row is "ppo"
 
     several = {"cutoffs": {"ppo:seed0": 8, "ppo:seed1": None}}
-    assert batch_control.tuning.report_cutoffs(several) == {"ppo:seed0": 8}
-    assert "`ppo:seed0+cutoff` above 8 rows" in batch_control.tuning.cutoff_sentence(several)
-    assert batch_control.tuning.report_cutoffs({"cutoff": 32}) == {"ppo": 32}  # a page of one policy
+    assert batch_control.schedule.report_cutoffs(several) == {"ppo:seed0": 8}
+    assert "`ppo:seed0+cutoff` above 8 rows" in batch_control.schedule.cutoff_sentence(several)
+    assert batch_control.schedule.report_cutoffs({"cutoff": 32}) == {"ppo": 32}  # a page of one policy
     assert "`ppo+cutoff` is the policy with speculation off above 32 rows" in (
-        batch_control.tuning.cutoff_sentence({"cutoffs": {"ppo": 32}})
+        batch_control.schedule.cutoff_sentence({"cutoffs": {"ppo": 32}})
     )
-    assert batch_control.tuning.cutoff_sentence({"cutoff": None}) == ""
+    assert batch_control.schedule.cutoff_sentence({"cutoff": None}) == ""

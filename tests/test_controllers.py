@@ -16,7 +16,7 @@ from specrl.controllers import (
     StaticController,
     TCPController,
 )
-from specrl.controllers.hf import min_cost_threshold, roc_curve
+from specrl.controllers.hf_rules import min_cost_threshold, roc_curve
 from specrl.engine.types import Action, StepResult
 
 

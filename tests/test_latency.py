@@ -33,6 +33,7 @@ from specrl.latency import (
     LatencyModel,
     StepRecords,
     calibrated,
+    calibration,  # calibrated() calls its learn and profile
     default_contexts,
     device_key,
     fit_records,
@@ -42,7 +43,6 @@ from specrl.latency import (
     profile,
     record_loop,
 )
-from specrl.latency import calibrate as calibration  # calibrated() calls its learn and profile
 from specrl.latency.isotonic import isotonic, tolerant_isotonic
 
 REPO = Path(__file__).resolve().parent.parent

@@ -60,9 +60,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # bottom up; a new package or module mu
     ("quiet", "io", "tables", "plots", "provenance", "features", "acceptance"),  # no model, no engine
     ("zoo", "models"),
     ("engine", "export"),
-    ("controllers", "traces", "latency", "hf_baseline", "selfcheck", "hf"),
+    ("controllers", "traces", "latency", "hf_assisted", "selfcheck", "hf"),
     ("envs",),
-    ("oracle", "training", "tuning", "batch_control", "evaluation", "serving"),
+    ("oracle", "training", "rule_tuning", "batch_control", "evaluation", "serving"),
     ("distributed",),
 )
 RANK = {f"specrl.{name}": rank for rank, names in enumerate(LAYERS) for name in names}

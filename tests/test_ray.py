@@ -20,7 +20,7 @@ from conftest import load_script
 
 from specrl.distributed import RayError, RayPool, WorkerLost, connect, shards
 from specrl.distributed.cluster import probe
-from specrl.distributed.pool import PairWorker
+from specrl.distributed.workers import PairWorker
 from specrl.envs import load_scenario
 from specrl.envs.recording import cached_traces, collect_traces
 

@@ -27,7 +27,14 @@ from specrl.serving import (
     serve_stream,
     shipped_streams,
 )
-from specrl.serving.report import SCALARS, StreamScalars, cumulative_tokens_per_s, markdown, plot, summarize
+from specrl.serving.stream_report import (
+    SCALARS,
+    StreamScalars,
+    cumulative_tokens_per_s,
+    markdown,
+    plot,
+    summarize,
+)
 
 SMALL_PROMPTS = Path(specrl.__file__).parent / "zoo" / "weights" / "small" / "prompts.json"
 

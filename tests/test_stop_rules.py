@@ -29,8 +29,8 @@ from specrl.engine.types import Action, StepResult
 from specrl.envs import InvalidActionError, SpecDecodeEnv, TraceReplayEnv, VecTraceReplay
 from specrl.export import PolicyError, export_policy, verify_parity
 from specrl.features import N_FEATURES
+from specrl.rule_tuning import fit_acceptance_predictor, on_trajectory_signals, tune_controller
 from specrl.traces import TraceSet
-from specrl.tuning import fit_acceptance_predictor, on_trajectory_signals, tune_controller
 
 
 class RandomStop:

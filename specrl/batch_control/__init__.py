@@ -2,7 +2,8 @@
 schedule, the switch above a batch size), the clairvoyant labels, and the imitation that trains
 the batch policy from them.
 
-- :mod:`~specrl.batch_control.tuning`: throughput, the schedule and the cut-off, tuned on validation.
+- :mod:`~specrl.batch_control.schedule`: a controller's throughput, the schedule and the cut-off, tuned
+  on validation.
 - :mod:`~specrl.batch_control.oracles`: the one-step and rollout oracles (a bound; labels).
 - :mod:`~specrl.batch_control.imitation`: DAgger toward the labels, the validation callback.
 
@@ -10,13 +11,13 @@ the batch policy from them.
 """
 
 from specrl.batch_control.oracles import OneStepOracle, RolloutOracle, clairvoyant, oracle_rates
-from specrl.batch_control.tuning import (
+from specrl.batch_control.schedule import (
     FIXED,
     SERVING,
     batch_of,
+    controller_throughput,
     cutoff_from,
     rates_by_batch,
-    throughput,
     tune_cutoff,
     tune_schedule,
     with_cutoff,
@@ -32,7 +33,7 @@ __all__ = [
     "cutoff_from",
     "oracle_rates",
     "rates_by_batch",
-    "throughput",
+    "controller_throughput",
     "tune_cutoff",
     "tune_schedule",
     "with_cutoff",

@@ -16,7 +16,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 from tqdm.auto import tqdm
 
 from specrl.batch_control.oracles import RolloutOracle
-from specrl.batch_control.tuning import FIXED, batch_of, cutoff_from, rates_by_batch, throughput
+from specrl.batch_control.schedule import FIXED, batch_of, controller_throughput, cutoff_from, rates_by_batch
 from specrl.controllers.batch_schedule import BatchCutoffController, BatchScheduleController
 from specrl.controllers.static import StaticController
 
@@ -57,9 +57,11 @@ class Validation(BaseCallback):
     def __init__(self, envs: dict, schedule: BatchScheduleController, episodes: int, folder: Path) -> None:
         super().__init__()
         self.envs, self.episodes, self.folder = envs, episodes, folder
-        self.reference = {name: throughput(env, schedule, episodes) for name, env in envs.items()}
+        self.reference = {name: controller_throughput(env, schedule, episodes) for name, env in envs.items()}
         plain = StaticController(0)
-        self.plain = {name: throughput(envs[name], plain, episodes) for name in FIXED if name in envs}
+        self.plain = {
+            name: controller_throughput(envs[name], plain, episodes) for name in FIXED if name in envs
+        }
         self.best, self.best_rank, self.history = -np.inf, (False, -np.inf), []
 
     def vs_plain(self, ratios: dict[str, float]) -> dict[str, float]:
@@ -76,14 +78,14 @@ class Validation(BaseCallback):
         normalizer = self.model.get_env()
         controller = PolicyController(self.model, normalizer)
         ratios = {
-            name: throughput(env, controller, self.episodes) / self.reference[name]
+            name: controller_throughput(env, controller, self.episodes) / self.reference[name]
             for name, env in self.envs.items()
         }
         cutoff = cutoff_from({batch_of(name): ratio for name, ratio in self.vs_plain(ratios).items()})
         if cutoff is not None:  # scored as it serves: switched off where it is slower than plain
             switched = BatchCutoffController(controller, cutoff)
             ratios = {
-                name: throughput(env, switched, self.episodes) / self.reference[name]
+                name: controller_throughput(env, switched, self.episodes) / self.reference[name]
                 for name, env in self.envs.items()
             }
         vs_plain = self.vs_plain(ratios)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specrl.batch_control.tuning import rates_by_batch, throughput
+from specrl.batch_control.schedule import controller_throughput, rates_by_batch
 from specrl.engine.types import Action
 from specrl.envs.batch_replay import BatchReplayEnv
 
@@ -119,4 +119,4 @@ def oracle_rates(env: BatchReplayEnv, controller, episodes: int, rounds: int = 3
 
 def clairvoyant(env: BatchReplayEnv, controller, episodes: int) -> float:
     """The one-step oracle's throughput (tokens over busy seconds), lam[B] refined from ``controller``'s."""
-    return throughput(env, OneStepOracle(env, oracle_rates(env, controller, episodes)), episodes)
+    return controller_throughput(env, OneStepOracle(env, oracle_rates(env, controller, episodes)), episodes)

@@ -15,8 +15,8 @@ signals, so both replay exactly.
   SpecDec++ trains an acceptance-prediction head and stops when the predicted chance of a
   rejection crosses a threshold. Here the predictor is :class:`AcceptancePredictor`, a logistic
   regression on the draft's confidence and entropy fitted on train traces
-  (:func:`specrl.tuning.fit_acceptance_predictor`). Two forms, both tuned on validation traces
-  (:func:`specrl.tuning.tune_specdecpp`): ``cumulative=False`` stops when the predicted
+  (:func:`specrl.rule_tuning.fit_acceptance_predictor`). Two forms, both tuned on validation traces
+  (:func:`specrl.rule_tuning.tune_specdecpp`): ``cumulative=False`` stops when the predicted
   acceptance probability of the next draft token falls below ``threshold``; ``cumulative=True``
   (the paper's criterion) stops when the predicted probability that every token drafted so far
   is accepted, the product of the per-token predictions, falls below ``threshold``, i.e. when

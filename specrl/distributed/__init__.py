@@ -2,7 +2,7 @@
 
 - :mod:`~specrl.distributed.cluster`: connecting to Ray (a local instance, or a cluster's
   address, refused within seconds when nothing answers); :class:`RayError`.
-- :mod:`~specrl.distributed.pool`: :class:`RayPool`, one worker actor per share of the
+- :mod:`~specrl.distributed.workers`: :class:`RayPool`, one worker actor per share of the
   prompts, each loading the pair once; a shard whose worker dies is retried once on a fresh
   worker, then the run fails naming the prompts lost.
 
@@ -11,6 +11,6 @@ pool is made.
 """
 
 from specrl.distributed.cluster import RayError, WorkerLost, connect
-from specrl.distributed.pool import RayPool, shards
+from specrl.distributed.workers import RayPool, shards
 
 __all__ = ["RayError", "RayPool", "WorkerLost", "connect", "shards"]

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from specrl.distributed.cluster import LOCAL
-from specrl.distributed.pool import RayPool
+from specrl.distributed.workers import RayPool
 from specrl.envs.scenario import PairSpec
 
 

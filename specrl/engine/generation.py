@@ -22,12 +22,13 @@ import torch
 from specrl.engine.cache import COMPACT_AT, KVCache
 from specrl.engine.drafters.base import Drafter
 from specrl.engine.drafters.ngram import NGramDrafter
-from specrl.engine.drafters.pool import DrafterPool
+from specrl.engine.drafters.registry import DrafterPool
 from specrl.engine.memory import check_batch_memory
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.step import speculative_step
 from specrl.engine.timing import DeviceClock
-from specrl.engine.types import DEFAULT_DRAFTER, LOOKUP_DRAFTER, Action, GenerationStats, Step, StepResult
+from specrl.engine.types import DEFAULT_DRAFTER, Action, GenerationStats, Step, StepResult
+from specrl.features import LOOKUP_DRAFTER
 from specrl.models import ModelPair
 
 

@@ -26,7 +26,6 @@ class StopRule(Protocol):
 
 
 DEFAULT_DRAFTER = "draft"
-LOOKUP_DRAFTER = "ngram"  # the n-gram lookup drafter (its search also feeds the lookup features)
 
 
 @dataclass(frozen=True)
@@ -203,6 +202,12 @@ def merge_rows(results: list[StepResult]) -> StepResult:
     )
 
 
+def throughput(tokens: float, seconds: float) -> float:
+    """Tokens per second, 0 when no time passed: the one definition every total, table and env uses
+    (a throughput over many episodes is their tokens over their seconds, not a mean of rates)."""
+    return tokens / seconds if seconds > 0 else 0.0
+
+
 GENERATION_TOTALS = (
     "new_tokens",
     "steps",
@@ -243,11 +248,11 @@ class GenerationStats:
 
     @property
     def tokens_per_s(self) -> float:
-        return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
+        return throughput(self.new_tokens, self.seconds)
 
     @property
     def decode_tokens_per_s(self) -> float:
-        return self.new_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+        return throughput(self.new_tokens, self.decode_seconds)
 
     @property
     def acceptance_rate(self) -> float:

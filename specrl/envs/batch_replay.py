@@ -190,10 +190,9 @@ class BatchReplayEnv(gym.Env):
         if options:
             raise ValueError(f"BatchReplayEnv takes no reset options, got {sorted(options)}")
         rng, spec = self.np_random, self.scenario.batch
-        weights = np.array([self.scenario.prompts.domains[d] for d in self.domains], dtype=float)
         self.requests: list[Row] = []
         for request in range(spec.requests):
-            domain = self.domains[rng.choice(len(self.domains), p=weights / weights.sum())]
+            domain = self.scenario.prompts.draw_domain(rng, among=self.domains)
             candidates = self.traces.indices_of(domain)
             trace = self.traces.traces[candidates[rng.integers(len(candidates))]]
             accepts = realise_acceptance(trace, rng, (DEFAULT_DRAFTER,))[0][DEFAULT_DRAFTER]

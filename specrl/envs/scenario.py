@@ -59,19 +59,20 @@ import difflib
 import json
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import yaml
 
 import specrl.latency
-from specrl.engine.drafters.pool import DRAFTERS
+from specrl.engine.drafters.registry import DRAFTERS
 from specrl.engine.sampling import SamplingConfig
 from specrl.latency import CostModel, LatencyModel, device_key
-from specrl.latency.calibrate import cached_calibration
+from specrl.latency.calibration import cached_calibration
 from specrl.models import CacheSettings, ModelPair, default_device, default_dtype, load_pair
 from specrl.zoo.corpus import SPLITS
 
@@ -218,6 +219,13 @@ class PromptSpec:
             )
         if self.split not in SPLITS:
             raise ValueError(f"prompts.split must be one of {SPLITS}, got {self.split!r}")
+
+    def draw_domain(self, rng: np.random.Generator, among: Sequence[str] | None = None) -> str:
+        """A domain drawn with these weights by one draw of ``rng``, among ``among`` (default: the
+        domains as listed), those of weight 0 left out: how every env and request stream picks one."""
+        names = [domain for domain in (among or self.domains) if self.domains.get(domain, 0) > 0]
+        weights = np.array([self.domains[domain] for domain in names], dtype=float)
+        return names[int(rng.choice(len(names), p=weights / weights.sum()))]
 
 
 @dataclass(frozen=True)

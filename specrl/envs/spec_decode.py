@@ -12,7 +12,7 @@ from gymnasium import spaces
 
 from specrl.controllers.stop_rules import AcceptancePredictor, stop_rule_table
 from specrl.engine.generation import Generation
-from specrl.engine.types import Action
+from specrl.engine.types import Action, throughput
 from specrl.envs.actions import make_action_space, to_engine_action
 from specrl.envs.reward import step_reward
 from specrl.envs.scenario import Scenario, load_scenario
@@ -226,7 +226,7 @@ class SpecDecodeEnv(gym.Env):
         info = {
             "tokens": result.emitted,
             "seconds": seconds,
-            "tokens_per_s": result.emitted / seconds if seconds > 0 else 0.0,
+            "tokens_per_s": throughput(result.emitted, seconds),
             "proposed": result.proposed,
             "accepted": result.accepted,
             "k": engine_action.k,
@@ -251,9 +251,7 @@ class SpecDecodeEnv(gym.Env):
     # ---- helpers ---------------------------------------------------------------------------
 
     def _draw_domain(self) -> str:
-        names = list(self.scenario.prompts.domains)
-        weights = np.array([self.scenario.prompts.domains[d] for d in names], dtype=float)
-        return names[int(self.np_random.choice(len(names), p=weights / weights.sum()))]
+        return self.scenario.prompts.draw_domain(self.np_random)
 
     def _generation(self, prompt_ids: list[int]) -> Generation:
         """The engine generation of the current segment, up to its token budget."""

@@ -10,6 +10,7 @@ import numpy as np
 from gymnasium import spaces
 
 from specrl.controllers.stop_rules import AcceptancePredictor, stop_rule_table
+from specrl.engine.types import throughput
 from specrl.envs.actions import make_action_space, to_engine_action
 from specrl.envs.recording import cached_traces
 from specrl.envs.replay import replay_step, segment_acceptance
@@ -214,7 +215,7 @@ class TraceReplayEnv(gym.Env):
         info = {
             "tokens": step.emitted,
             "seconds": seconds,
-            "tokens_per_s": step.emitted / seconds if seconds > 0 else 0.0,
+            "tokens_per_s": throughput(step.emitted, seconds),
             "proposed": step.proposed,
             "accepted": step.accepted,
             "k": engine_action.k,
@@ -275,5 +276,4 @@ class TraceReplayEnv(gym.Env):
         return candidates[int(self.np_random.integers(len(candidates)))]
 
     def _draw_domain(self) -> str:
-        weights = np.array([self.scenario.prompts.domains[d] for d in self.domains], dtype=float)
-        return self.domains[int(self.np_random.choice(len(self.domains), p=weights / weights.sum()))]
+        return self.scenario.prompts.draw_domain(self.np_random, among=self.domains)

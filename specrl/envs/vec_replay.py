@@ -25,6 +25,7 @@ import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
 from specrl.acceptance import AcceptancePredictor
+from specrl.engine.types import throughput
 from specrl.envs.scenario import Scenario
 from specrl.envs.trace_replay import TraceReplayEnv
 from specrl.latency import LatencyModel
@@ -170,7 +171,7 @@ class VecTraceReplay(SubEnvVecEnv):
             "terminal_observation": observation,
             "episode_tokens": tokens,
             "episode_seconds": seconds,
-            "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+            "tokens_per_s": throughput(tokens, seconds),
             "episode_return": counts[-1],
             **dict(zip(EPISODE_COUNTS, counts[:-1], strict=True)),
             "domain": env.trace.domain,

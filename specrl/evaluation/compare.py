@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar
 import gymnasium as gym
 
 from specrl.controllers.base import Controller
+from specrl.engine.types import throughput
 from specrl.envs.rollout import EpisodeSummary, run_episode
 
 R = TypeVar("R")
@@ -119,8 +120,7 @@ def env_players(env: gym.Env, controllers: Mapping[str, Controller]) -> dict[str
 
 def tokens_per_s(summaries: Sequence[EpisodeSummary]) -> float:
     """Total tokens over total seconds of some episodes (one repeat's, say)."""
-    seconds = sum(s.seconds for s in summaries)
-    return sum(s.tokens for s in summaries) / seconds if seconds > 0 else 0.0
+    return throughput(sum(s.tokens for s in summaries), sum(s.seconds for s in summaries))
 
 
 def by_player(trials: Sequence[Trial[R]], players: Sequence[str]) -> dict[str, list[list[R]]]:

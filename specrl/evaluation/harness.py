@@ -36,14 +36,14 @@ from specrl.evaluation import roster
 from specrl.evaluation.compare import by_player, compare, shuffled
 from specrl.evaluation.runs import EpisodeRecord, StepRecorder, aggregate, hf_episode, play, trajectory
 from specrl.evaluation.simulator import Simulator, SimulatorRun
-from specrl.hf_baseline import (
+from specrl.hf_assisted import (
     assistant_config,
     confidence_threshold_variant,
     resolved_assistant_settings,
 )
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
-from specrl.tuning import rule_predictor, tuned_rules
+from specrl.rule_tuning import rule_predictor, tuned_rules
 
 PLAIN, TCP, BEST_STATIC, ORACLE = "plain", "tcp", "best-static", "oracle"
 HF_PLAIN, HF_ASSISTED = "hf-generate", "hf-generate-assisted"

@@ -14,7 +14,7 @@ import transformers
 from transformers.utils import is_sklearn_available
 
 import specrl
-from specrl.hf_baseline import confidence_threshold_variant
+from specrl.hf_assisted import confidence_threshold_variant
 from specrl.models import ModelPair
 from specrl.provenance import git_output
 

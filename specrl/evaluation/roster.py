@@ -10,7 +10,7 @@ their JSON):
 - ``hf-heuristic``: our re-implementation of Hugging Face's "heuristic" draft-length schedule.
 - ``hf-confidence``: our re-implementation of Hugging Face's dynamic confidence threshold.
 - ``adaedl``, ``specdec++``: the per-token stop rules of :mod:`specrl.controllers.stop_rules`,
-  tuned per scenario on validation traces by the harness (:func:`specrl.tuning.tuned_rules`), so
+  tuned per scenario on validation traces by the harness (:func:`specrl.rule_tuning.tuned_rules`), so
   :func:`make_controller` cannot build them from a name alone.
 
 Every controller's k is bounded by the scenario's ``k_max``.
@@ -92,7 +92,7 @@ def make_controller(name: str, k_max: int) -> Controller:
     if name in TUNED_RULES:
         raise ControllerNameError(
             f"{name!r} is tuned per scenario on validation traces: run it through experiments/evaluate.py "
-            "(the harness tunes it in the simulator), or build it with specrl.tuning.tuned_rules"
+            "(the harness tunes it in the simulator), or build it with specrl.rule_tuning.tuned_rules"
         )
     raise ControllerNameError(
         f"unknown controller {name!r}; choose plain, static:K[:TAU] or one of {', '.join(RULES)}"

@@ -26,12 +26,12 @@ import gymnasium as gym
 import numpy as np
 
 from specrl.controllers.base import Controller
-from specrl.engine.types import GenerationStats
+from specrl.engine.types import GenerationStats, throughput
 from specrl.envs.rollout import EpisodeSummary, run_episode
 from specrl.envs.scenario import Scenario
 from specrl.envs.spec_decode import SHIFT_SEPARATOR
 from specrl.evaluation.roster import Episode
-from specrl.hf_baseline import hf_generate
+from specrl.hf_assisted import hf_generate
 from specrl.models import ModelPair
 
 #: Bin edges of the per-step acceptance-fraction histogram (accepted / proposed, steps that proposed).
@@ -160,15 +160,14 @@ def spread(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, f
     }
 
 
-def throughput(records: list[EpisodeRecord]) -> float:
-    seconds = sum(r.summary.seconds for r in records)
-    return sum(r.summary.tokens for r in records) / seconds if seconds > 0 else 0.0
+def records_throughput(records: list[EpisodeRecord]) -> float:
+    return throughput(sum(r.summary.tokens for r in records), sum(r.summary.seconds for r in records))
 
 
 def aggregate(repeats: list[list[EpisodeRecord]], engine: str = "ours") -> dict[str, Any]:
     """A row's numbers from its episodes (``repeats[r][e]``); ``engine`` "hf" leaves the
     per-step quantities out (None)."""
-    per_repeat = [throughput(records) for records in repeats]
+    per_repeat = [records_throughput(records) for records in repeats]
     records = [r for records in repeats for r in records]
     total = EpisodeSummary()
     for r in records:

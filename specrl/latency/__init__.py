@@ -31,10 +31,10 @@ The package, one concern per module; each imports only the ones above it in this
 - :mod:`~specrl.latency.fit`: :func:`fit_records` and :func:`learn`, the loop-learned model.
 - :mod:`~specrl.latency.drafters`: :func:`measure_drafter_costs`, each drafter's price relative
   to the draft, measured in the loop.
-- :mod:`~specrl.latency.calibrate`: :func:`calibrated`, measured once and cached.
+- :mod:`~specrl.latency.calibration`: :func:`calibrated`, measured once and cached.
 """
 
-from specrl.latency.calibrate import METHODS, calibrated
+from specrl.latency.calibration import METHODS, calibrated
 from specrl.latency.cost_model import CostModel
 from specrl.latency.drafters import measure_drafter_costs, with_drafter_costs
 from specrl.latency.fileformat import (

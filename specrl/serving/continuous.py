@@ -30,7 +30,7 @@ from specrl.controllers.base import Controller
 from specrl.engine.decoder import ControlLoop
 from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig
-from specrl.engine.types import Step
+from specrl.engine.types import Step, throughput
 from specrl.envs.batch_replay import arrival_times
 from specrl.envs.scenario import Scenario
 from specrl.models import ModelPair
@@ -83,7 +83,7 @@ class ContinuousRun:
 
     @property
     def tokens_per_s(self) -> float:
-        return self.tokens / self.busy_seconds if self.busy_seconds > 0 else 0.0
+        return throughput(self.tokens, self.busy_seconds)
 
 
 def scenario_requests(
@@ -93,12 +93,10 @@ def scenario_requests(
     arrival order (see the module doc); the same ``seed`` gives the same requests and arrivals."""
     rng = np.random.default_rng(seed)
     sets = scenario.with_overrides(split=split).prompt_sets(pair)
-    domains = [d for d, weight in scenario.prompts.domains.items() if weight > 0]
-    weights = np.array([scenario.prompts.domains[d] for d in domains], dtype=float)
     count = count or scenario.batch.requests
     prompts = []
     for _ in range(count):
-        texts = sets[domains[rng.choice(len(domains), p=weights / weights.sum())]]
+        texts = sets[scenario.prompts.draw_domain(rng)]
         prompts.append(pair.encode(texts[rng.integers(len(texts))]))
     spec = scenario.batch
     arrivals = arrival_times(spec.load, count, rng) if spec.serving else [0.0] * count

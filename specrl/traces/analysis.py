@@ -12,7 +12,7 @@ import torch
 
 from specrl.engine.cache import KVCache
 from specrl.engine.drafters.ngram import NGramIndex
-from specrl.engine.drafters.pool import DrafterPool
+from specrl.engine.drafters.registry import DrafterPool
 from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig, entropy
 from specrl.engine.types import DEFAULT_DRAFTER, Action

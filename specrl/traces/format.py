@@ -60,6 +60,8 @@ from typing import Any
 
 import numpy as np
 
+from specrl.features import LOOKUP_DRAFTER
+
 TRACE_FORMAT_VERSION = 1
 
 # name -> (dtype kind, number of dimensions); the schema a file must satisfy.
@@ -90,7 +92,6 @@ POSITION_FIELDS = {
     "off_ap": ("f", 2),
 }
 MODEL_FIELDS = {name: spec for name, spec in POSITION_FIELDS.items() if name != "tokens"}
-LOOKUP_DRAFTER = "ngram"
 LOOKUP_FIELDS = {"available": ("i", 1), "order": ("i", 1), "match": ("i", 1), "ap": ("f", 2)}
 # A drafter replayed from another's fields: the cascade proposes its middle model's text and law.
 REPLAYED_AS = {"cascade": "draft-mid"}

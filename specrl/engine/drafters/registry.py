@@ -27,11 +27,12 @@ from specrl.engine.drafters.model import ModelDrafter
 from specrl.engine.drafters.ngram import NGramDrafter
 from specrl.engine.drafters.quantized import quantize
 from specrl.engine.types import DEFAULT_DRAFTER
+from specrl.features import FEATURE_DRAFTERS
 
 if TYPE_CHECKING:
     from specrl.models import ModelPair
 
-DRAFTERS = ("draft", "draft-mid", "draft-int8", "draft-int4", "ngram", "cascade")
+DRAFTERS = FEATURE_DRAFTERS  # the features know every drafter: a new one is a new feature version
 QUANTIZED = {"draft-int8": 8, "draft-int4": 4}
 NEEDS_MID = ("draft-mid", "cascade")
 

@@ -43,7 +43,7 @@ def rates_by_batch(env: BatchReplayEnv, controller, episodes: int, prefill: bool
     return {size: tokens[size] / seconds[size] for size in tokens}
 
 
-def throughput(env: BatchReplayEnv, controller, episodes: int) -> float:
+def controller_throughput(env: BatchReplayEnv, controller, episodes: int) -> float:
     """Tokens over busy seconds, summed over episodes with seeds 0..episodes-1."""
     return rates_by_batch(env, controller, episodes)[0]
 
@@ -58,7 +58,10 @@ def tune_schedule(envs: dict[str, BatchReplayEnv], episodes: int) -> tuple[dict[
     -> its validation env), the k of the highest throughput; returns (best k by batch size, schedule)."""
     best_k = {}
     for name, env in tqdm(envs.items(), desc="tune the schedule (validation)"):
-        speeds = {k: throughput(env, StaticController(k), episodes) for k in range(env.scenario.k_max + 1)}
+        speeds = {
+            k: controller_throughput(env, StaticController(k), episodes)
+            for k in range(env.scenario.k_max + 1)
+        }
         best_k[batch_of(name)] = max(speeds, key=speeds.get)
     return best_k, schedule_from_best_k(best_k)
 
@@ -70,7 +73,8 @@ def tune_cutoff(envs: dict[str, BatchReplayEnv], controller, episodes: int) -> i
     plain = StaticController(0)
     return cutoff_from(
         {
-            batch_of(name): throughput(env, controller, episodes) / throughput(env, plain, episodes)
+            batch_of(name): controller_throughput(env, controller, episodes)
+            / controller_throughput(env, plain, episodes)
             for name, env in envs.items()
         }
     )
