@@ -38,6 +38,7 @@ specrl/policies/batch``.
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -55,6 +56,9 @@ from specrl.envs import load_scenario
 from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency
 from specrl.evaluation.machine import command_line
 from specrl.export import export_policy
+from specrl.export.write import PARITY_OBSERVATIONS
+from specrl.latency.batch import batch_latency_path
+from specrl.training import BEST_MODEL, BEST_NORMALIZER, RUN_RECORD, run_record, write_run_record
 
 REPO = Path(__file__).resolve().parent.parent
 HYPERPARAMETERS = REPO / "specrl" / "policies" / "ppo.yaml"
@@ -80,6 +84,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--episodes", type=int, default=2, help="validation episodes per scenario")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(REPO / "specrl" / "policies" / "batch"), help="policy folder")
+    parser.add_argument("--runs-dir", default=str(REPO / "runs"), help="where the run folder goes")
     return parser.parse_args(argv)
 
 
@@ -90,25 +95,38 @@ def main(argv: list[str] | None = None) -> None:
     first = load_scenario(names[0])
     pair = first.pair.load()
     latency = scenario_batch_latency(first, pair)
-    (REPO / "runs").mkdir(exist_ok=True)  # a folder of its own, even for seeds started in the same second
-    stamp = time.strftime("%Y%m%d_%H%M%S")
-    run_dir = Path(tempfile.mkdtemp(prefix=f"batch_seed{args.seed}_{stamp}_", dir=REPO / "runs"))
+    # the run folder of train_ppo.py: {scenarios}__{experiment}__{seed}__{time}, with run.json and config.yaml
+    Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
+    prefix = f"batch_mix__train_batch__{args.seed}__{int(time.time())}_"  # unique for seeds started together
+    run_dir = Path(tempfile.mkdtemp(prefix=prefix, dir=args.runs_dir))
+    config = yaml.safe_load(HYPERPARAMETERS.read_text())
+    hyper = {**config["ppo"], **config.get("batch", {})}
+    budget = {
+        "timesteps": args.timesteps,
+        "imitation_rounds": args.imitation_rounds,
+        "eval_freq": args.eval_freq,
+    }
+    write_run_record(
+        run_dir,
+        run_record(
+            command=command_line(),
+            seed=args.seed,
+            arguments=vars(args),
+            hyperparameters=hyper,
+            budget=budget,
+            scenarios=[load_scenario(name) for name in names],
+            pair=pair.name,
+            latency_file=batch_latency_path(pair),
+        ),
+    )
 
     def make(name: str, index: int):
         return lambda: BatchReplayEnv(name, latency=latency, split="train", pair=pair)
 
     train = DummyVecEnv([make(name, i) for name in names for i in range(args.envs_per_scenario)])
     train.seed(args.seed)
-    hyper = yaml.safe_load(HYPERPARAMETERS.read_text())["ppo"]
     venv = VecNormalize(VecMonitor(train), norm_obs=True, norm_reward=True, gamma=hyper["gamma"])
-    model = PPO(
-        "MlpPolicy",
-        venv,
-        seed=args.seed,
-        verbose=0,
-        tensorboard_log=str(run_dir),
-        **{**hyper, "n_steps": 256},
-    )
+    model = PPO("MlpPolicy", venv, seed=args.seed, verbose=0, tensorboard_log=str(run_dir), **hyper)
 
     validation = {
         name: BatchReplayEnv(name, latency=latency, split="validation", pair=pair) for name in names
@@ -137,8 +155,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.timesteps:
         model.learn(args.timesteps, callback=EveryNTimesteps(args.eval_freq, callback), progress_bar=True)
     callback.on_step() if not callback.history else None
-    best = PPO.load(run_dir / "best_model.zip")
-    normalizer = VecNormalize.load(str(run_dir / "best_vecnormalize.pkl"), train)
+    best = PPO.load(run_dir / BEST_MODEL)
+    normalizer = VecNormalize.load(str(run_dir / BEST_NORMALIZER), train)
     export_policy(
         best,
         args.out,
@@ -147,11 +165,17 @@ def main(argv: list[str] | None = None) -> None:
         obs_normalizer=normalizer,
         scenarios=names,
         pair=pair.name,
-        evaluation={"validation_vs_schedule": callback.history, "schedule": schedule.schedule},
+        evaluation={
+            "validation_vs_schedule": callback.history,
+            "schedule": schedule.schedule,
+            "run_dir": str(run_dir),
+        },
         command=command_line(),
-    )
+        provenance=json.loads((run_dir / RUN_RECORD).read_text()),
+    )  # the export checks parity with the model (specrl.export.verify_parity)
     print(
-        f"exported {args.out} (best validation ratio vs the schedule {callback.best:.3f}); "
+        f"exported {args.out} (parity with the SB3 policy checked on {PARITY_OBSERVATIONS:,} observations; "
+        f"best validation ratio vs the schedule {callback.best:.3f}); run folder {run_dir}; "
         f"{(time.perf_counter() - started) / 60:.1f} minutes; report it with "
         f"python experiments/batch_sim.py --policy {args.out}"
     )

@@ -169,12 +169,13 @@ def random_prompts(n: int, vocab_size: int, seed: int = 0, length: int = 12) -> 
 
 
 @torch.inference_mode()
-def reference_greedy(model, prompt: list[int], n: int) -> list[int]:
-    """Plain greedy decoding by recomputing the whole sequence each token (no cache)."""
+def reference_greedy(model, prompt: list[int], n: int, vocab_size: int | None = None) -> list[int]:
+    """Plain greedy decoding by recomputing the whole sequence each token (no cache); the argmax over
+    the first ``vocab_size`` logits (a model's rows past its tokenizer are padding)."""
     device = next(model.parameters()).device
     ids = list(prompt)
     for _ in range(n):
-        ids.append(int(model(torch.tensor([ids], device=device)).logits[0, -1].argmax()))
+        ids.append(int(model(torch.tensor([ids], device=device)).logits[0, -1, :vocab_size].argmax()))
     return ids[len(prompt) :]
 
 

@@ -262,7 +262,9 @@ def every(steps: int, callback: BaseCallback | Callable[[], None]) -> EveryNTime
 
 # ---- the run folder's record (rl-baselines3-zoo style) -------------------------------------
 
+# a run folder (rl-zoo's layout): how it was made, and the best checkpoint with its observation statistics
 RUN_RECORD, RUN_CONFIG = "run.json", "config.yaml"
+BEST_MODEL, BEST_NORMALIZER = "best.zip", "best_vecnormalize.pkl"
 
 
 def file_record(path: str | Path) -> dict[str, Any]:

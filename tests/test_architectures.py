@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers as hf
-from conftest import prompts, step_and_check_rollback, word_tokenizer
+from conftest import prompts, reference_greedy, step_and_check_rollback, word_tokenizer
 
 import specrl
 from specrl.engine.cache import KVCache
@@ -94,15 +94,6 @@ def family_pair(request, tmp_path_factory) -> tuple[str, specrl.ModelPair]:
     return request.param, save_pair(tmp_path_factory.mktemp(request.param), FAMILIES[request.param])
 
 
-@torch.inference_mode()
-def reference_greedy(model, prompt: list[int], n: int, vocab: int) -> list[int]:
-    """Plain greedy decoding of ``model`` recomputing the whole sequence (no cache)."""
-    ids = list(prompt)
-    for _ in range(n):
-        ids.append(int(model(torch.tensor([ids])).logits[0, -1, :vocab].argmax()))
-    return ids[len(prompt) :]
-
-
 def test_families_load_with_their_own_model_type(family_pair):
     name, pair = family_pair
     expected = {"qwen2-sliding": "qwen2", "mistral-sliding": "mistral", "gemma3": "gemma3_text"}.get(
@@ -118,7 +109,8 @@ def test_greedy_speculative_output_equals_plain_greedy(family_pair):
     n = 40  # prompt 12 + 40 tokens: past the 16-token window of the sliding families
     proposed = accepted = 0
     for prompt in prompts(2, VOCAB, seed=11):
-        expected = reference_greedy(pair.target, prompt, n, pair.vocab_size)
+        with torch.inference_mode():
+            expected = reference_greedy(pair.target, prompt, n, vocab_size=pair.vocab_size)
         for k, tau in ((1, 0.0), (3, 0.0), (6, 0.3)):
             decoder = specrl.SpeculativeDecoder(pair, specrl.StaticController(k, tau))
             out = decoder.generate(prompt, max_new_tokens=n, stop_at_eos=False)

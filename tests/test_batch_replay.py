@@ -479,3 +479,35 @@ def test_batch_real_puts_several_policies_side_by_side_each_with_its_own_cutoff(
         batch_control.schedule.cutoff_sentence({"cutoffs": {"ppo": 32}})
     )
     assert batch_control.schedule.cutoff_sentence({"cutoff": None}) == ""
+
+
+@pytest.mark.slow
+def test_train_batch_writes_train_ppos_run_folder_and_exports_with_parity(tmp_path, monkeypatch):
+    """train_batch.py and train_ppo.py write the same run folder (run.json, config.yaml, best.zip and
+    its observation statistics) and export through the same export, which checks parity. One small
+    scenario and a synthetic latency, so no calibration runs."""
+    import json
+
+    import yaml
+
+    from specrl.export import load_policy
+
+    script = load_script("train_batch")
+    monkeypatch.setattr(script, "FIXED", ["batch_1"])
+    monkeypatch.setattr(script, "SERVING", [])
+    monkeypatch.setattr(script, "scenario_batch_latency", lambda scenario, pair: synthetic_latency())
+    out, runs = tmp_path / "policy", tmp_path / "runs"
+    budget = ["--imitation-rounds", "1", "--imitation-episodes", "1", "--timesteps", "0", "--episodes", "1"]
+    script.main([*budget, "--envs-per-scenario", "1", "--out", str(out), "--runs-dir", str(runs)])
+    (run_dir,) = runs.iterdir()
+    assert run_dir.name.startswith("batch_mix__train_batch__0__")
+    record = json.loads((run_dir / "run.json").read_text())
+    assert yaml.safe_load((run_dir / "config.yaml").read_text()) == json.loads(json.dumps(record))
+    assert record["ppo"]["n_steps"] == 256 and list(record["scenarios"]) == [
+        "batch_1"
+    ]  # ppo.yaml's batch keys
+    assert (run_dir / "best.zip").is_file() and (run_dir / "best_vecnormalize.pkl").is_file()
+    policy = load_policy(out)
+    assert policy.metadata["provenance"]["seed"] == 0 and policy.metadata["evaluation"]["run_dir"] == str(
+        run_dir
+    )

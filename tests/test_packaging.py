@@ -13,6 +13,7 @@ import pytest
 import specrl
 import specrl.models
 from specrl.envs import load_scenario, shipped_scenarios
+from specrl.envs.reward import step_reward
 from specrl.envs.scenario import SCENARIO_DIR, PairSpec, ScenarioError
 from specrl.export import PolicyError
 from specrl.export.layout import SHIPPED_POLICY_DIR, shipped_policies
@@ -74,12 +75,21 @@ def no_weights(monkeypatch, tmp_path):
 
 
 def replay_a_few_steps(env) -> None:
+    """A few random steps: each step's reward is the reward formula over the tokens it replayed and
+    the latency model's price of that step, and the observation stays in the features' range."""
+    replay = env.unwrapped
     observation, _ = env.reset(seed=0)
     assert observation.shape == (N_FEATURES,)
     env.action_space.seed(0)
     for _ in range(3):
-        observation, reward, terminated, truncated, _ = env.step(env.action_space.sample())
-        assert np.isfinite(reward)
+        observation, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        result = info["step_result"]
+        assert info["tokens"] == result.emitted >= 1 and info["seconds"] == pytest.approx(
+            sum(replay.latency.seconds(result))
+        )
+        rho, scale = replay.reference_tokens_per_s, replay.scenario.reward.scale
+        assert rho > 0 and reward == pytest.approx(step_reward(result.emitted, info["seconds"], rho, scale))
+        assert ((observation >= 0) & (observation <= 1)).all()
         if terminated or truncated:
             break
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from conftest import reference_greedy
 
 import specrl
 from specrl.envs import cached_traces, load_scenario, shipped_scenarios
@@ -70,11 +71,16 @@ def test_a_cached_pair_without_its_mid_draft_gets_one_distilled_into_it(tiny_hom
 
 
 def test_tiny_pair_decodes_text(tiny_home):
+    """The built pair round-trips text through its tokenizer, and speculative greedy decoding with
+    it gives the target's own greedy continuation, as text."""
     _, pair = tiny_home
+    prompt = pair.prompts["test"]["code"][0]
     out = specrl.SpeculativeDecoder(pair, specrl.StaticController(3)).generate(
-        pair.prompts["test"]["code"][0], max_new_tokens=12, temperature=1.0, stop_at_eos=False
+        prompt, max_new_tokens=12, stop_at_eos=False
     )
-    assert out.stats.new_tokens == 12 and isinstance(out.text, str) and out.text
+    assert out.prompt_ids == pair.encode(prompt) and pair.tokenizer.decode(out.prompt_ids) == prompt
+    assert out.token_ids == reference_greedy(pair.target, out.prompt_ids, 12, vocab_size=pair.vocab_size)
+    assert out.text == pair.tokenizer.decode(out.token_ids) and out.stats.proposed > 0
 
 
 @pytest.mark.slow

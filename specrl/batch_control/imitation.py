@@ -19,6 +19,7 @@ from specrl.batch_control.oracles import RolloutOracle
 from specrl.batch_control.schedule import FIXED, batch_of, controller_throughput, cutoff_from, rates_by_batch
 from specrl.controllers.batch_schedule import BatchCutoffController, BatchScheduleController
 from specrl.controllers.static import StaticController
+from specrl.training import BEST_MODEL, BEST_NORMALIZER
 
 # the cuts the imitation stage labels: none. With (0.0, 0.3, 0.5, 0.7) the imitated policy did worse on
 # validation (0.963 of the schedule against 0.992, 4 rounds of 4 episodes): the past predicts a cut's
@@ -111,8 +112,8 @@ class Validation(BaseCallback):
         )
         if self.rank(score, worst) > self.best_rank:
             self.best, self.best_rank = score, self.rank(score, worst)
-            self.model.save(self.folder / "best_model.zip")
-            normalizer.save(str(self.folder / "best_vecnormalize.pkl"))
+            self.model.save(self.folder / BEST_MODEL)
+            normalizer.save(str(self.folder / BEST_NORMALIZER))
         return True
 
 

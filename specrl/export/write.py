@@ -37,6 +37,7 @@ from specrl.export.layout import (
 )
 from specrl.export.module import build_module, export_program
 from specrl.export.onnx_file import write_onnx
+from specrl.export.parity import verify_parity
 from specrl.export.read import load_policy
 from specrl.features import FEATURE_COUNTS, FEATURE_NAMES, N_FEATURES
 from specrl.provenance import git_commit
@@ -44,6 +45,9 @@ from specrl.provenance import git_commit
 if TYPE_CHECKING:
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecNormalize
+
+
+PARITY_OBSERVATIONS = 2000  # observations every export is checked on against the model
 
 
 def _check_model_spaces(
@@ -152,8 +156,9 @@ def export_policy(
     """Write ``model``'s deterministic policy as a self-describing folder (see :mod:`specrl.export`).
 
     Everything is written into a temporary folder beside ``folder``, loaded back with
-    :func:`~specrl.export.load_policy` as a self-check, and only then moved into place, replacing
-    an earlier policy folder of that name.
+    :func:`~specrl.export.load_policy` as a self-check, checked to act exactly as ``model``
+    (:func:`~specrl.export.verify_parity` on ``PARITY_OBSERVATIONS`` random observations), and only
+    then moved into place, replacing an earlier policy folder of that name.
 
     Args:
         model: a trained PPO with ``MlpPolicy`` on the specrl observation and action spaces.
@@ -250,6 +255,10 @@ def export_policy(
         }
         (staged / METADATA_FILE).write_text(json.dumps(metadata, indent=2, default=_json_default) + "\n")
         load_policy(staged)  # never install a folder the loader would refuse
+        # nor one that acts otherwise than the model: the program (and the ONNX copy) on random
+        # observations over the features' range, against SB3's deterministic predict
+        observations = np.random.default_rng(0).random((PARITY_OBSERVATIONS, module.n_features))
+        verify_parity(model, staged, observations.astype(np.float32), obs_normalizer)
         install(staged, folder)
     except BaseException:
         shutil.rmtree(staged, ignore_errors=True)
