@@ -498,7 +498,7 @@ def test_train_batch_writes_train_ppos_run_folder_and_exports_with_parity(tmp_pa
     monkeypatch.setattr(script, "scenario_batch_latency", lambda scenario, pair: synthetic_latency())
     out, runs = tmp_path / "policy", tmp_path / "runs"
     budget = ["--imitation-rounds", "1", "--imitation-episodes", "1", "--timesteps", "0", "--episodes", "1"]
-    script.main([*budget, "--envs-per-scenario", "1", "--out", str(out), "--runs-dir", str(runs)])
+    script.main([*budget, "--envs-per-scenario", "4", "--out", str(out), "--runs-dir", str(runs)])
     (run_dir,) = runs.iterdir()
     assert run_dir.name.startswith("batch_mix__train_batch__0__")
     record = json.loads((run_dir / "run.json").read_text())

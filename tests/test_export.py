@@ -599,3 +599,20 @@ def test_overhead_script_reports_decision_time_and_share(raw_policy, tiny_home, 
     assert result["stop_us_mean"] == 0  # a policy without the stop dimension makes no stop calls
     assert "| decision / iteration |" in capsys.readouterr().out
     assert (tmp_path / "o.md").read_text().startswith("# Policy decision overhead")
+
+
+def test_parity_forgives_only_actions_the_model_itself_ties():
+    """Float rounding in the exported program may break a tie of the model's logits the other way;
+    anything else is a difference."""
+    from specrl.export.parity import TIE, _assert_same
+
+    expected = np.array([[2, 0], [1, 1]])
+    logits = [np.array([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0]]), np.array([[1.0, 1.0 - TIE / 2], [0.0, 3.0]])]
+    observations = np.zeros((2, 3), dtype=np.float32)
+    tied = np.array([[2, 1], [1, 1]])  # row 0's second dimension: logits within TIE of each other
+    assert _assert_same(expected, tied, observations, "policy", logits) == 1
+    assert _assert_same(expected, expected, observations, "policy", logits) == 0
+    with pytest.raises(
+        PolicyError, match="differs from the SB3 policy on 1 of 2 observations, e.g. observation 1"
+    ):
+        _assert_same(expected, np.array([[2, 0], [1, 0]]), observations, "policy", logits)

@@ -25,6 +25,7 @@ from specrl.envs import load_scenario
 from specrl.envs.recording import cached_traces, collect_traces
 
 ray = pytest.importorskip("ray", reason="Ray is the optional extra specrl[ray] (the dev extra has it)")
+pytestmark = pytest.mark.xdist_group("ray")  # one pytest worker runs them all, on one local Ray instance
 
 
 def test_shards_are_contiguous_balanced_and_join_back_in_order():

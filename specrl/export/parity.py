@@ -18,19 +18,34 @@ if TYPE_CHECKING:
     from stable_baselines3.common.vec_env import VecNormalize
 
 
+TIE = 1e-4  # two actions whose logits differ by less are a tie that float rounding may break either way
+
+
 @dataclass(frozen=True)
 class ParityReport:
-    """What :func:`verify_parity` compared: every action was identical, or it raised."""
+    """What :func:`verify_parity` compared: every action was identical (but for ``ties``: actions
+    whose logits in the model differ by less than ``TIE``, which the exported program's float
+    rounding may break the other way), or it raised."""
 
     observations: int
     onnx_checked: bool
+    ties: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"observations": self.observations, "onnx_checked": self.onnx_checked}
+        return {"observations": self.observations, "onnx_checked": self.onnx_checked, "ties": self.ties}
 
 
-def _assert_same(expected: np.ndarray, actual: np.ndarray, observations: np.ndarray, what: str) -> None:
-    differs = np.flatnonzero((expected != actual).any(axis=1))
+def _assert_same(
+    expected: np.ndarray, actual: np.ndarray, observations: np.ndarray, what: str, logits: list[np.ndarray]
+) -> int:
+    """Raise unless ``actual`` is ``expected`` but for ties (``logits``: per action dimension, the
+    model's (N, choices)); return the number of observations a tie decided otherwise."""
+    rows, dims = np.nonzero(expected != actual)
+    margins = np.array(
+        [logits[d][r, expected[r, d]] - logits[d][r, actual[r, d]] for r, d in zip(rows, dims, strict=True)]
+    )
+    ties = set(rows[margins <= TIE].tolist()) if rows.size else set()
+    differs = np.array(sorted(set(rows.tolist()) - ties), dtype=np.int64)
     if differs.size:
         first = int(differs[0])
         raise PolicyError(
@@ -38,6 +53,7 @@ def _assert_same(expected: np.ndarray, actual: np.ndarray, observations: np.ndar
             f"observation {first}: SB3 {expected[first].tolist()}, exported {actual[first].tolist()} "
             f"(input {observations[first].tolist()})"
         )
+    return len(ties)
 
 
 def verify_parity(
@@ -71,10 +87,25 @@ def verify_parity(
     model_input = obs_normalizer.normalize_obs(observations) if obs_normalizer is not None else observations
     expected, _ = model.predict(model_input, deterministic=True)
     expected = np.asarray(expected, dtype=np.int64).reshape(len(observations), len(model.action_space.nvec))
+    logits = _logits(model, model_input)
     policy = load_policy(folder)
-    _assert_same(expected, policy.predict(observations), observations, f"{policy.folder / POLICY_FILE}")
+    ties = _assert_same(
+        expected, policy.predict(observations), observations, f"{policy.folder / POLICY_FILE}", logits
+    )
     onnx_checked = bool(policy.metadata.get("onnx")) and importlib.util.find_spec("onnxruntime") is not None
     if onnx_checked:
         onnx_actions = run_onnx(policy.folder / ONNX_FILE, observations)
-        _assert_same(expected, onnx_actions, observations, f"{policy.folder / ONNX_FILE}")
-    return ParityReport(len(observations), onnx_checked)
+        ties = max(
+            ties, _assert_same(expected, onnx_actions, observations, f"{policy.folder / ONNX_FILE}", logits)
+        )
+    return ParityReport(len(observations), onnx_checked, ties)
+
+
+def _logits(model: PPO, observations: np.ndarray) -> list[np.ndarray]:
+    """The model's logits per action dimension, (N, choices) each, for normalised observations."""
+    import torch
+
+    with torch.no_grad():
+        tensor = torch.as_tensor(observations, dtype=torch.float32, device=model.device)
+        distribution = model.policy.get_distribution(tensor).distribution
+    return [d.logits.cpu().numpy() for d in distribution]
