@@ -1,4 +1,5 @@
-"""The reward of one speculative step. The ONE place the formula lives (docs/design.md section 3).
+"""The reward of one speculative step, and what the step reports in ``info``. The ONE place each
+is built (docs/design.md section 3).
 
     r_t = (n_t - rho * dt_t) / scale
 
@@ -14,12 +15,45 @@ slow one-token steps to few fast multi-token ones.
 
 Reading the value: with rho the throughput of plain decoding, a plain step earns about 0 and
 the return is the number of tokens gained over plain decoding in the same time (/ scale).
-Prefill time is not counted: it does not depend on the policy.
+A single sequence's prefill is not counted: it comes before the first step and does not depend
+on the policy. In the batch simulator a step's seconds include the prefill of the requests
+admitted after it: in continuous batching an admission stalls the rows being decoded, and its
+cost depends on the cache grid the policy's steps left (its width, holes included).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from specrl.engine.types import throughput
+
+if TYPE_CHECKING:
+    from specrl.engine.types import Action, StepResult
 
 
 def step_reward(tokens: int, seconds: float, reference_tokens_per_s: float, scale: float = 1.0) -> float:
     """(tokens - reference_tokens_per_s * seconds) / scale."""
     return (tokens - reference_tokens_per_s * seconds) / scale
+
+
+def step_info(
+    result: StepResult, action: Action, domain: str, segment: int, episode_tokens: int, episode_seconds: float
+) -> dict[str, Any]:
+    """The ``info`` of a single-sequence env's step (the real loop's and the replay's alike):
+    the step's tokens, seconds (the reward's) and throughput, its counts, the action asked for and
+    the k used, where the episode is, and the :class:`StepResult` itself."""
+    return {
+        "tokens": result.emitted,
+        "seconds": result.seconds,
+        "tokens_per_s": throughput(result.emitted, result.seconds),
+        "proposed": result.proposed,
+        "accepted": result.accepted,
+        "k": action.k,
+        "k_used": result.k,
+        "tau": action.tau,
+        "domain": domain,
+        "segment": segment,
+        "episode_tokens": episode_tokens,
+        "episode_seconds": episode_seconds,
+        "step_result": result,
+    }

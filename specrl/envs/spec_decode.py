@@ -12,9 +12,9 @@ from gymnasium import spaces
 
 from specrl.controllers.stop_rules import AcceptancePredictor, stop_rule_table
 from specrl.engine.generation import Generation
-from specrl.engine.types import Action, throughput
+from specrl.engine.types import Action
 from specrl.envs.actions import make_action_space, to_engine_action
-from specrl.envs.reward import step_reward
+from specrl.envs.reward import step_info, step_reward
 from specrl.envs.scenario import Scenario, load_scenario
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, FEATURE_NAMES, FeatureTracker, GenerationSettings
 from specrl.latency import LatencyModel
@@ -223,21 +223,9 @@ class SpecDecodeEnv(gym.Env):
         self.episode_tokens += result.emitted
         self.episode_seconds += seconds
         reward = step_reward(result.emitted, seconds, self.reference_tokens_per_s, self.scenario.reward.scale)
-        info = {
-            "tokens": result.emitted,
-            "seconds": seconds,
-            "tokens_per_s": throughput(result.emitted, seconds),
-            "proposed": result.proposed,
-            "accepted": result.accepted,
-            "k": engine_action.k,
-            "k_used": result.k,
-            "tau": engine_action.tau,
-            "domain": self.domain,
-            "segment": self.segment,
-            "episode_tokens": self.episode_tokens,
-            "episode_seconds": self.episode_seconds,
-            "step_result": result,
-        }
+        info = step_info(
+            result, engine_action, self.domain, self.segment, self.episode_tokens, self.episode_seconds
+        )
         terminated = self.generation.done
         budget_left = self.episode_tokens < self.scenario.max_new_tokens
         if terminated and budget_left and self.segment < len(self.scenario.shift):

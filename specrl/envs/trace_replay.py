@@ -10,11 +10,10 @@ import numpy as np
 from gymnasium import spaces
 
 from specrl.controllers.stop_rules import AcceptancePredictor, stop_rule_table
-from specrl.engine.types import throughput
 from specrl.envs.actions import make_action_space, to_engine_action
 from specrl.envs.recording import cached_traces
 from specrl.envs.replay import replay_step, segment_acceptance
-from specrl.envs.reward import step_reward
+from specrl.envs.reward import step_info, step_reward
 from specrl.envs.scenario import Scenario, load_scenario
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, N_FEATURES, FeatureTracker, GenerationSettings
 from specrl.latency import LatencyModel
@@ -212,21 +211,14 @@ class TraceReplayEnv(gym.Env):
         self.episode_tokens += step.emitted
         self.episode_seconds += seconds
         reward = step_reward(step.emitted, seconds, self.reference_tokens_per_s, self.scenario.reward.scale)
-        info = {
-            "tokens": step.emitted,
-            "seconds": seconds,
-            "tokens_per_s": throughput(step.emitted, seconds),
-            "proposed": step.proposed,
-            "accepted": step.accepted,
-            "k": engine_action.k,
-            "k_used": step.k,
-            "tau": engine_action.tau,
-            "domain": self._domain(),
-            "segment": self.segment_index,
-            "episode_tokens": self.episode_tokens,
-            "episode_seconds": self.episode_seconds,
-            "step_result": result,
-        }
+        info = step_info(
+            result,
+            engine_action,
+            self._domain(),
+            self.segment_index,
+            self.episode_tokens,
+            self.episode_seconds,
+        )
         terminated = False
         if self.position >= segment.end:
             if self.segment_index + 1 < len(self.trace.segments):
