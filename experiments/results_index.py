@@ -164,6 +164,18 @@ SECTIONS = (
         "results/notes/drafters.md",
     ),
     Section(
+        "The drafter pool in batches of four",
+        "The same table with every domain's prompts decoded four at a time (one action per step for the "
+        "four rows, each accepting its own tokens): every drafter and the pool rule serve batches.",
+        "python experiments/bench_drafters.py --batch 4 --prompts 4 --ks 2,4 --repeats 2 "
+        "--out results/drafters/batch4",
+        (
+            "results/drafters/batch4/drafters.md",
+            "results/drafters/batch4/drafters.png",
+            "results/drafters/batch4/drafters.json",
+        ),
+    ),
+    Section(
         "The drafter pool: a learned policy that picks the drafter",
         "PPO trained on the mixed pool scenario (code, prose, arithmetic; every drafter, the action "
         "picks k, tau and the drafter) against every rule, the seed's pool rule and the best static "
