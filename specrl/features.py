@@ -118,6 +118,22 @@ FEATURE_NAMES: tuple[str, ...] = (
     "lookup_order",
 )
 N_FEATURES = len(FEATURE_NAMES)
+# The features FeatureTracker.update keeps as the step history (the first 15), each written by name.
+ACCEPTANCE_SHORT = FEATURE_NAMES.index("acceptance_short")
+ACCEPTANCE_LONG = FEATURE_NAMES.index("acceptance_long")
+ACCEPTANCE_PROB_SHORT = FEATURE_NAMES.index("acceptance_prob_short")
+LAST_PROPOSED = FEATURE_NAMES.index("last_proposed")
+LAST_ACCEPTED = FEATURE_NAMES.index("last_accepted")
+LAST_K = FEATURE_NAMES.index("last_k")
+LAST_TAU = FEATURE_NAMES.index("last_tau")
+LAST_STOPPED_BY_TAU = FEATURE_NAMES.index("last_stopped_by_tau")
+CONFIDENCE_MEAN = FEATURE_NAMES.index("confidence_mean")
+CONFIDENCE_MIN = FEATURE_NAMES.index("confidence_min")
+ENTROPY_MEAN = FEATURE_NAMES.index("entropy_mean")
+REJECTED_CONFIDENCE = FEATURE_NAMES.index("rejected_confidence")
+ACCEPTED_CONFIDENCE = FEATURE_NAMES.index("accepted_confidence")
+COST_RATIO = FEATURE_NAMES.index("cost_ratio")
+STEPS_SINCE_DRAFT = FEATURE_NAMES.index("steps_since_draft")
 FEATURE_COUNTS = {1: 19, 2: 32, 3: N_FEATURES}  # version -> its features: the first that many
 FEATURE_LOW = 0.0  # every feature lies in [FEATURE_LOW, FEATURE_HIGH]
 FEATURE_HIGH = 1.0
@@ -266,8 +282,9 @@ class FeatureTracker:
         self.draft_forwards: deque[int] = deque(maxlen=COST_WINDOW)
         self.verify_seconds: deque[float] = deque(maxlen=COST_WINDOW)
         self.log_vocab = math.log(max(2, settings.vocab_size))
-        # features 0-14 as of the last update (15-19 depend on the running lengths and the text)
-        self.history = [0.0] * 14 + [1.0]
+        # the step-history features: the first 15, written by name in _account (the rest: vector())
+        self.history = [0.0] * (STEPS_SINCE_DRAFT + 1)
+        self.history[STEPS_SINCE_DRAFT] = 1.0  # no draft yet: as stale as it gets
 
     def set_context_length(self, length: int) -> None:
         """The sequence changed outside a step (an env appended text); record its new length."""
@@ -299,9 +316,9 @@ class FeatureTracker:
         confidences = step.confidences
         if step.draft_forwards:
             self.steps_since_draft = 0
-            history[8] = sum(confidences) / len(confidences)
-            history[9] = min(confidences)
-            history[10] = sum(step.entropies) / len(step.entropies) / self.log_vocab
+            history[CONFIDENCE_MEAN] = sum(confidences) / len(confidences)
+            history[CONFIDENCE_MIN] = min(confidences)
+            history[ENTROPY_MEAN] = sum(step.entropies) / len(step.entropies) / self.log_vocab
         elif self.steps_since_draft is not None:
             self.steps_since_draft += 1
         if proposed:
@@ -309,26 +326,28 @@ class FeatureTracker:
             self.proposing_proposed.append(proposed)
             self.proposing_probs.append(step.acceptance_prob_sum)
             short_proposed = list(self.proposing_proposed)[-SHORT_WINDOW:]
-            history[0] = _rate(list(self.proposing_accepted)[-SHORT_WINDOW:], short_proposed)
-            history[1] = _rate(self.proposing_accepted, self.proposing_proposed)
-            history[2] = _rate(list(self.proposing_probs)[-SHORT_WINDOW:], short_proposed)
+            history[ACCEPTANCE_SHORT] = _rate(list(self.proposing_accepted)[-SHORT_WINDOW:], short_proposed)
+            history[ACCEPTANCE_LONG] = _rate(self.proposing_accepted, self.proposing_proposed)
+            history[ACCEPTANCE_PROB_SHORT] = _rate(list(self.proposing_probs)[-SHORT_WINDOW:], short_proposed)
         if step.rejected_confidences:
             self.rejected_confidences.append(sum(step.rejected_confidences) / len(step.rejected_confidences))
-            history[11] = sum(self.rejected_confidences) / len(self.rejected_confidences)
+            history[REJECTED_CONFIDENCE] = sum(self.rejected_confidences) / len(self.rejected_confidences)
         if accepted:
             self.accepted_confidence_sums.append(step.accepted_confidence_sum)
             self.accepted_counts.append(accepted)
-            history[12] = _rate(self.accepted_confidence_sums, self.accepted_counts)
+            history[ACCEPTED_CONFIDENCE] = _rate(self.accepted_confidence_sums, self.accepted_counts)
         self.draft_seconds.append(step.draft_seconds if step.draft_forwards else 0.0)
         self.draft_forwards.append(step.draft_forwards)
         self.verify_seconds.append(step.verify_seconds)
-        history[13] = self._cost_ratio()
-        history[3] = proposed / rows / K_NORM
-        history[4] = accepted / rows / K_NORM
-        history[5] = step.action.k / K_NORM
-        history[6] = step.action.tau
-        history[7] = step.stopped / rows
-        history[14] = 1.0 if self.steps_since_draft is None else self.steps_since_draft / K_NORM
+        history[COST_RATIO] = self._cost_ratio()
+        history[LAST_PROPOSED] = proposed / rows / K_NORM
+        history[LAST_ACCEPTED] = accepted / rows / K_NORM
+        history[LAST_K] = step.action.k / K_NORM
+        history[LAST_TAU] = step.action.tau
+        history[LAST_STOPPED_BY_TAU] = step.stopped / rows
+        history[STEPS_SINCE_DRAFT] = (
+            1.0 if self.steps_since_draft is None else self.steps_since_draft / K_NORM
+        )
         self._update_pool(step.action.drafter, accepted, proposed)
 
     def _update_pool(self, drafter: str, accepted: int, proposed: int) -> None:
