@@ -159,14 +159,17 @@ class KVCache:
         elif self.mask is not None:
             mask = torch.cat([self.mask, torch.ones((rows, n), dtype=torch.bool, device=tokens.device)], 1)
         before = self.slots
-        out = self._forward(tokens, mask, counts, n, keep)
+        out = self._forward(tokens, mask, keep)
         for slots, count in zip(self.slots_of, counts or [n] * rows, strict=True):
             slots.extend(range(before, before + count))
         self.slots, self.mask = before + n, mask
         self._check_grew(before)
         return out.logits[..., : self.vocab_size]
 
-    def _forward(self, tokens, mask, counts, n, keep):
+    def _forward(self, tokens: torch.Tensor, mask: torch.Tensor | None, keep: int):
+        """The model's forward over ``tokens`` (B, n) onto the grid (``mask``: after the feed, or None
+        while there is no hole: then the model's own causal mask and positions serve)."""
+        n = tokens.shape[1]
         arguments = {"input_ids": tokens, "cache": self.cache, "use_cache": True, "logits_to_keep": keep}
         if mask is not None or self.static:
             # positions count each row's own tokens; each new token sees its row's valid slots up to its own
