@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from specrl.io import write_text_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -162,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     record = {"old": args.old, "new": args.new, "args": {k: str(v) for k, v in vars(args).items()},
               "rounds": rounds, "summary": summary, "machine": machine()}  # fmt: skip
-    (args.out / "commits.json").write_text(json.dumps(record, indent=1) + "\n")
+    write_text_atomic(args.out / "commits.json", json.dumps(record, indent=1) + "\n")
     lines = [
         f"# Decoding speed: {args.new} against {args.old}",
         "",
@@ -181,17 +183,14 @@ def main(argv: list[str] | None = None) -> None:
             f"| {key} | {row['old_tokens_per_s']:.1f} | {row['new_tokens_per_s']:.1f} | "
             f"{row['median_ratio']:.3f} | {row['two_se']:.3f} |"
         )
-    (args.out / "commits.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(args.out / "commits.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
 def machine() -> str:
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            model = next(line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name"))
-    except (OSError, StopIteration):
-        model = "unknown CPU"
-    return f"{model}, {os.cpu_count()} cores"
+    from specrl.latency.store import cpu_name
+
+    return f"{cpu_name().strip()}, {os.cpu_count()} cores"
 
 
 if __name__ == "__main__":

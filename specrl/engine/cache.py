@@ -128,6 +128,14 @@ class KVCache:
             return self.mask
         return torch.ones((self.rows, self.slots), dtype=torch.bool, device=self.model.device)
 
+    def _used_width(self) -> int:
+        """The columns up to the last one any row holds a token in."""
+        return max((slots[-1] + 1 for slots in self.slots_of if slots), default=0)
+
+    def _dense(self, width: int) -> bool:
+        """Whether every row fills the first ``width`` columns: no hole, the mask can go."""
+        return all(len(slots) == width for slots in self.slots_of)
+
     # ---- feeding ------------------------------------------------------------------------------
 
     @torch.inference_mode()
@@ -222,8 +230,8 @@ class KVCache:
         counts = [width + m if width else 0 for width, m in zip(widths, proposed, strict=True)]
         width_fed = max(max(counts), 1)
         columns = [  # each row's pending tokens, then its proposals, then padding
-            [*range(width), *range(first, first + m)] + [0] * (width_fed - (width + m if width else 0))
-            for width, m in zip(widths, proposed, strict=True)
+            [*range(width), *range(first, first + m)] + [0] * (width_fed - count)
+            for width, m, count in zip(widths, proposed, counts, strict=True)
         ]
         ids = torch.cat([base, proposal], 1).gather(1, on_device(columns, device))
         logits = self.feed(ids, counts, keep=width_fed)  # (B, width_fed, V)
@@ -246,13 +254,14 @@ class KVCache:
             return
         if not cut:
             return
-        width = max((slots[-1] + 1 for slots in self.slots_of if slots), default=0)
-        if self.mask is not None or any(len(slots) != width for slots in self.slots_of):
-            rank = self._valid().long().cumsum(1)  # the 1-based index of each valid slot in its row
+        width = self._used_width()
+        if self._dense(width):
+            self.mask = None  # the cut left no hole
+        else:
+            valid = self._valid()
+            rank = valid.long().cumsum(1)  # the 1-based index of each valid slot in its row
             lengths_now = on_device([[len(slots)] for slots in self.slots_of], self.model.device)
-            self.mask = (self._valid() & (rank <= lengths_now))[:, :width]
-            if all(len(slots) == width for slots in self.slots_of):
-                self.mask = None  # the cut left no hole
+            self.mask = (valid & (rank <= lengths_now))[:, :width]
         self._cut_tail(width)
 
     def _trim_window(self) -> None:
@@ -289,9 +298,8 @@ class KVCache:
                 layer.keys, layer.values = layer.keys[index], layer.values[index]
         if self.mask is not None:
             self.mask = self.mask[index]
-        width = max((slots[-1] + 1 for slots in self.slots_of if slots), default=0)
-        self._cut_tail(width)
-        if self.mask is not None and all(len(slots) == self.slots for slots in self.slots_of):
+        self._cut_tail(self._used_width())
+        if self._dense(self.slots):
             self.mask = None
 
     def admit(self, prefixes: list[list[int]]) -> None:
@@ -343,7 +351,7 @@ class KVCache:
             for layer in self.cache.layers:
                 if layer.is_initialized:
                     layer.cumulative_length.fill_(width)
-        if all(len(slots) == width for slots in self.slots_of):
+        if self._dense(width):
             self.mask = None
 
     def _widened(self, layer, name: str, width: int, like: torch.Tensor) -> torch.Tensor:
@@ -380,7 +388,7 @@ class KVCache:
         self.slots_of = [list(range(len(slots))) for slots in self.slots_of]
         self.slots = width
         self.mask = None
-        if any(len(slots) != width for slots in self.slots_of):
+        if not self._dense(width):
             self.mask = torch.arange(width, device=self.model.device)[None, :] < on_device(
                 [[len(slots)] for slots in self.slots_of], self.model.device
             )

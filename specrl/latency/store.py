@@ -24,7 +24,8 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text).strip("-.") or "unknown"
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what the platform says."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -42,7 +43,7 @@ def device_key(device: str | torch.device) -> str:
     """
     device = torch.device(device)
     if device.type == "cpu":
-        return f"cpu-{_slug(_cpu_name())}-{torch.get_num_threads()}threads"
+        return f"cpu-{_slug(cpu_name())}-{torch.get_num_threads()}threads"
     if device.type == "cuda":
         return f"cuda-{_slug(torch.cuda.get_device_name(device))}"
     return _slug(device.type)

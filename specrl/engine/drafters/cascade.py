@@ -89,6 +89,7 @@ class CascadeDrafter:
             judgement = judge(inner.tokens, inner.proposed, inner.q, p_mid, sampling, generator)
             outcomes = read_outcomes(judgement, inner.tokens, inner.proposed)  # the round's one read
             accepted = [a for a, *_ in outcomes]
+            emitted = [drafted[:a] + [next_token] for a, next_token, drafted, _ in outcomes]  # per row
             kept = [length + a for length, a in zip(lengths, accepted, strict=True)]
             self.mid.rollback(kept)
             self.small.rollback(kept)
@@ -105,13 +106,11 @@ class CascadeDrafter:
                     if halts[r]:
                         stopped[r] = True
                         continue
-                    a, next_token, drafted, _ = outcomes[r]
-                    tokens[r].append((drafted[:a] + [next_token])[j])
+                    tokens[r].append(emitted[r][j])
                     where[r].append(base + j)
             for r in range(rows):
                 if active[r]:
-                    a, next_token, drafted, _ = outcomes[r]
-                    sequences[r] += drafted[:a] + [next_token]
+                    sequences[r] += emitted[r]
         return self._proposal(tokens, where, laws, signals, stopped)
 
     def _proposal(self, tokens, where, laws, signals: DraftSignals, stopped: list[bool]) -> Proposal:

@@ -34,9 +34,8 @@ class ModelDrafter:
         rows: int = 0,
     ) -> None:
         self.name = name
-        self.cache = KVCache(
-            model, vocab_size, cache, max_length, rows
-        )  # empty rows catch up when first asked
+        # the rows start empty: each catches up on its sequence when first asked to propose
+        self.cache = KVCache(model, vocab_size, cache, max_length, rows)
 
     def admit(self, prompts: list[list[int]]) -> None:
         """New rows: their prompts but the last token are prefilled (the generation's prefill)."""

@@ -79,8 +79,8 @@ class NGramIndex:
 
     def lookup(self, sequence: Sequence[int] | torch.Tensor, k: int) -> list[int]:
         """(L,) -> up to k tokens that followed the latest earlier match of the longest matching tail."""
-        match = self.longest_match(sequence)
-        return [] if match is None else [int(x) for x in _array(sequence)[match[1] : match[1] + k]]
+        match = self.longest_match(sequence)  # indexes the sequence; the proposal is a slice of it
+        return [] if match is None else [int(x) for x in sequence[match[1] : match[1] + k]]
 
 
 def _array(sequence: Sequence[int] | torch.Tensor) -> np.ndarray:
