@@ -25,7 +25,8 @@ from specrl.envs import load_scenario
 from specrl.envs.batch_replay import scenario_batch_latency
 from specrl.evaluation.machine import origin_line, result_origin
 from specrl.io import write_report
-from specrl.latency.batch import CALIBRATION_KS, step_shape
+from specrl.latency import step_shape
+from specrl.latency.batch import CALIBRATION_KS
 from specrl.serving import TimedRequest, scenario_requests, serve_continuous
 from specrl.tables import markdown_table
 
@@ -57,15 +58,18 @@ def main(argv: list[str] | None = None) -> dict:
 
             def record(generation, step, steps=steps):
                 results = step.results
-                fed, forwards = step_shape(results)
+                forwards, proposed = step_shape(results)
                 context = sum(r.context_length for r in results) / len(results)
-                modeled = latency.step_seconds(len(results), fed, forwards, step.slots)
+                modeled = latency.step_seconds(step.slots + 1, forwards, proposed, rows=len(results))
                 steps.append((step.draft_seconds, step.verify_seconds, *modeled, step.slots / context))
 
             run = serve_continuous(
                 pair, specrl.StaticController(k), requests, size, args.max_new_tokens, on_step=record
             )
-            prefill = sum(latency.prefill_seconds(a.prompt_lengths, a.rows, a.slots) for a in run.admissions)
+            prefill = sum(
+                latency.prefill_seconds(a.prompt_lengths, a.rows, a.slots + 1 if a.rows else 0)
+                for a in run.admissions
+            )
             modeled_busy = prefill + sum(s[2] + s[3] for s in steps)
             rows.append(
                 {

@@ -57,7 +57,7 @@ from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency
 from specrl.evaluation.machine import command_line
 from specrl.export import export_policy
 from specrl.export.write import PARITY_OBSERVATIONS
-from specrl.latency.batch import batch_latency_path
+from specrl.latency import latency_path
 from specrl.training import BEST_MODEL, BEST_NORMALIZER, RUN_RECORD, run_record, write_run_record
 
 REPO = Path(__file__).resolve().parent.parent
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
             budget=budget,
             scenarios=[load_scenario(name) for name in names],
             pair=pair.name,
-            latency_file=batch_latency_path(pair),
+            latency_file=latency_path(pair, "batch"),
         ),
     )
 

@@ -20,58 +20,61 @@ from specrl.batch_control import imitation
 from specrl.envs.batch_replay import BatchReplayEnv, arrival_times
 from specrl.envs.scenario import BatchSpec, Scenario, ScenarioError
 from specrl.latency import LatencyError, LatencyModel
-from specrl.latency.batch import BatchLatency, calibration_runs, measure_batch_latency
+from specrl.latency.batch import calibration_runs, measure_batch_latency
 
-SIZES, TOKENS, CONTEXTS = (1, 4, 16, 64), tuple(range(1, 10)), (32, 160, 320)
+SIZES, TOKENS, CONTEXTS = (1, 4, 16, 64), tuple(range(1, 10)), (33, 161, 321)  # grids 32, 160, 320 wide
 
 
-def synthetic_latency(verify_scale: list | None = None) -> BatchLatency:
-    """Seconds that grow with B x n and with the width, as a real calibration's do."""
+def synthetic_latency(verify_scale: list | None = None) -> LatencyModel:
+    """Seconds that grow with B x n and with the context, as a real calibration's do."""
     target = np.array([[[0.016 + 0.001 * b * n + 1e-5 * c for c in CONTEXTS] for n in TOKENS] for b in SIZES])
     draft = np.array([[0.003 + 0.0002 * b + 1e-6 * c for c in CONTEXTS] for b in SIZES])
-    return BatchLatency(
-        SIZES, TOKENS, CONTEXTS, target, draft, "test", "specrl-zoo-small",
-        verify_scale=None if verify_scale is None else np.asarray(verify_scale, dtype=float),
-        prefill=(0.01, 1e-4, 1e-7, 1e-6),
+    return LatencyModel(
+        "specrl-zoo-small", "test", CONTEXTS, target, draft, batch_sizes=SIZES, kind="batch",
+        verify_scale=verify_scale, prefill=(0.01, 1e-4, 1e-7, 1e-6),
     )  # fmt: skip
 
 
-def test_batch_latency_interpolates_in_batch_and_width_and_round_trips(tmp_path):
+def test_latency_over_batch_sizes_interpolates_in_batch_and_context_and_round_trips(tmp_path):
     latency = synthetic_latency()
-    assert latency.target_seconds(4, 3, 160) == pytest.approx(0.016 + 0.012 + 0.0016)
-    between = latency.target_seconds(8, 3, 96)  # linear in B and in the width between grid points
-    assert between == pytest.approx(0.016 + 0.001 * 8 * 3 + 1e-5 * 96)
-    assert latency.target_seconds(128, 1, 1000) == latency.target_seconds(64, 1, 320)  # nearest outside
-    draft, verify = latency.step_seconds(16, 5, 4, 160)
-    assert draft == pytest.approx(4 * (0.003 + 0.0032 + 0.00016))
-    assert verify == pytest.approx(latency.target_seconds(16, 5, 160))
+    assert latency.target_seconds(3, 161, rows=4) == pytest.approx(0.016 + 0.012 + 0.00161)
+    between = latency.target_seconds(3, 97, rows=8)  # linear in B and in the context between grid points
+    assert between == pytest.approx(0.016 + 0.001 * 8 * 3 + 1e-5 * 97)
+    assert latency.target_seconds(1, 1000, rows=128) == latency.target_seconds(1, 321, rows=64)  # nearest
+    draft, verify = latency.step_seconds(161, 4, 4, rows=16)
+    assert draft == pytest.approx(4 * (0.003 + 0.0032 + 0.000161))
+    assert verify == pytest.approx(latency.target_seconds(5, 161, rows=16))
+    # the batch of one is a slice: what a single sequence's methods see
+    assert latency.step_seconds(161, 2, 1) == latency.step_seconds(161, 2, 1, rows=1)
+    assert latency.target_table[0, 1] == pytest.approx(0.016 + 0.001 + 0.00161)
     # the real steps' scales per size and tokens per row: at 16 rows, 1.5 at n = 1 and 1.2 above
     scaled = synthetic_latency(verify_scale=[[1.0] * 9, [1.2] * 9, [1.5] + [1.2] * 8, [2.0] * 9])
-    assert scaled.step_seconds(16, 5, 4, 160) == pytest.approx((draft, 1.2 * verify))
-    assert scaled.step_seconds(16, 1, 0, 160)[1] == pytest.approx(1.5 * latency.target_seconds(16, 1, 160))
-    assert scaled.step_seconds(8, 2, 0, 160)[1] == pytest.approx(1.2 * latency.target_seconds(8, 2, 160))
-    assert scaled.step_seconds(8, 1, 0, 160)[1] == pytest.approx(1.3 * latency.target_seconds(8, 1, 160))
-    assert latency.plain_tokens_per_s(16, 160) == pytest.approx(16 / latency.target_seconds(16, 1, 160))
+    assert scaled.step_seconds(161, 4, 4, rows=16) == pytest.approx((draft, 1.2 * verify))
+    plain_16 = latency.target_seconds(1, 161, rows=16)
+    assert scaled.step_seconds(161, 0, 0, rows=16)[1] == pytest.approx(1.5 * plain_16)
+    assert scaled.step_seconds(161, 0, 1, rows=8)[1] == pytest.approx(
+        1.2 * latency.target_seconds(2, 161, rows=8)
+    )
+    assert scaled.step_seconds(161, 0, 0, rows=8)[1] == pytest.approx(
+        1.3 * latency.target_seconds(1, 161, rows=8)
+    )
+    assert latency.plain_throughput(16, 161) == pytest.approx(16 / plain_16)
     # two prompts (longest 41 tokens, 40 prefilled) joining 6 rows on 100 slots: a copy of 8 x 100
-    assert latency.prefill_seconds([30, 41], batch=6, width=100) == pytest.approx(
+    assert latency.prefill_seconds([30, 41], rows=6, context_length=101) == pytest.approx(
         0.01 + 1e-4 * 80 + 1e-7 * 2 * 1600 + 1e-6 * 800
     )
-    assert latency.prefill_seconds([30, 41]) < latency.prefill_seconds([30, 41], 6, 100)
-    with pytest.raises(LatencyError, match="1..9 new tokens"):
-        latency.target_seconds(4, 10, 160)
+    assert latency.prefill_seconds([30, 41]) < latency.prefill_seconds([30, 41], 6, 101)
+    # beyond the tabulated tokens per row: linear from the last two rows, as for one sequence
+    assert latency.target_seconds(10, 161, rows=4) == pytest.approx(0.016 + 0.001 * 4 * 10 + 0.00161)
     with pytest.raises(LatencyError, match=r"verify_scale has shape \(2,\), expected \(4, 9\)"):
         synthetic_latency(verify_scale=[1.0, 2.0])
     path = tmp_path / "batch.json"
     scaled.save(path)
-    again = BatchLatency.load(path)
-    assert again.step_seconds(8, 3, 2, 200) == scaled.step_seconds(8, 3, 2, 200)
-    assert again.prefill_seconds([12], 3, 40) == scaled.prefill_seconds([12], 3, 40)
-    path.write_text('{"format": "something else"}')
-    with pytest.raises(LatencyError, match="not a specrl batch latency file"):
-        BatchLatency.load(path)
-    path.write_text('{"format": "specrl-batch-latency", "version": 1}')
-    with pytest.raises(LatencyError, match="version 1.*delete it"):
-        BatchLatency.load(path)
+    again = LatencyModel.load(path)
+    assert again.to_dict() == scaled.to_dict() and again.batch_sizes == SIZES
+    assert again.step_seconds(201, 3, 2, rows=8) == scaled.step_seconds(201, 3, 2, rows=8)
+    assert again.prefill_seconds([12], 3, 41) == scaled.prefill_seconds([12], 3, 41)
+    assert "at 16 rows" in scaled.to_markdown()
 
 
 def test_calibration_interleaves_the_ks_at_each_batch_size():
@@ -85,19 +88,21 @@ def test_batch_latency_is_measured_through_the_batched_cache_and_calibrated_on_r
         pair,
         k_max=2,
         batch_sizes=(1, 4),
-        contexts=(8, 24),
+        widths=(8, 24),
         repeats=1,
         ks=(0, 2, 4),
         rounds=2,
         max_new_tokens=6,
         progress=False,
     )
-    assert latency.target.shape == (2, 3, 2) and latency.draft.shape == (2, 2)
-    assert (latency.target > 0).all() and (latency.draft > 0).all()
-    assert latency.k_max == 2 and latency.pair == pair.name
+    costs = latency.costs["greedy"]
+    assert costs.target.shape == (2, 3, 2) and costs.draft_first.shape == (2, 2)
+    assert (costs.target > 0).all() and (costs.draft_first == costs.draft_next).all()
+    assert latency.kind == "batch" and latency.contexts == (9, 25) and latency.batch_sizes == (1, 4)
+    assert latency.n_max == 3 and latency.pair == pair.name
     assert latency.draft_scale.shape == (2,) and latency.verify_scale.shape == (2, 3)
     assert (latency.draft_scale > 0).all() and (latency.verify_scale > 0).all()
-    assert min(latency.prefill) >= 0 and latency.prefill_seconds([20], 3, 30) > 0
+    assert min(latency.prefill) >= 0 and latency.prefill_seconds([20], 3, 31) > 0
     calibration = latency.measurement["calibration"]
     # k = 4 is beyond k_max; each (size, k) ran twice, and a run of 6 tokens takes at least 6 // 3 steps
     assert calibration["ks"] == [0, 2] and calibration["rounds"] == 2
@@ -168,9 +173,11 @@ def test_a_step_costs_the_batchs_time_and_a_fixed_batch_stays_full():
         assert width >= max(r.segment.prompt_length + r.position for r in rows) - 1
         _, reward, done, _, info = env.step(np.array([3, 0]))
         results = info["step_results"]
-        fed = max(r.proposed for r in results) + 1
+        proposed = max(r.proposed for r in results)
         forwards = max(len(r.confidences) for r in results)
-        draft, verify = latency.step_seconds(len(rows), fed, forwards, width)  # priced at the grid's width
+        draft, verify = latency.step_seconds(
+            width + 1, forwards, proposed, rows=len(rows)
+        )  # the grid's width
         joined = [row for row in env.active if row not in rows]
         assert info["slots"] == width
         alone = latency.prefill_seconds([r.segment.prompt_length for r in joined])

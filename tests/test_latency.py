@@ -363,7 +363,7 @@ def test_for_sampling_gives_cached_views_that_share_the_tables(loop_model):
     assert greedy is loop_model and loop_model.for_sampling(None) is loop_model
     assert sampled.mode == "sampled" and sampled is loop_model.for_sampling(SamplingConfig(temperature=1.0))
     assert sampled.for_sampling(SamplingConfig()) is loop_model
-    assert sampled.target_table is loop_model.costs["sampled"].target
+    assert np.shares_memory(sampled.target_table, loop_model.costs["sampled"].target)  # the batch of one
     assert sampled.target_seconds(3, 200) > loop_model.target_seconds(3, 200)
     assert sampled.plain_tokens_per_s < loop_model.plain_tokens_per_s
     assert sampled.to_dict() == loop_model.to_dict()  # a file holds both modes
@@ -459,29 +459,30 @@ def test_save_and_load_round_trip(measured, tmp_path):
     steps = [(256, 3, n) for n in range(10)]
     assert [loaded.step_seconds(*step) for step in steps] == [measured.step_seconds(*step) for step in steps]
     data = json.loads(path.read_text())
-    assert data["version"] == LATENCY_FORMAT_VERSION and data["batch_size"] == 1
+    assert data["version"] == LATENCY_FORMAT_VERSION and data["batch_sizes"] == [1]
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d.update(version=99), r"latency format version 99, but this specrl reads version 2"),
+        (lambda d: d.update(version=99), r"latency format version 99, but this specrl reads version 3"),
         (lambda d: d.pop("sampled"), r"missing key\(s\) \['sampled'\]"),
         (lambda d: d["sampled"].pop("draft_next_seconds"), r"'sampled' must hold"),
         (lambda d: d.update(kind="guessed"), r"kind must be one of"),
         (lambda d: d.update(format="other"), r"not a specrl latency file"),
-        (lambda d: d.update(batch_size=4), r"batch_size 4 is not supported"),
+        (lambda d: d.update(batch_sizes=[1, 4]), r"target_seconds must have, per batch size \(2\)"),
+        (lambda d: d.update(batch_sizes=[0]), r"batch_sizes must be .* values >= 1"),
         (
             lambda d: d["greedy"].update(draft_first_seconds=[0.1]),
             r"draft_first_seconds must have one value per context \(3\)",
         ),
         (
-            lambda d: d["sampled"]["target_seconds"].pop(),
+            lambda d: d["sampled"]["target_seconds"][0].pop(),
             r"the sampled target_seconds must have the greedy one's shape",
         ),
         (lambda d: d.update(contexts=[8, 8, 100]), r"strictly increasing"),
         (
-            lambda d: d["sampled"]["target_seconds"][0].__setitem__(0, -1.0),
+            lambda d: d["sampled"]["target_seconds"][0][0].__setitem__(0, -1.0),
             r"target_seconds must be finite and > 0",
         ),
         (lambda d: d.update(new_tokens=[1, 2]), r"'new_tokens' must be \[1, \.\.\., n_max\]"),
@@ -497,13 +498,36 @@ def test_invalid_files_raise_latency_error_naming_file_and_problem(measured, tmp
     assert str(path) in str(error.value) and "calibrate.py" in str(error.value)
 
 
+def test_a_version_2_file_reads_as_the_batch_of_one(measured, tmp_path):
+    """Files from before the batch axis (one sequence, tables without it) price exactly as before."""
+    data = measured.to_dict()
+    old = {
+        key: value
+        for key, value in data.items()
+        if key not in ("batch_sizes", "draft_scale", "verify_scale", "prefill")
+    }
+    old.update(version=2, batch_size=1)
+    for mode in ("greedy", "sampled"):
+        old[mode] = {key: table[0] for key, table in data[mode].items()}
+    path = tmp_path / "v2.json"
+    path.write_text(json.dumps(old))
+    loaded = LatencyModel.load(path)
+    assert loaded.to_dict() == data and loaded.batch_sizes == (1,) and loaded.prefill_seconds([40]) == 0.0
+    steps = [(context, forwards, n) for context in (0, 200, 900) for forwards in (0, 3) for n in range(10)]
+    assert [loaded.step_seconds(*step) for step in steps] == [measured.step_seconds(*step) for step in steps]
+    old["batch_size"] = 4
+    path.write_text(json.dumps(old))
+    with pytest.raises(LatencyError, match="batch_size 4 is not supported in version 2"):
+        LatencyModel.load(path)
+
+
 def test_an_old_format_file_is_refused_with_a_clear_message(tmp_path):
     path = tmp_path / "old.json"
     path.write_text(json.dumps(OLD_FILE))
     with pytest.raises(LatencyError) as error:
         LatencyModel.load(path)
     message = str(error.value)
-    assert str(path) in message and "format version 1" in message and "reads version 2" in message
+    assert str(path) in message and "format version 1" in message and "reads version 3" in message
     assert "calibrate.py" in message
 
 
@@ -520,7 +544,7 @@ def test_loop_model_file_round_trips_both_modes(loop_model, tmp_path):
         ]
         assert [mine.step_seconds(*step) for step in steps] == [theirs.step_seconds(*step) for step in steps]
     data = json.loads(path.read_text())
-    assert data["version"] == 2 and set(data["sampled"]) == {
+    assert data["version"] == 3 and set(data["sampled"]) == {
         "target_seconds",
         "draft_first_seconds",
         "draft_next_seconds",
@@ -570,7 +594,7 @@ def test_calibrated_replaces_an_old_format_file_with_a_warning(pair, tmp_path, m
     calls = []
     monkeypatch.setattr(calibration, "learn", quick_learn(calls))
     with pytest.warns(
-        UserWarning, match=r"format version 1 \(an isolated profile.*reads version 2.*measuring again"
+        UserWarning, match=r"format version 1 \(an isolated profile.*reads version 3.*measuring again"
     ):
         model = calibrated(pair, k_max=2, progress=False)
     assert calls == [2] and LatencyModel.load(path).to_dict() == model.to_dict()

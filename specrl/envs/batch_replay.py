@@ -2,9 +2,9 @@
 
 The batch simulator (``specrl/BatchReplay-v0``): every row of the batch replays its own trace
 (:func:`~specrl.envs.replay.replay_step`, the same step definition as the single-row simulator),
-every row takes the same action, and a step costs the batch's time under the batched latency
-model (:class:`~specrl.latency.batch.BatchLatency`) at the width of the batch's cache grid
-(:class:`~specrl.envs.slot_grid.SlotGrid`); admitting requests costs their prefill. The
+every row takes the same action, and a step costs the batch's time under the latency model over
+batch sizes (:class:`~specrl.latency.LatencyModel`, kind "batch") at the width of the batch's
+cache grid (:class:`~specrl.envs.slot_grid.SlotGrid`); admitting requests costs their prefill. The
 scenario's ``batch:`` section says how the batch fills (:class:`~specrl.envs.scenario.BatchSpec`):
 a fixed size whose finished rows are replaced at once, or requests arriving at a
 piecewise-constant Poisson rate in modeled time, so the batch grows and shrinks with the load
@@ -32,12 +32,14 @@ from specrl.envs.scenario import PairInfo, Scenario, load_scenario, loaded_pair
 from specrl.envs.slot_grid import SlotGrid
 from specrl.envs.trace_replay import realise_acceptance
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, N_FEATURES, FeatureTracker, GenerationSettings
-from specrl.latency.batch import BatchLatency, batch_calibrated, cached_batch_latency, step_shape
+from specrl.latency import LatencyModel, cached_calibration, calibrated, step_shape
 from specrl.models import ModelPair
 from specrl.traces import Segment, TraceSet
 from specrl.traces.cache import with_scenario
 
-NOMINAL_CONTEXT = 160  # the context at which rho, plain decoding's throughput, is taken
+NOMINAL_CONTEXT = (
+    161  # the context (a grid 160 slots wide) at which rho, plain decoding's throughput, is taken
+)
 
 
 @dataclass
@@ -79,14 +81,15 @@ def calibration_prompts(scenario: Scenario, pair: ModelPair, count: int = 96) ->
     return [pair.encode(texts[i]) for i in picks]
 
 
-def scenario_batch_latency(scenario: Scenario, pair: ModelPair | PairInfo) -> BatchLatency:
-    """The pair's batch latency on its device covering ``scenario``'s k: the cached file, or
-    measured and calibrated on the scenario's train prompts (and saved)."""
-    cached = cached_batch_latency(pair, k_max=scenario.k_max)
+def scenario_batch_latency(scenario: Scenario, pair: ModelPair | PairInfo) -> LatencyModel:
+    """The pair's latency model over batch sizes on its device covering ``scenario``'s k: the
+    cached file, or measured and calibrated on the scenario's train prompts (and saved)."""
+    cached = cached_calibration(pair, k_max=scenario.k_max, method="batch")
     if cached is not None:
         return cached
     pair = loaded_pair(pair, "measure its batched latency")
-    return batch_calibrated(pair, k_max=scenario.k_max, prompts=calibration_prompts(scenario, pair))
+    prompts = calibration_prompts(scenario, pair)
+    return calibrated(pair, k_max=scenario.k_max, method="batch", prompts=prompts)
 
 
 class BatchReplayEnv(gym.Env):
@@ -124,8 +127,8 @@ class BatchReplayEnv(gym.Env):
     ## Arguments
 
     ``scenario`` (a name, path or :class:`Scenario` with a ``batch:`` section), ``traces``
-    (default: the scenario's cached traces), ``latency`` (a :class:`BatchLatency`; default: the
-    pair's, measured once and cached), ``pair``, ``split``.
+    (default: the scenario's cached traces), ``latency`` (a :class:`LatencyModel` over batch
+    sizes; default: the pair's, measured once and cached), ``pair``, ``split``.
 
     ## Version History
 
@@ -138,7 +141,7 @@ class BatchReplayEnv(gym.Env):
         self,
         scenario: str | Path | Scenario = "batch_16",
         traces: TraceSet | None = None,
-        latency: BatchLatency | None = None,
+        latency: LatencyModel | None = None,
         pair: Any = None,
         split: str | None = None,
         render_mode: str | None = None,
@@ -162,12 +165,21 @@ class BatchReplayEnv(gym.Env):
         if traces is None:
             traces = cached_traces(self.scenario, self.scenario.prompts.split, pair)
         self.traces = with_scenario(traces, self.scenario)
-        self.latency = latency or scenario_batch_latency(self.scenario, pair)
+        self.latency = (latency or scenario_batch_latency(self.scenario, pair)).for_sampling(
+            self.scenario.sampling
+        )
         spec = self.scenario.batch
+        rows = spec.max_size if spec.serving else spec.size
+        if self.latency.batch_sizes == (1,) and rows > 1:
+            raise ValueError(
+                f"the latency model ({self.latency.kind}) prices one row only, but scenario "
+                f"'{self.scenario.name}' runs up to {rows} rows: give a model over batch sizes "
+                "(specrl.latency.calibrated(pair, method='batch'))"
+            )
         self.nominal_batch = spec.size if not spec.serving else max(1, spec.max_size // 2)
         self.reference_tokens_per_s = (
             self.scenario.reward.reference_tokens_per_s
-            or self.latency.plain_tokens_per_s(self.nominal_batch, NOMINAL_CONTEXT)
+            or self.latency.plain_throughput(self.nominal_batch, NOMINAL_CONTEXT)
         )
         self.context_window = int(traces.meta["context_window"])
         self.tau_grid = tuple(self.scenario.tau_grid)
@@ -295,9 +307,9 @@ class BatchReplayEnv(gym.Env):
             for row in self.active
         ]
         contexts = [row.segment.prompt_length + row.position for row in self.active]
-        fed, forwards = step_shape(replayed)
+        forwards, proposed = step_shape(replayed)
         draft_seconds, verify_seconds = self.latency.step_seconds(
-            len(self.active), fed, forwards, self.grid.width
+            self.grid.width + 1, forwards, proposed, rows=len(self.active)
         )
         return replayed, contexts, draft_seconds, verify_seconds
 
@@ -320,7 +332,8 @@ class BatchReplayEnv(gym.Env):
         if not joining:
             return 0.0
         lengths = {row.request: row.segment.prompt_length for row in joining}
-        seconds = self.latency.prefill_seconds(list(lengths.values()), len(self.active), self.grid.width)
+        context = self.grid.width + 1 if self.active else 0
+        seconds = self.latency.prefill_seconds(list(lengths.values()), len(self.active), context)
         self.grid.admit(lengths)
         self.active += joining
         return seconds

@@ -1,20 +1,23 @@
 """Latency: seconds of a speculative step's draft and verify, learned per device.
 
-A speculative step costs ``draft_forwards`` single-token draft forwards plus one target
-forward over ``proposed + 1`` new tokens. :meth:`LatencyModel.step_seconds` is the one
-definition of a step's modeled time; both envs, the trace simulator and the oracle use it.
-Per sampling mode ("greedy", "sampled") and on a grid of context lengths::
+A speculative step of B rows costs ``draft_forwards`` draft forwards over (B, 1) plus one target
+forward over (B, ``proposed + 1``) new tokens a row. :meth:`LatencyModel.step_seconds` is the one
+definition of a step's modeled time; the envs (one sequence or a batch), the trace simulators and
+the oracle use it. Per sampling mode ("greedy", "sampled") and on a grid of batch sizes and
+context lengths::
 
-    draft  = 0                                              if draft_forwards == 0
-           = first(ctx) + (draft_forwards - 1) * next(ctx)  otherwise
-    verify = target(proposed + 1, ctx)
+    draft  = 0                                                          if draft_forwards == 0
+           = (first(B, ctx) + (draft_forwards - 1) * next(B, ctx)) * draft_scale(B)  otherwise
+    verify = target(B, proposed + 1, ctx) * verify_scale(B, proposed + 1)
 
-Two ways to measure, same model:
+A single sequence is the batch of one. Ways to measure, same model:
 
 - ``loop`` (the default: :func:`learn`, :func:`calibrated`, ``latency: calibrated``): time
-  the engine's own loop, greedy and sampled, over every k, and fit the steps;
+  the engine's own loop of one sequence, greedy and sampled, over every k, and fit the steps;
 - ``profiled`` (:func:`profile`, ``latency: profiled``): time each forward in isolation on
-  a grid of contexts.
+  a grid of contexts;
+- ``batch`` (:func:`measure_batch_latency`, ``calibrated(method="batch")``, the batch
+  simulator's): batched forwards over a grid of batch sizes, calibrated on continuous batching.
 
 The package, one concern per module; each imports only the ones above it in this list:
 
@@ -29,12 +32,14 @@ The package, one concern per module; each imports only the ones above it in this
 - :mod:`~specrl.latency.profiling`: :func:`profile`, forwards timed in isolation.
 - :mod:`~specrl.latency.records`: :class:`StepRecords`, :func:`record_loop`, steps of the loop.
 - :mod:`~specrl.latency.fit`: :func:`fit_records` and :func:`learn`, the loop-learned model.
+- :mod:`~specrl.latency.batch`: :func:`measure_batch_latency`, the model over batch sizes.
 - :mod:`~specrl.latency.drafters`: :func:`measure_drafter_costs`, each drafter's price relative
   to the draft, measured in the loop.
 - :mod:`~specrl.latency.calibration`: :func:`calibrated`, measured once and cached.
 """
 
-from specrl.latency.calibration import METHODS, calibrated
+from specrl.latency.batch import measure_batch_latency
+from specrl.latency.calibration import METHODS, cached_calibration, calibrated
 from specrl.latency.cost_model import CostModel
 from specrl.latency.drafters import measure_drafter_costs, with_drafter_costs
 from specrl.latency.fileformat import (
@@ -45,7 +50,13 @@ from specrl.latency.fileformat import (
     LatencyError,
 )
 from specrl.latency.fit import fit_grid, fit_records, heldout_error, learn
-from specrl.latency.model import PLAIN_REFERENCE_CONTEXT, ForwardCosts, LatencyModel, sampling_mode
+from specrl.latency.model import (
+    PLAIN_REFERENCE_CONTEXT,
+    ForwardCosts,
+    LatencyModel,
+    sampling_mode,
+    step_shape,
+)
 from specrl.latency.profiling import (
     INCLUDED,
     LARGEST_DEFAULT_CONTEXT,
@@ -58,7 +69,10 @@ from specrl.latency.records import LOOP_INCLUDED, StepRecords, calibration_actio
 from specrl.latency.store import device_key, latency_path
 
 __all__ = [
+    "measure_batch_latency",
     "measure_drafter_costs",
+    "cached_calibration",
+    "step_shape",
     "with_drafter_costs",
     "CostModel",
     "INCLUDED",

@@ -1,21 +1,25 @@
 """The latency file: its format name and version, its keys, their checks, reading and writing JSON.
 
-A file holds the tables of both sampling modes (``LATENCY_FORMAT_VERSION`` 2; version 1 files,
-from isolated profiling before the loop model, are refused with a message, and
-:func:`~specrl.latency.calibrated` measures again)::
+A file holds the tables of both sampling modes on a grid of batch sizes and contexts
+(``LATENCY_FORMAT_VERSION`` 3)::
 
-    {"format": "specrl-latency", "version": 2, "kind": "loop" | "profiled" | "constant",
-     "pair": ..., "device": ..., "dtype": ..., "batch_size": 1,
-     "contexts": [c_1 < ... < c_C], "new_tokens": [1, ..., n_max],
-     "greedy": {"target_seconds": [[n = 1 at each context], ..., [n = n_max ...]],   # (n_max, C)
-                "draft_first_seconds": [at each context],                             # (C,)
-                "draft_next_seconds": [at each context]},                             # (C,)
+    {"format": "specrl-latency", "version": 3, "kind": "loop" | "profiled" | "batch" | "constant",
+     "pair": ..., "device": ..., "dtype": ...,
+     "batch_sizes": [b_1 < ... < b_B], "contexts": [c_1 < ... < c_C], "new_tokens": [1, ..., n_max],
+     "greedy": {"target_seconds": [per batch size: [n = 1 at each context], ...],  # (B, n_max, C)
+                "draft_first_seconds": [per batch size: [at each context]],       # (B, C)
+                "draft_next_seconds": [per batch size: [at each context]]},       # (B, C)
      "sampled": {... the same keys ...},
+     "draft_scale": null | [per batch size],                  # (B,)
+     "verify_scale": null | [per batch size: [per n]],        # (B, n_max)
+     "prefill": [c0, c1, c2, c3],
+     "drafter_costs": {...},
      "fit_error": null | {...},                                 # see learn() and profile()
      "measurement": {...}}                                      # how it was made
 
-``batch_size`` is 1: only batch 1 is measured for now; the key is there so that a later
-version can add a batch dimension without breaking the format.
+Version 2 files (one sequence: ``"batch_size": 1`` and tables without the batch axis) are read
+as the batch of one. Version 1 files, from isolated profiling before the loop model, are refused
+with a message, and :func:`~specrl.latency.calibrated` measures again.
 
 This module knows the format, not the model: :meth:`LatencyModel.to_dict
 <specrl.latency.LatencyModel.to_dict>`, ``from_dict``, ``save`` and ``load`` build on it.
@@ -31,14 +35,15 @@ from typing import Any
 from specrl.io import write_text_atomic
 
 LATENCY_FORMAT = "specrl-latency"
-LATENCY_FORMAT_VERSION = 2
+LATENCY_FORMAT_VERSION = 3
+ONE_ROW_VERSION = 2  # read as the batch of one
 MODES = ("greedy", "sampled")
-KINDS = ("loop", "profiled", "constant")
+KINDS = ("loop", "profiled", "batch", "constant")
 COST_KEYS = ("target_seconds", "draft_first_seconds", "draft_next_seconds")
 RECALIBRATE = (
     "re-run `python experiments/calibrate.py` (or delete the file: it is measured again on next use)"
 )
-_REQUIRED = ("kind", "pair", "device", "dtype", "batch_size", "contexts", "new_tokens", *MODES)
+_REQUIRED = ("kind", "pair", "device", "dtype", "batch_sizes", "contexts", "new_tokens", *MODES)
 
 
 class LatencyError(ValueError):
@@ -50,8 +55,9 @@ def invalid(source: str, error: Exception) -> LatencyError:
     return LatencyError(f"{source}: {error}; {RECALIBRATE}")
 
 
-def check(data: Any, source: str) -> None:
-    """Check a file's content up to the tables (their shapes and values: the model's own checks).
+def check(data: Any, source: str) -> dict[str, Any]:
+    """Check a file's content up to the tables (their shapes and values: the model's own checks);
+    return it in the current version (a version 2 file as the batch of one).
 
     Raises:
         LatencyError: naming ``source``, the problem and the fix.
@@ -61,7 +67,9 @@ def check(data: Any, source: str) -> None:
             f'{source}: not a specrl latency file (no "format": "{LATENCY_FORMAT}"); {RECALIBRATE}'
         )
     version = data.get("version")
-    if version != LATENCY_FORMAT_VERSION:
+    if version == ONE_ROW_VERSION:
+        data = _one_row(data, source)
+    elif version != LATENCY_FORMAT_VERSION:
         old = " (an isolated profile, from before the loop-learned model)" if version == 1 else ""
         raise LatencyError(
             f"{source}: latency format version {version!r}{old}, but this specrl reads version "
@@ -74,7 +82,8 @@ def check(data: Any, source: str) -> None:
         if not isinstance(data[mode], Mapping) or any(key not in data[mode] for key in COST_KEYS):
             raise invalid(source, LatencyError(f"'{mode}' must hold {list(COST_KEYS)}"))
     target = data["greedy"]["target_seconds"]
-    n_rows = len(target) if isinstance(target, list) else -1
+    first = target[0] if isinstance(target, list) and target else None
+    n_rows = len(first) if isinstance(first, list) else -1
     if data["new_tokens"] != list(range(1, n_rows + 1)):
         raise invalid(
             source,
@@ -83,6 +92,19 @@ def check(data: Any, source: str) -> None:
                 f"{data['new_tokens']!r} and {n_rows} rows"
             ),
         )
+    return {"draft_scale": None, "verify_scale": None, "prefill": [0.0] * 4, **data}
+
+
+def _one_row(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """A version 2 file (one sequence) in the current version: the batch of one."""
+    if data.get("batch_size", 1) != 1:
+        raise invalid(source, LatencyError(f"batch_size {data['batch_size']} is not supported in version 2"))
+    upgraded = {key: value for key, value in data.items() if key != "batch_size"}
+    upgraded.update(version=LATENCY_FORMAT_VERSION, batch_sizes=[1])
+    for mode in MODES:
+        if isinstance(data.get(mode), Mapping):
+            upgraded[mode] = {key: [value] for key, value in data[mode].items()}
+    return upgraded
 
 
 def read(path: str | Path) -> Any:

@@ -1,16 +1,26 @@
 """The latency model: modeled seconds of a speculative step's draft and verify, from tables.
 
-A speculative step costs ``draft_forwards`` single-token draft forwards plus one target
-forward over ``proposed + 1`` new tokens (docs/design.md section 2). :meth:`LatencyModel.step_seconds`
-is the one definition of a step's modeled time; both envs, the trace simulator and the oracle
-use it.
+A speculative step of B rows costs ``draft_forwards`` draft forwards over (B, 1) plus one target
+forward over (B, ``proposed + 1``) new tokens a row (docs/design.md section 2; the rows of a batch
+are padded to the longest feed, and drafting runs until the last row stops: :func:`step_shape`).
+:meth:`LatencyModel.step_seconds` is the one definition of a step's modeled time; the envs
+(one sequence or a batch), the trace simulators and the oracle use it.
 
 The model, per sampling mode ("greedy": temperature 0; "sampled": temperature > 0), on a grid
-of context lengths::
+of batch sizes and context lengths::
 
-    draft  = 0                                              if draft_forwards == 0
-           = first(ctx) + (draft_forwards - 1) * next(ctx)  otherwise
-    verify = target(proposed + 1, ctx)
+    draft  = 0                                                          if draft_forwards == 0
+           = (first(B, ctx) + (draft_forwards - 1) * next(B, ctx)) * draft_scale(B)  otherwise
+    verify = target(B, proposed + 1, ctx) * verify_scale(B, proposed + 1)
+    prefill(m prompts joining B rows) = c0 + c1 m p + c2 m p^2 + c3 (B + m) max(ctx - 1, p)
+
+A single sequence is the batch of one: a model measured on one row (``batch_sizes`` (1,), every
+loop-learned, profiled or constant model) is that slice alone. The context of a batch is its KV
+cache grid's width plus one (the grid holds every row's tokens but its last, holes included: see
+:class:`~specrl.engine.cache.KVCache`), as a single sequence's cache holds all its tokens but the
+last. ``draft_scale`` and ``verify_scale`` (default 1) carry what a batch's real steps cost over
+its forwards timed alone (:mod:`specrl.latency.batch`); the prefill coefficients (default 0)
+price admissions, which only the batch simulator counts.
 
 Other drafters (:mod:`specrl.engine.drafters`) are priced relative to the draft: a step of drafter
 d costs ``drafter_costs[d]`` times the draft's seconds for the same positions (measured in the loop
@@ -25,12 +35,13 @@ uniform draws of the acceptance test cost time that greedy steps do not spend. A
 for one mode at a time; :meth:`LatencyModel.for_sampling` gives the one for a scenario's
 :class:`~specrl.engine.sampling.SamplingConfig` (the envs call it), and a file holds both.
 
-Interpolation: exact in n (each n keeps its own row), piecewise linear in the context between
-grid points, clamped (constant) outside the grid. Beyond the tabulated n the target cost is
-extrapolated linearly from the last two rows.
+Interpolation: linear in the batch size between grid sizes, exact in n (each n keeps its own
+row), piecewise linear in the context between grid points, clamped (constant) outside the grid.
+Beyond the tabulated n the target cost is extrapolated linearly from the last two rows.
 
 Where the tables come from: :mod:`specrl.latency.fit` (learned from the loop),
-:mod:`specrl.latency.profiling` (forwards in isolation) or :meth:`LatencyModel.from_cost_model`
+:mod:`specrl.latency.profiling` (forwards in isolation), :mod:`specrl.latency.batch` (batched
+forwards, calibrated on continuous batching) or :meth:`LatencyModel.from_cost_model`
 (constant); how they are stored: :mod:`specrl.latency.fileformat`.
 """
 
@@ -69,12 +80,13 @@ def sampling_mode(sampling: SamplingConfig | None) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ForwardCosts:
-    """Seconds of one sampling mode's forwards on a model's context grid (read-only arrays).
+    """Seconds of one sampling mode's forwards on a model's grid of batch sizes and contexts
+    (read-only arrays).
 
     Attributes:
-        target: (n_max, C) a verify (target forward) over n = 1..n_max new tokens.
-        draft_first: (C,) the first draft forward of a step.
-        draft_next: (C,) each further draft forward of the same step.
+        target: (B, n_max, C) a verify (target forward) over n = 1..n_max new tokens a row.
+        draft_first: (B, C) the first draft forward of a step.
+        draft_next: (B, C) each further draft forward of the same step.
     """
 
     target: np.ndarray
@@ -82,20 +94,29 @@ class ForwardCosts:
     draft_next: np.ndarray
 
     @classmethod
-    def build(cls, target: Any, draft_first: Any, draft_next: Any | None, columns: int) -> ForwardCosts:
-        """Validate shapes and values; ``draft_next`` None means every draft forward costs the first's."""
+    def build(
+        cls, target: Any, draft_first: Any, draft_next: Any | None, columns: int, sizes: int = 1
+    ) -> ForwardCosts:
+        """Validate shapes and values; ``draft_next`` None means every draft forward costs the
+        first's. With one batch size the tables may come without their batch axis ((n_max, C) and
+        (C,), a single sequence's)."""
         target = np.array(target, dtype=np.float64)  # copies: the model owns its tables
         first = np.array(draft_first, dtype=np.float64)
         following = first.copy() if draft_next is None else np.array(draft_next, dtype=np.float64)
-        if target.ndim != 2 or target.shape[0] < 2 or target.shape[1] != columns:
+        if sizes == 1:
+            target = target[None] if target.ndim == 2 else target
+            first = first[None] if first.ndim == 1 else first
+            following = following[None] if following.ndim == 1 else following
+        if target.ndim != 3 or target.shape[0] != sizes or target.shape[1] < 2 or target.shape[2] != columns:
             raise LatencyError(
-                f"target_seconds must have one row per n = 1..n_max (n_max >= 2) and one "
-                f"column per context ({columns}), got shape {target.shape}"
+                f"target_seconds must have, per batch size ({sizes}), one row per n = 1..n_max "
+                f"(n_max >= 2) and one column per context ({columns}), got shape {target.shape}"
             )
         for name, row in (("draft_first_seconds", first), ("draft_next_seconds", following)):
-            if row.shape != (columns,):
+            if row.shape != (sizes, columns):
                 raise LatencyError(
-                    f"{name} must have one value per context ({columns}), got shape {row.shape}"
+                    f"{name} must have one value per context ({columns}) per batch size ({sizes}), "
+                    f"got shape {row.shape}"
                 )
             if not (np.isfinite(row).all() and (row >= 0).all()):
                 raise LatencyError(f"{name} must be finite and >= 0")
@@ -115,12 +136,30 @@ class ForwardCosts:
         )
 
 
+def bracket(grid: Sequence[float], x: float) -> tuple[int, int, float]:
+    """The grid points around ``x`` and its weight on the upper one (x clamped to the grid)."""
+    if len(grid) == 1 or x <= grid[0]:
+        return 0, 0, 0.0
+    if x >= grid[-1]:
+        return len(grid) - 1, len(grid) - 1, 0.0
+    upper = next(i for i, g in enumerate(grid) if g > x)
+    return upper - 1, upper, (x - grid[upper - 1]) / (grid[upper] - grid[upper - 1])
+
+
+def step_shape(rows: Sequence[Any]) -> tuple[int, int]:
+    """A step's (draft forwards, proposals a row is priced at) from its rows' results (anything
+    with ``proposed`` and one ``confidences`` entry per draft forward): the rows are padded to the
+    longest feed, and drafting runs until the last row stops."""
+    return max(len(row.confidences) for row in rows), max(row.proposed for row in rows)
+
+
 class LatencyModel:
     """Modeled seconds of a step's draft and verify, for one sampling mode (see the module doc).
 
     Context lengths follow :attr:`StepResult.context_length`: the tokens in the sequence
     before the step. The target's cache then holds all of them but the last, and a verify
-    runs one forward over the last emitted token plus the proposals.
+    runs one forward over the last emitted token plus the proposals. For a batch, the context is
+    its cache grid's width plus one (the module doc).
 
     A model holds the tables of both modes and answers for one, :attr:`mode` ("greedy" when
     built or loaded); :meth:`for_sampling` gives the view for another mode (same tables).
@@ -130,12 +169,18 @@ class LatencyModel:
         device: the device key (:func:`~specrl.latency.store.device_key`) it was measured on,
             or "any".
         dtype: the models' dtype ("float32", ...), or "any".
-        batch_size: rows per forward; 1 (the only one measured so far).
+        batch_sizes: the grid of batch sizes (rows per forward), strictly increasing; (1,) for a
+            model of a single sequence.
         kind: "loop" (:func:`~specrl.latency.fit.learn`), "profiled"
-            (:func:`~specrl.latency.profiling.profile`) or "constant" (:meth:`from_cost_model`).
+            (:func:`~specrl.latency.profiling.profile`), "batch"
+            (:func:`~specrl.latency.batch.measure_batch_latency`) or "constant"
+            (:meth:`from_cost_model`).
         mode: the sampling mode this view prices, "greedy" or "sampled".
         contexts: the grid of context lengths, strictly increasing.
         costs: mode -> :class:`ForwardCosts` on that grid.
+        draft_scale: (len(batch_sizes),) or None (1): real drafting over the forwards timed alone.
+        verify_scale: (len(batch_sizes), n_max) or None (1): the same for verification.
+        prefill: the coefficients c0..c3 of an admission's prefill (the module doc).
         fit_error: held-out fit error (:func:`~specrl.latency.fit.heldout_error`, or the
             profile's), or None.
         measurement: how the tables were made (steps or repeats, what is included, versions, ...).
@@ -152,30 +197,32 @@ class LatencyModel:
         draft_next_table: Any | None = None,
         sampled: Mapping[str, Any] | None = None,
         dtype: str = "any",
-        batch_size: int = 1,
+        batch_sizes: Sequence[int] = (1,),
         kind: str = "profiled",
         fit_error: dict[str, Any] | None = None,
         measurement: dict[str, Any] | None = None,
         drafter_costs: Mapping[str, float] | None = None,
+        draft_scale: Any | None = None,
+        verify_scale: Any | None = None,
+        prefill: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
     ) -> None:
-        """Build from the greedy tables (``target_table`` (n_max, C), ``draft_table`` the first
-        draft forward (C,), ``draft_next_table`` the following ones, default equal to the first)
-        and ``sampled``, a mapping with the three ``*_seconds`` keys of the file format (default:
-        the greedy tables). ``drafter_costs``: drafter -> its price relative to the draft."""
+        """Build from the greedy tables (``target_table`` (B, n_max, C), ``draft_table`` the first
+        draft forward (B, C), ``draft_next_table`` the following ones, default equal to the first;
+        without the batch axis when ``batch_sizes`` is one size) and ``sampled``, a mapping with
+        the three ``*_seconds`` keys of the file format (default: the greedy tables).
+        ``drafter_costs``: drafter -> its price relative to the draft."""
         contexts = [int(c) for c in contexts]
-        increasing = all(a < b for a, b in zip(contexts, contexts[1:], strict=False))
-        if not contexts or contexts[0] < 0 or not increasing:
-            raise LatencyError(
-                f"contexts must be a non-empty, strictly increasing list of lengths >= 0, got {contexts}"
-            )
-        if batch_size != 1:
-            raise LatencyError(
-                f"batch_size {batch_size} is not supported: format version "
-                f"{LATENCY_FORMAT_VERSION} models batch 1 only"
-            )
+        batch_sizes = [int(b) for b in batch_sizes]
+        for name, grid, least in (("contexts", contexts, 0), ("batch_sizes", batch_sizes, 1)):
+            increasing = all(a < b for a, b in zip(grid, grid[1:], strict=False))
+            if not grid or grid[0] < least or not increasing:
+                raise LatencyError(
+                    f"{name} must be a non-empty, strictly increasing list of values >= {least}, got {grid}"
+                )
         if kind not in KINDS:
             raise LatencyError(f"kind must be one of {KINDS}, got {kind!r}")
-        greedy = ForwardCosts.build(target_table, draft_table, draft_next_table, len(contexts))
+        sizes = len(batch_sizes)
+        greedy = ForwardCosts.build(target_table, draft_table, draft_next_table, len(contexts), sizes)
         if sampled is None:
             costs = {"greedy": greedy, "sampled": greedy}
         else:
@@ -184,17 +231,24 @@ class LatencyModel:
                 raise LatencyError(f"sampled: missing key(s) {missing}")
             costs = {
                 "greedy": greedy,
-                "sampled": ForwardCosts.build(*(sampled[k] for k in COST_KEYS), len(contexts)),
+                "sampled": ForwardCosts.build(*(sampled[k] for k in COST_KEYS), len(contexts), sizes),
             }
         if costs["sampled"].target.shape != greedy.target.shape:
             raise LatencyError(
                 f"the sampled target_seconds must have the greedy one's shape {greedy.target.shape}, "
                 f"got {costs['sampled'].target.shape}"
             )
+        n_max = greedy.target.shape[1]
+        self.draft_scale = _scale("draft_scale", draft_scale, (sizes,))
+        self.verify_scale = _scale("verify_scale", verify_scale, (sizes, n_max))
+        prefill = tuple(float(c) for c in prefill)
+        if len(prefill) != 4 or not all(np.isfinite(c) and c >= 0 for c in prefill):
+            raise LatencyError(f"prefill must be 4 finite coefficients >= 0, got {list(prefill)}")
         self.pair, self.device, self.dtype = str(pair), str(device), str(dtype)
-        self.batch_size, self.kind = batch_size, str(kind)
-        self.contexts = tuple(contexts)
+        self.kind = str(kind)
+        self.contexts, self.batch_sizes = tuple(contexts), tuple(batch_sizes)
         self.costs = costs
+        self.prefill = prefill
         self.mode = "greedy"
         self.fit_error = fit_error
         self.measurement = dict(measurement or {})
@@ -204,8 +258,10 @@ class LatencyModel:
         self._reset_caches()
 
     def _reset_caches(self) -> None:
-        # context -> (first draft, next draft, target by n): see step_seconds
-        self._rows: dict[int, tuple[float, float, list[float]]] = {}
+        # rows -> this mode's tables at that batch size (target (n_max, C), first (C,), next (C,))
+        self._slices: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        # context (one row) or (rows, context) -> (first draft, next draft, target by n): step_seconds
+        self._rows: dict[Any, tuple[float, float, list[float]]] = {}
 
     def for_sampling(self, sampling: SamplingConfig | None) -> LatencyModel:
         """The view of this model that prices steps decoded with ``sampling``.
@@ -227,30 +283,52 @@ class LatencyModel:
         return (
             f"LatencyModel(kind={self.kind!r}, mode={self.mode!r}, pair={self.pair!r}, "
             f"device={self.device!r}, dtype={self.dtype!r}, n_max={self.n_max}, "
-            f"contexts={list(self.contexts)})"
+            f"batch_sizes={list(self.batch_sizes)}, contexts={list(self.contexts)})"
         )
 
     @property
     def n_max(self) -> int:
         """The largest tabulated number of new tokens per target forward (k_max + 1)."""
-        return self.target_table.shape[0]
+        return self.costs["greedy"].target.shape[1]
 
     @property
     def target_table(self) -> np.ndarray:
-        """(n_max, C) seconds of a verify over n = 1..n_max tokens, in this view's mode."""
-        return self.costs[self.mode].target
+        """(n_max, C) seconds of a verify over n = 1..n_max tokens of one row, in this view's mode."""
+        return self._slice(1)[0]
 
     @property
     def draft_table(self) -> np.ndarray:
-        """(C,) seconds of the first draft forward of a step, in this view's mode."""
-        return self.costs[self.mode].draft_first
+        """(C,) seconds of the first draft forward of a step of one row, in this view's mode."""
+        return self._slice(1)[1]
 
     @property
     def draft_next_table(self) -> np.ndarray:
-        """(C,) seconds of each further draft forward of a step, in this view's mode."""
-        return self.costs[self.mode].draft_next
+        """(C,) seconds of each further draft forward of a step of one row, in this view's mode."""
+        return self._slice(1)[2]
 
     # ---- the model: the one vectorised path every method goes through -------------------
+
+    def _slice(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """This mode's tables at ``rows`` rows, scales applied: linear in the batch size between
+        grid sizes, the nearest size outside. A one-size model without scales is its tables."""
+        tables = self._slices.get(rows)
+        if tables is None:
+            if rows < 1:
+                raise ValueError(f"rows must be >= 1, got {rows}")
+            costs = self.costs[self.mode]
+            b0, b1, t = bracket(self.batch_sizes, rows)
+            tables = tuple(
+                table[b0] if t == 0 else (1 - t) * table[b0] + t * table[b1]
+                for table in (costs.target, costs.draft_first, costs.draft_next)
+            )
+            if self.verify_scale is not None:
+                scale = (1 - t) * self.verify_scale[b0] + t * self.verify_scale[b1]
+                tables = (tables[0] * scale[:, None], *tables[1:])
+            if self.draft_scale is not None:
+                scale = (1 - t) * self.draft_scale[b0] + t * self.draft_scale[b1]
+                tables = (tables[0], tables[1] * scale, tables[2] * scale)
+            self._slices[rows] = tables
+        return tables
 
     def _interpolate(self, table: np.ndarray, context_lengths: np.ndarray) -> np.ndarray:
         """Rows of ``table`` (..., C) at ``context_lengths`` (L,): piecewise linear, clamped."""
@@ -263,25 +341,26 @@ class LatencyModel:
         weight = (x - grid[left]) / (grid[right] - grid[left])
         return table[..., left] + weight * (table[..., right] - table[..., left])
 
-    def _target(self, new_tokens: np.ndarray, context_lengths: np.ndarray) -> np.ndarray:
-        """(N, L) seconds of target forwards over ``new_tokens`` (N,) at ``context_lengths`` (L,)."""
-        rows = self._interpolate(self.target_table, context_lengths)  # (n_max, L)
+    def _target(self, new_tokens: np.ndarray, context_lengths: np.ndarray, rows: int = 1) -> np.ndarray:
+        """(N, L) seconds of target forwards of ``rows`` rows over ``new_tokens`` (N,) a row at
+        ``context_lengths`` (L,)."""
+        table = self._slice(rows)[0]
+        n_max = table.shape[0]
+        at = self._interpolate(table, context_lengths)  # (n_max, L)
         out = np.zeros((len(new_tokens), len(context_lengths)))
         for i, n in enumerate(new_tokens.tolist()):
             if n < 0:
                 raise ValueError(f"new_tokens must be >= 0, got {n}")
-            if 1 <= n <= self.n_max:
-                out[i] = rows[n - 1]
-            elif n > self.n_max:  # beyond the table: linear in n from the last two rows
-                out[i] = rows[-1] + (n - self.n_max) * (rows[-1] - rows[-2])
+            if 1 <= n <= n_max:
+                out[i] = at[n - 1]
+            elif n > n_max:  # beyond the table: linear in n from the last two rows
+                out[i] = at[-1] + (n - n_max) * (at[-1] - at[-2])
         return out
 
-    def _draft(self, context_lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(first, next) draft-forward seconds at ``context_lengths`` (L,), each (L,)."""
-        return (
-            self._interpolate(self.draft_table, context_lengths),
-            self._interpolate(self.draft_next_table, context_lengths),
-        )
+    def _draft(self, context_lengths: np.ndarray, rows: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """(first, next) draft-forward seconds of ``rows`` rows at ``context_lengths`` (L,), each (L,)."""
+        _, first, following = self._slice(rows)
+        return self._interpolate(first, context_lengths), self._interpolate(following, context_lengths)
 
     @staticmethod
     def _check_context(context_length: int) -> None:
@@ -290,21 +369,19 @@ class LatencyModel:
 
     # ---- the public interface ---------------------------------------------------------------
 
-    def target_seconds(self, new_tokens: int, context_length: int) -> float:
-        """One target forward over ``new_tokens`` tokens after a sequence of ``context_length``.
-
-        0 new tokens cost 0 (no forward).
-        """
+    def target_seconds(self, new_tokens: int, context_length: int, rows: int = 1) -> float:
+        """One target forward over ``new_tokens`` tokens a row after ``context_length`` tokens,
+        for ``rows`` rows. 0 new tokens cost 0 (no forward)."""
         self._check_context(context_length)
-        return float(self._target(np.array([new_tokens]), np.array([context_length]))[0, 0])
+        return float(self._target(np.array([new_tokens]), np.array([context_length]), rows)[0, 0])
 
-    def draft_seconds(self, context_length: int, forwards: int = 1) -> float:
-        """``forwards`` consecutive one-token draft forwards of a step after a sequence of
+    def draft_seconds(self, context_length: int, forwards: int = 1, rows: int = 1) -> float:
+        """``forwards`` consecutive one-token draft forwards of a step of ``rows`` rows after
         ``context_length`` tokens: first + (forwards - 1) * next (0 for none)."""
         self._check_context(context_length)
         if forwards < 0:
             raise ValueError(f"forwards must be >= 0, got {forwards}")
-        first, following = (float(v[0]) for v in self._draft(np.array([context_length])))
+        first, following = (float(v[0]) for v in self._draft(np.array([context_length]), rows))
         return first + (forwards - 1) * following if forwards else 0.0
 
     def drafter_cost(self, drafter: str) -> float:
@@ -326,26 +403,35 @@ class LatencyModel:
         return [d for d in drafters if d != DEFAULT_DRAFTER and d not in self.drafter_costs]
 
     def step_seconds(
-        self, context_length: int, draft_forwards: int, proposed: int, drafter: str = DEFAULT_DRAFTER
+        self,
+        context_length: int,
+        draft_forwards: int,
+        proposed: int,
+        drafter: str = DEFAULT_DRAFTER,
+        rows: int = 1,
     ) -> tuple[float, float]:
-        """(draft seconds, verify seconds) of one speculative step. The one definition.
+        """(draft seconds, verify seconds) of one speculative step of ``rows`` rows. The one
+        definition.
 
-        draft = draft_seconds(context_length, ``draft_forwards``) (one forward per drafted
+        draft = draft_seconds(context_length, ``draft_forwards``, rows) (one forward per drafted
         position, the tau-stopped one included: :attr:`StepResult.draft_forwards`; the first
         priced apart from the following ones) times :meth:`drafter_cost` of ``drafter``;
-        verify = target_seconds(``proposed`` + 1, context_length); both in this view's sampling mode.
+        verify = target_seconds(``proposed`` + 1, context_length, rows); both in this view's
+        sampling mode. A batch's step is priced at its :func:`step_shape` and its grid's width
+        plus one.
         """
         if draft_forwards < 0 or proposed < 0:
             raise ValueError(f"draft_forwards and proposed must be >= 0, got {draft_forwards}, {proposed}")
         # Simulators call this tens of thousands of times a second: the values at a context
         # length are computed once (by the same interpolation as the other methods) and kept.
-        row = self._rows.get(context_length)
+        key = context_length if rows == 1 else (rows, context_length)
+        row = self._rows.get(key)
         if row is None:
             self._check_context(context_length)
             n = np.arange(self.n_max + 1)
-            targets = self._target(n, np.array([context_length]))[:, 0].tolist()
-            first, following = (float(v[0]) for v in self._draft(np.array([context_length])))
-            row = self._rows[context_length] = (first, following, targets)
+            targets = self._target(n, np.array([context_length]), rows)[:, 0].tolist()
+            first, following = (float(v[0]) for v in self._draft(np.array([context_length]), rows))
+            row = self._rows[key] = (first, following, targets)
         first, following, targets = row
         draft = first + (draft_forwards - 1) * following if draft_forwards else 0.0
         if drafter != DEFAULT_DRAFTER:
@@ -353,7 +439,7 @@ class LatencyModel:
         verify = (
             targets[proposed + 1]
             if proposed < self.n_max
-            else self.target_seconds(proposed + 1, context_length)
+            else self.target_seconds(proposed + 1, context_length, rows)
         )
         return draft, verify
 
@@ -363,11 +449,24 @@ class LatencyModel:
             result.context_length, result.draft_forwards, result.proposed, result.drafter
         )
 
+    def prefill_seconds(self, prompt_lengths: Sequence[int], rows: int = 0, context_length: int = 0) -> float:
+        """Admitting prompts of ``prompt_lengths`` tokens (their caches hold all but the last)
+        into a batch of ``rows`` rows at ``context_length`` (its grid's width plus one; 0 for an
+        empty batch): the prefill term of the module doc."""
+        if not prompt_lengths:
+            return 0.0
+        return float(np.dot(self.prefill, prefill_terms(prompt_lengths, rows, context_length)))
+
+    def plain_throughput(self, rows: int = 1, context_length: int = PLAIN_REFERENCE_CONTEXT) -> float:
+        """Plain decoding's tokens per second: ``rows`` tokens per target forward of one token a
+        row after ``context_length`` tokens."""
+        return rows / self.target_seconds(1, context_length, rows)
+
     @property
     def plain_tokens_per_s(self) -> float:
-        """Plain decoding throughput: 1 / target_seconds(1, 256), at context 256
-        (``PLAIN_REFERENCE_CONTEXT``: a ~100-token prompt plus a 128-token episode)."""
-        return 1.0 / self.target_seconds(1, PLAIN_REFERENCE_CONTEXT)
+        """Plain decoding throughput of one sequence at context 256 (``PLAIN_REFERENCE_CONTEXT``: a
+        ~100-token prompt plus a 128-token episode): :meth:`plain_throughput` of one row."""
+        return self.plain_throughput()
 
     # ---- construction -------------------------------------------------------------------------
 
@@ -407,10 +506,13 @@ class LatencyModel:
             "pair": self.pair,
             "device": self.device,
             "dtype": self.dtype,
-            "batch_size": self.batch_size,
+            "batch_sizes": list(self.batch_sizes),
             "contexts": list(self.contexts),
             "new_tokens": list(range(1, self.n_max + 1)),
             **{mode: self.costs[mode].to_dict() for mode in MODES},
+            "draft_scale": None if self.draft_scale is None else self.draft_scale.tolist(),
+            "verify_scale": None if self.verify_scale is None else self.verify_scale.tolist(),
+            "prefill": list(self.prefill),
             "fit_error": self.fit_error,
             "measurement": self.measurement,
             "drafter_costs": dict(self.drafter_costs),
@@ -420,7 +522,7 @@ class LatencyModel:
     def from_dict(cls, data: Any, source: str = "<dict>") -> LatencyModel:
         """Validate and build (the greedy view); any problem raises :class:`LatencyError` naming
         ``source``."""
-        fileformat.check(data, source)
+        data = fileformat.check(data, source)
         greedy = data["greedy"]
         try:
             return cls(
@@ -432,11 +534,14 @@ class LatencyModel:
                 draft_next_table=greedy["draft_next_seconds"],
                 sampled=data["sampled"],
                 dtype=data["dtype"],
-                batch_size=data["batch_size"],
+                batch_sizes=data["batch_sizes"],
                 kind=data["kind"],
                 fit_error=data.get("fit_error"),
                 measurement=data.get("measurement"),
                 drafter_costs=data.get("drafter_costs"),
+                draft_scale=data["draft_scale"],
+                verify_scale=data["verify_scale"],
+                prefill=data["prefill"],
             )
         except (TypeError, ValueError) as error:  # LatencyError included
             raise fileformat.invalid(source, error) from None
@@ -451,32 +556,58 @@ class LatencyModel:
         return cls.from_dict(fileformat.read(path), source=str(path))
 
     def to_markdown(self) -> str:
-        """Per mode: target ms by n x context, draft ms (first, next) by context; the fit error."""
+        """Per mode and batch size: target ms by n x context, draft ms (first, next) by context
+        (scales applied); the fit error."""
         align = ["right"] * (len(self.contexts) + 1)
 
         def table(corner: str, rows: list[tuple[object, np.ndarray]]) -> str:
             cells = [[label, *(f"{1e3 * s:.3f}" for s in row)] for label, row in rows]
             return markdown_table([corner, *self.contexts], cells, align)
 
+        sizes = ", ".join(str(b) for b in self.batch_sizes)
         lines = [
             f"Latency model: pair `{self.pair}`, device `{self.device}`, dtype {self.dtype}, "
-            f"batch {self.batch_size} ({self.kind}). Milliseconds.",
+            f"batch {sizes} ({self.kind}). Milliseconds.",
         ]
         for mode in MODES:
-            costs = self.costs[mode]
-            lines += ["", f"**{mode}**: verify (target forward over n new tokens, and what follows it):", ""]
-            lines.append(table("n \\ context", list(enumerate(costs.target, start=1))))
-            lines += ["", f"**{mode}**: draft forwards of a step:", ""]
-            lines.append(table("draft", [("first", costs.draft_first), ("each next", costs.draft_next)]))
-            plain = 1.0 / self.for_sampling(
-                SamplingConfig(temperature=float(mode == "sampled"))
-            ).target_seconds(1, PLAIN_REFERENCE_CONTEXT)
+            view = self.for_sampling(SamplingConfig(temperature=float(mode == "sampled")))
+            for rows in self.batch_sizes:
+                target, first, following = view._slice(rows)
+                at = f" at {rows} rows" if len(self.batch_sizes) > 1 else ""
+                lines += [
+                    "",
+                    f"**{mode}**{at}: verify (target forward over n new tokens, and what follows it):",
+                    "",
+                ]
+                lines.append(table("n \\ context", list(enumerate(target, start=1))))
+                lines += ["", f"**{mode}**{at}: draft forwards of a step:", ""]
+                lines.append(table("draft", [("first", first), ("each next", following)]))
             lines += [
                 "",
-                f"Plain decoding ({mode}) at context {PLAIN_REFERENCE_CONTEXT}: {plain:.1f} tokens/s.",
+                f"Plain decoding ({mode}) at context {PLAIN_REFERENCE_CONTEXT}: "
+                f"{view.plain_tokens_per_s:.1f} tokens/s.",
             ]
         lines += ["", fit_error_line(self.fit_error)]
         return "\n".join(lines) + "\n"
+
+
+def prefill_terms(prompt_lengths: Sequence[int], rows: int, context_length: int) -> list[float]:
+    """The prefill model's terms (the module doc): 1, m p, m p^2, and the slots a join copies."""
+    m, p = len(prompt_lengths), max(prompt_lengths) - 1
+    return [1.0, m * p, m * p * p, (rows + m) * max(context_length - 1, p) if rows else 0.0]
+
+
+def _scale(name: str, values: Any | None, shape: tuple[int, ...]) -> np.ndarray | None:
+    """A read-only scale table of ``shape``, finite and > 0, or None (no scale)."""
+    if values is None:
+        return None
+    scale = np.array(values, dtype=np.float64)
+    if scale.shape != shape:
+        raise LatencyError(f"{name} has shape {scale.shape}, expected {shape}")
+    if not (np.isfinite(scale).all() and (scale > 0).all()):
+        raise LatencyError(f"{name} must be finite and > 0")
+    scale.setflags(write=False)
+    return scale
 
 
 def check_drafter_costs(costs: Mapping[str, float]) -> dict[str, float]:

@@ -58,13 +58,14 @@ def latency_path(pair: ModelPair, method: str = "loop") -> Path:
     """Where :func:`~specrl.latency.calibrated` caches the pair's model on this device:
     ``specrl_home()/latency/<pair>__<dtype>__<device key>.json`` (names made filename-safe),
     ``...__static`` or ``...__static-compiled`` before ``.json`` for a pair with a static KV
-    cache (the forwards cost otherwise), ``...__profiled.json`` for ``method`` "profile"."""
+    cache (the forwards cost otherwise), ``...__profiled.json`` for ``method`` "profile",
+    ``...__batch.json`` for "batch"."""
     from specrl.zoo.build import specrl_home  # the zoo is only needed for its home folder
 
     cache = getattr(pair, "cache", None)
     suffix = "" if cache is None or cache.kind == "dynamic" else f"__{cache.kind}"
     suffix += "-compiled" if cache is not None and cache.compile else ""
-    suffix += "__profiled" if method == "profile" else ""
+    suffix += {"profile": "__profiled", "batch": "__batch"}.get(method, "")
     name = f"{_slug(pair.name)}__{dtype_name(pair.dtype)}__{device_key(pair.device)}{suffix}.json"
     return specrl_home() / "latency" / name
 
