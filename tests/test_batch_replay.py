@@ -301,14 +301,14 @@ def test_a_fork_plays_on_without_moving_the_episode():
     env.reset(seed=2)
     for k in (2, 0, 5):
         env.step(np.array([k, 0]))
-    before = ([row.position for row in env.active], env.grid.width, dict(env.grid.ends), env.clock)
+    before = ([row.position for row in env.active], env.grid.width, env.grid.lengths, env.clock)
     observation = env.features.vector()
     twin, played, ks = env.fork(), [], []
     while twin.served < env.served + 2 and not (played and played[-1][2]):
         ks.append((3, 1, 8, 0, 4, 2, 6)[len(ks) % 7])
         played.append(twin.step(np.array([ks[-1], 0])))
     assert twin.next_request > env.next_request  # rows finished and new ones joined in the copy
-    assert ([row.position for row in env.active], env.grid.width, dict(env.grid.ends), env.clock) == before
+    assert ([row.position for row in env.active], env.grid.width, env.grid.lengths, env.clock) == before
     assert np.array_equal(env.features.vector(), observation)
     assert all(row.position == 0 for row in env.requests)  # the queue is never played
     for k, (twin_obs, reward, done, _, info) in zip(ks, played, strict=True):

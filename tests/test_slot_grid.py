@@ -1,14 +1,15 @@
-"""The batch simulator's slot grid follows the engine's batched cache: after every admission and
-every step, with rows of ragged acceptance joining and leaving, its width equals the real grid's."""
+"""The batch simulator drives the engine's slot grid on counts alone (admit prompt lengths, step by
+tokens fed and kept, rows leaving, packing): after every admission and every step, with rows of
+ragged acceptance joining and leaving, its width equals the real cache's."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from specrl.engine.generation import Generation
+from specrl.engine.grid import COMPACT_AT, SlotGrid
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import Action
-from specrl.envs.slot_grid import SlotGrid
 
 
 def test_the_grid_width_follows_the_engines_cache(pair):
@@ -18,7 +19,7 @@ def test_the_grid_width_follows_the_engines_cache(pair):
     generation = Generation(pair, prompts[:3], 20, SamplingConfig(0.0), stop_at_eos=False)
     generation.budgets[:3] = budgets[:3]
     grid = SlotGrid()
-    grid.admit({row: len(prompts[row]) for row in range(3)})
+    grid.admit([len(prompts[row]) - 1 for row in range(3)])  # the caches hold all but the last token
     assert grid.width == generation.target.slots
     waiting, widths, compacted = list(range(3, len(prompts))), set(), 0
     for step_index in range(200):
@@ -28,12 +29,15 @@ def test_the_grid_width_follows_the_engines_cache(pair):
             joining = waiting[:2]
             waiting = waiting[2:]
             rows = generation.add([prompts[i] for i in joining], max_new_tokens=budgets[joining[0]])
-            grid.admit({row: len(prompts[i]) for row, i in zip(rows, joining, strict=True)})
+            assert len(rows) == len(joining)
+            grid.admit([len(prompts[i]) - 1 for i in joining])
             assert grid.width == generation.target.slots
         step = generation.step(Action([0, 2, 5, 3][step_index % 4]))
-        grid.step({row: result.emitted for row, result in zip(step.rows, step.results, strict=True)})
-        grid.leave(step.finished)
-        compacted += grid.compact()
+        grid.step(max(r.proposed for r in step.results) + 1, [r.emitted for r in step.results])
+        grid.select([i for i, row in enumerate(step.rows) if row not in step.finished])
+        if grid.holes() > COMPACT_AT:
+            grid.pack()
+            compacted += 1
         if not generation.done:  # an emptied batch keeps its old caches until prompts start a new one
             assert grid.width == generation.target.slots, step_index
         widths.add(grid.width)

@@ -62,7 +62,7 @@ class RolloutOracle:
 
     Under load, what a step costs later outweighs what it gains now. A step that speculates
     leaves its rows at different lengths for the rest of their lives: the grid carries the holes
-    of the rows that accepted less (``specrl.envs.slot_grid``), and rows that no longer finish
+    of the rows that accepted less (``specrl.engine.grid``), and rows that no longer finish
     together join the batch one admission at a time, each copying the whole grid. At 64 rows,
     one step of k = 1 amid plain decoding gains more than plain over the step itself, and loses
     several plain steps' worth by the episode's end (``results/batch/labels.md``, by

@@ -32,8 +32,9 @@ Two storages behind the same interface (``CacheSettings.kind``):
   forward keeps its shapes and ``torch.compile`` can run it (``compile``: one graph per token
   count up to ``COMPILED_TOKENS``; prefills run eagerly).
 
-The grid's bookkeeping (each row's slots, the width) is kept on the host, so neither feeding nor
-rolling back reads the device: on a GPU such a read waits for every queued kernel.
+The grid's bookkeeping (each row's slots, the width: :class:`~specrl.engine.grid.SlotGrid`, whose
+rules the batch simulator follows too) is kept on the host, so neither feeding nor rolling back
+reads the device: on a GPU such a read waits for every queued kernel.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ from transformers import DynamicCache, PreTrainedModel, StaticCache
 from transformers.cache_utils import StaticLayer
 
 from specrl.engine import masks
+from specrl.engine.grid import COMPACT_AT, SlotGrid
 from specrl.models import CacheSettings, check_cache
 
 COMPILED_TOKENS = 16  # a verification is k + 1 tokens; longer feeds are prefills
-COMPACT_AT = 0.5  # pack a cache when holes take more than this share of its slots
 
 
 class KVCache:
@@ -79,8 +80,7 @@ class KVCache:
         self.compiled = (
             torch.compile(model.forward, dynamic=False) if self.static and self.settings.compile else None
         )
-        self.slots_of: list[list[int]] = [[] for _ in range(rows)]  # per row, the column of each token
-        self.slots = 0  # the grid's width: columns in use, holes included
+        self.grid = SlotGrid(rows)  # per row, the column of each token; the width
         self.mask: torch.Tensor | None = None  # (B, slots) valid slots; None while there is no hole
 
     def _new_storage(self) -> DynamicCache | StaticCache:
@@ -102,25 +102,28 @@ class KVCache:
 
     @property
     def rows(self) -> int:
-        return len(self.slots_of)
+        return self.grid.rows
+
+    @property
+    def slots(self) -> int:
+        """The grid's width: columns in use, holes included."""
+        return self.grid.width
 
     @property
     def lengths(self) -> list[int]:
         """Tokens each row holds."""
-        return [len(slots) for slots in self.slots_of]
+        return self.grid.lengths
 
     @property
     def length(self) -> int:
         """Tokens the one row holds (a single sequence's cache)."""
         if self.rows != 1:
             raise ValueError(f"the cache holds {self.rows} rows; read lengths[r] for a row's length")
-        return len(self.slots_of[0])
+        return len(self.grid.slots_of[0])
 
     def holes(self) -> float:
         """The share of slots that hold no token."""
-        if not self.slots or not self.rows:
-            return 0.0
-        return 1.0 - sum(self.lengths) / (self.rows * self.slots)
+        return self.grid.holes()
 
     def _valid(self) -> torch.Tensor:
         """(B, slots) the valid slots, materialised."""
@@ -128,13 +131,12 @@ class KVCache:
             return self.mask
         return torch.ones((self.rows, self.slots), dtype=torch.bool, device=self.model.device)
 
-    def _used_width(self) -> int:
-        """The columns up to the last one any row holds a token in."""
-        return max((slots[-1] + 1 for slots in self.slots_of if slots), default=0)
-
-    def _dense(self, width: int) -> bool:
-        """Whether every row fills the first ``width`` columns: no hole, the mask can go."""
-        return all(len(slots) == width for slots in self.slots_of)
+    def _mask_of_rows(self) -> torch.Tensor | None:
+        """The valid slots once rows were cut back or packed: None when the grid has no hole."""
+        if self.grid.dense():
+            return None
+        lengths = on_device([[length] for length in self.lengths], self.model.device)
+        return torch.arange(self.slots, device=self.model.device)[None, :] < lengths
 
     # ---- feeding ------------------------------------------------------------------------------
 
@@ -168,9 +170,8 @@ class KVCache:
             mask = torch.cat([self.mask, torch.ones((rows, n), dtype=torch.bool, device=tokens.device)], 1)
         before = self.slots
         out = self._forward(tokens, mask, keep)
-        for slots, count in zip(self.slots_of, counts or [n] * rows, strict=True):
-            slots.extend(range(before, before + count))
-        self.slots, self.mask = before + n, mask
+        self.grid.feed(n, counts)
+        self.mask = mask
         self._check_grew(before)
         return out.logits[..., : self.vocab_size]
 
@@ -244,53 +245,52 @@ class KVCache:
 
     def rollback(self, lengths: list[int]) -> None:
         """Keep the first ``lengths[r]`` tokens of every row r; a row already shorter is left alone."""
-        cut = False
-        for slots, length in zip(self.slots_of, lengths, strict=True):
-            if len(slots) > length:
-                del slots[length:]
-                cut = True
+        before = self.slots
+        valid = self._valid() if self.mask is not None else None
+        cut = self.grid.rollback(lengths)
         if self.window is not None:
-            self._trim_window()
+            self._trim_window(before)
             return
         if not cut:
             return
-        width = self._used_width()
-        if self._dense(width):
+        if self.grid.dense():
             self.mask = None  # the cut left no hole
-        else:
-            valid = self._valid()
+        elif valid is not None:  # a hole stays a hole: each row keeps its first valid slots
             rank = valid.long().cumsum(1)  # the 1-based index of each valid slot in its row
-            lengths_now = on_device([[len(slots)] for slots in self.slots_of], self.model.device)
-            self.mask = (valid & (rank <= lengths_now))[:, :width]
-        self._cut_tail(width)
+            lengths_now = on_device([[length] for length in self.lengths], self.model.device)
+            self.mask = (valid & (rank <= lengths_now))[:, : self.slots]
+        else:
+            self.mask = self._mask_of_rows()
+        self._crop(before)
 
-    def _trim_window(self) -> None:
+    def _trim_window(self, before: int) -> None:
         """Sliding layers (one row, no holes): crop even when nothing is rejected, to trim them to
         the window; no rollback may go below the length of the last trim."""
-        length = len(self.slots_of[0]) if self.slots_of else 0
+        length = self.lengths[0] if self.rows else 0
         if length < self.floor:
             raise RuntimeError(
                 f"cannot roll the {self.model.config.model_type} cache back to {length} tokens: its "
                 f"sliding-window layers were trimmed at {self.floor}"
             )
-        trims = self.slots >= self.window
-        self.cache.crop(-(self.slots - length))
-        self.slots = length
+        trims = before >= self.window
+        self.cache.crop(-(before - length))
+        self.grid.cut(length)
         if trims:
             self.floor = length
 
-    def _cut_tail(self, width: int) -> None:
-        if width < self.slots:
-            self.cache.crop(width - self.slots)  # transformers' crop takes minus the slots to drop
-            self.slots = width
+    def _crop(self, before: int) -> None:
+        """Cut the storage (``before`` columns) and the mask to the grid's width."""
+        if self.slots < before:
+            self.cache.crop(self.slots - before)  # transformers' crop takes minus the slots to drop
             if self.mask is not None:
-                self.mask = self.mask[:, :width]
+                self.mask = self.mask[:, : self.slots]
 
     def select(self, rows: list[int]) -> None:
         """Keep only ``rows`` (indices into the batch, in their new order)."""
-        self.slots_of = [self.slots_of[r] for r in rows]
+        before = self.slots
+        self.grid.select(rows)
         if not rows:
-            self.cache, self.slots, self.mask = self._new_storage(), 0, None
+            self.cache, self.mask = self._new_storage(), None
             return
         index = torch.tensor(rows, device=self.model.device)
         for layer in self.cache.layers:
@@ -298,8 +298,8 @@ class KVCache:
                 layer.keys, layer.values = layer.keys[index], layer.values[index]
         if self.mask is not None:
             self.mask = self.mask[index]
-        self._cut_tail(self._used_width())
-        if self._dense(self.slots):
+        self._crop(before)
+        if self.grid.dense():
             self.mask = None
 
     def admit(self, prefixes: list[list[int]]) -> None:
@@ -316,12 +316,7 @@ class KVCache:
         if other.model is not self.model:
             raise ValueError("only a cache of the same model can join this batch")
         if not self.rows:
-            self.cache, self.slots_of, self.slots, self.mask = (
-                other.cache,
-                other.slots_of,
-                other.slots,
-                other.mask,
-            )
+            self.cache, self.grid, self.mask = other.cache, other.grid, other.mask
             self.floor, self.checked = other.floor, self.checked or other.checked
             return
         if self.window is not None:
@@ -345,13 +340,12 @@ class KVCache:
         self.mask = torch.cat(
             [pad(mine_valid, (0, width - self.slots)), pad(their_valid, (0, width - other.slots))]
         )
-        self.slots_of = self.slots_of + other.slots_of
-        self.slots = width
+        self.grid.join(other.grid)
         if self.static:
             for layer in self.cache.layers:
                 if layer.is_initialized:
                     layer.cumulative_length.fill_(width)
-        if self._dense(width):
+        if self.grid.dense():
             self.mask = None
 
     def _widened(self, layer, name: str, width: int, like: torch.Tensor) -> torch.Tensor:
@@ -371,9 +365,8 @@ class KVCache:
         """Pack each row's tokens to the left when holes exceed ``threshold`` of the slots; True if it did."""
         if self.mask is None or self.holes() <= threshold:
             return False
-        width = max(self.lengths)
-        # per row: the slot of its i-th token, i < width (rows with fewer tokens repeat their last slot)
-        order = [slots + [slots[-1] if slots else 0] * (width - len(slots)) for slots in self.slots_of]
+        order = self.grid.pack()  # per row: the old slot of each new column
+        width = self.slots
         index_rows = torch.tensor(order, device=self.model.device)  # (B, width)
         for layer in self.cache.layers:
             if not layer.is_initialized:
@@ -385,13 +378,7 @@ class KVCache:
                 layer.cumulative_length.fill_(width)
             else:
                 layer.keys, layer.values = keys, values
-        self.slots_of = [list(range(len(slots))) for slots in self.slots_of]
-        self.slots = width
-        self.mask = None
-        if not self._dense(width):
-            self.mask = torch.arange(width, device=self.model.device)[None, :] < on_device(
-                [[len(slots)] for slots in self.slots_of], self.model.device
-            )
+        self.mask = self._mask_of_rows()
         return True
 
 

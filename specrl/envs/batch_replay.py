@@ -4,7 +4,8 @@ The batch simulator (``specrl/BatchReplay-v0``): every row of the batch replays 
 (:func:`~specrl.envs.replay.replay_step`, the same step definition as the single-row simulator),
 every row takes the same action, and a step costs the batch's time under the latency model over
 batch sizes (:class:`~specrl.latency.LatencyModel`, kind "batch") at the width of the batch's
-cache grid (:class:`~specrl.envs.slot_grid.SlotGrid`); admitting requests costs their prefill. The
+cache grid (:class:`~specrl.engine.grid.SlotGrid`, the engine's own rules on counts); admitting
+requests costs their prefill. The
 scenario's ``batch:`` section says how the batch fills (:class:`~specrl.envs.scenario.BatchSpec`):
 a fixed size whose finished rows are replaced at once, or requests arriving at a
 piecewise-constant Poisson rate in modeled time, so the batch grows and shrinks with the load
@@ -23,13 +24,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from specrl.engine.grid import COMPACT_AT, SlotGrid
 from specrl.engine.types import DEFAULT_DRAFTER, merge_rows
 from specrl.envs.actions import make_action_space, to_engine_action
 from specrl.envs.recording import cached_traces
 from specrl.envs.replay import replay_step
 from specrl.envs.reward import step_reward
 from specrl.envs.scenario import PairInfo, Scenario, load_scenario, loaded_pair
-from specrl.envs.slot_grid import SlotGrid
 from specrl.envs.trace_replay import realise_acceptance
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, N_FEATURES, FeatureTracker, GenerationSettings
 from specrl.latency import LatencyModel, cached_calibration, calibrated, step_shape
@@ -236,6 +237,7 @@ class BatchReplayEnv(gym.Env):
         engine_action = to_engine_action(action, self.scenario.k_max, self.tau_grid)
         rows, slots = list(self.active), self.grid.width
         replayed, contexts, draft_seconds, verify_seconds = self._replay(engine_action.k, engine_action.tau)
+        fed = max(step.proposed for step in replayed) + 1  # the rows are right-padded to the longest feed
         results = []
         for row, step, context in zip(rows, replayed, contexts, strict=True):
             start = row.position
@@ -245,12 +247,13 @@ class BatchReplayEnv(gym.Env):
         emitted = sum(step.emitted for step in replayed)
         self.clock += draft_seconds + verify_seconds
         self.tokens += emitted
-        self.grid.step({row.request: step.emitted for row, step in zip(rows, replayed, strict=True)})
-        finished = [row for row in rows if row.done]
-        self.grid.leave(row.request for row in finished)
-        self.grid.compact()
-        self.served += len(finished)
-        self.active = [row for row in rows if not row.done]
+        self.grid.step(fed, [step.emitted for step in replayed])
+        staying = [index for index, row in enumerate(rows) if not row.done]
+        self.grid.select(staying)
+        if self.grid.holes() > COMPACT_AT:
+            self.grid.pack()
+        self.served += len(rows) - len(staying)
+        self.active = [rows[index] for index in staying]
         prefill = self._admit()
         self.clock += prefill
         seconds = draft_seconds + verify_seconds + prefill
@@ -331,10 +334,10 @@ class BatchReplayEnv(gym.Env):
             self.next_request += 1
         if not joining:
             return 0.0
-        lengths = {row.request: row.segment.prompt_length for row in joining}
+        lengths = [row.segment.prompt_length for row in joining]
         context = self.grid.width + 1 if self.active else 0
-        seconds = self.latency.prefill_seconds(list(lengths.values()), len(self.active), context)
-        self.grid.admit(lengths)
+        seconds = self.latency.prefill_seconds(lengths, len(self.active), context)
+        self.grid.admit([length - 1 for length in lengths])  # the caches hold all but the last token
         self.active += joining
         return seconds
 
