@@ -27,7 +27,8 @@ from typing import Any
 import yaml
 
 from specrl.engine.sampling import SamplingConfig
-from specrl.envs.scenario import PairSpec, ScenarioError, _leaves, _mapping, _typed
+from specrl.envs.scenario import PairSpec, ScenarioError
+from specrl.envs.scenario.parsing import check_leaf, check_leaves, check_mapping
 from specrl.zoo.corpus import SPLITS
 
 STREAM_DIR = Path(__file__).resolve().parents[1] / "streams"
@@ -178,8 +179,8 @@ def load_stream(name: str | Path) -> StreamSpec:
 
 
 def _parse(data: Any, source: str) -> StreamSpec:
-    top = _mapping(data, StreamSpec, "", source)
-    kwargs: dict[str, Any] = _leaves(
+    top = check_mapping(data, StreamSpec, "", source)
+    kwargs: dict[str, Any] = check_leaves(
         {k: v for k, v in top.items() if k in ("name", "description", "split", "max_new_tokens", "seed")},
         StreamSpec,
         "",
@@ -187,21 +188,21 @@ def _parse(data: Any, source: str) -> StreamSpec:
     )
     if "pair" in top:
         kwargs["pair"] = PairSpec(
-            **_leaves(_mapping(top["pair"], PairSpec, "pair", source), PairSpec, "pair.", source)
+            **check_leaves(check_mapping(top["pair"], PairSpec, "pair", source), PairSpec, "pair.", source)
         )
     if "sampling" in top:
-        section = _mapping(top["sampling"], SamplingConfig, "sampling", source)
-        kwargs["sampling"] = SamplingConfig(**_leaves(section, SamplingConfig, "sampling.", source))
+        section = check_mapping(top["sampling"], SamplingConfig, "sampling", source)
+        kwargs["sampling"] = SamplingConfig(**check_leaves(section, SamplingConfig, "sampling.", source))
     if "adaptation" in top:
-        section = _mapping(top["adaptation"], AdaptationSpec, "adaptation", source)
-        kwargs["adaptation"] = AdaptationSpec(**_leaves(section, AdaptationSpec, "adaptation.", source))
+        section = check_mapping(top["adaptation"], AdaptationSpec, "adaptation", source)
+        kwargs["adaptation"] = AdaptationSpec(**check_leaves(section, AdaptationSpec, "adaptation.", source))
     if "segments" in top:
         if not isinstance(top["segments"], list):
             raise StreamError(f"{source}: 'segments' must be a list of {{name, requests}} mappings")
         segments = []
         for i, item in enumerate(top["segments"]):
-            section = _mapping(item, Segment, f"segments[{i}]", source)
-            name = _typed(section.get("name", f"segment{i}"), str, f"segments[{i}].name", source)
+            section = check_mapping(item, Segment, f"segments[{i}]", source)
+            name = check_leaf(section.get("name", f"segment{i}"), str, f"segments[{i}].name", source)
             requests = section.get("requests")
             if not isinstance(requests, Mapping):
                 raise StreamError(

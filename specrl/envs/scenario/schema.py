@@ -1,0 +1,274 @@
+"""The scenario's schema: one frozen dataclass per section, each field with its default and its
+checks (the one place defaults live; the package doc describes the file)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from specrl.engine.drafters.registry import DRAFTERS
+from specrl.engine.sampling import SamplingConfig
+from specrl.envs.scenario.pairs import PairInfo, PairSpec
+from specrl.latency import CostModel, LatencyModel
+from specrl.zoo.corpus import SPLITS
+
+if TYPE_CHECKING:
+    from specrl.models import ModelPair
+
+DEFAULT_TAU_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+DEFAULT_STOP_GRID = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8)
+TIME_MODES = ("wallclock", "modeled")
+LATENCY_SOURCES = ("calibrated", "constant")  # or the path of a latency JSON file
+# SPLITS: the disjoint prompt splits train, validation, test (docs/design.md section 4b), defined
+# where the embedded pairs' prompts are cut (specrl.zoo.corpus) and imported here.
+RETIRED_SPLITS = {"heldout": "validation (checkpoint selection, tuning) or test (reported results)"}
+
+
+class ScenarioError(ValueError):
+    """A scenario file or config is invalid; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """Where prompts come from.
+
+    Attributes:
+        domains: domain -> weight; an episode draws a domain with these weights, then a
+            prompt uniformly from that domain's set.
+        split: "train" (what PPO trains on), "validation" (checkpoint selection and tuning)
+            or "test" (reported results; nothing is selected on it).
+        file: JSON or YAML file ``{split: {domain: [text, ...]}}`` (a relative path is read
+            from the scenario file's folder); default: the embedded pair's own prompt sets.
+    """
+
+    domains: Mapping[str, float] = field(default_factory=lambda: {"code": 1.0})
+    split: str = "train"
+    file: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.domains:
+            raise ValueError("prompts.domains is empty: give at least one domain, e.g. {code: 1.0}")
+        for domain, weight in self.domains.items():
+            if not (isinstance(weight, (int, float)) and not isinstance(weight, bool) and weight >= 0):
+                raise ValueError(f"prompts.domains.{domain}: a weight must be a number >= 0, got {weight!r}")
+        if sum(self.domains.values()) <= 0:
+            raise ValueError("prompts.domains: the weights sum to 0; give at least one a positive weight")
+        if self.split in RETIRED_SPLITS:
+            raise ValueError(
+                f"prompts.split '{self.split}' no longer exists: the held-out prompts were divided into "
+                f"disjoint splits; write split: {RETIRED_SPLITS[self.split]}"
+            )
+        if self.split not in SPLITS:
+            raise ValueError(f"prompts.split must be one of {SPLITS}, got {self.split!r}")
+
+    def draw_domain(self, rng: np.random.Generator, among: Sequence[str] | None = None) -> str:
+        """A domain drawn with these weights by one draw of ``rng``, among ``among`` (default: the
+        domains as listed), those of weight 0 left out: how every env and request stream picks one."""
+        names = [domain for domain in (among or self.domains) if self.domains.get(domain, 0) > 0]
+        weights = np.array([self.domains[domain] for domain in names], dtype=float)
+        return names[int(rng.choice(len(names), p=weights / weights.sum()))]
+
+
+@dataclass(frozen=True)
+class DomainShift:
+    """After ``after_tokens`` tokens of the episode, a prompt of ``domain`` is appended."""
+
+    after_tokens: int
+    domain: str
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """How many sequences decode together, for the batch simulator (``specrl/BatchReplay-v0``).
+
+    Attributes:
+        size: rows of a fixed batch: a row that finishes is replaced by the next request at once,
+            so the batch always holds ``size`` rows (used when ``load`` is empty).
+        load: a serving load instead, ``[[seconds, requests_per_second], ...]``: requests arrive
+            as a Poisson process whose rate is piecewise constant in modeled time (the phases
+            repeat); a request waits for a free row, so the batch grows and shrinks with the load
+            (continuous batching).
+        max_size: the most rows at once under ``load``.
+        requests: requests an episode serves (each replays one trace of the scenario).
+    """
+
+    size: int = 1
+    load: tuple[tuple[float, float], ...] = ()
+    max_size: int = 64
+    requests: int = 64
+
+    def __post_init__(self) -> None:
+        for key in ("size", "max_size", "requests"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"batch.{key} must be >= 1, got {getattr(self, key)}")
+        for phase in self.load:
+            if len(phase) != 2 or not phase[0] > 0 or not phase[1] >= 0:
+                raise ValueError(
+                    f"batch.load: each phase is [seconds > 0, requests_per_second >= 0], got {list(phase)}"
+                )
+        if self.load and not any(rate > 0 for _, rate in self.load):
+            raise ValueError("batch.load: every phase has rate 0; no request would ever arrive")
+
+    @property
+    def serving(self) -> bool:
+        """Requests arrive over time (``load``) rather than a fixed batch."""
+        return bool(self.load)
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """How a step is scored: see :mod:`specrl.envs.reward`.
+
+    Attributes:
+        time: "wallclock" (the step's measured, device-synchronised seconds) or "modeled"
+            (the scenario's latency model: deterministic).
+        reference_tokens_per_s: rho; None = plain-decoding throughput under the scenario's
+            latency model (:attr:`LatencyModel.plain_tokens_per_s`), so that a plain step earns
+            about 0. The ordering of policies by return does not depend on it.
+        scale: the reward is divided by it (> 0).
+    """
+
+    time: str = "wallclock"
+    reference_tokens_per_s: float | None = None
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.time not in TIME_MODES:
+            raise ValueError(f"reward.time must be one of {TIME_MODES}, got {self.time!r}")
+        if self.reference_tokens_per_s is not None and not self.reference_tokens_per_s > 0:
+            raise ValueError(
+                f"reward.reference_tokens_per_s must be > 0 (or null), got {self.reference_tokens_per_s!r}"
+            )
+        if not self.scale > 0:
+            raise ValueError(f"reward.scale must be > 0, got {self.scale!r}")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything a :class:`~specrl.envs.SpecDecodeEnv` episode depends on; a scenario file's
+    top-level keys are these fields (the module doc describes the file)."""
+
+    name: str = "custom"  # load_scenario uses the file name
+    description: str = ""  # one line for tables and logs
+    pair: PairSpec = field(default_factory=PairSpec)  # the (target, draft) pair
+    prompts: PromptSpec = field(default_factory=PromptSpec)  # domains, split, prompt file
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # for target and draft alike
+    max_new_tokens: int = 128  # tokens per episode
+    stop_at_eos: bool = True  # an episode ends early at EOS
+    k_max: int = 8  # the action k runs over 0..k_max
+    tau_grid: tuple[float, ...] = DEFAULT_TAU_GRID  # the action's confidence thresholds tau
+    stop_grid: tuple[float, ...] = DEFAULT_STOP_GRID  # per-token stop thresholds (module doc)
+    drafters: tuple[str, ...] = ("draft",)  # the drafters the action chooses among (module doc)
+    reward: RewardSpec = field(default_factory=RewardSpec)  # time source, rho, scale
+    latency: str = "calibrated"  # calibrated | constant | PATH.json (module doc)
+    cost_model: CostModel = field(default_factory=CostModel)  # the constants of latency: constant
+    shift: tuple[DomainShift, ...] = ()  # domain shifts within an episode
+    batch: BatchSpec = field(default_factory=BatchSpec)  # rows decoded together (batch simulator)
+    source: str | None = None  # the file it was loaded from, if any (not a key of the file)
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.k_max < 1:
+            raise ValueError(f"k_max must be >= 1 (the action k runs over 0..k_max), got {self.k_max}")
+        for key in ("tau_grid", "stop_grid"):
+            grid = tuple(getattr(self, key))
+            if not grid or any(not 0.0 <= value <= 1.0 for value in grid) or list(grid) != sorted(set(grid)):
+                raise ValueError(
+                    f"{key} must be a non-empty, strictly increasing list of values in [0, 1], "
+                    f"got {list(grid)}"
+                )
+        if not self.drafters or len(set(self.drafters)) != len(self.drafters):
+            raise ValueError(
+                f"drafters must be a non-empty list of distinct names, got {list(self.drafters)}"
+            )
+        unknown = [d for d in self.drafters if d not in DRAFTERS]
+        if unknown:
+            raise ValueError(f"unknown drafter(s) {unknown} in drafters; choose among {list(DRAFTERS)}")
+        if self.stop_grid[0] != 0.0:
+            raise ValueError(f"stop_grid must start with 0 (never stop), got {list(self.stop_grid)}")
+        last = 0
+        for shift in self.shift:
+            if not last < shift.after_tokens < self.max_new_tokens:
+                raise ValueError(
+                    f"shift: after_tokens must increase and lie strictly between 0 and max_new_tokens "
+                    f"({self.max_new_tokens}), got {shift.after_tokens}"
+                )
+            last = shift.after_tokens
+        if self.latency not in LATENCY_SOURCES and not self.latency.endswith(".json"):
+            raise ValueError(
+                f"latency must be one of {LATENCY_SOURCES} or the path of a latency .json file "
+                f"(written by experiments/calibrate.py), got {self.latency!r}"
+            )
+
+    def latency_model(self, pair: ModelPair | PairInfo, progress: bool = True) -> LatencyModel:
+        """The latency model of ``latency`` for ``pair``, as the view for this scenario's sampling:
+        :func:`specrl.envs.scenario.sources.latency_model`."""
+        from specrl.envs.scenario.sources import latency_model
+
+        return latency_model(self, pair, progress)
+
+    def reference_throughput(self, latency: LatencyModel | None) -> float:
+        """rho of the reward (tokens/s): ``reward.reference_tokens_per_s``, else the latency
+        model's plain-decoding throughput under this scenario's sampling (then ``latency`` is
+        required)."""
+        if self.reward.reference_tokens_per_s is not None:
+            return self.reward.reference_tokens_per_s
+        if latency is None:
+            raise ValueError(
+                "reward.reference_tokens_per_s is null, so rho comes from the latency model: pass one"
+            )
+        return latency.for_sampling(self.sampling).plain_tokens_per_s
+
+    @property
+    def needs_latency(self) -> bool:
+        """Whether an episode needs a latency model: modeled time, or rho taken from it."""
+        return self.reward.time == "modeled" or self.reward.reference_tokens_per_s is None
+
+    @property
+    def domains(self) -> list[str]:
+        """Every domain an episode may use: the prompt mix and the shift targets."""
+        names = [d for d, weight in self.prompts.domains.items() if weight > 0]
+        return names + [s.domain for s in self.shift if s.domain not in names]
+
+    def with_overrides(
+        self, split: str | None = None, time: str | None = None, preset: str | None = None
+    ) -> Scenario:
+        """A copy with the prompt split, the time source and/or the embedded pair preset replaced."""
+        scenario = self
+        if preset is not None:
+            scenario = replace(scenario, pair=replace(scenario.pair, preset=preset))
+        if split is not None:
+            scenario = replace(scenario, prompts=replace(scenario.prompts, split=split))
+        if time is not None:
+            scenario = replace(scenario, reward=replace(scenario.reward, time=time))
+        return scenario
+
+    def prompt_sets(self, pair: ModelPair | PairInfo) -> dict[str, list[str]]:
+        """Domain -> prompt texts of this scenario's split
+        (:func:`specrl.envs.scenario.sources.prompt_sets`)."""
+        from specrl.envs.scenario.sources import prompt_sets
+
+        return prompt_sets(self, pair)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def _origin(self) -> str:
+        return self.source or f"scenario '{self.name}'"
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>", base_dir: Path | None = None) -> Scenario:
+        """Build and validate a scenario from plain data (the contents of a YAML file)."""
+        from specrl.envs.scenario.parsing import parse
+
+        try:
+            return parse(data, source, base_dir or Path.cwd())
+        except ScenarioError:
+            raise
+        except ValueError as error:  # raised by a dataclass's own validation
+            raise ScenarioError(f"{source}: {error}") from None

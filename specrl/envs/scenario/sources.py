@@ -1,0 +1,105 @@
+"""What a scenario resolves against a pair: its latency model and its prompt texts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+import specrl.latency
+from specrl.envs.scenario.pairs import PairInfo, loaded_pair
+from specrl.envs.scenario.schema import RETIRED_SPLITS, Scenario, ScenarioError
+from specrl.latency import LatencyModel, device_key
+from specrl.latency.calibration import cached_calibration
+from specrl.models import ModelPair
+from specrl.zoo.corpus import SPLITS
+
+
+def latency_model(scenario: Scenario, pair: ModelPair | PairInfo, progress: bool = True) -> LatencyModel:
+    """The latency model of ``latency`` for ``pair`` (learned from the loop and cached;
+    constant; or read), as the view for this scenario's sampling (greedy or sampled).
+    A :class:`PairInfo` is loaded only when ``calibrated`` finds no cached model to read.
+
+    Raises:
+        ScenarioError: a latency file measured for another pair, or for fewer tokens per
+            verify than this scenario's k_max + 1.
+        specrl.latency.LatencyError: a latency file that is missing or invalid.
+    """
+    if scenario.latency == "constant":
+        dtype = str(pair.dtype).removeprefix("torch.")
+        device = device_key(pair.device)
+        return LatencyModel.from_cost_model(scenario.cost_model, pair=pair.name, device=device, dtype=dtype)
+    if scenario.latency == "calibrated":
+        model = cached_calibration(pair, k_max=scenario.k_max)
+        unpriced = [] if model is None else model.unpriced(scenario.drafters)
+        if model is None or unpriced:  # measured once, then cached
+            what = "its latency model" if model is None else f"the drafters {unpriced}"
+            why = f"calibrate {what} (not in {specrl.latency.latency_path(pair)})"
+            model = specrl.latency.calibrated(
+                loaded_pair(pair, why), k_max=scenario.k_max, progress=progress, drafters=scenario.drafters
+            )
+        return model.for_sampling(scenario.sampling)
+    model = LatencyModel.load(scenario.latency).for_sampling(scenario.sampling)
+    unpriced = model.unpriced(scenario.drafters)
+    if unpriced:
+        raise ScenarioError(
+            f"{scenario._origin()}: latency file '{scenario.latency}' prices no step of the drafters "
+            f"{unpriced}; set latency: calibrated (it measures them), or add their prices to the file"
+        )
+    if model.pair != pair.name:
+        raise ScenarioError(
+            f"{scenario._origin()}: latency file '{scenario.latency}' was measured for pair "
+            f"'{model.pair}', not '{pair.name}'; calibrate this pair (experiments/"
+            "calibrate.py) or set latency: calibrated"
+        )
+    if model.kind != "constant" and model.n_max < scenario.k_max + 1:
+        raise ScenarioError(
+            f"{scenario._origin()}: latency file '{scenario.latency}' covers verifies of up to "
+            f"{model.n_max} tokens but k_max = {scenario.k_max} needs {scenario.k_max + 1}; "
+            f"re-run experiments/calibrate.py with --k-max {scenario.k_max}"
+        )
+    return model
+
+
+def prompt_sets(scenario: Scenario, pair: ModelPair | PairInfo) -> dict[str, list[str]]:
+    """Domain -> prompt texts of this scenario's split, from ``prompts.file`` or the pair."""
+    where = f"prompts file '{scenario.prompts.file}'" if scenario.prompts.file else f"pair '{pair.name}'"
+    if scenario.prompts.file:
+        path = Path(scenario.prompts.file)
+        if not path.is_file():
+            raise ScenarioError(
+                f"{scenario._origin()}: prompts.file '{path}' does not exist; give a JSON or "
+                "YAML file {split: {domain: [text, ...]}}"
+            )
+        sets = yaml.safe_load(path.read_text())  # JSON is YAML
+    else:
+        sets = pair.prompts
+        if not sets:
+            raise ScenarioError(
+                f"{scenario._origin()}: the {where} has no prompt sets (only the embedded pairs ship "
+                "them); set prompts.file to a JSON file {split: {domain: [text, ...]}}"
+            )
+    split = scenario.prompts.split
+    if not isinstance(sets, Mapping) or not isinstance(sets.get(split), Mapping):
+        splits = (*SPLITS, *RETIRED_SPLITS)
+        available = sorted(k for k in sets if k in splits) if isinstance(sets, Mapping) else []
+        hint = (
+            "; its 'heldout' prompts predate the validation/test splits: divide them into "
+            "'validation' and 'test' keys (specrl.zoo.corpus.split_evaluation does it the zoo's way)"
+            if "heldout" in available
+            else ""
+        )
+        raise ScenarioError(
+            f"{scenario._origin()}: the {where} has no '{split}' prompts (it has {available}){hint}"
+        )
+    result = {}
+    for domain in scenario.domains:
+        texts = sets[split].get(domain)
+        if not texts or not all(isinstance(t, str) and t for t in texts):
+            raise ScenarioError(
+                f"{scenario._origin()}: the {where} has no '{split}' prompts of domain '{domain}' (domains: "
+                f"{sorted(sets[split])}); use one of those in prompts.domains / shift"
+            )
+        result[domain] = list(texts)
+    return result
