@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> dict:
     latency = scenario_batch_latency(first, pair)
     ks = list(range(first.k_max + 1))
     envs = {
-        (name, split): BatchReplayEnv(name, latency=latency, split=split, pair=pair)
+        (name, split): BatchReplayEnv(name, latency=latency, split=split, pair=pair, prepare=True)
         for name in [*args.fixed, *args.serving]
         for split in ("validation", "test")
     }

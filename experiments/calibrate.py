@@ -8,10 +8,14 @@ reports the error on held-out episodes. ``--method profile``: :func:`specrl.late
 times target forwards over 1..k_max + 1 new tokens and one-token draft forwards in isolation
 at a grid of context lengths (KV cache, medians over repeats, interleaved, warm-up excluded;
 held-out midpoints for the fit error); the fallback, since it misses what the loop adds between
-forwards and the cost of sampling. Writes:
+forwards and the cost of sampling. ``--method batch``: :func:`specrl.latency.measure_batch_latency`
+times batched forwards over a grid of batch sizes and calibrates them on continuous batching of
+the ``serving`` scenario's train prompts (what the batch simulator, ``specrl/BatchReplay-v0``,
+reads; about 10 minutes on 2 CPU cores). Writes:
 
   <out>.json   the latency model (the cache path that ``latency: calibrated`` reads, or its
-               ``__profiled`` sibling, unless --out is given; give that path as ``latency: PATH``)
+               ``__profiled`` or ``__batch`` sibling, unless --out is given; give that path as
+               ``latency: PATH``)
   <out>.md     per sampling mode: verify ms by n x context, draft ms (first, next) by context;
                the held-out fit error (also printed)
   <out>.steps.json  (loop, with --save-steps) the recorded steps, to refit without measuring
@@ -22,6 +26,7 @@ Measure on a quiet machine: other processes on the cores inflate and scatter the
     python experiments/calibrate.py --force --steps 6000               # measure again, more steps
     python experiments/calibrate.py --out results/latency/small-cpu.json --save-steps
     python experiments/calibrate.py --method profile --out results/latency/small-cpu-profiled.json
+    python experiments/calibrate.py --method batch                     # the batch simulator's model
     python experiments/calibrate.py --preset tiny --steps 400 --out /tmp/t.json       # smoke
 """
 
@@ -33,6 +38,8 @@ import time
 from pathlib import Path
 
 import specrl
+from specrl.envs import load_scenario
+from specrl.envs.batch_replay import calibration_prompts
 from specrl.io import write_text_atomic
 from specrl.latency import (
     METHODS,
@@ -41,6 +48,7 @@ from specrl.latency import (
     StepRecords,
     latency_path,
     learn,
+    measure_batch_latency,
     profile,
     record_loop,
 )
@@ -65,7 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--method",
         choices=METHODS,
         default="loop",
-        help="loop: learn from the decoding loop (default); profile: time forwards in isolation",
+        help="loop: learn from the decoding loop (default); profile: time forwards in isolation; "
+        "batch: batched forwards over batch sizes, calibrated on continuous batching",
     )
     parser.add_argument(
         "--k-max",
@@ -122,16 +131,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.repeats = 5 if args.repeats is None else args.repeats
     if args.k_max < 1 or args.repeats < 1 or args.steps < 1:
         parser.error("--k-max, --repeats and --steps must be >= 1")
-    if args.method == "profile" and (args.save_steps or args.from_steps):
+    if args.method != "loop" and (args.save_steps or args.from_steps):
         parser.error("--save-steps and --from-steps go with --method loop")
     return args
 
 
 def measure(pair, args: argparse.Namespace, path: Path) -> LatencyModel:
-    """The model by ``args.method``: learned from the loop (recorded now or read back), or profiled."""
+    """The model by ``args.method``: learned from the loop (recorded now or read back), profiled,
+    or measured over batch sizes."""
     started = time.perf_counter()
     if args.method == "profile":
         model = profile(pair, k_max=args.k_max, contexts=args.contexts, repeats=args.repeats)
+    elif args.method == "batch":  # the batch simulator's model, calibrated on the serving scenario's prompts
+        prompts = calibration_prompts(load_scenario("serving"), pair)
+        model = measure_batch_latency(pair, k_max=args.k_max, prompts=prompts)
     else:
         if args.from_steps is not None:
             records = StepRecords.from_dict(json.loads(args.from_steps.read_text()))

@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> dict:
     pair = first.pair.load()
     latency = scenario_batch_latency(first, pair)
     envs = {
-        name: BatchReplayEnv(name, latency=latency, split="validation", pair=pair) for name in args.scenarios
+        name: BatchReplayEnv(name, latency=latency, split="validation", pair=pair, prepare=True)
+        for name in args.scenarios
     }
     fixed = {name: env for name, env in envs.items() if name in FIXED}
     _, table = tune_schedule(fixed, 1)

@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
             spec = pair_spec(scenario.pair, args)
             if spec not in pairs:
                 pairs[spec] = spec.load()
-            env = SpecDecodeEnv(scenario, pair=pairs[spec], split=args.split, time=args.time)
+            env = SpecDecodeEnv(scenario, pair=pairs[spec], split=args.split, time=args.time, prepare=True)
             controllers = {name: make_controller(name, scenario.k_max) for name in args.controllers}
             # the env draws episode i's prompt from its seed SEED + i; no controller always runs first
             trials = compare(

@@ -12,7 +12,7 @@ import pytest
 
 import specrl
 import specrl.models
-from specrl.envs import load_scenario, shipped_scenarios
+from specrl.envs import SetupError, TraceReplayEnv, load_scenario, shipped_scenarios
 from specrl.envs.reward import step_reward
 from specrl.envs.scenario import SCENARIO_DIR, PairSpec, ScenarioError
 from specrl.export import PolicyError
@@ -111,10 +111,24 @@ def test_trace_replay_reads_a_cached_calibration_without_weights(no_weights, cap
     assert "loading the model pair" not in capsys.readouterr().err
 
 
-def test_trace_replay_loads_the_pair_only_to_calibrate_and_says_so(no_weights, capsys):
-    with pytest.raises(AssertionError, match="loaded model weights"):
+def test_trace_replay_never_calibrates_unasked_and_loads_the_pair_only_when_prepare_asks(no_weights, capsys):
+    with pytest.raises(
+        SetupError, match=r"needs its latency model .* `python experiments/calibrate.py`"
+    ) as error:
         gymnasium.make("specrl/TraceReplay-v0", scenario="code")
+    assert "prepare=True" in str(error.value) and str(latency_path(load_scenario("code").pair.info())) in str(
+        error.value
+    )
+    assert "loading the model pair" not in capsys.readouterr().err  # nothing loaded, nothing measured
+    with pytest.raises(AssertionError, match="loaded model weights"):
+        gymnasium.make("specrl/TraceReplay-v0", scenario="code", prepare=True)
     assert "loading the model pair specrl-zoo-small to calibrate its latency model" in capsys.readouterr().err
+
+
+def test_an_env_without_traces_names_the_command_that_records_them(no_weights, tmp_path):
+    scenario = replace(load_scenario("code"), latency="constant", max_new_tokens=77)  # no traces of this
+    with pytest.raises(SetupError, match=r"no 'validation' traces of scenario 'code'.*collect_traces.py"):
+        TraceReplayEnv(scenario, split="validation")
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from specrl.envs.scenario import (
     RewardSpec,
     Scenario,
     ScenarioError,
+    SetupError,
     load_scenario,
     shipped_scenarios,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "RewardSpec",
     "Scenario",
     "ScenarioError",
+    "SetupError",
     "SpecDecodeEnv",
     "TraceReplayEnv",
     "VecTraceReplay",

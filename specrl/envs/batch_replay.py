@@ -30,10 +30,11 @@ from specrl.envs.actions import make_action_space, to_engine_action
 from specrl.envs.recording import cached_traces
 from specrl.envs.replay import replay_step
 from specrl.envs.reward import step_reward
-from specrl.envs.scenario import PairInfo, Scenario, load_scenario, loaded_pair
+from specrl.envs.scenario import PairInfo, Scenario, SetupError, load_scenario, loaded_pair
+from specrl.envs.scenario.sources import calibrate_command
 from specrl.envs.trace_replay import realise_acceptance
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, N_FEATURES, FeatureTracker, GenerationSettings
-from specrl.latency import LatencyModel, cached_calibration, calibrated, step_shape
+from specrl.latency import LatencyModel, cached_calibration, calibrated, latency_path, step_shape
 from specrl.models import ModelPair
 from specrl.traces import Segment, TraceSet
 from specrl.traces.cache import with_scenario
@@ -82,12 +83,23 @@ def calibration_prompts(scenario: Scenario, pair: ModelPair, count: int = 96) ->
     return [pair.encode(texts[i]) for i in picks]
 
 
-def scenario_batch_latency(scenario: Scenario, pair: ModelPair | PairInfo) -> LatencyModel:
+def scenario_batch_latency(
+    scenario: Scenario, pair: ModelPair | PairInfo, calibrate: bool = True
+) -> LatencyModel:
     """The pair's latency model over batch sizes on its device covering ``scenario``'s k: the
-    cached file, or measured and calibrated on the scenario's train prompts (and saved)."""
+    cached file, or (``calibrate``) measured and calibrated on the scenario's train prompts, with
+    progress, and saved; else a :class:`SetupError` that says how to make it."""
     cached = cached_calibration(pair, k_max=scenario.k_max, method="batch")
     if cached is not None:
         return cached
+    if not calibrate:
+        command = calibrate_command(pair, scenario.k_max, method="batch")
+        raise SetupError(
+            f"{scenario.source or scenario.name} needs the latency model over batch sizes of pair "
+            f"'{pair.name}' on this device, and {latency_path(pair, 'batch')} does not exist: measure it "
+            f"with `{command}` (about 10 minutes, then cached), or pass prepare=True to the env to "
+            "measure it now"
+        )
     pair = loaded_pair(pair, "measure its batched latency")
     prompts = calibration_prompts(scenario, pair)
     return calibrated(pair, k_max=scenario.k_max, method="batch", prompts=prompts)
@@ -128,8 +140,10 @@ class BatchReplayEnv(gym.Env):
     ## Arguments
 
     ``scenario`` (a name, path or :class:`Scenario` with a ``batch:`` section), ``traces``
-    (default: the scenario's cached traces), ``latency`` (a :class:`LatencyModel` over batch
-    sizes; default: the pair's, measured once and cached), ``pair``, ``split``.
+    (default: the scenario's shipped or cached traces), ``latency`` (a :class:`LatencyModel` over
+    batch sizes; default: the pair's cached one), ``pair``, ``split``, ``prepare`` (record the traces
+    and measure the latency model when missing, with progress; without it, what is missing raises
+    :class:`~specrl.envs.scenario.SetupError` naming the command that makes it).
 
     ## Version History
 
@@ -146,6 +160,7 @@ class BatchReplayEnv(gym.Env):
         pair: Any = None,
         split: str | None = None,
         render_mode: str | None = None,
+        prepare: bool = False,
     ) -> None:
         if render_mode is not None:
             raise ValueError(f"BatchReplayEnv does not render; got render_mode={render_mode!r}")
@@ -164,11 +179,10 @@ class BatchReplayEnv(gym.Env):
         if (traces is None or latency is None) and pair is None:
             pair = self.scenario.pair.info()
         if traces is None:
-            traces = cached_traces(self.scenario, self.scenario.prompts.split, pair)
+            traces = cached_traces(self.scenario, self.scenario.prompts.split, pair, record=prepare)
         self.traces = with_scenario(traces, self.scenario)
-        self.latency = (latency or scenario_batch_latency(self.scenario, pair)).for_sampling(
-            self.scenario.sampling
-        )
+        latency = latency or scenario_batch_latency(self.scenario, pair, calibrate=prepare)
+        self.latency = latency.for_sampling(self.scenario.sampling)
         spec = self.scenario.batch
         rows = spec.max_size if spec.serving else spec.size
         if self.latency.batch_sizes == (1,) and rows > 1:

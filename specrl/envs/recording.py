@@ -16,12 +16,12 @@ from typing import Any
 import torch
 
 from specrl.engine.types import Action
-from specrl.envs.scenario import PairInfo, Scenario, loaded_pair
+from specrl.envs.scenario import PairInfo, Scenario, SetupError, loaded_pair
 from specrl.envs.spec_decode import SpecDecodeEnv
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 from specrl.traces.analysis import analyse_segment, extend_past_eos
-from specrl.traces.cache import Collector, load_or_collect
+from specrl.traces.cache import Collector, load_or_collect, trace_dirs
 from specrl.traces.format import Segment, Trace, TraceSet, make_fields
 
 
@@ -170,22 +170,37 @@ def cached_traces(
     seed: int = 0,
     progress: bool = True,
     collect: Collector | None = None,
+    record: bool = True,
 ) -> TraceSet:
-    """The scenario's traces for ``split``, shipped, cached or recorded now:
-    :func:`specrl.traces.cache.load_or_collect` with ``collect``, by default this process's
-    :func:`collect_traces` (a :class:`~specrl.envs.scenario.PairInfo`, no weights loaded, is
-    loaded only to record), or :func:`recording_with`'s;
-    :meth:`specrl.distributed.RayPool.collector` records on Ray workers."""
+    """The scenario's traces for ``split``, shipped, cached or recorded now (``record``, with
+    progress): :func:`specrl.traces.cache.load_or_collect` with ``collect``, by default this
+    process's :func:`collect_traces` (a :class:`~specrl.envs.scenario.PairInfo`, no weights
+    loaded, is loaded only to record, and a line on stderr says so), or :func:`recording_with`'s;
+    :meth:`specrl.distributed.RayPool.collector` records on Ray workers.
+
+    Raises:
+        SetupError: none shipped or cached and ``record`` is False; the message names the command
+            that records them.
+    """
 
     def here(pair: ModelPair | PairInfo, scenario: Scenario, split: str, **kwargs: Any) -> TraceSet:
         why = f"record the '{split}' traces of scenario '{scenario.name}' (none shipped or cached)"
         return collect_traces(loaded_pair(pair, why), scenario, split, **kwargs)
 
+    def refuse(pair: ModelPair | PairInfo, part: Scenario, split: str, **kwargs: Any) -> TraceSet:
+        where = scenario.source or scenario.name
+        raise SetupError(
+            f"no '{split}' traces of scenario '{part.name}' for pair '{pair.name}' are shipped or cached "
+            f"(looked in {', '.join(str(d) for d in trace_dirs(pair))}): record them with `python "
+            f"experiments/collect_traces.py --scenarios {where} --split {split}`, or pass prepare=True "
+            "to the env to record them now"
+        )
+
     return load_or_collect(
         scenario,
         split,
         pair,
-        collect or (_collector[-1] if _collector else here),
+        (collect or (_collector[-1] if _collector else here)) if record else refuse,
         prompts_per_domain=prompts_per_domain,
         seed=seed,
         progress=progress,

@@ -77,7 +77,8 @@ class SpecDecodeEnv(gym.Env):
     (deterministic; the draft forwards and the verify width of the step at its context
     length, :meth:`LatencyModel.step_seconds`). The latency model is the ``latency`` argument,
     else the scenario's ``latency`` key: ``calibrated`` (learned from the decoding loop on this
-    device on first use, then cached), ``constant`` (the ``cost_model`` constants) or a file.
+    device and cached: ``experiments/calibrate.py``, or ``prepare=True``), ``constant`` (the
+    ``cost_model`` constants) or a file.
 
     ``info`` of a step: ``tokens``, ``seconds`` (the reward's dt), ``tokens_per_s``,
     ``proposed``, ``accepted``, ``k`` (asked), ``k_used`` (after clipping to the budget),
@@ -115,6 +116,9 @@ class SpecDecodeEnv(gym.Env):
       (``env.latency``; None when neither modeled time nor rho needs one).
     - ``predictor``: an :class:`~specrl.controllers.stop_rules.AcceptancePredictor`; adds the
       per-token stop dimension ``len(stop_grid)`` to the action space (``stop_rule_table``).
+    - ``prepare``: calibrate the scenario's latency model when it needs one and none is cached
+      (about 2 minutes, with progress); without it a missing one raises
+      :class:`~specrl.envs.scenario.SetupError` naming the command that measures it.
 
     ## Version History
 
@@ -134,6 +138,7 @@ class SpecDecodeEnv(gym.Env):
         latency: LatencyModel | None = None,
         predictor: AcceptancePredictor | None = None,
         render_mode: str | None = None,
+        prepare: bool = False,
     ) -> None:
         if render_mode is not None:
             raise ValueError(f"SpecDecodeEnv does not render; got render_mode={render_mode!r}")
@@ -143,7 +148,7 @@ class SpecDecodeEnv(gym.Env):
         self.pair = pair if pair is not None else self.scenario.pair.load()
         self.prompt_sets = self.scenario.prompt_sets(self.pair)
         if latency is None and self.scenario.needs_latency:
-            latency = self.scenario.latency_model(self.pair)
+            latency = self.scenario.latency_model(self.pair, calibrate=prepare)
         self.latency = latency.for_sampling(self.scenario.sampling) if latency else None
         self.reference_tokens_per_s = self.scenario.reference_throughput(self.latency)
         self.tau_grid = tuple(self.scenario.tau_grid)

@@ -82,16 +82,19 @@ class TraceReplayEnv(gym.Env):
 
     ```python
     gymnasium.make("specrl/TraceReplay-v0", scenario="code")   # shipped/cached traces and latency
+    gymnasium.make("specrl/TraceReplay-v0", scenario="code", prepare=True)  # record/calibrate if missing
     gymnasium.make("specrl/TraceReplay-v0", scenario=s, traces=trace_set, latency=model)  # no model loaded
     ```
 
     - ``scenario``: a YAML path, a shipped scenario name or a :class:`Scenario`.
-    - ``traces``: a :class:`TraceSet` (default: the scenario's cached traces for ``split``,
-      collected on first use).
+    - ``traces``: a :class:`TraceSet` (default: the scenario's shipped or cached traces for
+      ``split``).
     - ``latency``: a :class:`LatencyModel` (default: the scenario's, see ``latency:``).
-    - ``pair``: a loaded :class:`ModelPair`, only used when traces or latency are not given;
-      without it the scenario's pair is loaded only when its traces are neither shipped nor
-      cached or its calibrated latency model is not cached (a line on stderr says so).
+    - ``pair``: a loaded :class:`ModelPair`, only used when traces or latency are not given.
+    - ``prepare``: record the traces and calibrate the latency model when they are not shipped or
+      cached (minutes, with progress; the scenario's pair is loaded, and a line on stderr says so).
+      Without it, what is missing raises :class:`~specrl.envs.scenario.SetupError` naming the
+      command that makes it: building an env never does minutes of work unasked.
     - ``split``: "train", "validation" or "test" (default: the scenario's).
     - ``predictor``: an :class:`~specrl.controllers.stop_rules.AcceptancePredictor`; adds the
       per-token stop dimension to the action space (``stop_rule_table``).
@@ -114,6 +117,7 @@ class TraceReplayEnv(gym.Env):
         split: str | None = None,
         predictor: AcceptancePredictor | None = None,
         render_mode: str | None = None,
+        prepare: bool = False,
     ) -> None:
         if render_mode is not None:
             raise ValueError(f"TraceReplayEnv does not render; got render_mode={render_mode!r}")
@@ -122,12 +126,13 @@ class TraceReplayEnv(gym.Env):
         self.scenario = scenario.with_overrides(split=split, time="modeled")
         if (traces is None or latency is None) and pair is None:
             # name, device and dtype find shipped or cached traces and a cached latency model;
-            # the weights are loaded only if something must be recorded or calibrated
+            # the weights are loaded only if something must be recorded or calibrated (prepare)
             pair = self.scenario.pair.info()
         if traces is None:
-            traces = cached_traces(self.scenario, self.scenario.prompts.split, pair)
+            traces = cached_traces(self.scenario, self.scenario.prompts.split, pair, record=prepare)
         self.traces = with_scenario(traces, self.scenario)
-        self.latency = (latency or self.scenario.latency_model(pair)).for_sampling(self.scenario.sampling)
+        latency = latency or self.scenario.latency_model(pair, calibrate=prepare)
+        self.latency = latency.for_sampling(self.scenario.sampling)
         self.reference_tokens_per_s = self.scenario.reference_throughput(self.latency)
         self.context_window = int(traces.meta["context_window"])
         self.settings = GenerationSettings(

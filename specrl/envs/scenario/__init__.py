@@ -81,6 +81,7 @@ from specrl.envs.scenario.schema import (
     RewardSpec,
     Scenario,
     ScenarioError,
+    SetupError,
 )
 
 __all__ = [
@@ -100,6 +101,7 @@ __all__ = [
     "RewardSpec",
     "Scenario",
     "ScenarioError",
+    "SetupError",
     "defaults_yaml",
     "load_scenario",
     "loaded_pair",

@@ -32,6 +32,12 @@ class ScenarioError(ValueError):
     """A scenario file or config is invalid; the message names the key and the fix."""
 
 
+class SetupError(ScenarioError):
+    """What a scenario needs on this machine (traces, a calibrated latency model) is not there yet,
+    and nothing asked to make it; the message names the command that does, and the flag
+    (``prepare=True``) that makes it on the spot."""
+
+
 @dataclass(frozen=True)
 class PromptSpec:
     """Where prompts come from.
@@ -205,12 +211,14 @@ class Scenario:
                 f"(written by experiments/calibrate.py), got {self.latency!r}"
             )
 
-    def latency_model(self, pair: ModelPair | PairInfo, progress: bool = True) -> LatencyModel:
+    def latency_model(
+        self, pair: ModelPair | PairInfo, progress: bool = True, calibrate: bool = True
+    ) -> LatencyModel:
         """The latency model of ``latency`` for ``pair``, as the view for this scenario's sampling:
         :func:`specrl.envs.scenario.sources.latency_model`."""
         from specrl.envs.scenario.sources import latency_model
 
-        return latency_model(self, pair, progress)
+        return latency_model(self, pair, progress, calibrate)
 
     def reference_throughput(self, latency: LatencyModel | None) -> float:
         """rho of the reward (tokens/s): ``reward.reference_tokens_per_s``, else the latency

@@ -9,19 +9,26 @@ import yaml
 
 import specrl.latency
 from specrl.envs.scenario.pairs import PairInfo, loaded_pair
-from specrl.envs.scenario.schema import RETIRED_SPLITS, Scenario, ScenarioError
+from specrl.envs.scenario.schema import RETIRED_SPLITS, Scenario, ScenarioError, SetupError
 from specrl.latency import LatencyModel, device_key
 from specrl.latency.calibration import cached_calibration
 from specrl.models import ModelPair
 from specrl.zoo.corpus import SPLITS
 
+EMBEDDED_PREFIX = "specrl-zoo-"  # an embedded pair's name: specrl-zoo-<preset>
 
-def latency_model(scenario: Scenario, pair: ModelPair | PairInfo, progress: bool = True) -> LatencyModel:
+
+def latency_model(
+    scenario: Scenario, pair: ModelPair | PairInfo, progress: bool = True, calibrate: bool = True
+) -> LatencyModel:
     """The latency model of ``latency`` for ``pair`` (learned from the loop and cached;
     constant; or read), as the view for this scenario's sampling (greedy or sampled).
-    A :class:`PairInfo` is loaded only when ``calibrated`` finds no cached model to read.
+    A ``calibrated`` model not cached yet is measured now (``calibrate``, with progress; a
+    :class:`PairInfo` is then loaded, and a line on stderr says so), else refused.
 
     Raises:
+        SetupError: ``calibrated``, not cached, and ``calibrate`` is False: the message names the
+            command that measures it.
         ScenarioError: a latency file measured for another pair, or for fewer tokens per
             verify than this scenario's k_max + 1.
         specrl.latency.LatencyError: a latency file that is missing or invalid.
@@ -34,8 +41,18 @@ def latency_model(scenario: Scenario, pair: ModelPair | PairInfo, progress: bool
         model = cached_calibration(pair, k_max=scenario.k_max)
         unpriced = [] if model is None else model.unpriced(scenario.drafters)
         if model is None or unpriced:  # measured once, then cached
+            path = specrl.latency.latency_path(pair)
             what = "its latency model" if model is None else f"the drafters {unpriced}"
-            why = f"calibrate {what} (not in {specrl.latency.latency_path(pair)})"
+            if not calibrate:
+                command = f"`{calibrate_command(pair, scenario.k_max)}` (about 2 minutes, then cached)"
+                if unpriced:
+                    command = f"`specrl.latency.calibrated(pair, drafters={list(scenario.drafters)})`"
+                raise SetupError(
+                    f"{scenario._origin()} needs {what} for pair '{pair.name}' on this device, and "
+                    f"{path} {'does not exist' if model is None else 'has no price for them'}: measure it "
+                    f"with {command}, or pass prepare=True to the env to measure it now"
+                )
+            why = f"calibrate {what} (not in {path})"
             model = specrl.latency.calibrated(
                 loaded_pair(pair, why), k_max=scenario.k_max, progress=progress, drafters=scenario.drafters
             )
@@ -103,3 +120,17 @@ def prompt_sets(scenario: Scenario, pair: ModelPair | PairInfo) -> dict[str, lis
             )
         result[domain] = list(texts)
     return result
+
+
+def calibrate_command(pair: ModelPair | PairInfo, k_max: int, method: str = "loop") -> str:
+    """The command line that measures ``pair``'s latency model (by ``method``) into the cache
+    ``calibrated`` reads."""
+    parts = ["python experiments/calibrate.py"] + ([] if method == "loop" else [f"--method {method}"])
+    if pair.name.startswith(EMBEDDED_PREFIX):
+        preset = pair.name.removeprefix(EMBEDDED_PREFIX)
+        parts += [] if preset == "small" else [f"--preset {preset}"]
+    else:
+        target, draft = pair.name.split("+", 1)
+        parts += [f"--target {target}", f"--draft {draft}"]
+    parts += [] if k_max == 8 else [f"--k-max {k_max}"]
+    return " ".join(parts)
