@@ -31,35 +31,16 @@ each with its own cut-off; ``--only ppo`` or ``ppo+cutoff`` picks that row of ev
 from __future__ import annotations
 
 import argparse
-import statistics
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
-
-import specrl  # noqa: E402
-from specrl.batch_control import (  # noqa: E402
-    FIXED,
-    SERVING,
-    controller_throughput,
-    tune_cutoff,
-    tune_schedule,
-    with_cutoff,
-)
-from specrl.batch_control.schedule import cutoff_sentence  # noqa: E402
-from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E402
-from specrl.engine.sampling import SamplingConfig  # noqa: E402
-from specrl.envs import load_scenario  # noqa: E402
-from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency  # noqa: E402
-from specrl.evaluation.compare import paired_ratio  # noqa: E402
-from specrl.evaluation.machine import origin_line, result_origin  # noqa: E402
-from specrl.io import write_report  # noqa: E402
-from specrl.plots import save_figure  # noqa: E402
-from specrl.serving import scenario_requests, serve_continuous  # noqa: E402
-from specrl.tables import markdown_table  # noqa: E402
+import specrl
+from specrl.batch_control import FIXED, SERVING, tune_cutoff, tune_schedule
+from specrl.envs import load_scenario
+from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency
+from specrl.evaluation.benchmarks.batch_real import controllers, policy_labels, row_names, scenario_row
+from specrl.evaluation.benchmarks.batch_real_page import markdown, plot
+from specrl.evaluation.machine import result_origin
+from specrl.io import write_report
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -101,58 +82,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", default=str(REPO / "results" / "batch" / "real"), help="output stem")
     args = parser.parse_args(argv)
-    names = [Path(folder).name for folder in args.policy]
-    if len(set(names)) < len(names):
-        parser.error(f"--policy: the folders' names label the rows, so they must differ: {names}")
-    if args.only is not None:
-        known = {"plain", "schedule", "tcp", "hf-heuristic", *(f"static:{k}" for k in args.static)}
-        labels = policy_labels(args.policy)
-        known |= {"ppo", "ppo+cutoff", *labels, *(f"{label}+cutoff" for label in labels)} if labels else set()
-        unknown = sorted(set(args.only) - known)
-        if unknown:
-            parser.error(f"--only {' '.join(unknown)}: no such row; the rows are {sorted(known)}")
+    try:
+        known = row_names(args.static, args.policy)
+    except ValueError as error:
+        parser.error(f"--policy: {error}")
+    unknown = sorted(set(args.only or ()) - known)
+    if unknown:
+        parser.error(f"--only {' '.join(unknown)}: no such row; the rows are {sorted(known)}")
     return args
-
-
-def policy_labels(folders: list[str]) -> list[str]:
-    """Row labels of the policies: ``ppo`` for one, ``ppo:FOLDER`` (its folder's name) for several."""
-    if len(folders) == 1:
-        return ["ppo"]
-    return [f"ppo:{Path(folder).name}" for folder in folders]
-
-
-def chosen_row(label: str, only: list[str], roster: dict) -> bool:
-    """Whether ``--only`` picks ``label``: by name, or ``ppo`` / ``ppo+cutoff`` for every policy's
-    (a policy with no cut-off, never slower than plain decoding, serves as it is: its own row)."""
-    if label in {"plain", "schedule", *only}:
-        return True
-    if label.startswith("ppo:") and ("ppo+cutoff" if label.endswith("+cutoff") else "ppo") in only:
-        return True
-    uncut = label.startswith("ppo") and not label.endswith("+cutoff") and f"{label}+cutoff" not in roster
-    return uncut and ("ppo+cutoff" in only or f"{label}+cutoff" in only)
-
-
-def controllers(
-    schedule: dict[int, int],
-    policies: dict[str, specrl.LearnedController],
-    cutoffs: dict[str, int | None],
-    statics: list[int] = (),
-    only: list[str] | None = None,
-) -> dict:
-    """The roster: plain, the schedule, the rules, static k, and each policy (label -> controller)
-    with and, where it has a cut-off, without speculation above it."""
-    chosen = {
-        "plain": specrl.StaticController(0),
-        "schedule": BatchScheduleController(schedule),
-        "tcp": specrl.TCPController(),
-        "hf-heuristic": specrl.HFHeuristicController(),
-        **{f"static:{k}": specrl.StaticController(k) for k in statics},
-    }
-    for label, policy in policies.items():
-        chosen = with_cutoff({**chosen, label: policy}, cutoffs[label], label)
-    if only is not None:
-        chosen = {label: c for label, c in chosen.items() if chosen_row(label, only, chosen)}
-    return chosen
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -161,7 +98,8 @@ def main(argv: list[str] | None = None) -> dict:
     pair = first.pair.load()
     latency = scenario_batch_latency(first, pair)
     validation = {
-        name: BatchReplayEnv(name, latency=latency, split="validation", pair=pair) for name in FIXED
+        name: BatchReplayEnv(name, latency=latency, split="validation", pair=pair, prepare=True)
+        for name in FIXED
     }
     best_k, schedule = tune_schedule(validation, args.episodes)
     print(f"schedule tuned on validation (simulator): {schedule}", flush=True)
@@ -175,48 +113,12 @@ def main(argv: list[str] | None = None) -> dict:
     rows = {}
     for name in args.scenarios:
         scenario = load_scenario(name)
-        spec = scenario.batch
-        capacity = spec.max_size if spec.serving else spec.size
-        count = args.requests or (spec.requests if spec.serving else max(8, 2 * spec.size))
-        requests = scenario_requests(scenario, pair, "test", seed=0, count=count)
-        sampling = SamplingConfig(scenario.sampling.temperature)
-        budget = args.max_new_tokens or scenario.max_new_tokens
-        env = BatchReplayEnv(name, latency=latency, split="test", pair=pair)
-        simulated = {label: controller_throughput(env, c, args.episodes) for label, c in roster.items()}
-        measured: dict[str, list[float]] = {label: [] for label in roster}
-        outputs: dict[str, list[list[int]]] = {}
-        traces: dict[str, dict] = {}
-        repeats = args.repeats if spec.serving or args.fixed_repeats is None else args.fixed_repeats
-        for repeat in range(repeats):
-            # every other repeat runs the roster backwards, so a drift of the machine's speed
-            # within a repeat favours no controller
-            order = list(roster.items())[:: 1 if repeat % 2 == 0 else -1]
-            for label, controller in tqdm(order, desc=f"{name}, repeat {repeat + 1}/{repeats}"):
-                run = serve_continuous(pair, controller, requests, capacity, budget, sampling, seed=repeat)
-                measured[label].append(run.tokens_per_s)
-                outputs.setdefault(label, run.outputs)
-                traces[label] = {"batch_sizes": run.batch_sizes, "ks": run.ks}
-        same = all(outputs[label] == outputs["plain"] for label in roster) if sampling.greedy else None
-        ratios = {label: paired_ratio(values, measured["schedule"]) for label, values in measured.items()}
-        to_plain = {label: paired_ratio(values, measured["plain"]) for label, values in measured.items()}
-        rows[name] = {
-            "batch": {
-                "capacity": capacity,
-                "serving": spec.serving,
-                "requests": len(requests),
-                "max_new_tokens": budget,
-            },
-            "repeats": repeats,
-            "tokens_per_s": measured,
-            "median_tokens_per_s": {label: statistics.median(v) for label, v in measured.items()},
-            "ratio_vs_schedule": ratios,
-            "ratio_vs_plain": to_plain,
-            "sim_tokens_per_s": simulated,
-            "sim_ratio_vs_schedule": {label: v / simulated["schedule"] for label, v in simulated.items()},
-            "outputs_equal_plain": same,
-            "last_repeat": traces,
-        }
-        print(f"{name}: real ratio vs schedule {ratios}", flush=True)
+        fixed = not scenario.batch.serving
+        repeats = args.fixed_repeats if fixed and args.fixed_repeats is not None else args.repeats
+        rows[name] = scenario_row(
+            scenario, pair, latency, roster, repeats, args.episodes, args.requests, args.max_new_tokens
+        )
+        print(f"{name}: real ratio vs schedule {rows[name]['ratio_vs_schedule']}", flush=True)
     report = {
         "rows": rows,
         "schedule": schedule,
@@ -231,118 +133,6 @@ def main(argv: list[str] | None = None) -> dict:
     plot(report, out.with_suffix(".png"))
     print(markdown(report, out.with_suffix(".png").name))
     return report
-
-
-def markdown(report: dict, picture: str) -> str:
-    labels = list(next(iter(report["rows"].values()))["tokens_per_s"])
-    others = [label for label in labels if label != "schedule"]
-    lines = [
-        "# Batch-aware control in the real loop (continuous batching, test prompts)",
-        "",
-        f"Tokens per busy second, median over {_repeats(report)} interleaved repeats (every other one "
-        "runs the controllers in reverse order), with the embedded pair's real decoding loop; requests "
-        "arrive on the batch's own clock (its measured work, prefill included) and join the batch when "
-        "a row is free. Ratios are medians of the ratios within a repeat; `sim` is the batch simulator "
-        "on the same scenario's test traces. The schedule was tuned on validation "
-        f"in the simulator: best k per batch size {report['best_k_validation']} -> "
-        f"`{report['schedule']}`.{cutoff_sentence(report)}",
-        "",
-    ]
-    header = [
-        "scenario",
-        "rows",
-        *labels,
-        *[f"{label} / schedule (sim)" for label in others],
-        *[f"{label} / plain" for label in labels if label != "plain"],
-        "outputs equal",
-    ]
-    table = []
-    for name, row in report["rows"].items():
-        batch = row["batch"]
-        rows_text = f"up to {batch['capacity']}" if batch["serving"] else str(batch["capacity"])
-        same = row["outputs_equal_plain"]
-        table.append(
-            [
-                name,
-                f"{rows_text} ({batch['requests']} requests)",
-                *[f"{row['median_tokens_per_s'][label]:.0f}" for label in labels],
-                *[
-                    f"{row['ratio_vs_schedule'][label]:.3f} ({row['sim_ratio_vs_schedule'][label]:.3f})"
-                    for label in others
-                ],
-                *[_ratio(row, "ratio_vs_plain", label) for label in labels if label != "plain"],
-                "-" if same is None else ("yes" if same else "**no**"),
-            ]
-        )
-    lines += [markdown_table(header, table), "", f"![ratios and k by batch size]({picture})", ""]
-    lines += [
-        origin_line(report),
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def _repeats(report: dict) -> str:
-    """The report's repeats: "2", or "4 (serving) and 8 (fixed batches)"."""
-    by_kind: dict[bool, set[int]] = {True: set(), False: set()}
-    for row in report["rows"].values():
-        by_kind[row["batch"]["serving"]].add(row.get("repeats", report["repeats"]))
-    every = by_kind[True] | by_kind[False]
-    if len(every) == 1:
-        return str(every.pop())
-    serving, fixed = ("/".join(map(str, sorted(by_kind[kind]))) for kind in (True, False))
-    return f"{serving} (serving) and {fixed} (fixed batches)"
-
-
-def _ratio(row: dict, key: str, label: str) -> str:
-    """A paired ratio of the table, or "-" in a report written before it was kept."""
-    value = row.get(key, {}).get(label)
-    return "-" if value is None else f"{value:.3f}"
-
-
-def plot(report: dict, path: Path) -> None:
-    """Left: each controller's real ratio to the schedule per scenario (and the simulator's, hollow).
-    Right: the mean k each controller chose at each batch size, in the serving scenario."""
-    rows = report["rows"]
-    every = list(next(iter(rows.values()))["tokens_per_s"])
-    color = {label: plt.get_cmap("tab10")(i) for i, label in enumerate(every)}
-    labels = [label for label in every if label != "schedule"]
-    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    names = list(rows)
-    width = 0.8 / len(labels)
-    for i, label in enumerate(labels):
-        xs = [j + (i - (len(labels) - 1) / 2) * width for j in range(len(names))]
-        left.bar(
-            xs, [rows[n]["ratio_vs_schedule"][label] for n in names], width, label=label, color=color[label]
-        )
-        left.scatter(
-            xs,
-            [rows[n]["sim_ratio_vs_schedule"][label] for n in names],
-            color="k",
-            marker="o",
-            facecolors="none",
-            s=18,
-            zorder=3,
-        )
-    left.axhline(1.0, color="gray", lw=0.8)
-    left.set_xticks(range(len(names)), names)
-    left.set_ylabel("tokens/s / schedule's (bars: real, circles: simulator)")
-    left.legend(fontsize=8)
-    serving = next((n for n in names if rows[n]["batch"]["serving"]), names[0])
-    for label, trace in rows[serving]["last_repeat"].items():
-        by_size: dict[int, list[int]] = {}
-        for size, k in zip(trace["batch_sizes"], trace["ks"], strict=True):
-            by_size.setdefault(size, []).append(k)
-        sizes = sorted(by_size)
-        right.plot(
-            sizes, [statistics.mean(by_size[s]) for s in sizes], marker=".", label=label, color=color[label]
-        )
-    right.set_xscale("log", base=2)
-    right.set_xlabel(f"rows in the batch ({serving})")
-    right.set_ylabel("mean k chosen")
-    right.legend(fontsize=8)
-    figure.tight_layout()
-    save_figure(figure, path)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -247,17 +245,16 @@ def test_no_draft_and_a_bad_controller_are_refused(pair):
 
 
 def test_bench_hf_generate_quick_run_writes_json_and_markdown(pair, tmp_path):
-    spec_ = importlib.util.spec_from_file_location(
-        "bench_hf_generate", REPO / "experiments" / "bench_hf_generate.py"
-    )
-    bench = importlib.util.module_from_spec(spec_)
-    sys.modules[spec_.name] = bench  # dataclasses look their module up
-    spec_.loader.exec_module(bench)
+    from specrl.evaluation.benchmarks.hf_generate import run
+    from specrl.evaluation.benchmarks.hf_generate_page import write
+
     prompt_ids = prompts(2, pair.vocab_size)
-    report = bench.run(pair, prompt_ids, max_new_tokens=8, repeats=1, policy=default_policy_folder())
-    bench.write(report, tmp_path / "hf_generate", command="pytest")
+    report = run(pair, prompt_ids, max_new_tokens=8, repeats=2, policy=default_policy_folder())
+    write(report, tmp_path / "hf_generate", command="pytest")
     data = json.loads((tmp_path / "hf_generate.json").read_text())
     names = [row["method"] for row in data["rows"]]
     assert "hf plain" in names and any(name.startswith("specrl") for name in names)
     assert all(row["identical_to_plain"] for row in data["rows"])
+    assert len(data["runs"]) == 2 * 2 * len(names)  # every row on every prompt in every pass
+    assert all(row["ratio_vs_plain_two_se"] is not None for row in data["rows"])  # paired, two passes
     assert "tokens/s" in (tmp_path / "hf_generate.md").read_text()

@@ -8,7 +8,9 @@
 - :mod:`~specrl.evaluation.simulator`: trace replay, the oracle and the static grid;
 - :mod:`~specrl.evaluation.harness`: one scenario, every row, side by side;
 - :mod:`~specrl.evaluation.report`: results.json / results.md / TensorBoard;
-- :mod:`~specrl.evaluation.machine`: where and how a run ran.
+- :mod:`~specrl.evaluation.machine`: where and how a run ran;
+- :mod:`~specrl.evaluation.benchmarks`: what the benchmark scripts measure and write (decoding,
+  batches, drafters, HF ``generate``, continuous batching), each played through ``compare``.
 """
 
 from specrl.evaluation.harness import Settings, evaluate_scenario, load_policies

@@ -3,20 +3,26 @@ on every episode, repeated, in an order that spreads the machine's slow and fast
 all of them alike, each player of an episode on the same random draws (the same reset seed).
 
 Used by the evaluation harness, ``experiments/train_ppo.py`` (its real-loop check),
-``experiments/run_controller.py`` and ``experiments/sim_vs_real.py``; each keeps its own
-protocol by choosing the order and the seeds:
+``experiments/run_controller.py``, ``experiments/sim_vs_real.py`` and every benchmark
+(:mod:`specrl.evaluation.benchmarks`); each keeps its own protocol by choosing the order, the
+seeds and the warm-up:
 
 - order: :func:`shuffled` (a seeded random order per episode), :func:`rotating` (episode i starts
-  with player i) or :func:`fixed`; any ``(names, repeat, index) -> names`` works;
-- seeds: :func:`episode_seed_of` (the episode's own seed in every repeat) or any
-  ``(episode, repeat, index) -> seed``.
+  with player i), :func:`alternating` (every other repeat backwards) or :func:`fixed`; any
+  ``(names, repeat, index) -> names`` works;
+- seeds: :func:`episode_seed_of` (the episode's own seed in every repeat), :func:`repeat_seed`
+  (the repeat's number), :func:`unseeded` (0: players that draw nothing) or any
+  ``(episode, repeat, index) -> seed``;
+- warm-up: untimed passes over the first episode, or over a cheaper one (``warmup_episode``).
 
 Paired ratios (:func:`paired_ratio`) compare two players within each repeat, so drift of the
-machine between repeats cancels.
+machine between repeats cancels; :func:`paired_ratio_two_se` says how far from 1 a ratio must be
+to be more than noise.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -67,9 +73,25 @@ def fixed(names: list[str], repeat: int, index: int) -> list[str]:
     return list(names)
 
 
+def alternating(names: list[str], repeat: int, index: int) -> list[str]:
+    """The players in the order given on even repeats and backwards on odd ones, so a drift of the
+    machine's speed within a repeat favours none."""
+    return list(names) if repeat % 2 == 0 else names[::-1]
+
+
 def episode_seed_of(episode: Any, repeat: int, index: int) -> int:
     """The episode's own ``seed``, the same in every repeat."""
     return episode.seed
+
+
+def repeat_seed(episode: Any, repeat: int, index: int) -> int:
+    """The repeat's number: every player of a repeat on the same draws, new draws each repeat."""
+    return repeat
+
+
+def unseeded(episode: Any, repeat: int, index: int) -> int:
+    """0 for every episode: for players that draw nothing (greedy decoding)."""
+    return 0
 
 
 def compare(
@@ -81,20 +103,23 @@ def compare(
     seed: SeedRule = episode_seed_of,
     warmup: int = 0,
     warmup_players: Sequence[str] | None = None,
+    warmup_episode: Any = None,
     on_trial: Callable[[Trial[R] | None], None] | None = None,
 ) -> list[Trial[R]]:
     """Play every player on every episode, ``repeats`` times; return the timed trials in run order.
 
-    First ``warmup`` untimed passes of ``warmup_players`` (default: all) over the first episode
-    with its repeat-0 seed; then, for each repeat and each episode, every player in the order
-    ``order`` gives, all on the seed ``seed`` gives (so they see the same random draws).
+    First ``warmup`` untimed passes of ``warmup_players`` (default: all) over ``warmup_episode``
+    (default: the first episode) with its repeat-0 seed; then, for each repeat and each episode,
+    every player in the order ``order`` gives, all on the seed ``seed`` gives (so they see the
+    same random draws).
     ``on_trial`` is called after every episode played (with None for a warm-up one), e.g. to move
     a progress bar.
     """
     names = list(players)
     for _ in range(warmup):
+        warm = episodes[0] if warmup_episode is None else warmup_episode
         for name in names if warmup_players is None else warmup_players:
-            players[name](episodes[0], seed(episodes[0], 0, 0))
+            players[name](warm, seed(warm, 0, 0))
             if on_trial is not None:
                 on_trial(None)
     trials: list[Trial[R]] = []
@@ -140,3 +165,12 @@ def paired_ratio(ours: Sequence[float], theirs: Sequence[float]) -> float:
 def paired_ratios(per_repeat: Mapping[str, Sequence[float]], ours: str) -> dict[str, float]:
     """``ours``'s :func:`paired_ratio` to every player (itself included: 1)."""
     return {name: paired_ratio(per_repeat[ours], values) for name, values in per_repeat.items()}
+
+
+def paired_ratio_two_se(ours: Sequence[float], theirs: Sequence[float]) -> float | None:
+    """Twice the standard error of ours / theirs within the same repeat (over repeats; None with
+    fewer than two): a :func:`paired_ratio` closer to 1 than this is a tie."""
+    ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
+    if len(ratios) < 2:
+        return None
+    return 2 * statistics.stdev(ratios) / math.sqrt(len(ratios))

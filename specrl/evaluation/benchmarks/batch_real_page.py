@@ -1,0 +1,129 @@
+"""``experiments/batch_real.py``'s page and plot: every controller's tokens per busy second per
+scenario, its paired ratios to the schedule (the simulator's beside them) and to plain decoding,
+whether outputs equal plain decoding's; the mean k chosen by batch size."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from specrl.batch_control.schedule import cutoff_sentence
+from specrl.evaluation.machine import origin_line
+from specrl.tables import markdown_table
+
+
+def markdown(report: dict, picture: str) -> str:
+    """The page of a ``batch_real.py`` report; ``picture`` is the plot's file name beside it."""
+    labels = list(next(iter(report["rows"].values()))["tokens_per_s"])
+    others = [label for label in labels if label != "schedule"]
+    lines = [
+        "# Batch-aware control in the real loop (continuous batching, test prompts)",
+        "",
+        f"Tokens per busy second, median over {repeats_phrase(report)} interleaved repeats (every other one "
+        "runs the controllers in reverse order), with the embedded pair's real decoding loop; requests "
+        "arrive on the batch's own clock (its measured work, prefill included) and join the batch when "
+        "a row is free. Ratios are medians of the ratios within a repeat; `sim` is the batch simulator "
+        "on the same scenario's test traces. The schedule was tuned on validation "
+        f"in the simulator: best k per batch size {report['best_k_validation']} -> "
+        f"`{report['schedule']}`.{cutoff_sentence(report)}",
+        "",
+    ]
+    header = [
+        "scenario",
+        "rows",
+        *labels,
+        *[f"{label} / schedule (sim)" for label in others],
+        *[f"{label} / plain" for label in labels if label != "plain"],
+        "outputs equal",
+    ]
+    table = []
+    for name, row in report["rows"].items():
+        batch = row["batch"]
+        rows_text = f"up to {batch['capacity']}" if batch["serving"] else str(batch["capacity"])
+        same = row["outputs_equal_plain"]
+        table.append(
+            [
+                name,
+                f"{rows_text} ({batch['requests']} requests)",
+                *[f"{row['median_tokens_per_s'][label]:.0f}" for label in labels],
+                *[
+                    f"{row['ratio_vs_schedule'][label]:.3f} ({row['sim_ratio_vs_schedule'][label]:.3f})"
+                    for label in others
+                ],
+                *[_ratio(row, "ratio_vs_plain", label) for label in labels if label != "plain"],
+                "-" if same is None else ("yes" if same else "**no**"),
+            ]
+        )
+    lines += [markdown_table(header, table), "", f"![ratios and k by batch size]({picture})", ""]
+    lines += [
+        origin_line(report),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def repeats_phrase(report: dict) -> str:
+    """The report's repeats: "2", or "4 (serving) and 8 (fixed batches)"."""
+    by_kind: dict[bool, set[int]] = {True: set(), False: set()}
+    for row in report["rows"].values():
+        by_kind[row["batch"]["serving"]].add(row.get("repeats", report["repeats"]))
+    every = by_kind[True] | by_kind[False]
+    if len(every) == 1:
+        return str(every.pop())
+    serving, fixed = ("/".join(map(str, sorted(by_kind[kind]))) for kind in (True, False))
+    return f"{serving} (serving) and {fixed} (fixed batches)"
+
+
+def _ratio(row: dict, key: str, label: str) -> str:
+    """A paired ratio of the table, or "-" in a report written before it was kept."""
+    value = row.get(key, {}).get(label)
+    return "-" if value is None else f"{value:.3f}"
+
+
+def plot(report: dict, path: Path) -> None:
+    """Left: each controller's real ratio to the schedule per scenario (and the simulator's, hollow).
+    Right: the mean k each controller chose at each batch size, in the serving scenario."""
+    import matplotlib.pyplot as plt
+
+    from specrl.plots import save_figure
+
+    rows = report["rows"]
+    every = list(next(iter(rows.values()))["tokens_per_s"])
+    color = {label: plt.get_cmap("tab10")(i) for i, label in enumerate(every)}
+    labels = [label for label in every if label != "schedule"]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    names = list(rows)
+    width = 0.8 / len(labels)
+    for i, label in enumerate(labels):
+        xs = [j + (i - (len(labels) - 1) / 2) * width for j in range(len(names))]
+        left.bar(
+            xs, [rows[n]["ratio_vs_schedule"][label] for n in names], width, label=label, color=color[label]
+        )
+        left.scatter(
+            xs,
+            [rows[n]["sim_ratio_vs_schedule"][label] for n in names],
+            color="k",
+            marker="o",
+            facecolors="none",
+            s=18,
+            zorder=3,
+        )
+    left.axhline(1.0, color="gray", lw=0.8)
+    left.set_xticks(range(len(names)), names)
+    left.set_ylabel("tokens/s / schedule's (bars: real, circles: simulator)")
+    left.legend(fontsize=8)
+    serving = next((n for n in names if rows[n]["batch"]["serving"]), names[0])
+    for label, trace in rows[serving]["last_repeat"].items():
+        by_size: dict[int, list[int]] = {}
+        for size, k in zip(trace["batch_sizes"], trace["ks"], strict=True):
+            by_size.setdefault(size, []).append(k)
+        sizes = sorted(by_size)
+        right.plot(
+            sizes, [statistics.mean(by_size[s]) for s in sizes], marker=".", label=label, color=color[label]
+        )
+    right.set_xscale("log", base=2)
+    right.set_xlabel(f"rows in the batch ({serving})")
+    right.set_ylabel("mean k chosen")
+    right.legend(fontsize=8)
+    figure.tight_layout()
+    save_figure(figure, path)
