@@ -38,8 +38,6 @@ specrl/policies/batch``.
 from __future__ import annotations
 
 import argparse
-import json
-import tempfile
 import time
 from pathlib import Path
 
@@ -55,10 +53,9 @@ from specrl.controllers.batch_schedule import BatchScheduleController
 from specrl.envs import load_scenario
 from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency
 from specrl.evaluation.machine import command_line
-from specrl.export import export_policy
 from specrl.export.write import PARITY_OBSERVATIONS
 from specrl.latency import latency_path
-from specrl.training import BEST_MODEL, BEST_NORMALIZER, RUN_RECORD, run_record, write_run_record
+from specrl.training import export_best, load_best, new_run_dir, run_record, write_run_record
 
 REPO = Path(__file__).resolve().parent.parent
 HYPERPARAMETERS = REPO / "specrl" / "policies" / "ppo.yaml"
@@ -95,10 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     first = load_scenario(names[0])
     pair = first.pair.load()
     latency = scenario_batch_latency(first, pair)
-    # the run folder of train_ppo.py: {scenarios}__{experiment}__{seed}__{time}, with run.json and config.yaml
-    Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
-    prefix = f"batch_mix__train_batch__{args.seed}__{int(time.time())}_"  # unique for seeds started together
-    run_dir = Path(tempfile.mkdtemp(prefix=prefix, dir=args.runs_dir))
+    # train_ppo.py's run folder, with run.json and config.yaml; unique for seeds started together
+    run_dir = new_run_dir(args.runs_dir, "batch_mix", "train_batch", args.seed, unique=True)
     config = yaml.safe_load(HYPERPARAMETERS.read_text())
     hyper = {**config["ppo"], **config.get("batch", {})}
     budget = {
@@ -155,14 +150,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.timesteps:
         model.learn(args.timesteps, callback=EveryNTimesteps(args.eval_freq, callback), progress_bar=True)
     callback.on_step() if not callback.history else None
-    best = PPO.load(run_dir / BEST_MODEL)
-    normalizer = VecNormalize.load(str(run_dir / BEST_NORMALIZER), train)
-    export_policy(
+    best, normalizer = load_best(run_dir, train)
+    export_best(
+        run_dir,
         best,
+        normalizer,
         args.out,
         k_max=first.k_max,
         tau_grid=first.tau_grid,
-        obs_normalizer=normalizer,
         scenarios=names,
         pair=pair.name,
         evaluation={
@@ -171,8 +166,7 @@ def main(argv: list[str] | None = None) -> None:
             "run_dir": str(run_dir),
         },
         command=command_line(),
-        provenance=json.loads((run_dir / RUN_RECORD).read_text()),
-    )  # the export checks parity with the model (specrl.export.verify_parity)
+    )  # the export checks parity with the model (specrl.export.verify_parity); run.json is its provenance
     print(
         f"exported {args.out} (parity with the SB3 policy checked on {PARITY_OBSERVATIONS:,} observations; "
         f"best validation ratio vs the schedule {callback.best:.3f}); run folder {run_dir}; "

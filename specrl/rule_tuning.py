@@ -21,8 +21,8 @@ from specrl.envs import cached_traces
 from specrl.envs.scenario import Scenario, ScenarioError, load_scenario
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
+from specrl.trace_evaluation import evaluate_controller
 from specrl.traces import TraceSet
-from specrl.training import evaluate_controller
 
 SPECDECPP_THRESHOLDS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 ADAEDL_GAMMAS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5)

@@ -62,7 +62,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # bottom up; a new package or module mu
     ("engine", "export"),
     ("controllers", "traces", "latency", "hf_assisted", "selfcheck", "hf"),
     ("envs",),
-    ("oracle", "training", "rule_tuning", "batch_control", "evaluation", "serving"),
+    ("oracle", "trace_evaluation", "training", "rule_tuning", "batch_control", "evaluation", "serving"),
     ("distributed",),
 )
 RANK = {f"specrl.{name}": rank for rank, names in enumerate(LAYERS) for name in names}

@@ -7,6 +7,8 @@
 - :mod:`~specrl.evaluation.runs`: playing episodes (ours and HF ``generate``), aggregating rows;
 - :mod:`~specrl.evaluation.simulator`: trace replay, the oracle and the static grid;
 - :mod:`~specrl.evaluation.harness`: one scenario, every row, side by side;
+- :mod:`~specrl.evaluation.real_loop_check`: a trained policy against the bar in the real loop
+  (``experiments/train_ppo.py``'s step 4, through the harness);
 - :mod:`~specrl.evaluation.report`: results.json / results.md / TensorBoard;
 - :mod:`~specrl.evaluation.machine`: where and how a run ran;
 - :mod:`~specrl.evaluation.benchmarks`: what the benchmark scripts measure and write (decoding,

@@ -1,0 +1,154 @@
+"""A trained policy against the bar in the real loop (wall clock) on test prompts: the check, after
+``experiments/train_ppo.py``'s comparison on test traces (:mod:`specrl.training.comparison`), that
+the simulator's ranking holds on the machine.
+
+Every role of a scenario's :class:`~specrl.training.comparison.Bar` and the exported policy run
+through the evaluation harness's real loop (:func:`specrl.evaluation.harness.run_real_loop`):
+every controller on every prompt in each repeat, in a seeded random order per prompt, so the
+machine's slow and fast phases hit them alike, after one untimed pass of every controller over the
+first prompt.
+Tokens/s is the median over repeats; PPO's ratios are paired (the median over repeats of PPO's
+throughput over the other controller's in the same repeat: the machine's drift between repeats
+cancels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from specrl.controllers import LearnedController
+from specrl.envs import Scenario, SpecDecodeEnv, cached_traces, load_scenario
+from specrl.evaluation.compare import paired_ratios
+from specrl.evaluation.harness import Settings, run_real_loop
+from specrl.evaluation.roster import episode_plan
+from specrl.evaluation.runs import aggregate
+from specrl.latency import LatencyModel
+from specrl.models import ModelPair
+from specrl.tables import markdown_table
+from specrl.training.comparison import (
+    BAR_RULES,
+    BEST_STATIC,
+    PLAIN,
+    PPO,
+    ROLES,
+    TCP,
+    Bar,
+    Comparison,
+    SimulatorRow,
+    StaticSetting,
+)
+
+
+@dataclass
+class RealLoopRow:
+    """One scenario in the real loop: the median tokens/s by role, PPO's paired ratio to each
+    role, and the best static setting that ran."""
+
+    tokens_per_s: dict[str, float]
+    paired: dict[str, float]
+    best_static: StaticSetting
+
+    def best_rule(self) -> str:
+        """The role of the :data:`~specrl.training.comparison.BAR_RULES` and the best static
+        setting with the highest median tokens/s."""
+        roles = [role for role in (*BAR_RULES, BEST_STATIC) if role in self.tokens_per_s]
+        return max(roles, key=self.tokens_per_s.__getitem__)
+
+
+def in_real_loop(
+    scenario: Scenario,
+    pair: ModelPair,
+    latency: LatencyModel,
+    bar: Bar,
+    policy: LearnedController,
+    *,
+    prompts: int,
+    repeats: int,
+    seed: int,
+) -> RealLoopRow:
+    """The scenario's bar and ``policy`` in the real loop on its first ``prompts`` test prompts per
+    domain (:func:`~specrl.evaluation.roster.episode_plan`: prompt i reset with seed ``seed + i``
+    in every repeat), ``repeats`` times (see the module doc)."""
+    env = SpecDecodeEnv(scenario, pair=pair, split="test", time="wallclock", latency=latency)
+    controllers = {**bar.rules(scenario), BEST_STATIC: bar.best_static.controller(), PPO: policy}
+    factories = {role: (lambda controller=controller: controller) for role, controller in controllers.items()}
+    episodes = episode_plan(scenario, env.prompt_sets, prompts, seed)
+    settings = Settings(repeats=repeats, warmup=1, hf=False, seed=seed)
+    records, _ = run_real_loop(env, episodes, factories, None, settings)
+    rows = {role: aggregate(records[role]) for role in ROLES if role in records}
+    return RealLoopRow(
+        {role: row["tokens_per_s"] for role, row in rows.items()},
+        paired_ratios({role: row["tokens_per_s_repeats"] for role, row in rows.items()}, PPO),
+        bar.best_static,
+    )
+
+
+def check_scenarios(
+    names: Sequence[str],
+    comparison: Comparison,
+    rows: Mapping[str, SimulatorRow],
+    policy: LearnedController,
+    *,
+    preset: str | None,
+    prompts: int,
+    repeats: int,
+    seed: int,
+) -> dict[str, RealLoopRow]:
+    """The scenarios ``names`` (on ``preset``'s pair, with wall-clock time) in the real loop
+    (:func:`in_real_loop`), each against the bar of its row of the simulator comparison (``rows``)
+    or, for a scenario not compared there, a bar computed now on its test traces, the best static
+    setting over its own tau grid."""
+    result = {}
+    for name in names:
+        scenario = load_scenario(name).with_overrides(preset=preset)
+        if name in rows:
+            bar = rows[name].bar
+        else:
+            modeled = scenario.with_overrides(time="modeled")
+            bar = comparison.bar(modeled, cached_traces(modeled, "test", comparison.pair), scenario.tau_grid)
+        result[name] = in_real_loop(
+            scenario,
+            comparison.pair,
+            comparison.latency,
+            bar,
+            policy,
+            prompts=prompts,
+            repeats=repeats,
+            seed=seed,
+        )
+    return result
+
+
+def real_loop_table(rows: dict[str, RealLoopRow]) -> str:
+    """Markdown: a row per scenario, the median tokens/s of every rule, the best static setting
+    and PPO, then PPO's paired ratios to plain decoding, TCP, the best static setting and the best
+    rule (named). A rule a scenario did not run (the pool rule without a pool) is shown as "-"."""
+    present = {role for row in rows.values() for role in row.tokens_per_s}
+    rules = [role for role in ROLES if role in present and role not in (BEST_STATIC, PPO)]
+    lines = []
+    for scenario, row in rows.items():
+        tokens, paired, best_rule = row.tokens_per_s, row.paired, row.best_rule()
+        cells = [f"{tokens[role]:.1f}" if role in tokens else "-" for role in rules] + [
+            f"{tokens[BEST_STATIC]:.1f} {row.best_static.label()}",
+            f"{tokens[PPO]:.1f}",
+            f"{paired[PLAIN]:.3f}",
+            f"{paired[TCP]:.3f}",
+            f"{paired[BEST_STATIC]:.3f}",
+            f"{paired[best_rule]:.3f} ({best_rule})",
+        ]
+        lines.append([scenario, *cells])
+    header = ["scenario", *rules, "best static", "PPO"]
+    header += ["PPO / plain", "PPO / TCP", "PPO / best static", "PPO / best rule (which)"]
+    return markdown_table(header, lines)
+
+
+def real_loop_section(rows: dict[str, RealLoopRow], prompts: int, repeats: int) -> str:
+    """The results page's section of the real loop: its heading, the protocol and the table."""
+    return (
+        f"\n#### Real loop on test prompts (wall clock), tokens/s\n\n{prompts} test "
+        f"prompts per domain, every controller on each in a random order, {repeats} "
+        "repeats; tokens/s: the median over repeats; PPO's ratios: the median over repeats of the "
+        f"ratio within a repeat (paired, so drift of the machine between repeats cancels).\n\n"
+        f"{real_loop_table(rows)}\n"
+    )

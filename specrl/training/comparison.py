@@ -1,0 +1,265 @@
+"""A trained policy against the bar on test traces, in the simulator (modeled time).
+
+The bar of a scenario (:class:`Bar`): plain decoding, TCP, the HF heuristic, AdaEDL and the
+SpecDec++-style rule with their settings tuned on validation traces, the seed's pool rule (pool
+scenarios, its k tuned on validation traces), and the best static (k, tau, drafter) in hindsight
+on the test traces; above it the clairvoyant oracle. Test traces are reported once, never
+selected on (docs/design.md section 4b); every controller of a row sees the same acceptance draws
+(:mod:`specrl.trace_evaluation`).
+
+A row (:class:`SimulatorRow`) holds tokens/s by role (:data:`ROLES`) and the best static setting
+as a :class:`StaticSetting`; tables and ``metadata.json`` write labels from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specrl.acceptance import AcceptancePredictor
+from specrl.controllers import HFHeuristicController, PoolRuleController, StaticController, TCPController
+from specrl.controllers.base import Controller
+from specrl.controllers.stop_rules import AdaEDLController, SpecDecPPController
+from specrl.engine.types import DEFAULT_DRAFTER
+from specrl.envs import Scenario, ScenarioError, cached_traces
+from specrl.latency import LatencyModel
+from specrl.models import ModelPair
+from specrl.oracle import best_static, clairvoyant_bound
+from specrl.rule_tuning import tuned_rules
+from specrl.tables import markdown_table
+from specrl.trace_evaluation import evaluate_controller, evaluate_policy
+from specrl.traces import TraceSet
+from specrl.training.selection import Predict, geometric_mean
+
+# The roles of a comparison's columns. BEST_STATIC is the best static setting in hindsight, the
+# one static row of these comparisons ("static" is the word the real-loop table prints for it).
+PLAIN, TCP, HF_HEURISTIC, ADAEDL, SPECDECPP, POOL_RULE = (
+    "plain",
+    "tcp",
+    "hf-heuristic",
+    "adaedl",
+    "specdec++",
+    "pool-rule",
+)
+BEST_STATIC, PPO, ORACLE = "static", "ppo", "oracle"
+#: with the best static setting in hindsight, the rules a policy must beat: the bar it is measured
+#: against (not the evaluation roster, specrl.evaluation.roster.RULES); the pool rule: pool scenarios only
+BAR_RULES = (TCP, HF_HEURISTIC, ADAEDL, SPECDECPP, POOL_RULE)
+#: every role, in the order rows list them (``metadata.json`` keeps this order)
+ROLES = (PLAIN, TCP, HF_HEURISTIC, BEST_STATIC, ADAEDL, SPECDECPP, POOL_RULE, PPO, ORACLE)
+POOL_RULE_KS = (
+    1,
+    2,
+    4,
+    6,
+)  # the pool rule's k tried on validation traces, as in experiments/bench_drafters.py
+
+
+@dataclass(frozen=True)
+class StaticSetting:
+    """A static (k, tau, drafter) setting."""
+
+    k: int
+    tau: float
+    drafter: str = DEFAULT_DRAFTER
+
+    def label(self) -> str:
+        """``(k=.., tau=..)``, with the drafter when it is not the draft."""
+        return f"(k={self.k}, tau={self.tau}" + (
+            f", {self.drafter})" if self.drafter != DEFAULT_DRAFTER else ")"
+        )
+
+    def controller(self) -> StaticController:
+        return StaticController(self.k, self.tau, self.drafter)
+
+
+@dataclass
+class Bar:
+    """What a policy is measured against in one scenario: the best static setting in hindsight
+    on the test traces (and its tokens/s there), and the settings of the tuned rules by role
+    (AdaEDL's and the SpecDec++-style rule's, tuned on validation traces; the pool rule's
+    ``{"k": k}`` in a pool scenario)."""
+
+    best_static: StaticSetting
+    best_static_tokens_per_s: float
+    tuned: dict[str, dict[str, Any]]
+    predictor: AcceptancePredictor  # the SpecDec++-style rule's
+
+    def rules(self, scenario: Scenario) -> dict[str, Controller]:
+        """Plain decoding and the :data:`BAR_RULES` the scenario has, fresh, by role."""
+        adaedl, specdecpp = self.tuned[ADAEDL], self.tuned[SPECDECPP]
+        rules: dict[str, Controller] = {
+            PLAIN: StaticController(0),
+            TCP: TCPController(),
+            HF_HEURISTIC: HFHeuristicController(),
+            ADAEDL: AdaEDLController(k=adaedl["k"], gamma=adaedl["gamma"]),
+            SPECDECPP: SpecDecPPController(self.predictor, **specdecpp),
+        }
+        if POOL_RULE in self.tuned:
+            rules[POOL_RULE] = PoolRuleController(scenario.drafters, k=self.tuned[POOL_RULE]["k"])
+        return rules
+
+
+def ppo_ratios(tokens_per_s: Mapping[str, float]) -> dict[str, float]:
+    """PPO's ratios in a row (tokens/s by role): to TCP, to the best static setting, to the best
+    rule (the best of the :data:`BAR_RULES` in the row and that setting) and to the oracle."""
+    static = tokens_per_s[BEST_STATIC]
+    best_rule = max([static] + [tokens_per_s[role] for role in BAR_RULES if role in tokens_per_s])
+    return {
+        "tcp": tokens_per_s[PPO] / tokens_per_s[TCP],
+        "best static": tokens_per_s[PPO] / static,
+        "best rule": tokens_per_s[PPO] / best_rule,
+        "oracle": tokens_per_s[PPO] / tokens_per_s[ORACLE],
+    }
+
+
+@dataclass
+class SimulatorRow:
+    """One scenario of the comparison: tokens/s by role (:data:`ROLES`) and its :class:`Bar`."""
+
+    tokens_per_s: dict[str, float]
+    bar: Bar
+
+    def ratios(self) -> dict[str, float]:
+        return ppo_ratios(self.tokens_per_s)
+
+    def stored(self) -> dict[str, float]:
+        """Tokens/s as ``metadata.json`` of an exported policy keeps them: by role, in the order of
+        :data:`ROLES`, the best static setting under ``best static (k=.., tau=..)``."""
+        label = f"best static {self.bar.best_static.label()}"
+        return {
+            (label if role == BEST_STATIC else role): self.tokens_per_s[role]
+            for role in ROLES
+            if role in self.tokens_per_s
+        }
+
+
+def comparison_ratios(stored: Mapping[str, float]) -> dict[str, float]:
+    """:func:`ppo_ratios` of a row as ``metadata.json`` stores it (:meth:`SimulatorRow.stored`):
+    every key is a role but one, the best static setting's label."""
+    return ppo_ratios({(name if name in ROLES else BEST_STATIC): value for name, value in stored.items()})
+
+
+class Comparison:
+    """The comparison's shared footing: the pair, its latency model, the acceptance draws per
+    sampled trace (``repeats``), the policy's action space's tau grid and acceptance predictor
+    (None without the per-token stop dimension), and the SpecDec++-style rule's predictor."""
+
+    def __init__(
+        self,
+        pair: ModelPair,
+        latency: LatencyModel,
+        *,
+        repeats: int,
+        tau_grid: Sequence[float],
+        predictor: AcceptancePredictor | None,
+        rule_predictor: AcceptancePredictor,
+    ) -> None:
+        self.pair, self.latency, self.repeats, self.tau_grid = pair, latency, repeats, tuple(tau_grid)
+        self.predictor, self.rule_predictor = predictor, rule_predictor
+
+    def bar(self, scenario: Scenario, test: TraceSet, tau_grid: Sequence[float] | None = None) -> Bar:
+        """The scenario's :class:`Bar`: the best static setting over ``tau_grid`` (default: the
+        policy's) on the ``test`` traces, the rules tuned on validation traces."""
+        grid = self.tau_grid if tau_grid is None else tau_grid
+        static = best_static(test, self.latency, grid, count=self.repeats, drafters=scenario.drafters)
+        tuned = {
+            name: rule.setting
+            for name, rule in tuned_rules(
+                scenario, self.pair, self.latency, self.rule_predictor, self.repeats
+            ).items()
+        }
+        if len(scenario.drafters) > 1:
+            tuned[POOL_RULE] = {"k": self.pool_rule_k(scenario)}
+        return Bar(
+            StaticSetting(static.k, static.tau, static.drafter),
+            static.tokens_per_s,
+            tuned,
+            self.rule_predictor,
+        )
+
+    def pool_rule_k(self, scenario: Scenario) -> int:
+        """The pool rule's k: the fastest of :data:`POOL_RULE_KS` on the validation traces."""
+        traces = cached_traces(scenario, "validation", self.pair)
+        speeds = {
+            k: evaluate_controller(
+                PoolRuleController(scenario.drafters, k=k), scenario, traces, self.latency, self.repeats
+            ).tokens_per_s
+            for k in POOL_RULE_KS
+        }
+        return max(speeds, key=speeds.__getitem__)
+
+    def in_simulator(self, scenario: Scenario, predict: Predict) -> SimulatorRow:
+        """Every role of the scenario on its test traces (``predict``: the policy's actions)."""
+        test = cached_traces(scenario, "test", self.pair)
+        bar = self.bar(scenario, test)
+        tokens_per_s = {
+            role: evaluate_controller(controller, scenario, test, self.latency, self.repeats).tokens_per_s
+            for role, controller in bar.rules(scenario).items()
+        }
+        tokens_per_s[BEST_STATIC] = bar.best_static_tokens_per_s
+        tokens_per_s[PPO] = evaluate_policy(
+            predict, scenario, test, self.latency, self.repeats, predictor=self.predictor
+        ).tokens_per_s
+        tokens_per_s[ORACLE] = clairvoyant_bound(
+            test, self.latency, count=self.repeats, drafters=scenario.drafters
+        ).tokens_per_s
+        return SimulatorRow({role: tokens_per_s[role] for role in ROLES if role in tokens_per_s}, bar)
+
+
+def stored_results(rows: Mapping[str, SimulatorRow], trained: Iterable[str]) -> dict[str, Any]:
+    """What an exported policy's ``metadata.json`` keeps of the comparison: every row
+    (:meth:`SimulatorRow.stored`) and the geometric mean over the ``trained`` scenarios of PPO's
+    ratio to TCP."""
+    return {
+        "sim_test_tokens_per_s": {name: row.stored() for name, row in rows.items()},
+        "ratio_vs_tcp_sim_test": geometric_mean(rows[name].ratios()["tcp"] for name in trained),
+    }
+
+
+def comparison_table(rows: Mapping[str, SimulatorRow]) -> str:
+    """Markdown: a row per scenario, tokens/s per role, and PPO's ratios to TCP, to the best
+    static setting in hindsight, to the best of every rule (that static setting included) and to
+    the clairvoyant oracle. A role a scenario has no value for (the pool rule without a pool) is
+    shown as "-"."""
+    present = {role for row in rows.values() for role in row.tokens_per_s}
+    names = [role for role in ROLES if role in present and role not in (BEST_STATIC, PPO, ORACLE)] + [PPO]
+    columns = [*names, "best static", "oracle"]
+    columns += ["PPO / TCP", "PPO / best static", "PPO / best rule", "PPO / oracle"]
+    lines = []
+    for scenario, row in rows.items():
+        tokens, ratios = row.tokens_per_s, row.ratios()
+        cells = [f"{tokens[n]:.1f}" if n in tokens else "-" for n in names] + [
+            f"{tokens[BEST_STATIC]:.1f} {row.bar.best_static.label()}",
+            f"{tokens[ORACLE]:.1f}",
+        ]
+        cells += [f"{ratios[key]:.3f}" for key in ("tcp", "best static", "best rule", "oracle")]
+        lines.append([scenario, *cells])
+    return markdown_table(["scenario", *columns], lines)
+
+
+def simulator_section(rows: Mapping[str, SimulatorRow], selected_ratio: float, note: str) -> str:
+    """The results page's section of the comparison: its heading, what it is (the checkpoint's
+    validation ratio to TCP, ``note`` on the unseen domain: :func:`unseen_note`) and the table."""
+    return (
+        "#### Test traces, simulator (modeled time), tokens/s\n\n"
+        f"Checkpoint selected on validation traces (ratio vs TCP {selected_ratio:.3f} there); "
+        "these test traces are reported once; best static and oracle are in hindsight on them (bounds). "
+        f"{note}\n\n{comparison_table(rows)}\n"
+    )
+
+
+def unseen_note(scenarios: Iterable[Scenario], pair: ModelPair) -> str:
+    """A sentence naming the compared scenarios whose domain has no train prompts (the unseen
+    test domain); empty when there are none."""
+    unseen = []
+    for scenario in scenarios:
+        try:
+            scenario.with_overrides(split="train").prompt_sets(pair)
+        except ScenarioError:
+            unseen.append(scenario.name)
+    if not unseen:
+        return ""
+    names = ", ".join(unseen)
+    return f"Unseen domain (no train or validation prompts; no training or selection saw it): {names}."
