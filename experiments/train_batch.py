@@ -115,17 +115,18 @@ def main(argv: list[str] | None = None) -> None:
         ),
     )
 
+    def env(name: str, split: str) -> BatchReplayEnv:  # prepare: record the traces if missing
+        return BatchReplayEnv(name, latency=latency, split=split, pair=pair, prepare=True)
+
     def make(name: str, index: int):
-        return lambda: BatchReplayEnv(name, latency=latency, split="train", pair=pair)
+        return lambda: env(name, "train")
 
     train = DummyVecEnv([make(name, i) for name in names for i in range(args.envs_per_scenario)])
     train.seed(args.seed)
     venv = VecNormalize(VecMonitor(train), norm_obs=True, norm_reward=True, gamma=hyper["gamma"])
     model = PPO("MlpPolicy", venv, seed=args.seed, verbose=0, tensorboard_log=str(run_dir), **hyper)
 
-    validation = {
-        name: BatchReplayEnv(name, latency=latency, split="validation", pair=pair) for name in names
-    }
+    validation = {name: env(name, "validation") for name in names}
     _, table = tune_schedule({name: validation[name] for name in FIXED}, args.episodes)
     schedule = BatchScheduleController(table)
     print(f"schedule tuned on validation: {schedule}", flush=True)
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     callback = Validation(validation, schedule, args.episodes, run_dir)
     callback.init_callback(model)
     if args.imitation_rounds:
-        train_envs = {name: BatchReplayEnv(name, latency=latency, split="train", pair=pair) for name in names}
+        train_envs = {name: env(name, "train") for name in names}
         imitate(
             model,
             venv,
