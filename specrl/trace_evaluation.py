@@ -16,6 +16,7 @@ import numpy as np
 from specrl.acceptance import AcceptancePredictor
 from specrl.controllers.base import Controller
 from specrl.envs import EpisodeSummary, Scenario, TraceReplayEnv, run_episode
+from specrl.envs.rollout import EPISODE_SUMMARY
 from specrl.envs.vec_replay import VecTraceReplay
 from specrl.latency import LatencyModel
 from specrl.traces import TraceSet
@@ -70,18 +71,6 @@ def evaluate_policy(
         while live.any():
             observations, _, dones, infos = env.step(predict(observations))
             for row in np.flatnonzero(dones & live):
-                info = infos[row]
-                result.add(
-                    EpisodeSummary(  # the episode's seconds come unsplit
-                        new_tokens=info["episode_tokens"],
-                        verify_seconds=info["episode_seconds"],
-                        steps=info["steps"],
-                        proposed=info["proposed"],
-                        accepted=info["accepted"],
-                        k_sum=info["k_sum"],
-                        tau_sum=info["tau_sum"],
-                        episode_return=info["episode_return"],
-                    )
-                )
+                result.add(infos[row][EPISODE_SUMMARY])
             live &= ~dones
     return result

@@ -185,8 +185,10 @@ def test_vectorised_replay_equals_the_single_env(shifted, greedy_traces, latency
             if done:
                 live[i] = False
                 np.testing.assert_allclose(vec_infos[i]["terminal_observation"], observation, atol=1e-5)
-                assert vec_infos[i]["episode_tokens"] == info["episode_tokens"]
-                assert vec_infos[i]["episode_seconds"] == pytest.approx(info["episode_seconds"])
+                summary = vec_infos[i]["episode_summary"]
+                assert summary.tokens == info["episode_tokens"] and summary.steps > 0
+                assert summary.seconds == pytest.approx(info["episode_seconds"])
+                assert summary.domain == singles[i].trace.domain
             else:
                 np.testing.assert_allclose(vec_observations[i], observation, atol=1e-5)
                 assert vec_rewards[i] == pytest.approx(reward, rel=1e-5, abs=1e-5)
@@ -205,7 +207,8 @@ def test_vectorised_env_resets_finished_episodes_and_refuses_bad_actions(shifted
         for done, info in zip(dones, infos, strict=False):
             if done:
                 finished += 1
-                assert info["episode_tokens"] == 24 and info["tokens_per_s"] > 0
+                summary = info["episode_summary"]
+                assert summary.tokens == 24 and summary.tokens_per_s > 0 and summary.steps >= 24 / 9
     assert finished >= 16
     with pytest.raises(ValueError, match="out of range"):
         vec.step(np.tile([9, 0], (16, 1)))

@@ -46,7 +46,7 @@ def test_sampled_vectorised_replay_equals_the_single_env_on_the_same_seeds(sampl
             assert vec_rewards[i] == pytest.approx(reward, rel=1e-5, abs=1e-5)
             if done:
                 live[i] = False
-                assert vec_infos[i]["episode_tokens"] == info["episode_tokens"]
+                assert vec_infos[i]["episode_summary"].tokens == info["episode_tokens"]
                 np.testing.assert_allclose(vec_infos[i]["terminal_observation"], observation, atol=1e-5)
             else:
                 np.testing.assert_allclose(vec_observations[i], observation, atol=1e-5)

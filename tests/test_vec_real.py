@@ -35,7 +35,11 @@ def roll(venv, steps: int) -> tuple[list, list, list]:
         observation, reward, done, infos = venv.step(action[:, : len(venv.action_space.nvec)])
         observations.append(observation)
         rewards.append(reward)
-        ends += [(i, info["steps"], info["k_sum"]) for i, info in enumerate(infos) if done[i]]
+        ends += [
+            (i, info["episode_summary"].steps, info["episode_summary"].k_sum)
+            for i, info in enumerate(infos)
+            if done[i]
+        ]
     venv.close()
     return observations, rewards, ends
 

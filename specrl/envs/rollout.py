@@ -10,6 +10,11 @@ import gymnasium as gym
 from specrl.controllers.base import Controller
 from specrl.engine.types import GenerationStats
 
+# The info key of an episode's last step that holds its EpisodeSummary, in the vectorised envs
+# (VecTraceReplay's rows, the real loop's EpisodeTotals): what training's specdec/ scalars and the
+# evaluations on traces add up.
+EPISODE_SUMMARY = "episode_summary"
+
 
 @dataclass
 class EpisodeSummary(GenerationStats):

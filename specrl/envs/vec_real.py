@@ -17,28 +17,26 @@ import torch
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from specrl.acceptance import AcceptancePredictor
-from specrl.envs.rollout import EpisodeSummary
+from specrl.envs.rollout import EPISODE_SUMMARY, EpisodeSummary
 from specrl.envs.scenario import Scenario
 from specrl.envs.spec_decode import SpecDecodeEnv
-from specrl.envs.vec_replay import EPISODE_COUNTS
 from specrl.latency import LatencyModel
 
 
-class EpisodeCounts(gym.Wrapper):
-    """Adds the episode's totals to the info of its last step (``steps``, ``proposed``,
-    ``accepted``, ``k_sum``, ``tau_sum``, ``episode_return``), as :class:`VecTraceReplay`'s rows
-    report them, so the same training callbacks read both."""
+class EpisodeTotals(gym.Wrapper):
+    """Adds the episode's :class:`EpisodeSummary` to the info of its last step (``episode_summary``),
+    as :class:`VecTraceReplay`'s rows report it, so the same training callbacks read both."""
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict]:
-        self.summary = EpisodeSummary()
-        return self.env.reset(**kwargs)
+        observation, info = self.env.reset(**kwargs)
+        self.summary = EpisodeSummary(domain=info["domain"], prompt_index=info["prompt_index"])
+        return observation, info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         observation, reward, terminated, truncated, info = self.env.step(action)
         self.summary.add_step(info, float(reward))
         if terminated or truncated:
-            counts = self.summary.to_dict()
-            info = {**info, **{key: counts[key] for key in (*EPISODE_COUNTS, "episode_return")}}
+            info = {**info, EPISODE_SUMMARY: self.summary}
         return observation, reward, terminated, truncated, info
 
 
@@ -53,7 +51,7 @@ def make_real_env(
     ``threads`` torch threads if given."""
     if threads is not None:
         torch.set_num_threads(threads)
-    return EpisodeCounts(SpecDecodeEnv(scenario, split=split, latency=latency, predictor=predictor))
+    return EpisodeTotals(SpecDecodeEnv(scenario, split=split, latency=latency, predictor=predictor))
 
 
 def real_loop_vec_env(

@@ -25,15 +25,11 @@ import numpy as np
 from stable_baselines3.common.vec_env import VecEnv
 
 from specrl.acceptance import AcceptancePredictor
-from specrl.engine.types import throughput
+from specrl.envs.rollout import EPISODE_SUMMARY, EpisodeSummary
 from specrl.envs.scenario import Scenario
 from specrl.envs.trace_replay import TraceReplayEnv
 from specrl.latency import LatencyModel
 from specrl.traces import TraceSet
-
-# Per-episode totals reported in the info of the step that ends an episode (beside SB3's
-# ``terminal_observation``): what the specdec/ scalars and the evaluations add up.
-EPISODE_COUNTS = ("steps", "proposed", "accepted", "k_sum", "tau_sum")
 
 
 class SubEnvVecEnv(VecEnv):
@@ -75,9 +71,9 @@ class VecTraceReplay(SubEnvVecEnv):
 
     Spaces, reward and episode logic are those of :class:`~specrl.envs.TraceReplayEnv` (each row
     is one). The ``info`` of an episode that ends holds ``terminal_observation`` (SB3's
-    convention) and ``episode_tokens``, ``episode_seconds``, ``tokens_per_s``,
-    ``episode_return``, ``domain``, ``trace_index`` and the episode's ``steps``, ``proposed``,
-    ``accepted``, ``k_sum`` and ``tau_sum``; other infos are empty.
+    convention), ``episode_summary`` (its :class:`~specrl.envs.rollout.EpisodeSummary`: tokens,
+    seconds, steps, counts, the actions' sums, the return, the domain) and ``trace_index``;
+    other infos are empty.
 
     ``seed`` seeds row i with ``seed + i`` at the first reset (``VecEnv.seed`` semantics).
 
@@ -108,7 +104,7 @@ class VecTraceReplay(SubEnvVecEnv):
         if seed is not None:
             self.seed(seed)
         self._actions: np.ndarray | None = None
-        self._counts = self._zero_counts()  # per row: EPISODE_COUNTS and the return
+        self._totals = self._new_totals()  # per row: the episode so far
 
     # ---- episodes ------------------------------------------------------------------------------
 
@@ -119,7 +115,7 @@ class VecTraceReplay(SubEnvVecEnv):
         ]
         self._reset_seeds()
         self._reset_options()
-        self._counts = self._zero_counts()
+        self._totals = self._new_totals()
         return np.stack(observations)
 
     def start_traces(self, traces: Sequence[int], seeds: Sequence[int] | None = None) -> np.ndarray:
@@ -134,7 +130,7 @@ class VecTraceReplay(SubEnvVecEnv):
             env.reset(seed=None if seed is None else int(seed), options={"trace_index": int(trace)})[0]
             for env, trace, seed in zip(self.envs, traces, seeds, strict=True)
         ]
-        self._counts = self._zero_counts()
+        self._totals = self._new_totals()
         return np.stack(observations)
 
     # ---- VecEnv ----------------------------------------------------------------------------
@@ -146,13 +142,7 @@ class VecTraceReplay(SubEnvVecEnv):
         dones = np.zeros(self.num_envs, dtype=bool)
         for row, (env, action) in enumerate(zip(self.envs, actions, strict=True)):
             observation, reward, terminated, truncated, info = env.step(action)
-            counts = self._counts[row]  # plain floats: numpy per row would cost more than the step
-            counts[0] += 1.0
-            counts[1] += info["proposed"]
-            counts[2] += info["accepted"]
-            counts[3] += info["k"]
-            counts[4] += info["tau"]
-            counts[5] += reward
+            self._totals[row].add_step(info, reward)
             rewards[row] = reward
             ended = {}
             if terminated or truncated:
@@ -164,23 +154,17 @@ class VecTraceReplay(SubEnvVecEnv):
         return np.stack(observations), rewards, dones, infos
 
     def _episode_info(self, env: TraceReplayEnv, row: int, observation: np.ndarray) -> dict[str, Any]:
-        """The info of a row whose episode just ended (and forget its totals)."""
-        tokens, seconds = env.episode_tokens, env.episode_seconds
-        counts, self._counts[row] = self._counts[row], [0.0] * (len(EPISODE_COUNTS) + 1)
-        info = {
+        """The info of a row whose episode just ended (and a fresh summary for its next one)."""
+        summary, self._totals[row] = self._totals[row], EpisodeSummary()
+        summary.domain, summary.prompt_index = env.trace.domain, env.trace.prompt_index
+        return {
             "terminal_observation": observation,
-            "episode_tokens": tokens,
-            "episode_seconds": seconds,
-            "tokens_per_s": throughput(tokens, seconds),
-            "episode_return": counts[-1],
-            **dict(zip(EPISODE_COUNTS, counts[:-1], strict=True)),
-            "domain": env.trace.domain,
+            EPISODE_SUMMARY: summary,
             "trace_index": env.trace_index,
         }
-        return info
 
-    def _zero_counts(self) -> list[list[float]]:
-        return [[0.0] * (len(EPISODE_COUNTS) + 1) for _ in range(self.num_envs)]
+    def _new_totals(self) -> list[EpisodeSummary]:
+        return [EpisodeSummary() for _ in range(self.num_envs)]
 
     def _checked(self, actions: np.ndarray | None) -> np.ndarray:
         """``actions`` as integers of shape (num_envs, 2 or 3), or a ValueError naming the problem."""

@@ -13,6 +13,7 @@ from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback, Ev
 from stable_baselines3.common.logger import TensorBoardOutputFormat
 from tqdm.auto import tqdm
 
+from specrl.envs.rollout import EPISODE_SUMMARY, EpisodeSummary
 from specrl.tables import markdown_table
 
 
@@ -41,12 +42,12 @@ class SpecdecMetrics(BaseCallback):
         self.stop_grid = None if stop_grid is None else np.asarray(stop_grid)
         self.drafters = tuple(drafters)
         self.histogram_every = histogram_every
-        self.episodes: list[dict[str, Any]] = []
+        self.episodes: list[EpisodeSummary] = []
         self.actions: list[np.ndarray] = []
         self.rollouts = 0
 
     def _on_step(self) -> bool:
-        self.episodes += [info for info in self.locals["infos"] if "k_sum" in info]  # episode ends
+        self.episodes += [info[EPISODE_SUMMARY] for info in self.locals["infos"] if EPISODE_SUMMARY in info]
         if self.rollouts % self.histogram_every == 0:
             actions = np.asarray(self.locals["actions"])
             self.actions.append(actions.reshape(-1, actions.shape[-1]))
@@ -55,23 +56,14 @@ class SpecdecMetrics(BaseCallback):
     def _on_rollout_end(self) -> None:
         self.rollouts += 1
         if self.episodes:
-            total = {
-                key: sum(e[key] for e in self.episodes)
-                for key in (
-                    "episode_tokens",
-                    "episode_seconds",
-                    "steps",
-                    "proposed",
-                    "accepted",
-                    "k_sum",
-                    "tau_sum",
-                )
-            }
-            self.logger.record("specdec/tokens_per_s", total["episode_tokens"] / total["episode_seconds"])
-            self.logger.record("specdec/acceptance_rate", total["accepted"] / max(1.0, total["proposed"]))
-            self.logger.record("specdec/mean_accepted_len", total["episode_tokens"] / total["steps"])
-            self.logger.record("specdec/k_mean", total["k_sum"] / total["steps"])
-            self.logger.record("specdec/tau_mean", total["tau_sum"] / total["steps"])
+            total = EpisodeSummary()
+            for summary in self.episodes:
+                total.add(summary)
+            self.logger.record("specdec/tokens_per_s", total.tokens_per_s)
+            self.logger.record("specdec/acceptance_rate", total.acceptance_rate)
+            self.logger.record("specdec/mean_accepted_len", total.mean_accepted_length)
+            self.logger.record("specdec/k_mean", total.mean_k)
+            self.logger.record("specdec/tau_mean", total.mean_tau)
             self.logger.record("specdec/episodes", len(self.episodes))
             self.episodes = []
         writer = tensorboard_writer(self.logger)
