@@ -16,7 +16,7 @@ import gymnasium
 import numpy as np
 
 import specrl
-from specrl.envs import load_scenario, shipped_scenarios
+from specrl.envs import SetupError, load_scenario, shipped_scenarios
 from specrl.envs.scenario import PairSpec
 from specrl.features import N_FEATURES
 from specrl.serving import load_stream, shipped_streams
@@ -34,8 +34,8 @@ stream = load_stream("code_math_prose")  # the shipped request stream of experim
 assert stream.size == 88 and "code_math_prose" in shipped_streams(), shipped_streams()
 
 
-def replay(scenario) -> None:
-    env = gymnasium.make("specrl/TraceReplay-v0", scenario=scenario)
+def replay(scenario, **kwargs) -> None:
+    env = gymnasium.make("specrl/TraceReplay-v0", scenario=scenario, **kwargs)
     observation, _ = env.reset(seed=0)
     assert observation.shape == (N_FEATURES,), observation.shape
     env.action_space.seed(0)
@@ -51,8 +51,14 @@ real_load = PairSpec.load
 PairSpec.load = lambda self: sys.exit("smoke: the trace-replay simulator loaded model weights")
 replay(replace(scenario, latency="constant"))
 PairSpec.load = real_load
-# As a user runs it: the calibrated latency model, measured on first use when none is cached.
-replay("code")
+# As a user runs it: with no calibration cached, the env refuses to measure unasked and names the
+# command; prepare=True measures it (with progress) and caches it.
+try:
+    replay("code")
+    sys.exit("smoke: the trace-replay simulator calibrated without being asked")
+except SetupError as error:
+    assert "experiments/calibrate.py" in str(error) and "prepare=True" in str(error), error
+replay("code", prepare=True)
 
 # The real loop on the embedded pair, whose weights are package data too.
 env = gymnasium.make("specrl/SpecDecode-v0", scenario="code")
