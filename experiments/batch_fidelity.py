@@ -22,7 +22,6 @@ from tqdm.auto import tqdm
 
 import specrl
 from specrl.envs import load_scenario
-from specrl.envs.batch_replay import scenario_batch_latency
 from specrl.evaluation.machine import origin_line, result_origin
 from specrl.io import write_report
 from specrl.latency import step_shape
@@ -48,7 +47,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     scenario = load_scenario("serving")  # its domains: code, prose, arithmetic
     pair = scenario.pair.load()
-    latency = scenario_batch_latency(scenario, pair)
+    latency = scenario.latency_model(pair)
     rows = []
     for size in tqdm(args.sizes, desc="batch sizes"):
         drawn = scenario_requests(scenario, pair, "test", seed=0, count=size + size // 2)

@@ -36,7 +36,7 @@ from pathlib import Path
 import specrl
 from specrl.batch_control import FIXED, SERVING, tune_cutoff, tune_schedule
 from specrl.envs import load_scenario
-from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency
+from specrl.envs.batch_replay import BatchReplayEnv
 from specrl.evaluation.benchmarks.batch_real import controllers, policy_labels, row_names, scenario_row
 from specrl.evaluation.benchmarks.batch_real_page import markdown, plot
 from specrl.evaluation.machine import result_origin
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     first = load_scenario(FIXED[0])
     pair = first.pair.load()
-    latency = scenario_batch_latency(first, pair)
+    latency = first.latency_model(pair)
     validation = {
         name: BatchReplayEnv(name, latency=latency, split="validation", pair=pair, prepare=True)
         for name in FIXED

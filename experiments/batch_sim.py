@@ -41,7 +41,7 @@ from specrl.batch_control import (
 from specrl.batch_control.schedule import cutoff_sentence
 from specrl.controllers.batch_schedule import BatchScheduleController
 from specrl.envs import load_scenario
-from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency
+from specrl.envs.batch_replay import BatchReplayEnv
 from specrl.evaluation.machine import origin_line, result_origin
 from specrl.io import write_report
 from specrl.tables import markdown_table
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     first = load_scenario(args.fixed[0])
     pair = first.pair.load()
-    latency = scenario_batch_latency(first, pair)
+    latency = first.latency_model(pair)
     ks = list(range(first.k_max + 1))
     envs = {
         (name, split): BatchReplayEnv(name, latency=latency, split=split, pair=pair, prepare=True)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import specrl
 from specrl.envs import load_scenario
-from specrl.envs.batch_replay import calibration_prompts
+from specrl.envs.scenario.sources import scenario_calibration_prompts
 from specrl.io import write_text_atomic
 from specrl.latency import (
     METHODS,
@@ -143,7 +143,7 @@ def measure(pair, args: argparse.Namespace, path: Path) -> LatencyModel:
     if args.method == "profile":
         model = profile(pair, k_max=args.k_max, contexts=args.contexts, repeats=args.repeats)
     elif args.method == "batch":  # the batch simulator's model, calibrated on the serving scenario's prompts
-        prompts = calibration_prompts(load_scenario("serving"), pair)
+        prompts = scenario_calibration_prompts(load_scenario("serving"), pair)
         model = measure_batch_latency(pair, k_max=args.k_max, prompts=prompts)
     else:
         if args.from_steps is not None:

@@ -32,7 +32,7 @@ from specrl.batch_control import (
 )
 from specrl.controllers.batch_schedule import BatchScheduleController  # noqa: E402
 from specrl.envs import load_scenario  # noqa: E402
-from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency  # noqa: E402
+from specrl.envs.batch_replay import BatchReplayEnv  # noqa: E402
 from specrl.evaluation.machine import origin_line, result_origin  # noqa: E402
 from specrl.io import write_report  # noqa: E402
 from specrl.tables import markdown_table  # noqa: E402
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     first = load_scenario(args.scenarios[0])
     pair = first.pair.load()
-    latency = scenario_batch_latency(first, pair)
+    latency = first.latency_model(pair)
     envs = {
         name: BatchReplayEnv(name, latency=latency, split="validation", pair=pair, prepare=True)
         for name in args.scenarios

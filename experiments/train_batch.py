@@ -51,7 +51,7 @@ from specrl.batch_control import FIXED, SERVING, tune_schedule
 from specrl.batch_control.imitation import LABEL_EVERY, LABEL_HORIZON, Validation, imitate
 from specrl.controllers.batch_schedule import BatchScheduleController
 from specrl.envs import load_scenario
-from specrl.envs.batch_replay import BatchReplayEnv, scenario_batch_latency
+from specrl.envs.batch_replay import BatchReplayEnv
 from specrl.evaluation.machine import command_line
 from specrl.export.write import PARITY_OBSERVATIONS
 from specrl.latency import latency_path
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     names = [*FIXED, *SERVING]
     first = load_scenario(names[0])
     pair = first.pair.load()
-    latency = scenario_batch_latency(first, pair)
+    latency = first.latency_model(pair)
     # train_ppo.py's run folder, with run.json and config.yaml; unique for seeds started together
     run_dir = new_run_dir(args.runs_dir, "batch_mix", "train_batch", args.seed, unique=True)
     config = yaml.safe_load(HYPERPARAMETERS.read_text())

@@ -8,6 +8,8 @@ and is measured through the engine's own batched cache.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -17,8 +19,9 @@ from gymnasium.utils.env_checker import check_env
 import specrl.envs  # noqa: F401 - registers the envs
 from specrl import batch_control
 from specrl.batch_control import imitation
-from specrl.envs.batch_replay import BatchReplayEnv, arrival_times
-from specrl.envs.scenario import BatchSpec, Scenario, ScenarioError
+from specrl.envs.batch_replay import BatchReplayEnv
+from specrl.envs.scenario import BatchSpec, DomainShift, Scenario, ScenarioError
+from specrl.envs.trace_replay import arrival_times
 from specrl.latency import LatencyError, LatencyModel
 from specrl.latency.batch import calibration_runs, measure_batch_latency
 
@@ -238,13 +241,15 @@ def test_bad_batch_sections_are_refused_by_name():
     with pytest.raises(ScenarioError, match="every phase has rate 0"):
         Scenario.from_dict({"batch": {"load": [[60, 0.0]]}})
     assert BatchSpec(load=((60.0, 1.0),)).serving and not BatchSpec(size=8).serving
-    with pytest.raises(ValueError, match="draft only"):
-        BatchReplayEnv(
-            Scenario.from_dict(
-                {**_plain(specrl.envs.load_scenario("batch_4")), "drafters": ["draft", "ngram"]}
-            ),
-            latency=synthetic_latency(),
-        )
+    pool = Scenario.from_dict(
+        {**_plain(specrl.envs.load_scenario("batch_4")), "drafters": ["draft", "ngram"]}
+    )
+    with pytest.raises(ValueError, match=r"no price for the drafters \['ngram'\]"):
+        BatchReplayEnv(pool, latency=synthetic_latency())
+    shifting = scenario(size=4, requests=8)
+    shifting = replace(shifting, shift=(DomainShift(64, "prose"),))
+    with pytest.raises(ValueError, match="only one row at a time replays; its batch holds up to 4"):
+        BatchReplayEnv(shifting, latency=synthetic_latency())
 
 
 def test_the_batch_size_schedule_reads_the_batch_from_the_observation_and_is_tuned_per_size():
@@ -436,7 +441,9 @@ def test_train_batch_writes_train_ppos_run_folder_and_exports_with_parity(tmp_pa
     script = load_script("train_batch")
     monkeypatch.setattr(script, "FIXED", ["batch_1"])
     monkeypatch.setattr(script, "SERVING", [])
-    monkeypatch.setattr(script, "scenario_batch_latency", lambda scenario, pair: synthetic_latency())
+    monkeypatch.setattr(
+        Scenario, "latency_model", lambda scenario, pair, *args, **kwargs: synthetic_latency()
+    )
     out, runs = tmp_path / "policy", tmp_path / "runs"
     budget = ["--imitation-rounds", "1", "--imitation-episodes", "1", "--timesteps", "0", "--episodes", "1"]
     script.main([*budget, "--envs-per-scenario", "4", "--out", str(out), "--runs-dir", str(runs)])

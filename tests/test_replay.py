@@ -220,8 +220,8 @@ def test_vectorised_env_keeps_sb3s_contract_for_attributes_and_methods(shifted, 
     vec = VecTraceReplay(shifted, greedy_traces, latency, num_envs=4, seed=0)
     vec.reset()
     assert vec.get_attr("trace_index") == [env.trace_index for env in vec.envs]
-    vec.set_attr("position", 3, indices=[1, 2])
-    assert vec.get_attr("position") == [0, 3, 3, 0]
+    vec.set_attr("served", 3, indices=[1, 2])
+    assert vec.get_attr("served") == [0, 3, 3, 0]
     results = vec.env_method("reset", indices=[0, 3], options={"trace_index": 5})
     assert len(results) == 2 and vec.get_attr("trace_index", indices=[0, 3]) == [5, 5]
     assert vec.env_is_wrapped(gymnasium.Wrapper) == [False] * 4

@@ -44,3 +44,21 @@ def test_the_grid_width_follows_the_engines_cache(pair):
     assert generation.done and not waiting
     assert len(widths) > 10, widths
     assert compacted  # the test saw the grid packed
+
+
+def test_a_step_on_counts_leaves_the_grid_feed_then_rollback_leave():
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        rows = int(rng.integers(1, 5))
+        fast, slow = SlotGrid(), SlotGrid()
+        prefixes = [int(n) for n in rng.integers(0, 6, rows)]
+        fast.admit(prefixes)
+        slow.admit(prefixes)
+        for _ in range(int(rng.integers(1, 6))):
+            fed = int(rng.integers(0, 5))
+            kept = [int(k) for k in rng.integers(0, fed + 1, rows)]
+            fast.step(fed, kept)
+            lengths = slow.lengths
+            slow.feed(fed)
+            slow.rollback([length + count for length, count in zip(lengths, kept, strict=True)])
+            assert (fast.width, fast.slots_of) == (slow.width, slow.slots_of), (prefixes, fed, kept)

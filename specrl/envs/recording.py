@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -188,7 +189,7 @@ def cached_traces(
         return collect_traces(loaded_pair(pair, why), scenario, split, **kwargs)
 
     def refuse(pair: ModelPair | PairInfo, part: Scenario, split: str, **kwargs: Any) -> TraceSet:
-        where = scenario.source or scenario.name
+        where = scenario.source if scenario.source and Path(scenario.source).is_file() else scenario.name
         raise SetupError(
             f"no '{split}' traces of scenario '{part.name}' for pair '{pair.name}' are shipped or cached "
             f"(looked in {', '.join(str(d) for d in trace_dirs(pair))}): record them with `python "

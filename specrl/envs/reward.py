@@ -37,15 +37,24 @@ def step_reward(tokens: int, seconds: float, reference_tokens_per_s: float, scal
 
 
 def step_info(
-    result: StepResult, action: Action, domain: str, segment: int, episode_tokens: int, episode_seconds: float
+    result: StepResult,
+    action: Action,
+    domain: str,
+    segment: int,
+    episode_tokens: int,
+    episode_seconds: float,
+    seconds: float | None = None,
 ) -> dict[str, Any]:
-    """The ``info`` of a single-sequence env's step (the real loop's and the replay's alike):
-    the step's tokens, seconds (the reward's) and throughput, its counts, the action asked for and
-    the k used, where the episode is, and the :class:`StepResult` itself."""
+    """The ``info`` of an env's step (the real loop's and the replay's alike; a batch's rows as one
+    step, :func:`~specrl.engine.types.merge_rows`): the step's tokens, seconds (the reward's:
+    ``seconds``, default the result's draft and verify) and throughput, its counts, the action
+    asked for and the k used, where the episode is (the first row's), and the
+    :class:`StepResult` itself."""
+    seconds = result.seconds if seconds is None else seconds
     return {
         "tokens": result.emitted,
-        "seconds": result.seconds,
-        "tokens_per_s": throughput(result.emitted, result.seconds),
+        "seconds": seconds,
+        "tokens_per_s": throughput(result.emitted, seconds),
         "proposed": result.proposed,
         "accepted": result.accepted,
         "k": action.k,

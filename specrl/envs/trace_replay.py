@@ -1,7 +1,21 @@
-"""``TraceReplayEnv``: the real loop's acceptance process replayed from traces, time modeled."""
+"""The replay env: the real loop's acceptance process replayed from traces, time modeled, for one
+sequence or a batch of requests (``specrl/TraceReplay-v0``; ``specrl/BatchReplay-v0`` is the same
+env on a batch scenario, :class:`~specrl.envs.batch_replay.BatchReplayEnv`).
+
+A single sequence is the batch of one: one request, one row. A batch is rows that each replay
+their own trace with the same action (as vLLM and TensorRT-LLM speculate), filled the way the
+scenario's ``batch:`` section says (:class:`~specrl.envs.scenario.BatchSpec`): a fixed size whose
+finished rows are replaced at once, or requests arriving at a piecewise-constant Poisson rate in
+modeled time (continuous batching). A step drafts along every row's trace exactly as the engine
+would (:func:`~specrl.envs.replay.replay_step`) and costs the latency model's seconds for its
+rows, at the width of their KV cache grid (the engine's own :class:`~specrl.engine.grid.SlotGrid`,
+driven on token counts), plus the prefill of the requests admitted after it.
+"""
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -10,15 +24,17 @@ import numpy as np
 from gymnasium import spaces
 
 from specrl.controllers.stop_rules import AcceptancePredictor, stop_rule_table
+from specrl.engine.grid import COMPACT_AT, SlotGrid
+from specrl.engine.types import Action, merge_rows
 from specrl.envs.actions import make_action_space, to_engine_action
 from specrl.envs.recording import cached_traces
-from specrl.envs.replay import replay_step, segment_acceptance
+from specrl.envs.replay import ReplayedStep, replay_step, segment_acceptance
 from specrl.envs.reward import step_info, step_reward
 from specrl.envs.scenario import Scenario, load_scenario
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, N_FEATURES, FeatureTracker, GenerationSettings
-from specrl.latency import LatencyModel
+from specrl.latency import LatencyModel, step_shape
 from specrl.models import ModelPair
-from specrl.traces import Trace, TraceSet, with_scenario
+from specrl.traces import Segment, Trace, TraceSet, with_scenario
 
 RESET_OPTIONS = ("trace_index", "domain", "prompt_index")
 
@@ -34,49 +50,109 @@ def realise_acceptance(
     ]
 
 
+def arrival_times(load: tuple[tuple[float, float], ...], count: int, rng: np.random.Generator) -> list[float]:
+    """``count`` arrival times of a Poisson process whose rate is piecewise constant over the
+    repeating phases ``load`` ([(seconds, rate), ...])."""
+    times, now, phase, phase_end = [], 0.0, 0, load[0][0]
+    while len(times) < count:
+        rate = load[phase][1]
+        gap = rng.exponential(1.0 / rate) if rate > 0 else np.inf
+        if now + gap < phase_end:
+            now += gap
+            times.append(now)
+        else:  # memoryless: restart the draw at the next phase
+            now, phase = phase_end, (phase + 1) % len(load)
+            phase_end = now + load[phase][0]
+    return times
+
+
+@dataclass
+class Row:
+    """One request: its trace, where it is, its acceptance draws (per segment and drafter) and the
+    tokens it emitted over every segment."""
+
+    request: int
+    trace_index: int
+    trace: Trace
+    accepts: list[dict[str, list[bool]]]
+    segment_index: int = 0
+    position: int = 0
+    emitted: int = 0
+    segment: Segment = field(init=False)  # the trace's segment_index-th (kept: read every step)
+
+    def __post_init__(self) -> None:
+        self.segment = self.trace.segments[self.segment_index]
+
+    @property
+    def context_length(self) -> int:
+        """Tokens in the sequence before the next step."""
+        return self.segment.prompt_length + self.position
+
+    @property
+    def done(self) -> bool:
+        return self.position >= self.segment.end
+
+    def advance(self, tokens: int) -> bool:
+        """Emit ``tokens``; True when that ends a segment with another after it (the row moves on)."""
+        self.position += tokens
+        self.emitted += tokens
+        if self.position >= self.segment.end and self.segment_index + 1 < len(self.trace.segments):
+            self.segment_index += 1
+            self.segment = self.trace.segments[self.segment_index]
+            self.position = 0
+            return True
+        return False
+
+
 class TraceReplayEnv(gym.Env):
-    """Choose (k, tau) for each speculative iteration, replayed from recorded traces.
+    """Choose (k, tau) for each speculative step, replayed from recorded traces (the module doc).
 
     ## Description
 
-    The same task as :class:`~specrl.envs.SpecDecodeEnv`, without running a model: each
-    episode replays one recorded trace (:mod:`specrl.traces`) of the scenario. A step with
-    action (k, tau) drafts along the trace exactly as the engine would (the draft's recorded
+    The same task as :class:`~specrl.envs.SpecDecodeEnv`, without running a model: each request
+    replays one recorded trace (:mod:`specrl.traces`) of the scenario. A step with action
+    (k, tau) drafts along the trace exactly as the engine would (the draft's recorded
     confidences, its recorded continuation past a rejection), accepts as the real loop does
     (greedy: deterministically; sampled: one Bernoulli(min(1, q/p)) draw per position, made at
-    reset) and takes its time from the latency model. For greedy scenarios a replayed episode
-    equals the real env's step by step (tested); for sampling, in distribution. Fast: tens of
-    thousands of steps per second per core; :class:`~specrl.envs.VecTraceReplay` steps many of
-    these envs as one SB3 VecEnv.
+    reset) and takes its time from the latency model. For greedy scenarios a replayed episode of
+    one sequence equals the real env's step by step (tested); for sampling, in distribution.
+    Fast: tens of thousands of steps per second per core; :class:`~specrl.envs.VecTraceReplay`
+    steps many of these envs as one SB3 VecEnv.
 
     ## Action Space
 
     ``MultiDiscrete([k_max + 1, len(tau_grid)])`` as in ``SpecDecodeEnv``, with a third dimension
     ``len(stop_grid)`` (the per-token stop threshold) when an acceptance ``predictor`` is given, and
     a last one ``len(drafters)`` (the drafter index) when the scenario offers several drafters (also
-    a :class:`specrl.Action`); invalid actions raise :class:`InvalidActionError`.
+    a :class:`specrl.Action`); invalid actions raise :class:`InvalidActionError`. Every row of a
+    batch takes the same action.
 
     ## Observation Space
 
     ``Box(0, 1, (33,), float32)``: the features of :mod:`specrl.features`, computed by the same
-    :class:`FeatureTracker` from the replayed step results (the lookup feature from the trace).
+    :class:`FeatureTracker` from the replayed step results (the lookup feature from the trace); a
+    batch is one step (``batch_size`` the rows now, lengths means over them).
 
     ## Rewards
 
-    ``r_t = (n_t - rho * dt_t) / scale`` (:func:`specrl.envs.reward.step_reward`) with dt_t the
-    latency model's seconds of the step (time is always modeled here) and rho the scenario's
-    ``reward.reference_tokens_per_s``, else the latency model's plain-decoding throughput.
+    ``r_t = (n_t - rho * dt_t) / scale`` (:func:`specrl.envs.reward.step_reward`): n_t the tokens
+    of every row, dt_t the latency model's seconds of the step plus the prefill of the requests
+    admitted after it (time is always modeled here), rho the scenario's
+    ``reward.reference_tokens_per_s``, else the latency model's plain-decoding throughput at the
+    batch's nominal rows (:meth:`Scenario.reference_throughput`).
 
     ## Starting State
 
-    ``reset(seed=, options=)`` draws a domain with the scenario's weights (among the domains
-    the traces hold), a trace of that domain uniformly, and the acceptance realisation, all
-    from ``self.np_random``. ``options``: ``trace_index``, or ``domain`` and ``prompt_index``.
+    ``reset(seed=, options=)`` draws, for each of ``batch.requests`` requests, a domain with the
+    scenario's weights (among the domains the traces hold), a trace of that domain uniformly and
+    its acceptance realisation, then the arrival times under a load, all from ``self.np_random``.
+    ``options`` choose the first request's trace: ``trace_index``, or ``domain`` and
+    ``prompt_index``.
 
     ## Episode End
 
-    Terminated when the trace's last segment is emitted (its budget, EOS or the context
-    window). Never truncated.
+    Terminated when every request is served (one sequence: its trace's last segment is emitted:
+    its budget, EOS or the context window). Never truncated.
 
     ## Arguments
 
@@ -89,21 +165,23 @@ class TraceReplayEnv(gym.Env):
     - ``scenario``: a YAML path, a shipped scenario name or a :class:`Scenario`.
     - ``traces``: a :class:`TraceSet` (default: the scenario's shipped or cached traces for
       ``split``).
-    - ``latency``: a :class:`LatencyModel` (default: the scenario's, see ``latency:``).
+    - ``latency``: a :class:`LatencyModel` (default: the scenario's, see ``latency:``; over batch
+      sizes for a batch of requests).
     - ``pair``: a loaded :class:`ModelPair`, only used when traces or latency are not given.
+    - ``split``: "train", "validation" or "test" (default: the scenario's).
+    - ``predictor``: an :class:`~specrl.controllers.stop_rules.AcceptancePredictor`; adds the
+      per-token stop dimension to the action space (``stop_rule_table``).
     - ``prepare``: record the traces and calibrate the latency model when they are not shipped or
       cached (minutes, with progress; the scenario's pair is loaded, and a line on stderr says so).
       Without it, what is missing raises :class:`~specrl.envs.scenario.SetupError` naming the
       command that makes it: building an env never does minutes of work unasked.
-    - ``split``: "train", "validation" or "test" (default: the scenario's).
-    - ``predictor``: an :class:`~specrl.controllers.stop_rules.AcceptancePredictor`; adds the
-      per-token stop dimension to the action space (``stop_rule_table``).
 
     ## Version History
 
     - v0: initial version (observation features version 1, trace format version 1); the drafter
       index and features version 2 (32 features) came with the drafter pool, version 3 (33: the
-      lookup's match order) after it, same id.
+      lookup's match order) after it; batches of requests (the batch simulator's rows) since the
+      one replay env, same id.
     """
 
     metadata = {"render_modes": []}
@@ -120,19 +198,26 @@ class TraceReplayEnv(gym.Env):
         prepare: bool = False,
     ) -> None:
         if render_mode is not None:
-            raise ValueError(f"TraceReplayEnv does not render; got render_mode={render_mode!r}")
+            raise ValueError(f"{type(self).__name__} does not render; got render_mode={render_mode!r}")
         if not isinstance(scenario, Scenario):
             scenario = load_scenario(scenario)
         self.scenario = scenario.with_overrides(split=split, time="modeled")
+        spec = self.scenario.batch
+        if self.scenario.shift and spec.capacity > 1:
+            raise ValueError(
+                f"scenario '{self.scenario.name}' shifts domain within an episode, which only one row "
+                f"at a time replays; its batch holds up to {spec.capacity}"
+            )
         if (traces is None or latency is None) and pair is None:
             # name, device and dtype find shipped or cached traces and a cached latency model;
             # the weights are loaded only if something must be recorded or calibrated (prepare)
             pair = self.scenario.pair.info()
+        latency = latency or self.scenario.latency_model(pair, calibrate=prepare)
+        self.latency = latency.for_sampling(self.scenario.sampling)
+        self._check_latency()
         if traces is None:
             traces = cached_traces(self.scenario, self.scenario.prompts.split, pair, record=prepare)
         self.traces = with_scenario(traces, self.scenario)
-        latency = latency or self.scenario.latency_model(pair, calibrate=prepare)
-        self.latency = latency.for_sampling(self.scenario.sampling)
         self.reference_tokens_per_s = self.scenario.reference_throughput(self.latency)
         self.context_window = int(traces.meta["context_window"])
         self.settings = GenerationSettings(
@@ -155,100 +240,217 @@ class TraceReplayEnv(gym.Env):
                 f"the traces ({traces.source}) hold domains {sorted(set(traces.domains))}, none "
                 f"with a positive weight in scenario '{self.scenario.name}'"
             )
+        self.active: list[Row] = []
         self.trace: Trace | None = None
+
+    # ---- the episode ----------------------------------------------------------------------------
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
-        index = self._choose_trace(dict(options or {}))
-        self.trace_index, self.trace = index, self.traces.traces[index]
-        self.accepts = realise_acceptance(self.trace, self.np_random, self.drafters)
-        self.segment_index, self.position = 0, 0
-        self.episode_tokens, self.episode_seconds = 0, 0.0
+        rng, spec = self.np_random, self.scenario.batch
+        first = self._choose_trace(dict(options or {}))
+        self.requests: list[Row] = []
+        for request in range(spec.requests):
+            index = first if request == 0 else self._draw_trace()
+            trace = self.traces.traces[index]
+            self.requests.append(Row(request, index, trace, realise_acceptance(trace, rng, self.drafters)))
+        self.arrivals = (
+            arrival_times(spec.load, spec.requests, rng) if spec.serving else [0.0] * spec.requests
+        )
+        self.trace_index, self.trace = first, self.requests[0].trace  # the first request's
+        self.clock, self.next_request, self.served = 0.0, 0, 0
+        self.busy_seconds, self.tokens = 0.0, 0
+        self.active, self.grid = [], SlotGrid()
+        prefill = self._admit()
+        self.clock += prefill
+        self.busy_seconds += prefill
+        settings = replace(self.settings, batch_size=len(self.active))
+        self.features = FeatureTracker(settings, self.active[0].segment.prompt_length, self._lookup_match)
+        self._describe_rows()
         segment = self.trace.segments[0]
-        self.features = FeatureTracker(self.settings, segment.prompt_length, self._lookup_match)
         info = {
             "domain": self.trace.domain,
             "prompt_index": self.trace.prompt_index,
-            "trace_index": index,
+            "trace_index": first,
             "split": self.scenario.prompts.split,
             "prompt_tokens": segment.prompt_length,
             "generation_seed": self.trace.seed,
+            "batch_size": len(self.active),
+            "requests": spec.requests,
         }
         return self.features.vector(), info
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if self.trace is None:
-            raise RuntimeError("call reset() before step()")
-        segment = self.trace.segments[self.segment_index]
-        if self.position >= segment.end:
-            raise RuntimeError("the episode is over; call reset() to start a new one")
+        if not self.active:
+            raise RuntimeError("call reset() before step(), and reset() again after the episode ends")
         engine_action = to_engine_action(
             action, self.scenario.k_max, self.tau_grid, self.stop_rules, self.drafters
         )
-        context_length = segment.prompt_length + self.position
-        drafter = engine_action.drafter
-        step = replay_step(
-            segment,
-            self.position,
-            engine_action.k,
-            engine_action.tau,
-            self.accepts[self.segment_index].get(drafter, ()),
-            self.context_window,
-            engine_action.stop,
-            drafter,
+        rows, slots = self.active, self.grid.width
+        where = self._domain(rows[0]), rows[0].segment_index  # the first row's, before it moves on
+        replayed, draft_seconds, verify_seconds = self._replay(engine_action)
+        results, kept, emitted, fed = [], [], 0, 0
+        for row, step in zip(rows, replayed, strict=True):
+            segment, position, count = row.segment, row.position, step.emitted
+            tokens = segment.tokens[position : position + count]
+            context = segment.prompt_length + position
+            results.append(step.result(engine_action, draft_seconds, verify_seconds, context, tokens))
+            kept.append(count)
+            emitted += count
+            fed = max(fed, step.proposed + 1)  # the rows are right-padded to the longest feed
+        self.grid.step(fed, kept)
+        staying = []
+        for index, (row, count) in enumerate(zip(rows, kept, strict=True)):
+            if row.advance(count):  # the next segment's prompt joins the row's cache
+                appended = row.segment.prompt_length - 1 - self.grid.lengths[index]
+                self.grid.feed(appended, [appended if other is row else 0 for other in rows])
+            if not row.done:
+                staying.append(index)
+        self.features.update(results)
+        if len(staying) < len(rows):  # finished rows leave
+            self.grid.select(staying)
+            self.served += len(rows) - len(staying)
+            self.active = [rows[index] for index in staying]
+        if self.grid.holes() > COMPACT_AT:
+            self.grid.pack()
+        self.clock += draft_seconds + verify_seconds
+        prefill = self._admit()
+        self.clock += prefill
+        seconds = draft_seconds + verify_seconds + prefill
+        self.busy_seconds += seconds
+        self.tokens += emitted
+        self._describe_rows()
+        reward = step_reward(emitted, seconds, self.reference_tokens_per_s, self.scenario.reward.scale)
+        info = step_info(merge_rows(results), engine_action, *where, self.tokens, self.busy_seconds, seconds)
+        info.update(
+            prefill_seconds=prefill,
+            slots=slots,  # the grid's width the step was priced at
+            batch_size=len(rows),
+            served=self.served,
+            step_results=results,
         )
+        return self.features.vector(), float(reward), not self.active, False, info
+
+    def preview(self, k: int, tau: float = 0.0) -> tuple[int, float]:
+        """What the next step would emit (tokens over every row) and cost (modeled seconds, before
+        the prefill of the requests it lets in) with (k, tau), without taking it: the outcomes are
+        the episode's own draws, so this knows the future, for bounds and oracles only."""
+        if not self.active:
+            raise RuntimeError("call reset() before preview()")
+        replayed, draft_seconds, verify_seconds = self._replay(Action(k, tau))
+        return sum(step.emitted for step in replayed), draft_seconds + verify_seconds
+
+    def fork(self) -> TraceReplayEnv:
+        """A copy of the episode as it stands, sharing the traces, latency model and scenario:
+        stepping the copy leaves this env where it is (for labels that look past one step, by
+        playing what would follow each action)."""
+        if not self.active:
+            raise RuntimeError("call reset() before fork()")
+        twin = copy.copy(self)
+        twin.active = [replace(row) for row in self.active]
+        twin.grid = copy.deepcopy(self.grid)
+        lookup, self.features.lookup = self.features.lookup, None  # bound to this env: not copied
+        twin.features = copy.deepcopy(self.features)
+        self.features.lookup = lookup
+        twin.features.lookup = None if lookup is None else twin._lookup_match
+        return twin
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    def _replay(self, action: Action) -> tuple[list[ReplayedStep], float, float]:
+        """Every active row's step with ``action``, and the step's modeled seconds (draft, verify)
+        for its rows at the grid's width."""
+        drafter = action.drafter
+        replayed = [
+            replay_step(
+                row.segment,
+                row.position,
+                action.k,
+                action.tau,
+                row.accepts[row.segment_index].get(drafter, ()),
+                self.context_window,
+                action.stop,
+                drafter,
+            )
+            for row in self.active
+        ]
+        forwards, proposed = step_shape(replayed)
         draft_seconds, verify_seconds = self.latency.step_seconds(
-            context_length, len(step.confidences), step.proposed, drafter
+            self.grid.width + 1, forwards, proposed, drafter, rows=len(self.active)
         )
-        start = self.position
-        self.position += step.emitted
-        result = step.result(
-            engine_action,
-            draft_seconds,
-            verify_seconds,
-            context_length,
-            segment.tokens[start : self.position],
-        )
-        self.features.update([result])
-        seconds = draft_seconds + verify_seconds
-        self.episode_tokens += step.emitted
-        self.episode_seconds += seconds
-        reward = step_reward(step.emitted, seconds, self.reference_tokens_per_s, self.scenario.reward.scale)
-        info = step_info(
-            result,
-            engine_action,
-            self._domain(),
-            self.segment_index,
-            self.episode_tokens,
-            self.episode_seconds,
-        )
-        terminated = False
-        if self.position >= segment.end:
-            if self.segment_index + 1 < len(self.trace.segments):
-                self.segment_index += 1
-                self.position = 0
-                self.features.set_context_length(self.trace.segments[self.segment_index].prompt_length)
-            else:
-                terminated = True
-        return self.features.vector(), float(reward), terminated, False, info
+        return replayed, draft_seconds, verify_seconds
 
-    # ---- helpers ---------------------------------------------------------------------------
+    def _admit(self) -> float:
+        """Fill the batch: a fixed batch up to its size; under a load, the requests that have
+        arrived, up to max_size; an empty batch waits (idle, not counted) for the next arrival.
+        Return the modeled seconds of their prefill."""
+        if self.next_request == len(self.requests):  # every request admitted already
+            return 0.0
+        capacity = self.scenario.batch.capacity
+        if not self.active:
+            self.clock = max(self.clock, self.arrivals[self.next_request])
+        joining = []
+        while (
+            self.next_request < len(self.requests)
+            and len(self.active) + len(joining) < capacity
+            and self.arrivals[self.next_request] <= self.clock
+        ):
+            joining.append(replace(self.requests[self.next_request]))  # the queue's rows stay unplayed
+            self.next_request += 1
+        if not joining:
+            return 0.0
+        lengths = [row.segment.prompt_length for row in joining]
+        context = self.grid.width + 1 if self.active else 0
+        seconds = self.latency.prefill_seconds(lengths, len(self.active), context)
+        self.grid.admit([length - 1 for length in lengths])  # the caches hold all but the last token
+        self.active += joining
+        return seconds
 
-    def _lookup_match(self) -> tuple[int, int]:
-        """The recorded ``ngram/available`` and ``ngram/order`` where the next step starts ((0, 0)
-        at the episode's end)."""
-        segment = self.trace.segments[self.segment_index]
-        fields = segment.fields("ngram")
-        if self.position >= len(fields.available):
-            return 0, 0
-        return fields.available[self.position], fields.order[self.position]
+    def _describe_rows(self) -> None:
+        """The features' batch facts as of the next decision: its rows, their mean length and the
+        mean tokens they emitted."""
+        rows = self.active
+        if rows:
+            context = generated = 0
+            for row in rows:
+                context += row.segment.prompt_length + row.position
+                generated += row.emitted
+            self.features.set_rows(len(rows), context / len(rows), generated / len(rows))
 
-    def _domain(self) -> str:
-        if self.segment_index == 0:
-            return self.trace.domain
-        return self.scenario.shift[self.segment_index - 1].domain
+    def _lookup_match(self) -> tuple[float, float]:
+        """The recorded ``ngram/available`` and ``ngram/order`` where the rows' next step starts,
+        means over the rows ((0, 0) at a row's end)."""
+        available = order = 0
+        for row in self.active:
+            fields = row.segment.fields("ngram")
+            if row.position < len(fields.available):
+                available += fields.available[row.position]
+                order += fields.order[row.position]
+        rows = max(1, len(self.active))
+        return available / rows, order / rows
+
+    def _check_latency(self) -> None:
+        rows = self.scenario.batch.capacity
+        if self.latency.batch_sizes == (1,) and rows > 1:
+            raise ValueError(
+                f"the latency model ({self.latency.kind}) prices one row only, but scenario "
+                f"'{self.scenario.name}' runs up to {rows} rows: give a model over batch sizes "
+                "(specrl.latency.calibrated(pair, method='batch'))"
+            )
+        unpriced = self.latency.unpriced(self.scenario.drafters)
+        if unpriced:
+            raise ValueError(
+                f"the latency model ({self.latency.kind}, pair {self.latency.pair}) has no price for the "
+                f"drafters {unpriced} of scenario '{self.scenario.name}'; measure them with "
+                "specrl.latency.calibrated(pair, drafters=...)"
+            )
+
+    def _domain(self, row: Row) -> str:
+        if row.segment_index == 0:
+            return row.trace.domain
+        return self.scenario.shift[row.segment_index - 1].domain
 
     def _choose_trace(self, options: dict[str, Any]) -> int:
         unknown = sorted(set(options) - set(RESET_OPTIONS))
@@ -259,7 +461,9 @@ class TraceReplayEnv(gym.Env):
             if not 0 <= index < len(self.traces):
                 raise ValueError(f"trace_index={index} out of range: {len(self.traces)} traces")
             return index
-        domain = options.get("domain") or self._draw_domain()
+        domain = options.get("domain") or self.scenario.prompts.draw_domain(
+            self.np_random, among=self.domains
+        )
         candidates = self.traces.indices_of(domain)
         if not candidates:
             raise ValueError(
@@ -272,5 +476,6 @@ class TraceReplayEnv(gym.Env):
             return matches[0]
         return candidates[int(self.np_random.integers(len(candidates)))]
 
-    def _draw_domain(self) -> str:
-        return self.scenario.prompts.draw_domain(self.np_random, among=self.domains)
+    def _draw_trace(self) -> int:
+        """A trace of a domain drawn with the scenario's weights, uniformly among that domain's."""
+        return self._choose_trace({})

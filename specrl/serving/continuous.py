@@ -31,8 +31,8 @@ from specrl.engine.decoder import ControlLoop
 from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import Step, throughput
-from specrl.envs.batch_replay import arrival_times
 from specrl.envs.scenario import Scenario
+from specrl.envs.trace_replay import arrival_times
 from specrl.models import ModelPair
 
 

@@ -89,7 +89,8 @@ class DomainShift:
 
 @dataclass(frozen=True)
 class BatchSpec:
-    """How many sequences decode together, for the batch simulator (``specrl/BatchReplay-v0``).
+    """How many sequences decode together in the replay env (``specrl/TraceReplay-v0``,
+    ``specrl/BatchReplay-v0``); the default, one request, is a single sequence.
 
     Attributes:
         size: rows of a fixed batch: a row that finishes is replaced by the next request at once,
@@ -105,7 +106,7 @@ class BatchSpec:
     size: int = 1
     load: tuple[tuple[float, float], ...] = ()
     max_size: int = 64
-    requests: int = 64
+    requests: int = 1
 
     def __post_init__(self) -> None:
         for key in ("size", "max_size", "requests"):
@@ -123,6 +124,23 @@ class BatchSpec:
     def serving(self) -> bool:
         """Requests arrive over time (``load``) rather than a fixed batch."""
         return bool(self.load)
+
+    @property
+    def capacity(self) -> int:
+        """The most rows decoded at once."""
+        return self.max_size if self.serving else self.size
+
+    @property
+    def nominal_rows(self) -> int:
+        """The rows at which rho, plain decoding's throughput, is taken: the fixed size, or half
+        the most rows under a load."""
+        return max(1, self.max_size // 2) if self.serving else self.size
+
+    @property
+    def batched(self) -> bool:
+        """More than one request: a batch of requests, priced by a latency model over batch sizes
+        (one request is a single sequence)."""
+        return self.requests > 1 or self.serving
 
 
 @dataclass(frozen=True)
@@ -222,15 +240,15 @@ class Scenario:
 
     def reference_throughput(self, latency: LatencyModel | None) -> float:
         """rho of the reward (tokens/s): ``reward.reference_tokens_per_s``, else the latency
-        model's plain-decoding throughput under this scenario's sampling (then ``latency`` is
-        required)."""
+        model's plain-decoding throughput under this scenario's sampling, at the batch's nominal
+        rows (one for a single sequence; then ``latency`` is required)."""
         if self.reward.reference_tokens_per_s is not None:
             return self.reward.reference_tokens_per_s
         if latency is None:
             raise ValueError(
                 "reward.reference_tokens_per_s is null, so rho comes from the latency model: pass one"
             )
-        return latency.for_sampling(self.sampling).plain_tokens_per_s
+        return latency.for_sampling(self.sampling).plain_throughput(self.batch.nominal_rows)
 
     @property
     def needs_latency(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 import specrl.latency
@@ -21,10 +22,13 @@ EMBEDDED_PREFIX = "specrl-zoo-"  # an embedded pair's name: specrl-zoo-<preset>
 def latency_model(
     scenario: Scenario, pair: ModelPair | PairInfo, progress: bool = True, calibrate: bool = True
 ) -> LatencyModel:
-    """The latency model of ``latency`` for ``pair`` (learned from the loop and cached;
-    constant; or read), as the view for this scenario's sampling (greedy or sampled).
-    A ``calibrated`` model not cached yet is measured now (``calibrate``, with progress; a
-    :class:`PairInfo` is then loaded, and a line on stderr says so), else refused.
+    """The latency model of ``latency`` for ``pair`` (measured on this device and cached;
+    constant; or read), as the view for this scenario's sampling (greedy or sampled). A
+    ``calibrated`` model is learned from the loop of one sequence, or, for a batch of requests
+    (``batch.batched``), measured over batch sizes and calibrated on continuous batching of the
+    scenario's train prompts (:func:`scenario_calibration_prompts`). One not cached yet is measured now
+    (``calibrate``, with progress; a :class:`PairInfo` is then loaded, and a line on stderr says
+    so), else refused.
 
     Raises:
         SetupError: ``calibrated``, not cached, and ``calibrate`` is False: the message names the
@@ -38,13 +42,16 @@ def latency_model(
         device = device_key(pair.device)
         return LatencyModel.from_cost_model(scenario.cost_model, pair=pair.name, device=device, dtype=dtype)
     if scenario.latency == "calibrated":
-        model = cached_calibration(pair, k_max=scenario.k_max)
+        method = "batch" if scenario.batch.batched else "loop"
+        model = cached_calibration(pair, k_max=scenario.k_max, method=method)
         unpriced = [] if model is None else model.unpriced(scenario.drafters)
         if model is None or unpriced:  # measured once, then cached
-            path = specrl.latency.latency_path(pair)
-            what = "its latency model" if model is None else f"the drafters {unpriced}"
+            path = specrl.latency.latency_path(pair, method)
+            what = f"its latency model{' over batch sizes' * (method == 'batch')}"
+            what = what if model is None else f"the drafters {unpriced}"
             if not calibrate:
-                command = f"`{calibrate_command(pair, scenario.k_max)}` (about 2 minutes, then cached)"
+                minutes = "about 10 minutes" if method == "batch" else "about 2 minutes"
+                command = f"`{calibrate_command(pair, scenario.k_max, method)}` ({minutes}, then cached)"
                 if unpriced:
                     command = f"`specrl.latency.calibrated(pair, drafters={list(scenario.drafters)})`"
                 raise SetupError(
@@ -52,9 +59,15 @@ def latency_model(
                     f"{path} {'does not exist' if model is None else 'has no price for them'}: measure it "
                     f"with {command}, or pass prepare=True to the env to measure it now"
                 )
-            why = f"calibrate {what} (not in {path})"
+            loaded = loaded_pair(pair, f"calibrate {what} (not in {path})")
+            prompts = scenario_calibration_prompts(scenario, loaded) if method == "batch" else None
             model = specrl.latency.calibrated(
-                loaded_pair(pair, why), k_max=scenario.k_max, progress=progress, drafters=scenario.drafters
+                loaded,
+                k_max=scenario.k_max,
+                progress=progress,
+                drafters=scenario.drafters,
+                method=method,
+                prompts=prompts,
             )
         return model.for_sampling(scenario.sampling)
     model = LatencyModel.load(scenario.latency).for_sampling(scenario.sampling)
@@ -134,3 +147,13 @@ def calibrate_command(pair: ModelPair | PairInfo, k_max: int, method: str = "loo
         parts += [f"--target {target}", f"--draft {draft}"]
     parts += [] if k_max == 8 else [f"--k-max {k_max}"]
     return " ".join(parts)
+
+
+def scenario_calibration_prompts(scenario: Scenario, pair: ModelPair, count: int = 96) -> list[list[int]]:
+    """``count`` prompts (token ids) drawn from the train split of ``scenario``'s domains: what a
+    latency model over batch sizes is calibrated on."""
+    sets = prompt_sets(scenario.with_overrides(split="train"), pair)
+    domains = [domain for domain, weight in scenario.prompts.domains.items() if weight > 0]
+    texts = [text for domain in domains for text in sets[domain]]
+    picks = np.random.default_rng(0).integers(len(texts), size=count)
+    return [pair.encode(texts[i]) for i in picks]
