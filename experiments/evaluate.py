@@ -44,33 +44,27 @@ episode is timed on the machine that played it, so use workers of one hardware t
 Prompt split (docs/design.md section 4b): results are reported on ``test`` (the default; nothing is
 selected on it). ``--split validation`` runs the same comparison on validation prompts, for
 tuning; scenarios without prompts in that split (the test-only license domain) are skipped.
+
+The run itself lives in specrl/evaluation/ (run_all.py over harness.py, scenario_choice.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
-import re
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from specrl.distributed.cli import add_ray_arguments, pool_from_args
-from specrl.envs import load_scenario, shipped_scenarios
-from specrl.envs.recording import recording_with
-from specrl.envs.scenario import LATENCY_SOURCES, PairSpec, Scenario
-from specrl.evaluation import Settings, evaluate_scenario, load_policies, roster
-from specrl.evaluation.machine import command_line, loadavg, machine_info, pair_info, warn_if_busy
-from specrl.evaluation.report import render_markdown, summarize, write_tensorboard
-from specrl.evaluation.simulator import load_simulator
+from specrl.envs.scenario import LATENCY_SOURCES
+from specrl.evaluation import Settings, roster
+from specrl.evaluation.machine import command_line
+from specrl.evaluation.run_all import evaluate_all, run_name, write_results
+from specrl.evaluation.scenario_choice import Overrides, choose_scenarios
 from specrl.export.layout import SHIPPED_POLICY_DIR
-from specrl.hf_assisted import confidence_threshold_variant
-from specrl.io import write_text_atomic
-from specrl.plots import write_plots
 from specrl.traces import DEFAULT_PROMPTS_PER_DOMAIN
 
 REPO = Path(__file__).resolve().parent.parent
@@ -225,67 +219,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def load_scenarios(args: argparse.Namespace) -> list[Scenario]:
-    """The scenarios to run, with the command line's overrides; of the shipped ones (no
-    --scenarios), those with prompts in --split."""
-    scenarios = []
-    for name in args.scenarios or shipped_scenarios():
-        scenario = load_scenario(name)
-        if args.max_new_tokens is not None:
-            scenario = replace(scenario, max_new_tokens=args.max_new_tokens)
-        if args.latency is not None:
-            scenario = replace(scenario, latency=args.latency)
-        if args.target is not None:
-            scenario = replace(
-                scenario,
-                pair=PairSpec(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype),
-            )
-        elif args.preset is not None or args.device or args.dtype:
-            scenario = replace(
-                scenario,
-                pair=replace(
-                    scenario.pair,
-                    preset=args.preset or scenario.pair.preset,
-                    device=args.device,
-                    dtype=args.dtype,
-                ),
-            )
-        if not args.scenarios and not has_split(scenario, args.split):
-            print(f"skipping scenario {name}: its domains have no {args.split} prompts", file=sys.stderr)
-            continue
-        scenarios.append(scenario)
-    pairs = {s.pair for s in scenarios}
-    if len(pairs) != 1:
-        raise SystemExit(
-            f"the scenarios name different pairs {sorted(map(str, pairs))}: one run evaluates one "
-            "pair (use --preset or --target/--draft)"
-        )
-    return scenarios
-
-
-def has_split(scenario: Scenario, split: str) -> bool:
-    """Whether the embedded pair's prompt sets give every domain of ``scenario`` prompts in ``split``."""
-    if scenario.prompts.file or scenario.pair.target is not None:
-        return True  # a prompts file or hub pair: its own error says what is missing
-    sets = scenario.pair.info().prompts  # read from the pair's folder, no weights loaded
-    return all(sets.get(split, {}).get(domain) for domain in scenario.domains)
-
-
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     started = datetime.datetime.now(datetime.timezone.utc)
-    scenarios = load_scenarios(args)
-    pair = scenarios[0].pair.load()
-    warn_if_busy(pair)
-    machine = machine_info(pair)
-    simulator = "--no-sim was given" if args.no_sim else load_simulator()
-    policies, skipped_policies, notes = load_policies(args.policy, pair.name)
-    for folder, reason in skipped_policies.items():
-        print(f"skipping learned policy {folder}: {reason}", file=sys.stderr)
-    if isinstance(simulator, str):
-        print(f"no simulator columns: {simulator}", file=sys.stderr)
+    overrides = Overrides(
+        max_new_tokens=args.max_new_tokens,
+        latency=args.latency,
+        preset=args.preset,
+        target=args.target,
+        draft=args.draft,
+        device=args.device,
+        dtype=args.dtype,
+    )
+    scenarios = choose_scenarios(args.scenarios, args.split, overrides)
     settings = Settings(
         episodes=args.episodes,
         sim_prompts_per_domain=args.sim_prompts_per_domain,
@@ -298,55 +246,21 @@ def main(argv: list[str] | None = None) -> dict:
         seed=args.seed,
         progress=not args.no_progress,
     )
-    pool = pool_from_args(args, scenarios[0].pair)
-    latencies: dict = {}
-    results_by_scenario = {}
-    with recording_with(pool.collector()) if pool else contextlib.nullcontext():
-        for i, scenario in enumerate(scenarios):
-            key = (scenario.latency, scenario.k_max)
-            if key not in latencies:
-                latencies[key] = scenario.latency_model(pair, progress=not args.no_progress)
-            warm = settings if i == 0 else replace(settings, warmup=0)  # later scenarios run on warm code
-            real_loop = pool.real_loop if pool else None
-            run = evaluate_scenario(scenario, pair, latencies[key], warm, policies, simulator, real_loop)
-            results_by_scenario[scenario.name] = run.result
-    machine["loadavg_end"] = loadavg()
-    if pool is not None:
-        machine["ray"] = {"address": args.ray, "workers": pool.where()}
-        pool.close()
-
-    notes += [f"Learned policy {folder} skipped: {reason}" for folder, reason in skipped_policies.items()]
-    if isinstance(simulator, str):
-        notes.append(f"Simulator columns, oracle and grid search missing: {simulator}")
-    results = {
+    header = {
         "date": started.isoformat(timespec="seconds"),
         "command": command_line(),
         "argv": sys.argv,
         "config": json.loads(json.dumps(vars(args), default=str)),
-        "pair": pair_info(pair),
-        "machine": machine,
-        "hf_confidence_threshold": confidence_threshold_variant(),
-        "simulator": {
-            "available": not isinstance(simulator, str),
-            "reason": simulator if isinstance(simulator, str) else None,
-        },
-        "latency": ", ".join(sorted({f"{m.kind} ({m.device})" for m in latencies.values()})),
-        "policies": {name: {"folder": str(p.policy.folder), "pair": p.pair} for name, p in policies.items()},
-        "skipped_policies": skipped_policies,
-        "notes": notes,
-        "scenarios": results_by_scenario,
     }
-    results["summary"] = summarize(results_by_scenario)
-
-    out = args.out or REPO / "results" / "evaluate" / (
-        re.sub(r"[^A-Za-z0-9._+-]+", "_", pair.name).strip("_") + "__" + started.strftime("%Y%m%d-%H%M%S")
+    pool = pool_from_args(args, scenarios[0].pair)
+    results = evaluate_all(
+        scenarios, settings, args.policy, header, simulate=not args.no_sim, pool=pool, ray_address=args.ray
     )
-    markdown = render_markdown(results)
-    write_text_atomic(out / "results.json", json.dumps(results, indent=1) + "\n")
-    write_text_atomic(out / "results.md", markdown)
-    write_plots(results, out)
-    write_tensorboard(results, out / "tensorboard", markdown)
-    print(markdown)
+    if pool is not None:
+        pool.close()
+
+    out = args.out or REPO / "results" / "evaluate" / run_name(results["pair"]["name"], started)
+    print(write_results(results, out))
     print(
         f"wrote {out}/: results.json, results.md, *.png and tensorboard/ "
         f"(tensorboard --logdir {out / 'tensorboard'})"

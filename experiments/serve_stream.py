@@ -27,35 +27,24 @@ cores for the three seeds):
 Writes, per seed, ``OUT/seed<N>/stream.json`` (every request of every setup, every adaptation, the
 summary, the machine), ``stream.md`` and ``stream.png``, and ``OUT/stream.md`` with the seeds side by
 side (one seed: its files straight in ``OUT``); TensorBoard scalars (``specdec/stream/*``) under
-``runs/stream__<stream>__<split>__seed<N>__<time>/<setup>``.
+``runs/stream__<stream>__<split>__seed<N>__<time>/<setup>``. The runs and pages live in
+specrl/evaluation/benchmarks/stream.py and stream_page.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import statistics
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from specrl.controllers import LearnedController, StaticController, TCPController
-from specrl.evaluation.machine import (
-    command_line,
-    describe_commit,
-    describe_machine,
-    machine_info,
-    pair_info,
-    warn_if_busy,
-)
+from specrl.controllers import LearnedController, TCPController
+from specrl.evaluation.benchmarks.stream import seeds_with_different_outputs, serve_seed
+from specrl.evaluation.benchmarks.stream_page import render, spread_markdown, write_seed
+from specrl.evaluation.machine import warn_if_busy
 from specrl.io import write_text_atomic
-from specrl.serving import Setup, build_setups, draw_requests, load_stream, serve_stream
-from specrl.serving.adaptation import LiveDraft
-from specrl.serving.stream_report import StreamScalars, markdown, plot, summarize
-from specrl.tables import markdown_table
+from specrl.serving import load_stream
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -107,169 +96,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     out, reports = Path(args.out), []
     for seed in seeds:
-        seeded = replace(spec, seed=seed)
-        folder = out / f"seed{seed}" if len(seeds) > 1 else out
-        reports.append(serve_one(pair, seeded, {n: factories[n] for n in names}, args, folder))
+        chosen = {n: factories[n] for n in names}
+        report = serve_seed(
+            pair, replace(spec, seed=seed), chosen, args.requests, Path(args.runs), not args.no_progress
+        )
+        print(write_seed(report, out / f"seed{seed}" if len(seeds) > 1 else out))
+        reports.append(report)
     if len(seeds) > 1:
         page = spread_markdown(reports)
         write_text_atomic(out / "stream.md", page)
         print(page)
-    identical = [r["outputs_identical_to_plain"] for r in reports]
-    bad = [
-        r["stream"]["seed"]
-        for r, same in zip(reports, identical, strict=True)
-        if same and not all(same.values())
-    ]
-    if bad:
+    if bad := seeds_with_different_outputs(reports):
         raise SystemExit(f"greedy outputs differ from plain decoding for seed(s) {bad}")
     return reports
-
-
-def render(out: Path) -> list[dict]:
-    """Rewrite the pages and plots of a finished run from its JSON files (no decoding)."""
-    files = sorted(out.glob("seed*/stream.json")) or [out / "stream.json"]
-    reports = [json.loads(path.read_text()) for path in files]
-    for path, report in zip(files, reports, strict=True):
-        write_text_atomic(path.parent / "stream.md", markdown(report, header(report), image="stream.png"))
-        plot(report, path.parent / "stream.png")
-    if len(reports) > 1:
-        write_text_atomic(out / "stream.md", spread_markdown(reports))
-    return reports
-
-
-def serve_one(pair, spec, factories: dict, args: argparse.Namespace, out: Path) -> dict:
-    """Serve the stream of one seed with every setup; write its JSON, page and plot to ``out``."""
-    requests = draw_requests(spec, pair.prompts)[: args.requests]
-    setups = [Setup("plain", StaticController(0), LiveDraft(pair.draft))]
-    setups += build_setups(pair, spec, factories)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    scalars = StreamScalars(Path(args.runs) / f"stream__{spec.name}__{spec.split}__seed{spec.seed}__{stamp}")
-    started = time.perf_counter()
-    serve_stream(
-        pair, spec, setups, requests, scalars.request, scalars.adaptation, progress=not args.no_progress
-    )
-    scalars.close()
-    reference = setups[0].outputs
-    report = summarize(setups, spec)
-    report.update(
-        stream=spec.to_dict() | {"requests_served": len(requests)},
-        outputs_identical_to_plain={s.name: s.outputs == reference for s in setups}
-        if spec.sampling.greedy
-        else None,
-        wall_seconds=time.perf_counter() - started,
-        pair=pair_info(pair),
-        machine=machine_info(pair),
-        date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        command=command_line(),
-        torch_threads=torch.get_num_threads(),
-    )
-    write_text_atomic(out / "stream.json", json.dumps(report, indent=1, default=str) + "\n")
-    page = markdown(report, header(report), image="stream.png")
-    write_text_atomic(out / "stream.md", page)
-    plot(report, out / "stream.png")
-    print(page)
-    return report
-
-
-def spread_markdown(reports: list[dict]) -> str:
-    """The seeds side by side: tokens/s (adaptation included) against plain and against the frozen
-    draft, and math acceptance frozen -> adapted after the first swap, per seed, with the median."""
-    first = reports[0]
-    setups = list(first["setups"])
-    seeds = [r["stream"]["seed"] for r in reports]
-    rows = []
-    for name in setups:
-        frozen = name.replace("adapted", "frozen", 1) if name.startswith("adapted") else None
-        vs_plain = [r["setups"][name]["tokens_per_s"] / r["setups"]["plain"]["tokens_per_s"] for r in reports]
-        cells = [name, *(f"{v:.3f}x" for v in vs_plain), f"{statistics.median(vs_plain):.3f}x"]
-        if frozen:
-            vs_frozen = [
-                r["setups"][name]["tokens_per_s"] / r["setups"][frozen]["tokens_per_s"] for r in reports
-            ]
-            cells += [*(f"{v:.3f}x" for v in vs_frozen), f"{statistics.median(vs_frozen):.3f}x"]
-        else:
-            cells += ["-"] * (len(seeds) + 1)
-        rows.append(cells)
-    header_cells = ["setup", *(f"vs plain, seed {s}" for s in seeds), "median"]
-    header_cells += [*(f"vs frozen, seed {s}" for s in seeds), "median"]
-    math_rows = []
-    for row in first["domains"]:
-        cells = [row["controller"], row["domain"]]
-        for r in reports:
-            match = next(
-                d
-                for d in r["domains"]
-                if d["controller"] == row["controller"] and d["domain"] == row["domain"]
-            )
-            before, after = match["frozen_after"], match["adapted_after"]
-            cells.append("-" if before is None or after is None else f"{before:.3f} -> {after:.3f}")
-        math_rows.append(cells)
-    machine = first["machine"]
-    return "\n".join(
-        [
-            f"# Request stream `{first['stream']['name']}` ({first['stream']['split']} split), "
-            f"seeds {', '.join(map(str, seeds))}: frozen vs adapted draft",
-            "",
-            "Each seed draws its own request order and held-back requests from the same prompts; every page",
-            "below holds one seed in full (tables, plot, adaptations). Tokens/s include adaptation time.",
-            "",
-            markdown_table(header_cells, rows),
-            "",
-            "Acceptance (accepted / proposed) on the requests after the adapted draft's first swap, "
-            "frozen -> adapted:",
-            "",
-            markdown_table(["controller", "domain", *(f"seed {s}" for s in seeds)], math_rows),
-            "",
-            "Pages: " + ", ".join(f"[seed {s}](seed{s}/stream.md)" for s in seeds) + ".",
-            "",
-            f"Command: `{first['command']}`",
-            "",
-            f"Machine: {describe_machine(machine)}; {describe_commit(machine) or 'commit unknown'}"
-            + f"; {reports[-1]['date']}; {sum(r['wall_seconds'] for r in reports) / 60:.1f} min.",
-            "",
-        ]
-    )
-
-
-def header(report: dict) -> str:
-    stream, machine = report["stream"], report["machine"]
-    adaptation = stream["adaptation"]
-    segments = ", ".join(
-        f"{s['name']} ({', '.join(f'{d} {n}' for d, n in s['requests'].items())})" for s in stream["segments"]
-    )
-    identical = report["outputs_identical_to_plain"]
-    return "\n".join(
-        [
-            f"# Request stream `{stream['name']}` ({stream['split']} split): frozen vs adapted draft",
-            "",
-            f"{stream['description']} {report['stream']['requests_served']} requests, one at a time: "
-            f"{segments}; {stream['max_new_tokens']} new tokens each, temperature "
-            f"{stream['sampling']['temperature']}, seed {stream['seed']}. Pair {report['pair']['name']}.",
-            "",
-            f"Every {adaptation['every']} requests, when the live draft's acceptance on them is below "
-            f"{adaptation['adapt_below']}, an adaptation runs in between requests (serving pauses; its time "
-            f"counts): at most {adaptation['steps']} AdamW steps (batch {adaptation['batch_size']}, lr "
-            f"{adaptation['lr']}) of KD (T = {adaptation['temperature']}, alpha = {adaptation['alpha']}) "
-            f"plus LM loss on the generated tokens of the last {adaptation['window']} requests (the target's "
-            f"logits kept from its verify forwards), {adaptation['holdout']:.0%} of requests held back to "
-            "judge the candidate.",
-            "",
-            "Greedy outputs identical to plain decoding in every setup: "
-            + (
-                "not checked (sampling)"
-                if identical is None
-                else "yes"
-                if all(identical.values())
-                else f"NO {identical}"
-            )
-            + ".",
-            "",
-            f"Command: `{report['command']}`",
-            "",
-            f"Machine: {describe_machine(machine)}; {describe_commit(machine) or 'commit unknown'}"
-            + f"; {report['date']}; {report['wall_seconds'] / 60:.1f} min.",
-        ]
-    )
 
 
 if __name__ == "__main__":

@@ -1,15 +1,15 @@
-"""The evaluation harness: a smoke run of experiments/evaluate.py on the tiny pair, and its parts."""
+"""The evaluation harness: a smoke run of what experiments/evaluate.py runs (tiny pair), and its parts."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import load_script
 from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -17,10 +17,12 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from specrl.envs import Scenario
 from specrl.envs.rollout import EpisodeSummary
 from specrl.envs.scenario import PromptSpec
-from specrl.evaluation import roster
+from specrl.evaluation import Settings, roster
 from specrl.evaluation.harness import add_ratios
 from specrl.evaluation.report import PER_SCENARIO_HEADING
+from specrl.evaluation.run_all import evaluate_all, write_results
 from specrl.evaluation.runs import EpisodeRecord, StepRecord, aggregate
+from specrl.evaluation.scenario_choice import Overrides, choose_scenarios
 from specrl.export import export_policy
 from specrl.features import N_FEATURES
 from specrl.plots import segments, shift_controllers, shift_series
@@ -71,14 +73,13 @@ def smoke(tiny_home, tmp_path_factory):
     a missing one."""
     out = tmp_path_factory.mktemp("evaluate") / "run"
     policy = random_policy(out.parent / "toy")
-    options = (
-        "--preset tiny --device cpu --sim-prompts-per-domain 1 --repeats 1 --warmup 0 --max-new-tokens 72"
-    )
-    options += " --time modeled --latency constant --no-progress"
-    policies = ["--policy", str(out.parent / "no-such-policy"), "--policy", str(policy)]
-    results = load_script("evaluate").main(
-        [*options.split(), "--scenarios", *SCENARIOS, *policies, "--out", str(out)]
-    )
+    overrides = Overrides(max_new_tokens=72, latency="constant", preset="tiny", device="cpu")
+    scenarios = choose_scenarios(SCENARIOS, "test", overrides)
+    settings = Settings(sim_prompts_per_domain=1, repeats=1, warmup=0, time="modeled", progress=False)
+    config = json.loads(json.dumps(asdict(settings)))  # the page reads the workload and timing here
+    header = {"date": "2026-01-01T00:00:00+00:00", "command": "evaluate (smoke)", "config": config}
+    results = evaluate_all(scenarios, settings, [out.parent / "no-such-policy", policy], header)
+    write_results(results, out)
     return out, results
 
 

@@ -12,7 +12,8 @@ from conftest import load_script
 
 
 def test_machine_noise_is_the_spread_of_modeled_over_wall_clock_per_episode():
-    noise = load_script("sim_vs_real").machine_noise
+    from specrl.evaluation.sim_vs_real import machine_noise as noise
+
     steady = noise([0.9] * 16, controllers=8)
     assert steady["episode_sd"] == pytest.approx(0.0) and steady["controller_se"] == pytest.approx(0.0)
     ratios = list(np.exp(np.random.default_rng(0).normal(0.0, 0.1, 800)))
@@ -59,7 +60,8 @@ def test_seed_spread_reports_min_median_max_of_the_ratios(tmp_path, monkeypatch,
 
 
 def test_spearman_ranks_share_ties():
-    script = load_script("sim_vs_real")
+    from specrl.evaluation.sim_vs_real import rankings
+
     rows = [
         {
             "scenario": "s",
@@ -71,11 +73,11 @@ def test_spearman_ranks_share_ties():
         for c, sim, wall in (("a", 1.0, 10.0), ("b", 2.0, 10.0), ("c", 3.0, 30.0))
     ]
     # a tie in the wall clock: Spearman with shared ranks is 0.866, not the 1.0 or 0.5 of broken ties
-    assert script.rankings(rows)["s"]["spearman_wallclock"] == pytest.approx(0.8660254)
+    assert rankings(rows)["s"]["spearman_wallclock"] == pytest.approx(0.8660254)
     reversed_rows = [
         dict(row, real_wallclock={"tokens_per_s": 1 / row["sim"]["tokens_per_s"]}) for row in rows
     ]
-    assert script.rankings(reversed_rows)["s"]["spearman_wallclock"] == pytest.approx(-1.0)
+    assert rankings(reversed_rows)["s"]["spearman_wallclock"] == pytest.approx(-1.0)
 
 
 def test_markdown_table_writes_header_rule_and_rows():

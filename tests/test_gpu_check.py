@@ -1,4 +1,5 @@
-"""experiments/gpu_check.py and what it needs: the "gpu" zoo preset and a build's wall-clock cap.
+"""experiments/gpu_check.py (specrl/evaluation/gpu_check/) and what it needs: the "gpu" zoo preset
+and a build's wall-clock cap.
 
 No GPU is available to this project: the script runs here with --smoke (every budget shrunk, the
 tiny pair on the CPU), which goes through every stage a GPU run goes through.
@@ -6,7 +7,6 @@ tiny pair on the CPU), which goes through every stage a GPU run goes through.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import load_script
 
+from specrl.evaluation.gpu_check import BUDGETS, Record, require_device, resolve_budget
 from specrl.zoo.__main__ import main as zoo_main
 from specrl.zoo.presets import PRESETS, parameters, training_flops
 from specrl.zoo.train import make_model
@@ -67,9 +67,7 @@ def test_a_capped_build_stops_early_and_its_card_records_the_steps_and_the_cap(t
 
 
 def test_a_failed_stage_is_recorded_and_the_stages_that_need_it_are_skipped(tmp_path):
-    script = load_script("gpu_check")
-    args = argparse.Namespace(smoke=True, budget=dict(script.BUDGETS["smoke"]), scenarios=["code"])
-    record = script.Record(tmp_path, args)
+    record = Record(tmp_path, smoke=True, budget=dict(BUDGETS["smoke"]), scenarios=["code"])
     record.stage("environment", lambda: {"device": "cpu", "torch": "x", "cuda": None})
 
     def broken() -> dict:
@@ -85,10 +83,23 @@ def test_a_failed_stage_is_recorded_and_the_stages_that_need_it_are_skipped(tmp_
     assert "NOT every stage passed" in markdown and "no room left on the device" in markdown
 
 
+def test_a_flag_overrides_its_budget_and_a_count_below_one_is_refused_by_name():
+    budget = resolve_budget(smoke=True, overrides={"repeats": 5, "samples": None, "rebuild": True})
+    assert budget == {**BUDGETS["smoke"], "repeats": 5}
+    assert resolve_budget(smoke=False, overrides={})["preset"] == "gpu"
+    with pytest.raises(ValueError, match="--episodes and --repeats must be >= 1"):
+        resolve_budget(smoke=True, overrides={"repeats": 0})
+    with pytest.raises(ValueError, match="--samples, --calibration-steps and --ppo-timesteps"):
+        resolve_budget(smoke=False, overrides={"ppo_timesteps": 0})
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal a machine without CUDA gives")
 def test_a_gpu_run_where_torch_sees_no_gpu_is_refused_by_name(tmp_path):
     with pytest.raises(SystemExit, match="gpu_check: .*sees no CUDA device here; install a CUDA build"):
-        load_script("gpu_check").main(["--out", str(tmp_path / "out")])
+        require_device("cuda")
+    command = [sys.executable, str(SCRIPT), "--out", str(tmp_path / "out")]
+    run = subprocess.run(command, cwd=REPO, capture_output=True, text=True)  # refused before it writes
+    assert run.returncode != 0 and "sees no CUDA device here" in run.stderr
     assert not (tmp_path / "out").exists()
 
 

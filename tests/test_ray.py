@@ -8,10 +8,12 @@ retried; one that dies twice fails the run naming the prompts lost.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +21,14 @@ import pytest
 from conftest import load_script
 
 from specrl.distributed import RayError, RayPool, WorkerLost, connect, shards
-from specrl.distributed.cluster import probe
+from specrl.distributed.cluster import LOCAL, probe
 from specrl.distributed.workers import PairWorker
 from specrl.envs import load_scenario
 from specrl.envs.recording import cached_traces, collect_traces
+from specrl.evaluation import Settings
+from specrl.evaluation.run_all import evaluate_all, write_results
+from specrl.evaluation.scenario_choice import Overrides, choose_scenarios
+from specrl.export.layout import SHIPPED_POLICY_DIR
 
 ray = pytest.importorskip("ray", reason="Ray is the optional extra specrl[ray] (the dev extra has it)")
 pytestmark = pytest.mark.xdist_group("ray")  # one pytest worker runs them all, on one local Ray instance
@@ -157,14 +163,20 @@ def test_evaluate_on_ray_equals_the_single_process_run_and_collect_traces_caches
     local_ray, tmp_path
 ):
     home, _ = local_ray
-    options = (
-        "--preset tiny --device cpu --scenarios code --episodes 3 --sim-prompts-per-domain 3 --repeats 2"
+    overrides = Overrides(max_new_tokens=40, latency="constant", preset="tiny", device="cpu")
+    scenarios = choose_scenarios(["code"], "test", overrides)
+    settings = Settings(
+        episodes=3, sim_prompts_per_domain=3, repeats=2, warmup=0, hf=False, time="modeled", progress=False
     )
-    options += " --warmup 0 --max-new-tokens 40 --time modeled --latency constant --no-progress --no-hf"
-    here = load_script("evaluate").main([*options.split(), "--out", str(tmp_path / "here")])
-    there = load_script("evaluate").main(
-        [*options.split(), "--out", str(tmp_path / "there"), "--ray", "--ray-workers", "2"]
+    config = json.loads(json.dumps(asdict(settings)))  # the page reads the workload and timing here
+    header = {"date": "2026-01-01T00:00:00+00:00", "command": "evaluate", "config": config}
+    here = evaluate_all(scenarios, settings, [SHIPPED_POLICY_DIR / "default"], header)
+    pool = RayPool(scenarios[0].pair, address=LOCAL, workers=2)  # what evaluate.py --ray makes
+    there = evaluate_all(
+        scenarios, settings, [SHIPPED_POLICY_DIR / "default"], header, pool=pool, ray_address=LOCAL
     )
+    pool.close()
+    write_results(there, tmp_path / "there")
     ours, theirs = here["scenarios"]["code"]["rows"], there["scenarios"]["code"]["rows"]
     assert ours.keys() == theirs.keys() and len(ours) > 5
     assert ours["plain"]["real"]["tokens_per_s"] > 0 and ours["tcp"]["real"]["tokens_per_s"] > 0

@@ -375,13 +375,24 @@ adaptation: {every: 3, window: 8, steps: 2, batch_size: 4, adapt_below: 1.0}
 def test_serve_stream_and_tune_adaptation_write_their_pages(tiny_home, tmp_path, monkeypatch):
     from test_experiment_reports import load_script
 
+    from specrl.controllers import LearnedController, TCPController
+    from specrl.evaluation.benchmarks.stream import seeds_with_different_outputs, serve_seed
+    from specrl.evaluation.benchmarks.stream_page import render, spread_markdown, write_seed
+
     monkeypatch.setenv("SPECRL_HOME", str(tiny_home[0]))
     stream_file = tmp_path / "tiny.yaml"
     stream_file.write_text(TINY_STREAM)
     out = tmp_path / "stream"
-    common = ["--stream", str(stream_file), "--runs", str(tmp_path / "runs"), "--no-progress"]
-    reports = load_script("serve_stream").main([*common, "--seeds", "0,1", "--out", str(out)])
-    assert [r["stream"]["seed"] for r in reports] == [0, 1]
+    spec = load_stream(str(stream_file))
+    pair = spec.pair.load()
+    factories = {"tcp": TCPController, "learned": lambda: LearnedController.load("default")}
+    reports = []
+    for seed in (0, 1):  # what serve_stream.py --seeds 0,1 does
+        report = serve_seed(pair, replace(spec, seed=seed), factories, runs=tmp_path / "runs", progress=False)
+        write_seed(report, out / f"seed{seed}")
+        reports.append(report)
+    (out / "stream.md").write_text(spread_markdown(reports))
+    assert [r["stream"]["seed"] for r in reports] == [0, 1] and seeds_with_different_outputs(reports) == []
     for seed in (0, 1):
         page = (out / f"seed{seed}" / "stream.md").read_text()
         assert "Greedy outputs identical to plain decoding in every setup: yes." in page
@@ -400,7 +411,7 @@ def test_serve_stream_and_tune_adaptation_write_their_pages(tiny_home, tmp_path,
     pages = {path: path.read_text() for path in out.rglob("stream.md")}
     for path in pages:
         path.write_text("stale")
-    load_script("serve_stream").main(["--render", "--out", str(out)])  # the pages again, from the JSON
+    render(out)  # the pages again, from the JSON
     assert {path: path.read_text() for path in pages} == pages
 
     tune = load_script("tune_adaptation")

@@ -394,7 +394,7 @@ def test_a_policy_with_a_stop_dimension_exports_loads_and_runs_both_decisions(
 def test_the_overhead_script_times_the_per_token_stop_calls(
     tmp_path, shifted, greedy_traces, latency, predictor, tiny_home
 ):
-    import importlib.util
+    from specrl.evaluation.benchmarks.policy_overhead import measure
 
     vec = VecTraceReplay(shifted, greedy_traces, latency, num_envs=4, seed=0, predictor=predictor)
     model = PPO("MlpPolicy", vec, n_steps=32, batch_size=64, n_epochs=1, seed=0, device="cpu")
@@ -414,11 +414,8 @@ def test_the_overhead_script_times_the_per_token_stop_calls(
         scenarios=["words"],
         pair="test",
     )
-    spec = importlib.util.spec_from_file_location("policy_overhead", "experiments/policy_overhead.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    options = "--preset tiny --device cpu --prompts 1 --max-new-tokens 16 --calls 100 --warmup 10"
-    result = script.main([str(folder), *options.split()])
+    pair = specrl.load_pair(preset="tiny", device="cpu")
+    result = measure(LearnedController.load(folder), pair, 1, max_new_tokens=16, calls=100, warmup=10)
     assert result["stop_us_mean"] > 0  # the stop rule ran inside the draft loop, and was timed
     assert result["decision_us_median"] >= result["in_decode_us_median"]
     assert result["share_of_iteration"] == pytest.approx(

@@ -3,7 +3,7 @@ on every episode, repeated, in an order that spreads the machine's slow and fast
 all of them alike, each player of an episode on the same random draws (the same reset seed).
 
 Used by the evaluation harness, ``experiments/train_ppo.py`` (its real-loop check),
-``experiments/run_controller.py``, ``experiments/sim_vs_real.py`` and every benchmark
+``experiments/run_controller.py``, :mod:`specrl.evaluation.sim_vs_real` and the benchmarks
 (:mod:`specrl.evaluation.benchmarks`); each keeps its own protocol by choosing the order, the
 seeds and the warm-up:
 

@@ -1,0 +1,259 @@
+"""The sections of ``results/README.md``: every generated result page of the repository, what it
+measures, the command that produced it, and its files. A new result page is listed here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Section:
+    """One result page: its title, what it shows, how it was made, and its files."""
+
+    title: str
+    what: str
+    command: str
+    files: tuple[str, ...]  # the pages shown (markdown, or JSON that .pages renders), then other files
+    notes: str | None = None  # hand-written reading of the numbers (results/notes/*.md)
+
+
+SECTIONS = (
+    Section(
+        "The embedded default pair",
+        "Sizes, held-out losses and greedy agreement of the shipped target, draft and mid draft (its card).",
+        "python -m specrl.zoo build --preset small --seed 0 --ship; "
+        "python -m specrl.zoo add-mid --preset small --ship",
+        ("specrl/zoo/weights/small/card.json",),
+    ),
+    Section(
+        "PPO policy: the shipped run",
+        "The default policy against every rule on test traces (simulator) and in the real loop "
+        "(paired check on test prompts), as train_ppo.py wrote it next to the policy.",
+        "python experiments/train_ppo.py",
+        ("specrl/policies/default/results.md", "specrl/policies/default/metadata.json"),
+        "results/notes/training.md",
+    ),
+    Section(
+        "PPO policy: spread over training seeds",
+        "Seeds 0, 1, 2 of the default run, ratios to the best rule per scenario.",
+        "python experiments/seed_spread.py specrl/policies/default results/train_seeds/seed1 "
+        "results/train_seeds/seed2 --out results/train_seeds/spread.md",
+        ("results/train_seeds/spread.md",),
+    ),
+    Section(
+        "PPO policy: a fresh run after the restructuring",
+        "The README's command (seed 0) rerun after the one-replay and package changes of issue 11, "
+        "calibration cached; its exported policy stayed outside the repository, its results and "
+        "metadata (provenance: commit, config, seed, latency file) are here.",
+        "python experiments/train_ppo.py --policy-name issue11 --policies-dir /tmp/me19/pol "
+        "--runs-dir /tmp/me19/runs",
+        (
+            "results/train_seeds/restructured/results.md",
+            "results/train_seeds/restructured/metadata.json",
+            "results/train_seeds/restructured/run.json",
+        ),
+    ),
+    Section(
+        "Headroom over the best static setting",
+        "How much a per-prompt or per-step oracle could gain over the best static (k, tau).",
+        "python experiments/headroom.py",
+        ("results/headroom.md", "results/headroom.json"),
+    ),
+    Section(
+        "Evaluation of the shipped policy in the real loop (code, prose)",
+        "Every controller on 4 test prompts x 3 repeats, wall clock, with the simulator beside it.",
+        "python experiments/evaluate.py --scenarios code prose --episodes 4 --repeats 3 --static --no-hf "
+        "--out results/evaluate/issue10_code_prose",
+        ("results/evaluate/issue10_code_prose/results.md",),
+    ),
+    Section(
+        "Evaluation of an earlier policy, every scenario",
+        "The full harness over every shipped scenario; it evaluated the policy of an earlier run "
+        "(see its header), not the shipped one.",
+        "python experiments/evaluate.py --episodes 3 --repeats 3 --sim-prompts-per-domain 16",
+        ("results/evaluate/specrl-zoo-small__20261129-112217/results.md",),
+        "results/notes/evaluation_old.md",
+    ),
+    Section(
+        "Simulator against the real loop",
+        "Modeled episode time against wall clock per controller and scenario, greedy and temperature 1.",
+        "python experiments/sim_vs_real.py --prompts 4 --repeats 2; "
+        "python experiments/sim_vs_real.py --scenarios code_t1 prose_t1 --prompts 16 --repeats 1 "
+        "--out results/sim_vs_real_t1",
+        ("results/sim_vs_real.md", "results/sim_vs_real_t1.md"),
+        "results/notes/sim_vs_real.md",
+    ),
+    Section(
+        "Latency model",
+        "The latency model learned from this machine's decoding loop, and how it was fitted.",
+        "python experiments/calibrate.py",
+        ("results/latency/README.md",),
+    ),
+    Section(
+        "Decision overhead of a learned policy",
+        "Time of the policy's decision and of the per-token stop calls, as a share of an iteration.",
+        "python experiments/policy_overhead.py specrl/policies/default --json results/policy_overhead.json "
+        "--markdown results/policy_overhead.md",
+        ("results/policy_overhead.md",),
+        "results/notes/policy_overhead.md",
+    ),
+    Section(
+        "Controllers in the real loop",
+        "Tokens/s of rule controllers on the default pair, wall clock (ratio to plain decoding).",
+        "python experiments/run_controller.py --json results/run_controller.json",
+        ("results/run_controller.json",),
+        "results/notes/run_controller.md",
+    ),
+    Section(
+        "Trace-replay speed",
+        "Env steps per second of the single and the vectorised trace-replay env.",
+        "python experiments/bench_replay.py",
+        ("results/bench_replay.md",),
+        "results/notes/bench_replay.md",
+    ),
+    Section(
+        "specrl inside HF generate",
+        "target.generate(custom_generate=specrl.hf.speculative_generate) with specrl controllers "
+        "against HF's own assisted generation, same pair and prompts; every output checked equal "
+        "to plain generate.",
+        "python experiments/bench_hf_generate.py",
+        ("results/hf_generate.md", "results/hf_generate.json"),
+    ),
+    Section(
+        "Online draft adaptation on a shifting request stream",
+        "A stream of code, then mostly arithmetic (which the draft never saw), then prose, served one "
+        "request at a time by plain decoding and by the frozen or the online-adapted draft under TCP and "
+        "the learned policy; tokens/s include the adaptations' time; three seeds. The adaptation "
+        "settings were chosen on the validation split (the tuning table), the stream runs on test.",
+        "python experiments/serve_stream.py; python experiments/tune_adaptation.py",
+        (
+            "results/stream/stream.md",
+            "results/stream/seed0/stream.md",
+            "results/stream_validation/tuning.md",
+            "results/stream/seed0/stream.png",
+            "results/stream/seed0/stream.json",
+        ),
+        "results/notes/stream.md",
+    ),
+    Section(
+        "The drafter pool",
+        "Every drafter (the draft, the mid draft, its int8 and int4 copies, prompt lookup, the cascade) "
+        "and the seed's pool rule per domain in the real loop: acceptance, cost per drafted position, "
+        "speed-up at the best static k (chosen on validation, reported on test); quantised against full "
+        "precision.",
+        "python experiments/bench_drafters.py",
+        ("results/drafters/drafters.md", "results/drafters/drafters.png", "results/drafters/drafters.json"),
+        "results/notes/drafters.md",
+    ),
+    Section(
+        "The drafter pool in batches of four",
+        "The same table with every domain's prompts decoded four at a time (one action per step for the "
+        "four rows, each accepting its own tokens): every drafter and the pool rule serve batches.",
+        "python experiments/bench_drafters.py --batch 4 --prompts 4 --ks 2,4 --repeats 2 "
+        "--out results/drafters/batch4",
+        (
+            "results/drafters/batch4/drafters.md",
+            "results/drafters/batch4/drafters.png",
+            "results/drafters/batch4/drafters.json",
+        ),
+    ),
+    Section(
+        "The drafter pool: a learned policy that picks the drafter",
+        "PPO trained on the mixed pool scenario (code, prose, arithmetic; every drafter, the action "
+        "picks k, tau and the drafter) against every rule, the seed's pool rule and the best static "
+        "(k, tau, drafter) on test traces (simulator) and in the real loop, as train_ppo.py wrote it "
+        "next to the policy; what a table policy over the text's own signals (the lookup's n-gram "
+        "order, a copy run, a short match) takes of the clairvoyant room; the decision overhead.",
+        "python experiments/train_ppo.py --scenarios mixed_pool --eval-scenarios code_pool prose_pool "
+        "math_pool --validate-scenarios mixed_pool code_pool prose_pool math_pool --no-stop "
+        "--policy-name pool; "
+        "python experiments/policy_overhead.py specrl/policies/pool --calls 5000 --warmup 500 "
+        "--json results/pool/policy_overhead.json --markdown results/pool/policy_overhead.md; "
+        "python experiments/pool_signals.py",
+        (
+            "specrl/policies/pool/results.md",
+            "results/pool/signals.md",
+            "results/pool/policy_overhead.md",
+            "specrl/policies/pool/metadata.json",
+        ),
+        "results/notes/pool_policy.md",
+    ),
+    Section(
+        "Batched speculative decoding",
+        "B test prompts decoded together, one k for every row, each row accepting its own tokens: "
+        "speed-up over plain batched decoding by batch size and k, acceptance per row, the cost of a "
+        "verification; every output checked against plain batched decoding. Then the batch "
+        "simulator: the batch-size schedule tuned on validation against plain, static k, the rules "
+        "and a learned policy, at fixed batch sizes and under a varying load (test traces). Last, "
+        "the real loop with continuous batching (requests joining the running batch), every "
+        "controller side by side with the simulator's numbers (test prompts).",
+        "python experiments/bench_batch.py; python experiments/batch_fidelity.py; "
+        "python experiments/train_batch.py; python experiments/batch_sim.py --policy specrl/policies/batch; "
+        "python experiments/batch_real.py --policy specrl/policies/batch; "
+        "python experiments/batch_real.py --policy specrl/policies/batch --scenarios batch_64 --repeats 3 "
+        "--out results/batch/real_b64; with the version-3 latency file: "
+        "python experiments/batch_fidelity.py --out results/batch/fidelity_v3; "
+        "python experiments/batch_real.py --policy specrl/policies/batch --scenarios batch_64 --static 1 2 "
+        "--only plain schedule static:1 static:2 ppo --repeats 5 --out results/batch/real_b64_static; "
+        "python experiments/label_horizon.py; with the policy retrained on this machine's file: "
+        "python experiments/batch_real.py --policy specrl/policies/batch --only plain schedule ppo "
+        "ppo+cutoff --repeats 2 --out results/batch/real_cutoff; the same with --repeats 3 --fixed-repeats 6 "
+        "--out results/batch/real_final, and on a fresh machine --out results/batch/real_fresh; three seeds "
+        "trained on that machine: python experiments/train_batch.py --seed S --out runs/batch_seedS "
+        "(S = 0, 1, 2), python experiments/batch_real.py --policy runs/batch_seed0 runs/batch_seed1 "
+        "runs/batch_seed2 --only ppo+cutoff --repeats 2 --fixed-repeats 4 --out results/batch/real_seeds; "
+        "and for seeds 1 and 2 (the simulator, an earlier policy): "
+        "python experiments/train_batch.py --seed 1 --out runs/batch_policy_seed1; "
+        "python experiments/batch_sim.py --policy runs/batch_policy_seed1 "
+        "--out results/batch/seeds/sim_seed1",
+        (
+            "results/batch/batch.md",
+            "results/batch/sim.md",
+            "results/batch/real.md",
+            "results/batch/fidelity.md",
+            "results/batch/seeds/sim_seed1.md",
+            "results/batch/seeds/sim_seed2.md",
+            "results/batch/real_b64.md",
+            "results/batch/fidelity_v3.md",
+            "results/batch/real_b64_static.md",
+            "results/batch/labels.md",
+            "results/batch/real_cutoff.md",
+            "results/batch/real_final.md",
+            "results/batch/real_fresh.md",
+            "results/batch/real_seeds.md",
+            "results/batch/batch.png",
+            "results/batch/real_cutoff.png",
+            "results/batch/real_final.png",
+            "results/batch/real_fresh.png",
+            "results/batch/real_seeds.png",
+            "results/batch/real.png",
+            "results/batch/batch.json",
+            "results/batch/sim.json",
+            "results/batch/real.json",
+            "results/batch/fidelity.json",
+            "results/batch/fidelity_v3.json",
+            "results/batch/real_b64_static.json",
+            "results/batch/labels.json",
+            "results/batch/real_cutoff.json",
+            "results/batch/real_final.json",
+            "results/batch/real_fresh.json",
+            "results/batch/real_seeds.json",
+        ),
+        "results/notes/batch.md",
+    ),
+    Section(
+        "Decoding benchmark",
+        "Plain, static, TCP and Hugging Face assisted decoding on the default pair, and forward costs.",
+        "python experiments/bench_decode.py --prompts-per-domain 2 --max-new-tokens 128 --repeats 3",
+        ("results/bench_decode/specrl-zoo-small/bench.md",),
+        "results/notes/bench_decode.md",
+    ),
+    Section(
+        "One engine: decoding speed against the two engines before it",
+        "The row-batched engine (a single sequence is a batch of one) against the commit before it, "
+        "which had a single-sequence and a batched engine: static k, B = 1 and 4, the two commits "
+        "alternating generation by generation.",
+        "python experiments/bench_commits.py --old 4561749 --new 6d7ede3 --rounds 8",
+        ("results/bench_commits/commits.md", "results/bench_commits/commits.json"),
+    ),
+)

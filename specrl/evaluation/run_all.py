@@ -1,0 +1,115 @@
+"""One evaluation run: every scenario of a run on one pair, side by side
+(:func:`~specrl.evaluation.harness.evaluate_scenario` each), into one results record, and its files:
+``results.json``, ``results.md``, the plots and TensorBoard scalars.
+
+The real loop may run on a pool of Ray workers (:class:`specrl.distributed.workers.RayPool`, made
+by the caller: the distributed layer sits above this one); missing traces are then recorded on
+the workers too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from specrl.envs.recording import recording_with
+from specrl.envs.scenario import Scenario
+from specrl.evaluation.harness import Settings, evaluate_scenario, load_policies
+from specrl.evaluation.machine import loadavg, machine_info, pair_info, warn_if_busy
+from specrl.evaluation.report import render_markdown, summarize, write_tensorboard
+from specrl.evaluation.simulator import load_simulator
+from specrl.hf_assisted import confidence_threshold_variant
+from specrl.io import write_report
+from specrl.plots import write_plots
+
+
+def evaluate_all(
+    scenarios: Sequence[Scenario],
+    settings: Settings,
+    policy_folders: Sequence[Path],
+    header: dict[str, Any],
+    simulate: bool = True,
+    pool: Any = None,
+    ray_address: str | None = None,
+) -> dict[str, Any]:
+    """Every scenario (all on one pair) with ``settings``, the learned policies of ``policy_folders``
+    among the rows; a missing or invalid policy is skipped and the record says why.
+
+    Args:
+        header: the record's first entries, as the caller names the run (``evaluate.py``: date,
+            command, argv, config; the page reads the config's workload and timing).
+        simulate: whether to add the simulator columns, the oracle and the grid search (without:
+            the record says "--no-sim was given", the command line's flag).
+        pool: a Ray pool that plays the real loop and records missing traces, or None; the caller
+            closes it.
+        ray_address: the address ``pool`` connected to, recorded with its workers.
+
+    Returns:
+        The results record: ``header``, then pair, machine (``loadavg_end`` added at the end, and
+        with a pool ``ray``: its address and workers), hf_confidence_threshold, simulator, latency,
+        policies, skipped_policies, notes, scenarios (per scenario
+        :attr:`~specrl.evaluation.harness.ScenarioRun.result`) and summary.
+    """
+    pair = scenarios[0].pair.load()
+    warn_if_busy(pair)
+    machine = machine_info(pair)
+    simulator = load_simulator() if simulate else "--no-sim was given"
+    policies, skipped_policies, notes = load_policies(list(policy_folders), pair.name)
+    for folder, reason in skipped_policies.items():
+        print(f"skipping learned policy {folder}: {reason}", file=sys.stderr)
+    if isinstance(simulator, str):
+        print(f"no simulator columns: {simulator}", file=sys.stderr)
+    latencies: dict = {}
+    results_by_scenario = {}
+    with recording_with(pool.collector()) if pool else contextlib.nullcontext():
+        for i, scenario in enumerate(scenarios):
+            key = (scenario.latency, scenario.k_max)
+            if key not in latencies:
+                latencies[key] = scenario.latency_model(pair, progress=settings.progress)
+            warm = settings if i == 0 else replace(settings, warmup=0)  # later scenarios run on warm code
+            real_loop = pool.real_loop if pool else None
+            run = evaluate_scenario(scenario, pair, latencies[key], warm, policies, simulator, real_loop)
+            results_by_scenario[scenario.name] = run.result
+    machine["loadavg_end"] = loadavg()
+    if pool is not None:
+        machine["ray"] = {"address": ray_address, "workers": pool.where()}
+
+    notes += [f"Learned policy {folder} skipped: {reason}" for folder, reason in skipped_policies.items()]
+    if isinstance(simulator, str):
+        notes.append(f"Simulator columns, oracle and grid search missing: {simulator}")
+    return {
+        **header,
+        "pair": pair_info(pair),
+        "machine": machine,
+        "hf_confidence_threshold": confidence_threshold_variant(),
+        "simulator": {
+            "available": not isinstance(simulator, str),
+            "reason": simulator if isinstance(simulator, str) else None,
+        },
+        "latency": ", ".join(sorted({f"{m.kind} ({m.device})" for m in latencies.values()})),
+        "policies": {name: {"folder": str(p.policy.folder), "pair": p.pair} for name, p in policies.items()},
+        "skipped_policies": skipped_policies,
+        "notes": notes,
+        "scenarios": results_by_scenario,
+        "summary": summarize(results_by_scenario),
+    }
+
+
+def run_name(pair_name: str, started: datetime.datetime) -> str:
+    """``<pair>__<YYYYmmdd-HHMMSS>``: a run's default folder name, the pair's name made path-safe."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", pair_name).strip("_") + "__" + started.strftime("%Y%m%d-%H%M%S")
+
+
+def write_results(results: dict[str, Any], out: Path) -> str:
+    """``out/results.json``, ``results.md``, the PNG plots and ``tensorboard/``; returns the markdown."""
+    markdown = render_markdown(results)
+    write_report(out / "results", results, markdown)
+    write_plots(results, out)
+    write_tensorboard(results, out / "tensorboard", markdown)
+    return markdown

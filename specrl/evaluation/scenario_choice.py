@@ -1,0 +1,83 @@
+"""Which scenarios one evaluation run plays, with what the command line changes in each: the
+tokens per episode, the latency model, and the pair (an embedded preset, or a hub target and
+draft), on a device and dtype. One run evaluates one pair."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from specrl.envs import load_scenario, shipped_scenarios
+from specrl.envs.scenario import PairSpec, Scenario
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What changes in every scenario of a run (None: the scenario's own).
+
+    Attributes:
+        max_new_tokens: tokens per episode (must exceed any shift point).
+        latency: the latency source of modeled time (a source name or a latency .json file).
+        preset: an embedded pair preset instead of the scenario's.
+        target, draft: a hub id or path of a target and draft, together, instead of the preset.
+        device, dtype: where and in what the pair runs.
+    """
+
+    max_new_tokens: int | None = None
+    latency: str | None = None
+    preset: str | None = None
+    target: str | None = None
+    draft: str | None = None
+    device: str | None = None
+    dtype: str | None = None
+
+    def apply(self, scenario: Scenario) -> Scenario:
+        """``scenario`` with these overrides."""
+        if self.max_new_tokens is not None:
+            scenario = replace(scenario, max_new_tokens=self.max_new_tokens)
+        if self.latency is not None:
+            scenario = replace(scenario, latency=self.latency)
+        if self.target is not None:
+            pair = PairSpec(target=self.target, draft=self.draft, device=self.device, dtype=self.dtype)
+            return replace(scenario, pair=pair)
+        if self.preset is not None or self.device or self.dtype:
+            pair = replace(
+                scenario.pair,
+                preset=self.preset or scenario.pair.preset,
+                device=self.device,
+                dtype=self.dtype,
+            )
+            return replace(scenario, pair=pair)
+        return scenario
+
+
+def choose_scenarios(names: Sequence[str] | None, split: str, overrides: Overrides) -> list[Scenario]:
+    """The scenarios ``names`` (YAML paths or shipped names) with ``overrides``; without names,
+    every shipped scenario with prompts in ``split`` (the others are named on stderr).
+
+    Raises:
+        SystemExit: the scenarios name different pairs (one run evaluates one pair).
+    """
+    scenarios = []
+    for name in names or shipped_scenarios():
+        scenario = overrides.apply(load_scenario(name))
+        if not names and not has_split(scenario, split):
+            print(f"skipping scenario {name}: its domains have no {split} prompts", file=sys.stderr)
+            continue
+        scenarios.append(scenario)
+    pairs = {s.pair for s in scenarios}
+    if len(pairs) != 1:
+        raise SystemExit(
+            f"the scenarios name different pairs {sorted(map(str, pairs))}: one run evaluates one "
+            "pair (use --preset or --target/--draft)"
+        )
+    return scenarios
+
+
+def has_split(scenario: Scenario, split: str) -> bool:
+    """Whether the embedded pair's prompt sets give every domain of ``scenario`` prompts in ``split``."""
+    if scenario.prompts.file or scenario.pair.target is not None:
+        return True  # a prompts file or hub pair: its own error says what is missing
+    sets = scenario.pair.info().prompts  # read from the pair's folder, no weights loaded
+    return all(sets.get(split, {}).get(domain) for domain in scenario.domains)
