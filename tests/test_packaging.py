@@ -24,13 +24,17 @@ from specrl.latency.store import dtype_name
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_shipped_data_lives_inside_the_package_and_is_package_data():
+def test_shipped_data_lives_in_the_top_level_folders_and_is_package_data():
     package = Path(specrl.__file__).resolve().parent
     assert SCENARIO_DIR.parent == package and SHIPPED_POLICY_DIR.parent == package
     assert {"code", "mixed", "prose_t1"} <= set(shipped_scenarios())
     assert "default" in shipped_policies()
-    # one source of truth: the top-level folders they came from are gone
-    assert not (REPO / "envs").exists() and not (REPO / "policies").exists()
+    # one copy: the package's folders are links to the design card's top-level envs/ and policies/
+    for name, folder in (("scenarios", "envs"), ("policies", "policies")):
+        assert (package / name).is_symlink() and (package / name).resolve() == (REPO / folder).resolve()
+    assert (REPO / "envs" / "code.yaml").is_file() and (
+        REPO / "policies" / "default" / "metadata.json"
+    ).is_file()
     pyproject = (REPO / "pyproject.toml").read_text()
     for pattern in ("scenarios/*.yaml", "policies/*/*", "zoo/weights/**/*"):
         assert f'"{pattern}"' in pyproject
