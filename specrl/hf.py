@@ -23,12 +23,16 @@ every stopping criterion (stop strings, max time ...), ``do_sample`` with ``temp
 ``top_k`` and ``top_p`` (read from the warpers ``generate`` prepared, so its defaults hold: with
 ``do_sample=True`` and no ``top_k``, HF's default top-k of 50 applies to both models), and
 ``return_dict_in_generate`` (a :class:`SpeculativeGenerateOutput` whose ``stats`` and ``steps``
-are the engine's). Greedy output equals plain ``generate``; sampled output has its law.
+are the engine's). A batch of prompts, left-padded as ``generate`` takes them, decodes as the
+engine's rows (each row on its own prompt, without the padding; one controller acts for the
+batch), and a row that stops leaves the batch; the output is right-padded with ``pad_token_id``
+as ``generate``'s is. Greedy output equals plain ``generate`` of each prompt; sampled output has
+its law.
 
-What does not: batch size above 1 (the engine decodes one sequence), beams, several return
-sequences, any other logits processor (repetition penalty, min length, bad words ...) and
-scores, logits, attentions or hidden states in the output: each is refused with an error that
-names it. The callable keeps its own KV caches (a pre-filled ``cache`` passed in is refused).
+What does not: beams, several return sequences, right padding, any other logits processor
+(repetition penalty, min length, bad words ...) and scores, logits, attentions or hidden states
+in the output: each is refused with an error that names it. The callable keeps its own KV
+caches (a pre-filled ``cache`` passed in is refused).
 
 Sampling draws from specrl's own generator, seeded by ``seed`` or, when it is not given, by one
 draw from torch's global generator, so ``torch.manual_seed`` makes runs repeatable as with
@@ -70,9 +74,10 @@ class SpeculativeGenerateOutput(GenerateDecoderOnlyOutput):
     """``generate``'s decoder-only output (``return_dict_in_generate=True``) plus the engine's record.
 
     Attributes:
-        sequences: (1, prompt + new) token ids, as ``generate`` returns.
-        stats: the generation's totals (tokens/s, acceptance rate, steps ...).
-        steps: one :class:`~specrl.StepResult` per speculative iteration.
+        sequences: (batch, prompt + new) token ids, as ``generate`` returns.
+        stats: the generation's totals (tokens/s, acceptance rate, steps ...; every row's tokens).
+        steps: one :class:`~specrl.StepResult` per speculative iteration (the batch's rows as one
+            step, :func:`~specrl.engine.types.merge_rows`; a single prompt's own).
     """
 
     stats: GenerationStats | None = None
@@ -234,22 +239,21 @@ def _check_unsupported(generation_config: GenerationConfig, model_kwargs: dict) 
         )
 
 
-def _prompt_ids(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list[int]:
-    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
-        raise NotImplementedError(
-            f"speculative_generate decodes one sequence at a time (batch size 1); got input_ids of shape "
-            f"{tuple(input_ids.shape)}. specrl's engine is batch 1 today: call generate once per prompt"
-        )
-    ids = input_ids[0].tolist()
-    if attention_mask is None or bool(attention_mask.all()):
-        return ids
-    mask = attention_mask[0].tolist()
-    first = mask.index(1) if 1 in mask else len(mask)
-    if not all(mask[first:]):
-        raise NotImplementedError(
-            "speculative_generate accepts left padding only (an attention mask of 0s then 1s)"
-        )
-    return ids[first:]
+def _prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list[list[int]]:
+    """Each row's prompt without its left padding (the attention mask's leading 0s)."""
+    if input_ids.dim() != 2 or input_ids.shape[0] < 1:
+        raise ValueError(f"input_ids must be (batch, length), got shape {tuple(input_ids.shape)}")
+    prompts = []
+    for r, ids in enumerate(input_ids.tolist()):
+        mask = [1] * len(ids) if attention_mask is None else attention_mask[r].tolist()
+        first = mask.index(1) if 1 in mask else len(mask)
+        if not all(mask[first:]):
+            raise NotImplementedError(
+                "speculative_generate accepts left padding only (an attention mask of 0s then 1s); "
+                f"row {r} is padded elsewhere: pad on the left (tokenizer.padding_side = 'left')"
+            )
+        prompts.append(ids[first:])
+    return prompts
 
 
 def _stop_position(tokens: list[int], start: int, eos: set[int], others: StoppingCriteriaList) -> int | None:
@@ -307,7 +311,7 @@ def speculative_generate(
     logits_processor = logits_processor if logits_processor is not None else LogitsProcessorList()
     stopping_criteria = stopping_criteria if stopping_criteria is not None else StoppingCriteriaList()
     _check_unsupported(generation_config, model_kwargs)
-    prompt = _prompt_ids(input_ids, model_kwargs.get("attention_mask"))
+    prompts = _prompts(input_ids, model_kwargs.get("attention_mask"))
     sampling = sampling_from(logits_processor, generation_config)
     pair = pair_from_models(model, draft, vocab_size=vocab_size)
     controller = resolve_controller(controller)
@@ -326,7 +330,6 @@ def speculative_generate(
             others.append(criterion)
     if max_length is None:
         raise ValueError("give max_new_tokens (or max_length) to generate")
-    padding = input_ids.shape[1] - len(prompt)
     budget = max_length - input_ids.shape[1]
     if budget < 1:
         raise ValueError(
@@ -336,23 +339,59 @@ def speculative_generate(
     if seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item())
 
-    generation = Generation(pair, [prompt], budget, sampling, seed=seed, stop_at_eos=False)
-    sequence = generation.tokens[0]  # the batch of one's sequence, grown in place by every step
-    checked = len(sequence)  # tokens already checked against the stop criteria
-    stop_at = None
+    generation = Generation(pair, prompts, budget, sampling, seed=seed, stop_at_eos=False)
+    checked = [len(prompt) for prompt in prompts]  # each row's tokens already checked against the stops
+    stops: list[int | None] = [None] * len(prompts)
 
     def stop() -> bool:
-        nonlocal checked, stop_at
-        stop_at = _stop_position(sequence, checked, eos, others)
-        checked = len(sequence)
-        return stop_at is not None
+        """Ask the stopping criteria about every row's new tokens; rows that stop leave the batch."""
+        stopped = []
+        for r in generation.active:
+            sequence = generation.tokens[r]  # grown in place by every step
+            stops[r] = _stop_position(sequence, checked[r], eos, others)
+            checked[r] = len(sequence)
+            if stops[r] is not None:
+                stopped.append(r)
+        if stopped:
+            generation.finish(stopped)
+        return generation.done
 
     drive(generation, controller, stop)
 
-    tokens = torch.tensor([sequence if stop_at is None else sequence[:stop_at]], device=input_ids.device)
-    sequences = torch.cat([input_ids[:, :padding], tokens], 1)
+    rows = [generation.tokens[r][: stops[r]] for r in range(len(prompts))]  # each cut at its stop
+    sequences = _padded(rows, prompts, input_ids, _pad_token(generation_config, eos, rows))
     if not generation_config.return_dict_in_generate:
         return sequences
     stats = generation.stats()
-    stats.new_tokens = tokens.shape[1] - generation.prompt_lengths[0]
-    return SpeculativeGenerateOutput(sequences=sequences, stats=stats, steps=generation.row_steps(0))
+    stats.new_tokens = sum(len(row) - len(prompt) for row, prompt in zip(rows, prompts, strict=True))
+    steps = [step.merged() for step in generation.steps]
+    return SpeculativeGenerateOutput(sequences=sequences, stats=stats, steps=steps)
+
+
+def _padded(
+    rows: list[list[int]], prompts: list[list[int]], input_ids: torch.Tensor, pad: int
+) -> torch.Tensor:
+    """The rows (prompt and new tokens) as ``generate`` returns them: each after its input's left
+    padding, right-padded with ``pad`` to the longest."""
+    length = input_ids.shape[1]
+    out = [
+        ids[: length - len(prompt)] + row
+        for ids, row, prompt in zip(input_ids.tolist(), rows, prompts, strict=True)
+    ]
+    width = max(len(row) for row in out)
+    return torch.tensor([row + [pad] * (width - len(row)) for row in out], device=input_ids.device)
+
+
+def _pad_token(generation_config: GenerationConfig, eos: set[int], rows: list[list[int]]) -> int:
+    """What pads rows that stopped early, as ``generate`` pads them: ``pad_token_id``, else an EOS
+    id (0 when every row has the same length: nothing is padded)."""
+    if len({len(row) for row in rows}) == 1:
+        return 0
+    if generation_config.pad_token_id is not None:
+        return int(generation_config.pad_token_id)
+    if eos:
+        return min(eos)
+    raise ValueError(
+        "rows of the batch stopped at different lengths and there is no pad_token_id (nor an EOS id) "
+        "to pad them with: set generation_config.pad_token_id"
+    )

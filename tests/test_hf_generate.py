@@ -200,10 +200,54 @@ def test_seed_repeats_a_sample_and_the_global_generator_seeds_it_by_default(pair
 # ---- refusals, each naming the limitation and the fix -------------------------------------------
 
 
-def test_batch_above_one_is_refused_naming_the_limitation(pair):
-    ids = torch.tensor(prompts(2, pair.vocab_size))
-    with pytest.raises(NotImplementedError, match=r"batch size 1.*\(2, 12\)"):
-        spec(pair, ids, specrl.StaticController(2))
+def left_padded(rows: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch as a tokenizer with padding_side="left" gives it: ids and attention mask."""
+    width = max(len(row) for row in rows)
+    ids = torch.tensor([[pad] * (width - len(row)) + row for row in rows])
+    mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows])
+    return ids, mask
+
+
+def test_a_batch_decodes_each_prompt_as_plain_generate_does_alone(close_pair):
+    """Three left-padded prompts of different lengths, partial acceptance: each row's tokens are
+    plain generate's of its prompt alone, after its own padding."""
+    rows = [
+        prompt[:length]
+        for prompt, length in zip(prompts(3, close_pair.vocab_size, seed=5), (12, 7, 10), strict=True)
+    ]
+    ids, mask = left_padded(rows)
+    for controller in (specrl.StaticController(4), specrl.TCPController()):
+        out = spec(close_pair, ids, controller, attention_mask=mask, return_dict_in_generate=True)
+        assert out.sequences.shape == (3, ids.shape[1] + N)
+        for r, row in enumerate(rows):
+            alone = plain(close_pair.target, ids_of(row))[0]
+            assert torch.equal(out.sequences[r], torch.cat([ids[r, : ids.shape[1] - len(row)], alone]))
+        assert out.stats.new_tokens == 3 * N and out.stats.steps == len(out.steps)
+        assert 0 < out.stats.accepted < out.stats.proposed  # the rows' steps pooled, not trivially equal
+
+
+def test_rows_that_stop_leave_the_batch_and_are_padded_as_generate_pads_them(pair):
+    rows = [prompts(2, pair.vocab_size, seed=9)[0], prompts(2, pair.vocab_size, seed=9)[1][:8]]
+    ids, mask = left_padded(rows)
+    first = plain(pair.target, ids_of(rows[0]))[0, len(rows[0]) :].tolist()
+    criteria = StoppingCriteriaList([StopAfter(first[5])])  # row 0 stops early; row 1 maybe later
+    out = spec(
+        pair, ids, specrl.StaticController(3), attention_mask=mask, stopping_criteria=criteria, pad_token_id=7
+    )
+    for r, row in enumerate(rows):
+        alone = plain(pair.target, ids_of(row), stopping_criteria=criteria)[0]
+        mine = out[r, ids.shape[1] - len(row) :]
+        assert torch.equal(mine[: len(alone)], alone)
+        assert (mine[len(alone) :] == 7).all()  # pad_token_id after the row's stop
+    ends = [
+        ids.shape[1] - len(row) + len(plain(pair.target, ids_of(row), stopping_criteria=criteria)[0])
+        for row in rows
+    ]
+    assert out.shape[1] == max(ends) and min(ends) < max(ends)  # the rows stopped apart
+    with pytest.raises(NotImplementedError, match="left padding only.*row 1"):
+        spec(
+            pair, ids, specrl.StaticController(2), attention_mask=torch.tensor([[1] * 12, [1] * 8 + [0] * 4])
+        )
 
 
 def test_a_draft_with_another_vocabulary_is_refused_with_both_sizes(pair):

@@ -227,6 +227,13 @@ class Generation:
         self.steps.append(step)
         return step
 
+    def finish(self, rows: list[int]) -> None:
+        """End ``rows`` now, where a stop rule outside the engine says so (a stop string, say):
+        they emit nothing more and leave the batch, as rows at their budget do."""
+        for r in rows:
+            self.budgets[r] = len(self.tokens[r]) - self.prompt_lengths[r]
+        self._leave([r for r in rows if r in self.active])
+
     def _append(self, rows: list[int], results: list[StepResult]) -> list[int]:
         """Append each row's emitted tokens; remove finished rows from the batch and its caches."""
         finished = []
@@ -236,7 +243,14 @@ class Generation:
                 self.finished_by_eos[r] = True
             if self.row_done(r):
                 finished.append(r)
-        if finished and len(finished) < len(rows):  # the last row to finish keeps its caches
+        self._leave(finished)
+        return finished
+
+    def _leave(self, finished: list[int]) -> None:
+        """Remove ``finished`` rows from the batch and its caches (the last rows to finish keep
+        theirs until prompts start a new batch), then pack the caches if holes crowd them."""
+        rows = self.active
+        if finished and len(finished) < len(rows):
             keep = [i for i, r in enumerate(rows) if r not in finished]
             self.active = [rows[i] for i in keep]
             self.target.select(keep)
@@ -246,4 +260,3 @@ class Generation:
             self.active = []
         for cache in self.caches():
             cache.compact(COMPACT_AT)
-        return finished
