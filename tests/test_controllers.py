@@ -31,7 +31,6 @@ def outcome(accepted: int, proposed: int, confidences: list[float] | None = None
         draft_seconds=0.0,
         verify_seconds=0.0,
         confidences=confidences if confidences is not None else [0.9] * proposed,
-        accepted_mask=[i < accepted for i in range(proposed)],
     )
 
 

@@ -60,7 +60,6 @@ def step(
         verify_seconds=verify_s,
         confidences=confidences,
         entropies=list(entropies or [1.0] * len(confidences)),
-        accepted_mask=[i < accepted for i in range(proposed)],
         acceptance_probs=list(probs),
         stopped_by_tau=stopped,
         context_length=context,

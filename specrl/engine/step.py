@@ -73,7 +73,6 @@ def speculative_step(
                 verify_seconds=0.0,
                 confidences=proposal.confidences[r],
                 entropies=proposal.entropies[r],
-                accepted_mask=[i < accepted for i in range(m)],
                 acceptance_probs=acceptance_probs,
                 stopped_by_tau=proposal.stopped[r],
                 context_length=lengths[r],

@@ -95,7 +95,6 @@ class StepResult:
             drafting under tau or the stop rule (so len is m or m + 1); 1.0 for an n-gram's
             point mass.
         entropies: entropy (nats) of q_i at the same positions.
-        accepted_mask: per proposed position, whether it was accepted (a leading run of True).
         acceptance_probs: per proposed position, min(1, p_i(x_i) / q_i(x_i)) (greedy: 0 or 1).
         stopped_by_tau: drafting ended early, before k: a confidence fell below tau or the
             action's stop rule said stop (the name predates stop rules; feature 7 reads it).
@@ -115,7 +114,6 @@ class StepResult:
     verify_seconds: float
     confidences: list[float] = field(default_factory=list)
     entropies: list[float] = field(default_factory=list)
-    accepted_mask: list[bool] = field(default_factory=list)
     acceptance_probs: list[float] = field(default_factory=list)
     stopped_by_tau: bool = False
     context_length: int = 0
@@ -129,6 +127,12 @@ class StepResult:
     @property
     def drafter(self) -> str:
         return self.action.drafter
+
+    @property
+    def accepted_mask(self) -> list[bool]:
+        """Per proposed position, whether it was accepted: the first ``accepted`` of ``proposed``
+        (the rule accepts a prefix; derived, not stored)."""
+        return [i < self.accepted for i in range(self.proposed)]
 
     @property
     def draft_forwards(self) -> int:
@@ -194,7 +198,6 @@ def merge_rows(results: list[StepResult]) -> StepResult:
         verify_seconds=first.verify_seconds,
         confidences=[c for result in results for c in result.confidences],
         entropies=[h for result in results for h in result.entropies],
-        accepted_mask=[a for result in results for a in result.accepted_mask],
         acceptance_probs=[a for result in results for a in result.acceptance_probs],
         stopped_by_tau=any(result.stopped_by_tau for result in results),
         context_length=first.context_length,

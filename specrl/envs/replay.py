@@ -45,7 +45,6 @@ class ReplayedStep(NamedTuple):
             verify_seconds=verify_seconds,
             confidences=self.confidences,
             entropies=self.entropies,
-            accepted_mask=[i < self.accepted for i in range(self.proposed)],
             acceptance_probs=self.acceptance_probs,
             stopped_by_tau=self.stopped_by_tau,
             context_length=context_length,

@@ -32,7 +32,7 @@ from specrl.envs.replay import ReplayedStep, replay_step, segment_acceptance
 from specrl.envs.reward import step_info, step_reward
 from specrl.envs.scenario import Scenario, load_scenario
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, N_FEATURES, FeatureTracker, GenerationSettings
-from specrl.latency import LatencyModel, step_shape
+from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 from specrl.traces import Segment, Trace, TraceSet, with_scenario
 
@@ -291,8 +291,9 @@ class TraceReplayEnv(gym.Env):
         rows, slots = self.active, self.grid.width
         where = self._domain(rows[0]), rows[0].segment_index  # the first row's, before it moves on
         replayed, draft_seconds, verify_seconds = self._replay(engine_action)
-        results, kept, emitted, fed = [], [], 0, 0
-        for row, step in zip(rows, replayed, strict=True):
+        results, kept, staying, switched = [], [], [], []
+        emitted = fed = 0
+        for index, (row, step) in enumerate(zip(rows, replayed, strict=True)):
             segment, position, count = row.segment, row.position, step.emitted
             tokens = segment.tokens[position : position + count]
             context = segment.prompt_length + position
@@ -300,14 +301,14 @@ class TraceReplayEnv(gym.Env):
             kept.append(count)
             emitted += count
             fed = max(fed, step.proposed + 1)  # the rows are right-padded to the longest feed
-        self.grid.step(fed, kept)
-        staying = []
-        for index, (row, count) in enumerate(zip(rows, kept, strict=True)):
-            if row.advance(count):  # the next segment's prompt joins the row's cache
-                appended = row.segment.prompt_length - 1 - self.grid.lengths[index]
-                self.grid.feed(appended, [appended if other is row else 0 for other in rows])
+            if row.advance(count):
+                switched.append(index)
             if not row.done:
                 staying.append(index)
+        self.grid.step(fed, kept)
+        for index in switched:  # the next segment's prompt joins the row's cache
+            appended = rows[index].segment.prompt_length - 1 - self.grid.lengths[index]
+            self.grid.feed(appended, [appended if other == index else 0 for other in range(len(rows))])
         self.features.update(results)
         if len(staying) < len(rows):  # finished rows leave
             self.grid.select(staying)
@@ -316,21 +317,18 @@ class TraceReplayEnv(gym.Env):
         if self.grid.holes() > COMPACT_AT:
             self.grid.pack()
         self.clock += draft_seconds + verify_seconds
+        waiting = self.next_request
         prefill = self._admit()
         self.clock += prefill
         seconds = draft_seconds + verify_seconds + prefill
         self.busy_seconds += seconds
         self.tokens += emitted
-        self._describe_rows()
+        if switched or len(staying) < len(rows) or self.next_request > waiting:  # changed outside the step
+            self._describe_rows()
         reward = step_reward(emitted, seconds, self.reference_tokens_per_s, self.scenario.reward.scale)
         info = step_info(merge_rows(results), engine_action, *where, self.tokens, self.busy_seconds, seconds)
-        info.update(
-            prefill_seconds=prefill,
-            slots=slots,  # the grid's width the step was priced at
-            batch_size=len(rows),
-            served=self.served,
-            step_results=results,
-        )
+        info["prefill_seconds"], info["slots"] = prefill, slots  # the grid's width the step was priced at
+        info["batch_size"], info["served"], info["step_results"] = len(rows), self.served, results
         return self.features.vector(), float(reward), not self.active, False, info
 
     def preview(self, k: int, tau: float = 0.0) -> tuple[int, float]:
@@ -362,21 +360,22 @@ class TraceReplayEnv(gym.Env):
     def _replay(self, action: Action) -> tuple[list[ReplayedStep], float, float]:
         """Every active row's step with ``action``, and the step's modeled seconds (draft, verify)
         for its rows at the grid's width."""
-        drafter = action.drafter
-        replayed = [
-            replay_step(
+        drafter, k, tau, stop, window = action.drafter, action.k, action.tau, action.stop, self.context_window
+        replayed, forwards, proposed = [], 0, 0
+        for row in self.active:  # the step's shape (step_shape) is taken on the way
+            step = replay_step(
                 row.segment,
                 row.position,
-                action.k,
-                action.tau,
+                k,
+                tau,
                 row.accepts[row.segment_index].get(drafter, ()),
-                self.context_window,
-                action.stop,
+                window,
+                stop,
                 drafter,
             )
-            for row in self.active
-        ]
-        forwards, proposed = step_shape(replayed)
+            replayed.append(step)
+            forwards = max(forwards, len(step.confidences))
+            proposed = max(proposed, step.proposed)
         draft_seconds, verify_seconds = self.latency.step_seconds(
             self.grid.width + 1, forwards, proposed, drafter, rows=len(self.active)
         )
@@ -409,8 +408,9 @@ class TraceReplayEnv(gym.Env):
         return seconds
 
     def _describe_rows(self) -> None:
-        """The features' batch facts as of the next decision: its rows, their mean length and the
-        mean tokens they emitted."""
+        """The features' batch facts once rows joined or left, or a row's sequence grew outside a
+        step: its rows, their mean length and the mean tokens they emitted (the engine's
+        ``ControlLoop.rows_changed``; a step's own change the features take from its results)."""
         rows = self.active
         if rows:
             context = generated = 0

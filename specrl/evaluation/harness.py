@@ -60,7 +60,8 @@ class Settings:
             cover ``episodes`` if needed, so the real-loop episodes are among the traces).
         split: the prompt split: "test" (reported results) or "validation" (tuning).
         repeats: timed repeats of every real-loop row.
-        warmup: untimed passes of every row over the first episode before the repeats.
+        warmup: untimed passes over the first episode before the repeats, of every row or of
+            ``warmup_rows`` (the models' caches and kernels are shared: one row warms them all).
         statics: static rows (roster names) run in both columns besides plain.
         rules: rule-based rows (roster names).
         tuned: per-token stop rules tuned on validation traces in the simulator
@@ -76,6 +77,7 @@ class Settings:
     split: str = "test"
     repeats: int = 3
     warmup: int = 1
+    warmup_rows: tuple[str, ...] | None = None
     statics: tuple[str, ...] = ("static:2:0", "static:4:0")
     rules: tuple[str, ...] = roster.RULES
     tuned: tuple[str, ...] = roster.TUNED_RULES
@@ -262,7 +264,8 @@ def run_interleaved(
     """``warmup`` untimed passes over the first episode, then ``repeats`` passes over the plan,
     every row on every episode (its own seed), rows shuffled (seeded) per episode
     (:func:`~specrl.evaluation.compare.compare`). Returns row -> repeat -> episodes."""
-    total = len(runners) * (settings.warmup + settings.repeats * len(plan))
+    warmed = len(runners) if settings.warmup_rows is None else len(settings.warmup_rows)
+    total = warmed * settings.warmup + len(runners) * settings.repeats * len(plan)
     with tqdm(
         total=total, desc=f"{name} real loop", unit="ep", disable=not settings.progress, dynamic_ncols=True
     ) as bar:
@@ -272,6 +275,7 @@ def run_interleaved(
             settings.repeats,
             order=shuffled(settings.seed),
             warmup=settings.warmup,
+            warmup_players=settings.warmup_rows,
             on_trial=lambda trial: bar.update(),
         )
     return by_player(trials, list(runners))

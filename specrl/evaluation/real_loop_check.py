@@ -5,8 +5,8 @@ the simulator's ranking holds on the machine.
 Every role of a scenario's :class:`~specrl.training.comparison.Bar` and the exported policy run
 through the evaluation harness's real loop (:func:`specrl.evaluation.harness.run_real_loop`):
 every controller on every prompt in each repeat, in a seeded random order per prompt, so the
-machine's slow and fast phases hit them alike, after one untimed pass of every controller over the
-first prompt.
+machine's slow and fast phases hit them alike, after one untimed pass of plain decoding over the
+first prompt (it warms the models' caches and kernels for every controller).
 Tokens/s is the median over repeats; PPO's ratios are paired (the median over repeats of PPO's
 throughput over the other controller's in the same repeat: the machine's drift between repeats
 cancels).
@@ -74,7 +74,7 @@ def in_real_loop(
     controllers = {**bar.rules(scenario), BEST_STATIC: bar.best_static.controller(), PPO: policy}
     factories = {role: (lambda controller=controller: controller) for role, controller in controllers.items()}
     episodes = episode_plan(scenario, env.prompt_sets, prompts, seed)
-    settings = Settings(repeats=repeats, warmup=1, hf=False, seed=seed)
+    settings = Settings(repeats=repeats, warmup=1, warmup_rows=(PLAIN,), hf=False, seed=seed)
     records, _ = run_real_loop(env, episodes, factories, None, settings)
     rows = {role: aggregate(records[role]) for role in ROLES if role in records}
     return RealLoopRow(
