@@ -60,9 +60,11 @@ def render(sections: tuple[Section, ...] = SECTIONS, repo: Path = CHECKOUT) -> s
 
 
 def last_change(files: tuple[str, ...], repo: Path = CHECKOUT) -> str:
-    """``date (commit)`` of the last commit that changed any of the pages shown of ``files``."""
+    """``date (commit)`` of the last commit that added or changed any of the pages shown of
+    ``files`` (a commit that only moved them made nothing new)."""
     files = tuple(f for f in files if shown(f)) or files
-    return git_output("log", "-1", "--format=%cs (%h)", "--", *files, cwd=repo) or "not committed"
+    made = git_output("log", "-1", "--diff-filter=AM", "--format=%cs (%h)", "--", *files, cwd=repo)
+    return made or "not committed"
 
 
 def anchor(title: str) -> str:
