@@ -48,12 +48,8 @@ BEST_STATIC, PPO, ORACLE = "static", "ppo", "oracle"
 BAR_RULES = (TCP, HF_HEURISTIC, ADAEDL, SPECDECPP, POOL_RULE)
 #: every role, in the order rows list them (``metadata.json`` keeps this order)
 ROLES = (PLAIN, TCP, HF_HEURISTIC, BEST_STATIC, ADAEDL, SPECDECPP, POOL_RULE, PPO, ORACLE)
-POOL_RULE_KS = (
-    1,
-    2,
-    4,
-    6,
-)  # the pool rule's k tried on validation traces, as in experiments/bench_drafters.py
+#: the pool rule's k tried on validation traces, as in experiments/bench_drafters.py
+POOL_RULE_KS = (1, 2, 4, 6)
 
 
 @dataclass(frozen=True)
