@@ -18,6 +18,8 @@ from transformers.cache_utils import DummyLayer, DynamicLayer, LinearAttentionCa
 
 from specrl.quiet import no_progress_bars
 
+EMBEDDED_PREFIX = "specrl-zoo-"  # an embedded pair's name: specrl-zoo-<preset>
+
 
 class PairError(ValueError):
     """The two models cannot be used together (or one cannot be found)."""
@@ -265,7 +267,7 @@ def load_pair(
             mid = str(pair_dir / "draft-mid")
         prompts = json.loads((pair_dir / "prompts.json").read_text())
         card = json.loads((pair_dir / "card.json").read_text())
-        name = f"specrl-zoo-{preset}"
+        name = f"{EMBEDDED_PREFIX}{preset}"
     else:
         name = f"{target}+{draft}"
     assert draft is not None

@@ -108,7 +108,7 @@ class SlotGrid:
             slots.extend(range(width, width + count))
         most = max(kept, default=0)
         # the columns after the longest kept are holes in every row: cut, as rollback cuts them
-        self.width = width + most if most else (width + fed if fed == 0 else self.used_width())
+        self.width = width + most if most else (width if fed == 0 else self.used_width())
 
     def admit(self, prefix_lengths: list[int]) -> None:
         """Rows holding ``prefix_lengths`` tokens join: prefilled together, right-padded to the

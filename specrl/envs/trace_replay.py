@@ -32,7 +32,7 @@ from specrl.envs.replay import ReplayedStep, replay_step, segment_acceptance
 from specrl.envs.reward import step_info, step_reward
 from specrl.envs.scenario import Scenario, load_scenario
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, N_FEATURES, FeatureTracker, GenerationSettings
-from specrl.latency import LatencyModel
+from specrl.latency import LatencyModel, step_shape
 from specrl.models import ModelPair
 from specrl.traces import Segment, Trace, TraceSet, with_scenario
 
@@ -361,9 +361,8 @@ class TraceReplayEnv(gym.Env):
         """Every active row's step with ``action``, and the step's modeled seconds (draft, verify)
         for its rows at the grid's width."""
         drafter, k, tau, stop, window = action.drafter, action.k, action.tau, action.stop, self.context_window
-        replayed, forwards, proposed = [], 0, 0
-        for row in self.active:  # the step's shape (step_shape) is taken on the way
-            step = replay_step(
+        replayed = [
+            replay_step(
                 row.segment,
                 row.position,
                 k,
@@ -373,9 +372,9 @@ class TraceReplayEnv(gym.Env):
                 stop,
                 drafter,
             )
-            replayed.append(step)
-            forwards = max(forwards, len(step.confidences))
-            proposed = max(proposed, step.proposed)
+            for row in self.active
+        ]
+        forwards, proposed = step_shape(replayed)
         draft_seconds, verify_seconds = self.latency.step_seconds(
             self.grid.width + 1, forwards, proposed, drafter, rows=len(self.active)
         )
@@ -413,11 +412,8 @@ class TraceReplayEnv(gym.Env):
         ``ControlLoop.rows_changed``; a step's own change the features take from its results)."""
         rows = self.active
         if rows:
-            context = generated = 0
-            for row in rows:
-                context += row.segment.prompt_length + row.position
-                generated += row.emitted
-            self.features.set_rows(len(rows), context / len(rows), generated / len(rows))
+            context = sum(row.context_length for row in rows) / len(rows)
+            self.features.set_rows(len(rows), context, sum(row.emitted for row in rows) / len(rows))
 
     def _lookup_match(self) -> tuple[float, float]:
         """The recorded ``ngram/available`` and ``ngram/order`` where the rows' next step starts,

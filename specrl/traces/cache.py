@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from specrl.models import ModelPair
+from specrl.models import EMBEDDED_PREFIX, ModelPair
 from specrl.traces.format import (
     DEFAULT_DRAFTERS,
     TRACE_FORMAT_VERSION,
@@ -78,8 +78,8 @@ def trace_dirs(pair: ModelPair) -> list[Path]:
     from specrl.zoo.build import shipped_dir, specrl_home
 
     dirs = []
-    if pair.name.startswith("specrl-zoo-"):
-        dirs.append(shipped_dir(pair.name.removeprefix("specrl-zoo-")) / "traces")
+    if pair.name.startswith(EMBEDDED_PREFIX):
+        dirs.append(shipped_dir(pair.name.removeprefix(EMBEDDED_PREFIX)) / "traces")
     dirs.append(specrl_home() / "traces" / _slug(pair.name))
     return dirs
 

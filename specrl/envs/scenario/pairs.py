@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specrl.models import CacheSettings, ModelPair, default_device, default_dtype, load_pair
+from specrl.models import (
+    EMBEDDED_PREFIX,
+    CacheSettings,
+    ModelPair,
+    default_device,
+    default_dtype,
+    load_pair,
+)
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,7 @@ class PairSpec:
         """What the trace and latency caches key on (name, device, dtype), as :meth:`load`'s pair
         would have them, without loading a model."""
         if self.target is None:
-            name = f"specrl-zoo-{self.preset or 'small'}"
+            name = f"{EMBEDDED_PREFIX}{self.preset or 'small'}"
         else:
             name = f"{self.target}+{self.draft}"
         device = torch.device(self.device) if self.device is not None else default_device()

@@ -13,10 +13,8 @@ from specrl.envs.scenario.pairs import PairInfo, loaded_pair
 from specrl.envs.scenario.schema import RETIRED_SPLITS, Scenario, ScenarioError, SetupError
 from specrl.latency import LatencyModel, device_key
 from specrl.latency.calibration import cached_calibration
-from specrl.models import ModelPair
+from specrl.models import EMBEDDED_PREFIX, ModelPair
 from specrl.zoo.corpus import SPLITS
-
-EMBEDDED_PREFIX = "specrl-zoo-"  # an embedded pair's name: specrl-zoo-<preset>
 
 
 def latency_model(
