@@ -359,7 +359,7 @@ def speculative_generate(
     drive(generation, controller, stop)
 
     rows = [generation.tokens[r][: stops[r]] for r in range(len(prompts))]  # each cut at its stop
-    sequences = _padded(rows, prompts, input_ids, _pad_token(generation_config, eos, rows))
+    sequences = _padded(rows, prompts, input_ids, generation_config, eos)
     if not generation_config.return_dict_in_generate:
         return sequences
     stats = generation.stats()
@@ -369,24 +369,28 @@ def speculative_generate(
 
 
 def _padded(
-    rows: list[list[int]], prompts: list[list[int]], input_ids: torch.Tensor, pad: int
+    rows: list[list[int]],
+    prompts: list[list[int]],
+    input_ids: torch.Tensor,
+    generation_config: GenerationConfig,
+    eos: set[int],
 ) -> torch.Tensor:
     """The rows (prompt and new tokens) as ``generate`` returns them: each after its input's left
-    padding, right-padded with ``pad`` to the longest."""
+    padding, right-padded to the longest (:func:`_pad_token`) where rows stopped apart."""
     length = input_ids.shape[1]
     out = [
         ids[: length - len(prompt)] + row
         for ids, row, prompt in zip(input_ids.tolist(), rows, prompts, strict=True)
     ]
     width = max(len(row) for row in out)
-    return torch.tensor([row + [pad] * (width - len(row)) for row in out], device=input_ids.device)
+    if any(len(row) < width for row in out):
+        pad = _pad_token(generation_config, eos)
+        out = [row + [pad] * (width - len(row)) for row in out]
+    return torch.tensor(out, device=input_ids.device)
 
 
-def _pad_token(generation_config: GenerationConfig, eos: set[int], rows: list[list[int]]) -> int:
-    """What pads rows that stopped early, as ``generate`` pads them: ``pad_token_id``, else an EOS
-    id (0 when every row has the same length: nothing is padded)."""
-    if len({len(row) for row in rows}) == 1:
-        return 0
+def _pad_token(generation_config: GenerationConfig, eos: set[int]) -> int:
+    """What pads rows that stopped early, as ``generate`` pads them: ``pad_token_id``, else an EOS id."""
     if generation_config.pad_token_id is not None:
         return int(generation_config.pad_token_id)
     if eos:

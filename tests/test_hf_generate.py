@@ -224,6 +224,11 @@ def test_a_batch_decodes_each_prompt_as_plain_generate_does_alone(close_pair):
             assert torch.equal(out.sequences[r], torch.cat([ids[r, : ids.shape[1] - len(row)], alone]))
         assert out.stats.new_tokens == 3 * N and out.stats.steps == len(out.steps)
         assert 0 < out.stats.accepted < out.stats.proposed  # the rows' steps pooled, not trivially equal
+    # prompts of different lengths that all run to the budget need no padding token (nor an EOS id)
+    full = spec(
+        close_pair, ids, specrl.StaticController(4), attention_mask=mask, eos_token_id=None, pad_token_id=None
+    )
+    assert full.shape == (3, ids.shape[1] + N)
 
 
 def test_rows_that_stop_leave_the_batch_and_are_padded_as_generate_pads_them(pair):
