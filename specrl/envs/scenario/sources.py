@@ -51,11 +51,12 @@ def latency_model(
                 minutes = "about 10 minutes" if method == "batch" else "about 2 minutes"
                 command = f"`{calibrate_command(pair, scenario.k_max, method)}` ({minutes}, then cached)"
                 if unpriced:
-                    command = f"`specrl.latency.calibrated(pair, drafters={list(scenario.drafters)})`"
+                    drafters = list(scenario.drafters)
+                    command = f"`specrl.latency.calibrated(pair, method={method!r}, drafters={drafters})`"
                 raise SetupError(
                     f"{scenario._origin()} needs {what} for pair '{pair.name}' on this device, and "
-                    f"{path} {'does not exist' if model is None else 'has no price for them'}: measure it "
-                    f"with {command}, or pass prepare=True to the env to measure it now"
+                    f"{path} {'does not exist' if model is None else 'has no price for them'}: measure "
+                    f"{'it' if model is None else 'them'} with {command}, or pass prepare=True to the env"
                 )
             loaded = loaded_pair(pair, f"calibrate {what} (not in {path})")
             prompts = scenario_calibration_prompts(scenario, loaded) if method == "batch" else None
