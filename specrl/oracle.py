@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specrl.engine.sampling import SamplingConfig
-from specrl.engine.types import DEFAULT_DRAFTER, throughput
-from specrl.envs.replay import ReplayedStep, replay_step
+from specrl.engine.types import DEFAULT_DRAFTER, Outcome, throughput
+from specrl.envs.replay import replay_step
 from specrl.envs.trace_replay import realise_acceptance
 from specrl.latency import LatencyModel
 from specrl.traces import Segment, Trace, TraceSet
@@ -77,7 +77,7 @@ def realisations(
 def priced_step(
     segment: Segment, accepts: dict[str, list[bool]], latency: LatencyModel, position: int,
     k: int, tau: float, drafter: str, context_window: int,
-) -> tuple[ReplayedStep, float]:  # fmt: skip
+) -> tuple[Outcome, float]:  # fmt: skip
     """The step at ``position`` replayed with (k, tau, drafter), and its modeled seconds."""
     step = replay_step(segment, position, k, tau, accepts.get(drafter, ()), context_window, None, drafter)
     draft, verify = latency.step_seconds(

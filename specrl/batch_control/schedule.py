@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from specrl.controllers.batch_schedule import BatchCutoffController, schedule_from_best_k
 from specrl.controllers.static import StaticController
+from specrl.engine.types import throughput
 from specrl.envs.batch_replay import BatchReplayEnv
 from specrl.envs.scenario import load_scenario
 
@@ -40,7 +41,7 @@ def rates_by_batch(env: BatchReplayEnv, controller, episodes: int, prefill: bool
             for size in (0, info["batch_size"]):
                 tokens[size] = tokens.get(size, 0.0) + info["tokens"]
                 seconds[size] = seconds.get(size, 0.0) + spent
-    return {size: tokens[size] / seconds[size] for size in tokens}
+    return {size: throughput(tokens[size], seconds[size]) for size in tokens}
 
 
 def controller_throughput(env: BatchReplayEnv, controller, episodes: int) -> float:

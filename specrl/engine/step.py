@@ -13,7 +13,7 @@ from specrl.engine.drafters.base import Drafter
 from specrl.engine.rejection import judge, read_outcomes
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.timing import DeviceClock
-from specrl.engine.types import Action, Step, StepResult
+from specrl.engine.types import Action, Outcome, Step, StepResult
 
 
 def speculative_step(
@@ -61,25 +61,18 @@ def speculative_step(
         emitted = drafted[:accepted] + [next_token]
         if eos_token_id is not None and eos_token_id in emitted:
             emitted = emitted[: emitted.index(eos_token_id) + 1]
-        m = proposal.proposed[r]
-        results.append(
-            StepResult(
-                action=action,
-                k=ks[r],
-                proposed=m,
-                accepted=accepted,
-                emitted=len(emitted),
-                draft_seconds=0.0,
-                verify_seconds=0.0,
-                confidences=proposal.confidences[r],
-                entropies=proposal.entropies[r],
-                acceptance_probs=acceptance_probs,
-                stopped_by_tau=proposal.stopped[r],
-                context_length=lengths[r],
-                tokens=emitted,
-                target_logits=target_logits[r, : len(emitted)].clone() if keep_target_logits else None,
-            )
+        outcome = Outcome(
+            ks[r],
+            proposal.proposed[r],
+            accepted,
+            len(emitted),
+            proposal.confidences[r],
+            proposal.entropies[r],
+            acceptance_probs,
+            proposal.stopped[r],
         )
+        logits = target_logits[r, : len(emitted)].clone() if keep_target_logits else None
+        results.append(StepResult.assemble(action, outcome, 0.0, 0.0, lengths[r], emitted, logits))
     kept = [length + result.emitted - 1 for length, result in zip(lengths, results, strict=True)]
     target.rollback(kept)
     drafter.rollback(kept)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
@@ -77,6 +77,24 @@ class Action:
         )
 
 
+class Outcome(NamedTuple):
+    """What one speculative iteration decided for one row, without its time or tokens: the part
+    the engine reads off its judgement and the trace replay reads off a trace. A
+    :class:`StepResult` is assembled from it in one place (:meth:`StepResult.assemble`).
+
+    Attributes: as :class:`StepResult`'s of the same names.
+    """
+
+    k: int
+    proposed: int
+    accepted: int
+    emitted: int
+    confidences: list[float]
+    entropies: list[float]
+    acceptance_probs: list[float]
+    stopped_by_tau: bool
+
+
 @dataclass
 class StepResult:
     """What one speculative iteration did for one row (its seconds are the whole step's: the rows
@@ -119,6 +137,36 @@ class StepResult:
     context_length: int = 0
     tokens: list[int] = field(default_factory=list)
     target_logits: torch.Tensor | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def assemble(
+        cls,
+        action: Action,
+        outcome: Outcome,
+        draft_seconds: float,
+        verify_seconds: float,
+        context_length: int,
+        tokens: list[int],
+        target_logits: torch.Tensor | None = None,
+    ) -> StepResult:
+        """The one assembly of a step result: the engine's rows, the trace replay's rows and
+        :func:`merge_rows` all build theirs here."""
+        return cls(
+            action,
+            outcome.k,
+            outcome.proposed,
+            outcome.accepted,
+            outcome.emitted,
+            draft_seconds,
+            verify_seconds,
+            outcome.confidences,
+            outcome.entropies,
+            outcome.acceptance_probs,
+            outcome.stopped_by_tau,
+            context_length,
+            tokens,
+            target_logits,
+        )
 
     @property
     def seconds(self) -> float:
@@ -188,20 +236,19 @@ def merge_rows(results: list[StepResult]) -> StepResult:
     if len(results) == 1:
         return results[0]
     first = results[0]
-    return StepResult(
-        action=first.action,
+    pooled = Outcome(
         k=max(result.k for result in results),
         proposed=sum(result.proposed for result in results),
         accepted=sum(result.accepted for result in results),
         emitted=sum(result.emitted for result in results),
-        draft_seconds=first.draft_seconds,
-        verify_seconds=first.verify_seconds,
         confidences=[c for result in results for c in result.confidences],
         entropies=[h for result in results for h in result.entropies],
         acceptance_probs=[a for result in results for a in result.acceptance_probs],
         stopped_by_tau=any(result.stopped_by_tau for result in results),
-        context_length=first.context_length,
-        tokens=[t for result in results for t in result.tokens],
+    )
+    tokens = [t for result in results for t in result.tokens]
+    return StepResult.assemble(
+        first.action, pooled, first.draft_seconds, first.verify_seconds, first.context_length, tokens
     )
 
 

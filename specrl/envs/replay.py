@@ -7,49 +7,9 @@ segment stores and why this reproduces the real loop.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-from specrl.engine.types import DEFAULT_DRAFTER, Action, StepResult, StopRule
+from specrl.engine.types import DEFAULT_DRAFTER, Outcome, StopRule
 from specrl.traces import Segment
 from specrl.traces.format import LookupFields
-
-
-class ReplayedStep(NamedTuple):
-    """What the engine would have done: the fields of a StepResult, as plain values."""
-
-    k: int  # k used, after clipping to the room left
-    proposed: int
-    accepted: int
-    emitted: int
-    confidences: list[float]
-    entropies: list[float]
-    acceptance_probs: list[float]
-    stopped_by_tau: bool
-
-    def result(
-        self,
-        action: Action,
-        draft_seconds: float,
-        verify_seconds: float,
-        context_length: int,
-        tokens: list[int],
-    ) -> StepResult:
-        """The :class:`StepResult` the engine would have returned, with the step's modeled seconds."""
-        return StepResult(
-            action=action,
-            k=self.k,
-            proposed=self.proposed,
-            accepted=self.accepted,
-            emitted=self.emitted,
-            draft_seconds=draft_seconds,
-            verify_seconds=verify_seconds,
-            confidences=self.confidences,
-            entropies=self.entropies,
-            acceptance_probs=self.acceptance_probs,
-            stopped_by_tau=self.stopped_by_tau,
-            context_length=context_length,
-            tokens=tokens,
-        )
 
 
 def room(segment: Segment, position: int, context_window: int) -> int:
@@ -66,7 +26,7 @@ def replay_step(
     context_window: int,
     stop: StopRule | None = None,
     drafter: str = DEFAULT_DRAFTER,
-) -> ReplayedStep:
+) -> Outcome:
     """The step at ``position`` of ``segment`` with action (k, tau), the optional per-token
     ``stop`` rule (asked with each drafted token's recorded signals, as the engine asks it) and
     ``drafter`` proposing.
@@ -106,12 +66,12 @@ def replay_step(
     proposed = len(acceptance_probs)
     accepted = rejected if rejected >= 0 else proposed
     emitted = min(accepted + 1, segment.end - position)  # an EOS cuts the step short
-    return ReplayedStep(k, proposed, accepted, emitted, confidences, entropies, acceptance_probs, stopped)
+    return Outcome(k, proposed, accepted, emitted, confidences, entropies, acceptance_probs, stopped)
 
 
 def _replay_lookup(
     segment: Segment, fields: LookupFields, position: int, k: int, tau: float, stop: StopRule | None
-) -> ReplayedStep:
+) -> Outcome:
     """An n-gram step, as :class:`~specrl.engine.drafters.NGramDrafter` proposes: up to k of the
     tokens the lookup finds, each with confidence 1 and entropy 0 (a point mass), cut by the stop
     rule; fewer found than k counts as a stop, as in the engine."""
@@ -125,7 +85,7 @@ def _replay_lookup(
             break
     accepted = min(found, fields.match[position])
     emitted = min(accepted + 1, segment.end - position)
-    return ReplayedStep(
+    return Outcome(
         k,
         found,
         accepted,

@@ -25,10 +25,10 @@ from gymnasium import spaces
 
 from specrl.controllers.stop_rules import AcceptancePredictor, stop_rule_table
 from specrl.engine.grid import COMPACT_AT, SlotGrid
-from specrl.engine.types import Action, merge_rows
+from specrl.engine.types import Action, Outcome, StepResult, merge_rows
 from specrl.envs.actions import make_action_space, to_engine_action
 from specrl.envs.recording import cached_traces
-from specrl.envs.replay import ReplayedStep, replay_step, segment_acceptance
+from specrl.envs.replay import replay_step, segment_acceptance
 from specrl.envs.reward import step_info, step_reward
 from specrl.envs.scenario import Scenario, load_scenario
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, N_FEATURES, FeatureTracker, GenerationSettings
@@ -297,7 +297,9 @@ class TraceReplayEnv(gym.Env):
             segment, position, count = row.segment, row.position, step.emitted
             tokens = segment.tokens[position : position + count]
             context = segment.prompt_length + position
-            results.append(step.result(engine_action, draft_seconds, verify_seconds, context, tokens))
+            results.append(
+                StepResult.assemble(engine_action, step, draft_seconds, verify_seconds, context, tokens)
+            )
             kept.append(count)
             emitted += count
             fed = max(fed, step.proposed + 1)  # the rows are right-padded to the longest feed
@@ -357,7 +359,7 @@ class TraceReplayEnv(gym.Env):
 
     # ---- helpers ------------------------------------------------------------------------------
 
-    def _replay(self, action: Action) -> tuple[list[ReplayedStep], float, float]:
+    def _replay(self, action: Action) -> tuple[list[Outcome], float, float]:
         """Every active row's step with ``action``, and the step's modeled seconds (draft, verify)
         for its rows at the grid's width."""
         drafter, k, tau, stop, window = action.drafter, action.k, action.tau, action.stop, self.context_window

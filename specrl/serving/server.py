@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 from specrl.controllers.base import Controller
 from specrl.engine.decoder import SpeculativeDecoder
 from specrl.engine.timing import DeviceClock
+from specrl.engine.types import throughput
 from specrl.models import ModelPair
 from specrl.serving.adaptation import AdaptationResult, DraftAdapter, LiveDraft, TrafficBuffer
 from specrl.serving.requests import Request
@@ -89,7 +90,7 @@ def serve_request(pair: ModelPair, spec: StreamSpec, setup: Setup, request: Requ
         "held_back": request.held_back,
         "tokens": len(out.token_ids),
         "seconds": seconds,
-        "tokens_per_s": len(out.token_ids) / seconds,
+        "tokens_per_s": throughput(len(out.token_ids), seconds),
         "steps": out.stats.steps,
         "proposed": out.stats.proposed,
         "accepted": out.stats.accepted,
