@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    scenario = load_scenario("serving")  # its domains: code, prose, arithmetic
+    scenario = load_scenario("arrivals")  # its domains: code, prose, arithmetic
     pair = scenario.pair.load()
     latency = scenario.latency_model(pair)
     rows = []

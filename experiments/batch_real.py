@@ -17,7 +17,7 @@ repeats of the ratios within a repeat. The simulator's column replays the **test
 same scenario (``batch_sim.py``'s episodes).
 
     python experiments/batch_real.py --policy specrl/policies/batch         # results/batch/real.*
-    python experiments/batch_real.py --scenarios serving batch_4 --requests 6 --max-new-tokens 16 \
+    python experiments/batch_real.py --scenarios arrivals batch_4 --requests 6 --max-new-tokens 16 \
         --repeats 1 --episodes 1 --out /tmp/real                            # a smoke run
     python experiments/batch_real.py --policy specrl/policies/batch --scenarios batch_64 --static 1 2 \
         --only plain schedule static:1 static:2 ppo --repeats 5 --out results/batch/real_b64_static
@@ -34,7 +34,7 @@ import argparse
 from pathlib import Path
 
 import specrl
-from specrl.batch_control import FIXED, SERVING, tune_cutoff, tune_schedule
+from specrl.batch_control import ARRIVALS, FIXED, tune_cutoff, tune_schedule
 from specrl.envs import load_scenario
 from specrl.envs.batch_replay import BatchReplayEnv
 from specrl.evaluation.benchmarks.batch_real import controllers, policy_labels, row_names, scenario_row
@@ -49,11 +49,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--scenarios", nargs="+", default=[*SERVING, *FIXED], help="scenarios to serve")
+    parser.add_argument("--scenarios", nargs="+", default=[*ARRIVALS, *FIXED], help="scenarios to serve")
     parser.add_argument(
         "--requests",
         type=int,
-        help="requests per scenario (default: a serving scenario's own; a fixed batch: 2 a row, >= 8)",
+        help="requests per scenario (default: an arrivals scenario's own; a fixed batch: 2 a row, >= 8)",
     )
     parser.add_argument(
         "--max-new-tokens", type=int, help="tokens per request (default: each scenario's own)"
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = {}
     for name in args.scenarios:
         scenario = load_scenario(name)
-        fixed = not scenario.batch.serving
+        fixed = not scenario.batch.arrivals
         repeats = args.fixed_repeats if fixed and args.fixed_repeats is not None else args.repeats
         rows[name] = scenario_row(
             scenario, pair, latency, roster, repeats, args.episodes, args.requests, args.max_new_tokens

@@ -7,7 +7,7 @@ tuned the way a serving engineer tunes it: at each fixed batch size (``batch_1``
 ``batch_16``, ``batch_64``), the k with the highest throughput on the **validation** traces;
 between measured sizes the k of the nearer one (geometrically); 0 above the last size where a
 k > 0 wins. Every controller is then run on the **test** traces of every scenario, fixed and
-``serving`` (requests arriving at a rate that changes), with the same seeds, so the same
+``arrivals`` (requests arriving at a rate that changes), with the same seeds, so the same
 requests, arrivals and draws. Throughput: tokens of every request over the batch's busy seconds.
 "Best static" is the best k on the test traces themselves, a bound in hindsight. "Clairvoyant"
 knows each step's outcomes before it acts (``BatchReplayEnv.preview``) and takes the k that
@@ -30,8 +30,8 @@ from tqdm.auto import tqdm
 
 import specrl
 from specrl.batch_control import (
+    ARRIVALS,
     FIXED,
-    SERVING,
     clairvoyant,
     controller_throughput,
     tune_cutoff,
@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--fixed", nargs="+", default=FIXED, help="fixed-batch scenarios (tune the schedule)")
-    parser.add_argument("--serving", nargs="+", default=SERVING, help="scenarios with a varying load")
+    parser.add_argument("--arrivals", nargs="+", default=ARRIVALS, help="scenarios with a varying load")
     parser.add_argument("--episodes", type=int, default=3, help="episodes (seeds 0..N-1) per controller")
     parser.add_argument("--policy", help="an exported policy folder to compare too")
     parser.add_argument("--out", default=str(REPO / "results" / "batch" / "sim"), help="output stem")
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
     ks = list(range(first.k_max + 1))
     envs = {
         (name, split): BatchReplayEnv(name, latency=latency, split=split, pair=pair, prepare=True)
-        for name in [*args.fixed, *args.serving]
+        for name in [*args.fixed, *args.arrivals]
         for split in ("validation", "test")
     }
     best_k, schedule = tune_schedule({name: envs[(name, "validation")] for name in args.fixed}, args.episodes)
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> dict:
         cutoff = tune_cutoff(fixed, controllers["ppo"], args.episodes)
         controllers = with_cutoff(controllers, cutoff)
     rows = {}
-    for name in tqdm([*args.fixed, *args.serving], desc="test"):
+    for name in tqdm([*args.fixed, *args.arrivals], desc="test"):
         env = envs[(name, "test")]
         static = {k: controller_throughput(env, specrl.StaticController(k), args.episodes) for k in ks}
         measured = {label: controller_throughput(env, c, args.episodes) for label, c in controllers.items()}

@@ -10,7 +10,7 @@ at a grid of context lengths (KV cache, medians over repeats, interleaved, warm-
 held-out midpoints for the fit error); the fallback, since it misses what the loop adds between
 forwards and the cost of sampling. ``--method batch``: :func:`specrl.latency.measure_batch_latency`
 times batched forwards over a grid of batch sizes and calibrates them on continuous batching of
-the ``serving`` scenario's train prompts (what the batch simulator, ``specrl/BatchReplay-v0``,
+the ``arrivals`` scenario's train prompts (what the batch simulator, ``specrl/BatchReplay-v0``,
 reads; about 10 minutes on 2 CPU cores). Writes:
 
   <out>.json   the latency model (the cache path that ``latency: calibrated`` reads, or its
@@ -142,8 +142,8 @@ def measure(pair, args: argparse.Namespace, path: Path) -> LatencyModel:
     started = time.perf_counter()
     if args.method == "profile":
         model = profile(pair, k_max=args.k_max, contexts=args.contexts, repeats=args.repeats)
-    elif args.method == "batch":  # the batch simulator's model, calibrated on the serving scenario's prompts
-        prompts = scenario_calibration_prompts(load_scenario("serving"), pair)
+    elif args.method == "batch":  # the batch simulator's model, calibrated on the arrivals scenario's prompts
+        prompts = scenario_calibration_prompts(load_scenario("arrivals"), pair)
         model = measure_batch_latency(pair, k_max=args.k_max, prompts=prompts)
     else:
         if args.from_steps is not None:

@@ -30,7 +30,7 @@ from specrl.distributed.cli import add_ray_arguments, pool_from_args
 from specrl.envs import ScenarioError, load_scenario, shipped_scenarios
 from specrl.envs.recording import cached_traces, recording_with
 from specrl.envs.scenario import SPLITS
-from specrl.traces.cache import DEFAULT_PROMPTS_PER_DOMAIN, cache_key, cache_parts, trace_dirs
+from specrl.traces.store import DEFAULT_PROMPTS_PER_DOMAIN, cache_key, cache_parts, trace_dirs
 
 # Scenarios whose traces are the union of others' (same prompts, same settings): not recorded twice.
 JOINED = {"mixed", "mixed_t1", "mixed_pool"}

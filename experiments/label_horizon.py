@@ -23,8 +23,8 @@ from tqdm.auto import tqdm
 
 import specrl  # noqa: E402
 from specrl.batch_control import (
+    ARRIVALS,
     FIXED,
-    SERVING,
     RolloutOracle,
     controller_throughput,
     rates_by_batch,
@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--scenarios", nargs="+", default=[*FIXED, *SERVING])
+    parser.add_argument("--scenarios", nargs="+", default=[*FIXED, *ARRIVALS])
     parser.add_argument(
         "--horizons", type=int, nargs="+", default=[1, 16, 64, 256, TO_THE_END], help="steps played out"
     )

@@ -3,7 +3,7 @@ policy; ``train_ppo.py`` remains the main job for single-sequence control).
 
 The policy sees the features of the batch as one step (``batch_size`` among them) and chooses one
 (k, tau) for every row. It trains on the **train** traces of a mix of fixed batches (``batch_1``,
-``batch_4``, ``batch_16``, ``batch_64``) and the ``serving`` load, in two stages:
+``batch_4``, ``batch_16``, ``batch_64``) and the ``arrivals`` load, in two stages:
 
 1. **Imitation** (DAgger, ``--imitation-rounds``): one step of policy iteration over the tuned
    batch-size schedule. Every visited state (one in ``--label-every``) is labelled with every
@@ -47,7 +47,7 @@ from stable_baselines3.common.callbacks import EveryNTimesteps
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv, VecMonitor, VecNormalize
 
-from specrl.batch_control import FIXED, SERVING, tune_schedule
+from specrl.batch_control import ARRIVALS, FIXED, tune_schedule
 from specrl.batch_control.imitation import LABEL_EVERY, LABEL_HORIZON, Validation, imitate
 from specrl.controllers.batch_schedule import BatchScheduleController
 from specrl.envs import load_scenario
@@ -88,7 +88,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     started = time.perf_counter()
-    names = [*FIXED, *SERVING]
+    names = [*FIXED, *ARRIVALS]
     first = load_scenario(names[0])
     pair = first.pair.load()
     latency = first.latency_model(pair)

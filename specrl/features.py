@@ -76,7 +76,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -192,9 +192,9 @@ def _rate(numerators: Iterable[float], denominators: Iterable[float]) -> float:
     return sum(numerators) / denominator if denominator > 0 else 0.0
 
 
-@dataclass(frozen=True)
-class _Step:
-    """What the features read of one step, summed over the rows of a batched step."""
+class _Step(NamedTuple):
+    """What the features read of one step, summed over the rows of a batched step (a tuple: the
+    simulators build one per step, tens of thousands a second)."""
 
     action: Any
     rows: int
@@ -214,23 +214,42 @@ class _Step:
 
     @classmethod
     def of(cls, results: Sequence[StepResult]) -> _Step:
+        """The rows' results summed, in one pass (a single sequence's step is one row)."""
+        proposed = accepted = emitted = context_length = forwards = stopped = 0
+        probs = accepted_confidence = 0.0
+        confidences: list[float] = []
+        entropies: list[float] = []
+        rejected: list[float] = []
+        for r in results:
+            proposed += r.proposed
+            accepted += r.accepted
+            emitted += r.emitted
+            context_length += r.context_length
+            forwards = max(forwards, len(r.confidences))  # StepResult.draft_forwards; rows share them
+            confidences += r.confidences
+            entropies += r.entropies
+            probs += sum(r.acceptance_probs)
+            if r.accepted < r.proposed:
+                rejected.append(r.confidences[r.accepted])
+            accepted_confidence += sum(r.confidences[: r.accepted])
+            stopped += r.stopped_by_tau
         first = results[0]
         return cls(
-            action=first.action,
-            rows=len(results),
-            proposed=sum(r.proposed for r in results),
-            accepted=sum(r.accepted for r in results),
-            emitted=sum(r.emitted for r in results),
-            context_length=sum(r.context_length for r in results),
-            draft_forwards=max(len(r.confidences) for r in results),  # StepResult.draft_forwards
-            draft_seconds=first.draft_seconds,
-            verify_seconds=first.verify_seconds,
-            confidences=[c for r in results for c in r.confidences],
-            entropies=[h for r in results for h in r.entropies],
-            acceptance_prob_sum=sum(sum(r.acceptance_probs) for r in results),
-            rejected_confidences=[r.confidences[r.accepted] for r in results if r.accepted < r.proposed],
-            accepted_confidence_sum=sum(sum(r.confidences[: r.accepted]) for r in results),
-            stopped=sum(1 for r in results if r.stopped_by_tau),
+            first.action,
+            len(results),
+            proposed,
+            accepted,
+            emitted,
+            context_length,
+            forwards,
+            first.draft_seconds,
+            first.verify_seconds,
+            confidences,
+            entropies,
+            probs,
+            rejected,
+            accepted_confidence,
+            stopped,
         )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 #: The rule under the header, per column alignment.
-RULES = {None: "---", "": "---", "left": ":---", "right": "---:", "center": ":---:"}
+ALIGNMENTS = {None: "---", "": "---", "left": ":---", "right": "---:", "center": ":---:"}
 
 
 def markdown_table(
@@ -28,9 +28,9 @@ def markdown_table(
     align = [None] * len(header) if align is None else list(align)
     if len(align) != len(header):
         raise ValueError(f"align has {len(align)} entries for {len(header)} columns")
-    if unknown := [a for a in align if a not in RULES]:
+    if unknown := [a for a in align if a not in ALIGNMENTS]:
         raise ValueError(f"unknown alignment {unknown[0]!r}; use None, 'left', 'right' or 'center'")
-    lines = [_line(header), "|" + "|".join(RULES[a] for a in align) + "|"]
+    lines = [_line(header), "|" + "|".join(ALIGNMENTS[a] for a in align) + "|"]
     for row in rows:
         if len(row) != len(header):
             raise ValueError(f"a row has {len(row)} cells for {len(header)} columns: {list(row)!r}")

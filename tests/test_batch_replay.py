@@ -240,7 +240,7 @@ def test_bad_batch_sections_are_refused_by_name():
         Scenario.from_dict({"batch": {"load": [60, 1.0]}})
     with pytest.raises(ScenarioError, match="every phase has rate 0"):
         Scenario.from_dict({"batch": {"load": [[60, 0.0]]}})
-    assert BatchSpec(load=((60.0, 1.0),)).serving and not BatchSpec(size=8).serving
+    assert BatchSpec(load=((60.0, 1.0),)).arrivals and not BatchSpec(size=8).arrivals
     pool = Scenario.from_dict(
         {**_plain(specrl.envs.load_scenario("batch_4")), "drafters": ["draft", "ngram"]}
     )
@@ -440,7 +440,7 @@ def test_train_batch_writes_train_ppos_run_folder_and_exports_with_parity(tmp_pa
 
     script = load_script("train_batch")
     monkeypatch.setattr(script, "FIXED", ["batch_1"])
-    monkeypatch.setattr(script, "SERVING", [])
+    monkeypatch.setattr(script, "ARRIVALS", [])
     monkeypatch.setattr(
         Scenario, "latency_model", lambda scenario, pair, *args, **kwargs: synthetic_latency()
     )

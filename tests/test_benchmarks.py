@@ -157,17 +157,20 @@ def test_batch_real_page_names_each_kind_of_repeats_and_every_policys_cutoff():
     --fixed-repeats), and one number when they all had the same; and the cut-off of each policy."""
     from specrl.batch_control.schedule import cutoff_sentence, report_cutoffs
 
-    def report(serving: int, fixed: int) -> dict:
-        rows = {"serving": {"batch": {"serving": True}, "repeats": serving}}
-        rows["batch_4"] = {"batch": {"serving": False}, "repeats": fixed}
-        return {"rows": rows, "repeats": serving}
+    def report(arriving: int, fixed: int) -> dict:
+        rows = {"arrivals": {"batch": {"arrivals": True}, "repeats": arriving}}
+        rows["batch_4"] = {"batch": {"arrivals": False}, "repeats": fixed}
+        return {"rows": rows, "repeats": arriving}
 
     assert batch_real_page.repeats_phrase(report(3, 3)) == "3"
-    assert batch_real_page.repeats_phrase(report(3, 8)) == "3 (serving) and 8 (fixed batches)"
+    assert batch_real_page.repeats_phrase(report(3, 8)) == "3 (arrivals) and 8 (fixed batches)"
     only_fixed = {"rows": {"batch_4": {"batch": {"serving": False}, "repeats": 8}}, "repeats": 3}
     assert batch_real_page.repeats_phrase(only_fixed) == "8"
     old = {"rows": {"batch_4": {"batch": {"serving": False}}}, "repeats": 2}  # a page from before
     assert batch_real_page.repeats_phrase(old) == "2"
+    renamed = {"rows": {"serving": {"batch": {"serving": True}, "repeats": 4}}, "repeats": 4}
+    renamed["rows"]["batch_4"] = {"batch": {"serving": False}, "repeats": 8}  # before the rename
+    assert batch_real_page.repeats_phrase(renamed) == "4 (arrivals) and 8 (fixed batches)"
     several = {"cutoffs": {"ppo:seed0": 8, "ppo:seed1": None}}
     assert report_cutoffs(several) == {"ppo:seed0": 8}
     assert "`ppo:seed0+cutoff` above 8 rows" in cutoff_sentence(several)

@@ -332,6 +332,9 @@ def test_missing_scenario_file_names_the_shipped_ones():
         load_scenario("envs/cod.yaml")
     with pytest.raises(ScenarioError, match="not found"):
         gymnasium.make(SPEC_DECODE_ID, scenario="no_such_scenario")
+    with pytest.raises(ScenarioError, match="'serving' is now called 'arrivals'.*scenario='arrivals'"):
+        load_scenario("serving")  # a renamed scenario names its new name
+    assert load_scenario("arrivals").batch.arrivals
 
 
 def test_prompts_the_pair_lacks_are_refused_when_the_env_is_built(tmp_path, word_prompts, pair, tiny_home):

@@ -12,8 +12,8 @@ the batch policy from them.
 
 from specrl.batch_control.oracles import OneStepOracle, RolloutOracle, clairvoyant, oracle_rates
 from specrl.batch_control.schedule import (
+    ARRIVALS,
     FIXED,
-    SERVING,
     batch_of,
     controller_throughput,
     cutoff_from,
@@ -25,7 +25,7 @@ from specrl.batch_control.schedule import (
 
 __all__ = [
     "FIXED",
-    "SERVING",
+    "ARRIVALS",
     "OneStepOracle",
     "RolloutOracle",
     "batch_of",

@@ -22,7 +22,7 @@ from specrl.envs.scenario import load_scenario
 #: The fixed-batch scenarios the schedule and the cut-off are tuned on, smallest first.
 FIXED = ["batch_1", "batch_4", "batch_16", "batch_64"]
 #: The scenarios whose load varies (continuous batching with arrivals).
-SERVING = ["serving"]
+ARRIVALS = ["arrivals"]
 
 
 def rates_by_batch(env: BatchReplayEnv, controller, episodes: int, prefill: bool = True) -> dict[int, float]:

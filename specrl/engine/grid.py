@@ -42,9 +42,10 @@ class SlotGrid:
 
     def holes(self) -> float:
         """The share of the grid's slots that are holes (0 when empty)."""
-        if not self.width or not self.rows:
+        rows = self.slots_of
+        if not self.width or not rows:
             return 0.0
-        return 1.0 - sum(self.lengths) / (self.rows * self.width)
+        return 1.0 - sum(map(len, rows)) / (len(rows) * self.width)
 
     def used_width(self) -> int:
         """The columns up to every row's last token (the tail beyond is holes in every row)."""

@@ -2,7 +2,7 @@
 
 env = gymnasium.make("specrl/SpecDecode-v0", scenario="envs/code.yaml")     # the real loop
 env = gymnasium.make("specrl/TraceReplay-v0", scenario="envs/code.yaml")    # replayed traces
-env = gymnasium.make("specrl/BatchReplay-v0", scenario="serving")           # a batch of requests
+env = gymnasium.make("specrl/BatchReplay-v0", scenario="arrivals")           # a batch of requests
 """
 
 from gymnasium.envs.registration import register, registry

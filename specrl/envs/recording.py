@@ -22,8 +22,8 @@ from specrl.envs.spec_decode import SpecDecodeEnv
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 from specrl.traces.analysis import analyse_segment, extend_past_eos
-from specrl.traces.cache import Collector, load_or_collect, trace_dirs
 from specrl.traces.format import Segment, Trace, TraceSet, make_fields
+from specrl.traces.store import Collector, load_or_collect, trace_dirs
 
 
 def record_episode(
@@ -174,7 +174,7 @@ def cached_traces(
     record: bool = True,
 ) -> TraceSet:
     """The scenario's traces for ``split``, shipped, cached or recorded now (``record``, with
-    progress): :func:`specrl.traces.cache.load_or_collect` with ``collect``, by default this
+    progress): :func:`specrl.traces.store.load_or_collect` with ``collect``, by default this
     process's :func:`collect_traces` (a :class:`~specrl.envs.scenario.PairInfo`, no weights
     loaded, is loaded only to record, and a line on stderr says so), or :func:`recording_with`'s;
     :meth:`specrl.distributed.RayPool.collector` records on Ray workers.

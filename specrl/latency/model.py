@@ -150,6 +150,8 @@ def step_shape(rows: Sequence[Any]) -> tuple[int, int]:
     """A step's (draft forwards, proposals a row is priced at) from its rows' results (anything
     with ``proposed`` and one ``confidences`` entry per draft forward): the rows are padded to the
     longest feed, and drafting runs until the last row stops."""
+    if len(rows) == 1:  # a single sequence's step is its own shape (the simulators' hot path)
+        return len(rows[0].confidences), rows[0].proposed
     return max(len(row.confidences) for row in rows), max(row.proposed for row in rows)
 
 

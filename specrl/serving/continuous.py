@@ -9,7 +9,7 @@ rows; an empty batch waits for the next arrival, idle time that no controller is
 Throughput is every request's tokens over the busy seconds. The features are the batch's, as in
 the simulator: one ``FeatureTracker`` for the whole run, told the batch's rows after every change.
 
-    requests = scenario_requests(load_scenario("serving"), pair, split="test", seed=0)
+    requests = scenario_requests(load_scenario("arrivals"), pair, split="test", seed=0)
     run = serve_continuous(pair, controller, requests, max_batch=64, max_new_tokens=128)
     run.tokens_per_s, run.outputs[i], run.batch_sizes
 

@@ -3,7 +3,7 @@
 - :mod:`specrl.traces.format`: ``Segment``, ``Trace``, ``TraceSet``; the ``.npz`` file, its
   schema and ``TraceError`` (numpy only).
 - :mod:`specrl.traces.analysis`: the teacher-forced statistics of a decoded segment (engine).
-- :mod:`specrl.traces.cache`: file names and folders of a scenario's traces, and load-or-collect
+- :mod:`specrl.traces.store`: file names and folders of a scenario's traces, and load-or-collect
   with the collector passed in.
 
 Recording runs the real-loop env, so it lives with the envs, in :mod:`specrl.envs.recording`
@@ -12,7 +12,8 @@ Recording runs the real-loop env, so it lives with the envs, in :mod:`specrl.env
 """
 
 from specrl.traces.analysis import analyse_segment, extend_past_eos
-from specrl.traces.cache import (
+from specrl.traces.format import TRACE_FORMAT_VERSION, Segment, Trace, TraceError, TraceSet
+from specrl.traces.store import (
     DEFAULT_PROMPTS_PER_DOMAIN,
     cache_key,
     cache_parts,
@@ -20,7 +21,6 @@ from specrl.traces.cache import (
     trace_dirs,
     with_scenario,
 )
-from specrl.traces.format import TRACE_FORMAT_VERSION, Segment, Trace, TraceError, TraceSet
 
 __all__ = [
     "DEFAULT_PROMPTS_PER_DOMAIN",

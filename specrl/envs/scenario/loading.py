@@ -13,6 +13,9 @@ from specrl.envs.scenario.schema import Scenario, ScenarioError
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 # Where they lived before they became package data: "envs/code.yaml" still names the shipped file.
 LEGACY_SCENARIO_FOLDER = "envs"
+# Shipped scenarios that were renamed, old name -> new: the old name is refused with the new one
+# (a name says one thing: "serving" is the package that serves requests, not a scenario).
+RENAMED_SCENARIOS = {"serving": "arrivals"}
 
 
 def shipped_scenarios() -> list[str]:
@@ -35,6 +38,11 @@ def scenario_path(name: str | Path) -> Path:
     for candidate in candidates:
         if candidate.is_file():
             return candidate
+    if str(name) in RENAMED_SCENARIOS:
+        raise ScenarioError(
+            f"the shipped scenario '{name}' is now called '{RENAMED_SCENARIOS[str(name)]}' (same file, "
+            f"same numbers); pass scenario='{RENAMED_SCENARIOS[str(name)]}'"
+        )
     raise ScenarioError(
         f"scenario file '{name}' not found (looked at {', '.join(str(c) for c in candidates)}); give the "
         f"path of a YAML file or the name of a shipped scenario: {', '.join(shipped_scenarios()) or 'none'}"

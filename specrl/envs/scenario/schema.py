@@ -95,7 +95,7 @@ class BatchSpec:
     Attributes:
         size: rows of a fixed batch: a row that finishes is replaced by the next request at once,
             so the batch always holds ``size`` rows (used when ``load`` is empty).
-        load: a serving load instead, ``[[seconds, requests_per_second], ...]``: requests arrive
+        load: an arrival load instead, ``[[seconds, requests_per_second], ...]``: requests arrive
             as a Poisson process whose rate is piecewise constant in modeled time (the phases
             repeat); a request waits for a free row, so the batch grows and shrinks with the load
             (continuous batching).
@@ -121,26 +121,26 @@ class BatchSpec:
             raise ValueError("batch.load: every phase has rate 0; no request would ever arrive")
 
     @property
-    def serving(self) -> bool:
+    def arrivals(self) -> bool:
         """Requests arrive over time (``load``) rather than a fixed batch."""
         return bool(self.load)
 
     @property
     def capacity(self) -> int:
         """The most rows decoded at once."""
-        return self.max_size if self.serving else self.size
+        return self.max_size if self.arrivals else self.size
 
     @property
     def nominal_rows(self) -> int:
         """The rows at which rho, plain decoding's throughput, is taken: the fixed size, or half
         the most rows under a load."""
-        return max(1, self.max_size // 2) if self.serving else self.size
+        return max(1, self.max_size // 2) if self.arrivals else self.size
 
     @property
     def batched(self) -> bool:
         """More than one request: a batch of requests, priced by a latency model over batch sizes
         (one request is a single sequence)."""
-        return self.requests > 1 or self.serving
+        return self.requests > 1 or self.arrivals
 
 
 @dataclass(frozen=True)

@@ -113,11 +113,11 @@ def scenario_row(
     max_new_tokens: int | None = None,
 ) -> dict:
     """Every controller of ``roster`` serving ``scenario``'s test requests (``requests`` of them;
-    default: a serving scenario's own, a fixed batch 2 a row and at least 8), ``repeats`` times in
+    default: an arrival scenario's own, a fixed batch 2 a row and at least 8), ``repeats`` times in
     the real loop; and in the simulator over ``episodes`` test episodes. The report's row."""
     spec = scenario.batch
-    capacity = spec.max_size if spec.serving else spec.size
-    count = requests or (spec.requests if spec.serving else max(8, 2 * spec.size))
+    capacity = spec.max_size if spec.arrivals else spec.size
+    count = requests or (spec.requests if spec.arrivals else max(8, 2 * spec.size))
     served = scenario_requests(scenario, pair, "test", seed=0, count=count)
     sampling = SamplingConfig(scenario.sampling.temperature)
     budget = max_new_tokens or scenario.max_new_tokens
@@ -146,7 +146,7 @@ def scenario_row(
     return {
         "batch": {
             "capacity": capacity,
-            "serving": spec.serving,
+            "arrivals": spec.arrivals,
             "requests": len(served),
             "max_new_tokens": budget,
         },

@@ -39,7 +39,7 @@ def markdown(report: dict, picture: str) -> str:
     table = []
     for name, row in report["rows"].items():
         batch = row["batch"]
-        rows_text = f"up to {batch['capacity']}" if batch["serving"] else str(batch["capacity"])
+        rows_text = f"up to {batch['capacity']}" if arrivals(batch) else str(batch["capacity"])
         same = row["outputs_equal_plain"]
         table.append(
             [
@@ -62,16 +62,22 @@ def markdown(report: dict, picture: str) -> str:
     return "\n".join(lines)
 
 
+def arrivals(batch: dict) -> bool:
+    """Whether a row's requests arrived over time (a load), not as a fixed batch. Reports written
+    before the scenario ``serving`` was renamed ``arrivals`` name the flag ``serving``."""
+    return bool(batch.get("arrivals", batch.get("serving", False)))
+
+
 def repeats_phrase(report: dict) -> str:
-    """The report's repeats: "2", or "4 (serving) and 8 (fixed batches)"."""
+    """The report's repeats: "2", or "4 (arrivals) and 8 (fixed batches)"."""
     by_kind: dict[bool, set[int]] = {True: set(), False: set()}
     for row in report["rows"].values():
-        by_kind[row["batch"]["serving"]].add(row.get("repeats", report["repeats"]))
+        by_kind[arrivals(row["batch"])].add(row.get("repeats", report["repeats"]))
     every = by_kind[True] | by_kind[False]
     if len(every) == 1:
         return str(every.pop())
-    serving, fixed = ("/".join(map(str, sorted(by_kind[kind]))) for kind in (True, False))
-    return f"{serving} (serving) and {fixed} (fixed batches)"
+    arriving, fixed = ("/".join(map(str, sorted(by_kind[kind]))) for kind in (True, False))
+    return f"{arriving} (arrivals) and {fixed} (fixed batches)"
 
 
 def _ratio(row: dict, key: str, label: str) -> str:
@@ -82,7 +88,7 @@ def _ratio(row: dict, key: str, label: str) -> str:
 
 def plot(report: dict, path: Path) -> None:
     """Left: each controller's real ratio to the schedule per scenario (and the simulator's, hollow).
-    Right: the mean k each controller chose at each batch size, in the serving scenario."""
+    Right: the mean k each controller chose at each batch size, in the arrivals scenario."""
     import matplotlib.pyplot as plt
 
     from specrl.plots import save_figure
@@ -112,8 +118,8 @@ def plot(report: dict, path: Path) -> None:
     left.set_xticks(range(len(names)), names)
     left.set_ylabel("tokens/s / schedule's (bars: real, circles: simulator)")
     left.legend(fontsize=8)
-    serving = next((n for n in names if rows[n]["batch"]["serving"]), names[0])
-    for label, trace in rows[serving]["last_repeat"].items():
+    arriving = next((n for n in names if arrivals(rows[n]["batch"])), names[0])
+    for label, trace in rows[arriving]["last_repeat"].items():
         by_size: dict[int, list[int]] = {}
         for size, k in zip(trace["batch_sizes"], trace["ks"], strict=True):
             by_size.setdefault(size, []).append(k)
@@ -122,7 +128,7 @@ def plot(report: dict, path: Path) -> None:
             sizes, [statistics.mean(by_size[s]) for s in sizes], marker=".", label=label, color=color[label]
         )
     right.set_xscale("log", base=2)
-    right.set_xlabel(f"rows in the batch ({serving})")
+    right.set_xlabel(f"rows in the batch ({arriving})")
     right.set_ylabel("mean k chosen")
     right.legend(fontsize=8)
     figure.tight_layout()
