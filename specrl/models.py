@@ -13,12 +13,20 @@ from transformers import (
     DynamicCache,
     PreTrainedModel,
     PreTrainedTokenizerBase,
+    cache_utils,
 )
-from transformers.cache_utils import DummyLayer, DynamicLayer, LinearAttentionCacheLayerMixin
 
 from specrl.quiet import no_progress_bars
 
 EMBEDDED_PREFIX = "specrl-zoo-"  # an embedded pair's name: specrl-zoo-<preset>
+# Cache layers that crop back exactly: the dynamic layer, and (transformers >= 5.20) the dummy layer of
+# a block without attention. Layers of recurrent state (linear attention, transformers >= 5.20) do not.
+_CROPPABLE = tuple(
+    getattr(cache_utils, name) for name in ("DynamicLayer", "DummyLayer") if hasattr(cache_utils, name)
+)
+_RECURRENT = tuple(
+    getattr(cache_utils, name) for name in ("LinearAttentionCacheLayerMixin",) if hasattr(cache_utils, name)
+)
 
 
 class PairError(ValueError):
@@ -40,8 +48,7 @@ def check_cache(cache, config) -> None:
         {
             type(layer).__name__
             for layer in cache.layers
-            if isinstance(layer, LinearAttentionCacheLayerMixin)
-            or not isinstance(layer, (DynamicLayer, DummyLayer))
+            if isinstance(layer, _RECURRENT) or not isinstance(layer, _CROPPABLE)
         }
     )
     if bad:

@@ -63,7 +63,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # bottom up; a new package or module mu
     ("controllers", "traces", "latency", "hf_assisted", "selfcheck", "hf"),
     ("envs",),
     ("oracle", "trace_evaluation", "training", "rule_tuning", "batch_control", "evaluation", "serving"),
-    ("distributed",),
+    ("distributed", "vllm"),
 )
 RANK = {f"specrl.{name}": rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -39,6 +39,8 @@ reads the device: on a GPU such a read waits for every queued kernel.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import DynamicCache, PreTrainedModel, StaticCache
 from transformers.cache_utils import StaticLayer
@@ -48,6 +50,13 @@ from specrl.engine.grid import COMPACT_AT, SlotGrid
 from specrl.models import CacheSettings, check_cache
 
 COMPILED_TOKENS = 16  # a verification is k + 1 tokens; longer feeds are prefills
+
+
+def cache_keyword(model: PreTrainedModel) -> str:
+    """The name under which ``model``'s forward takes its KV cache: ``cache`` since transformers
+    5.20, ``past_key_values`` before (vLLM 0.32 pins transformers < 5.20)."""
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 class KVCache:
@@ -63,6 +72,7 @@ class KVCache:
         rows: int = 1,
     ) -> None:
         self.model = model
+        self.cache_keyword = cache_keyword(model)
         self.vocab_size = vocab_size  # logits beyond the shared tokenizer are padding rows
         self.settings = settings or CacheSettings()
         self.static = self.settings.kind == "static"
@@ -179,7 +189,12 @@ class KVCache:
         """The model's forward over ``tokens`` (B, n) onto the grid (``mask``: after the feed, or None
         while there is no hole: then the model's own causal mask and positions serve)."""
         n = tokens.shape[1]
-        arguments = {"input_ids": tokens, "cache": self.cache, "use_cache": True, "logits_to_keep": keep}
+        arguments = {
+            "input_ids": tokens,
+            self.cache_keyword: self.cache,
+            "use_cache": True,
+            "logits_to_keep": keep,
+        }
         if mask is not None or self.static:
             # positions count each row's own tokens; each new token sees its row's valid slots up to its own
             lengths = on_device([[length] for length in self.lengths], tokens.device)  # (B, 1)

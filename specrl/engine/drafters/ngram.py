@@ -83,6 +83,22 @@ class NGramIndex:
         return [] if match is None else [int(x) for x in sequence[match[1] : match[1] + k]]
 
 
+def lookup_proposal(
+    index: NGramIndex, sequence: Sequence[int] | np.ndarray | torch.Tensor, k: int, action: Action
+) -> tuple[list[int], list[float], bool]:
+    """One row's n-gram proposal under ``action``: (up to k tokens, their confidences, whether
+    drafting stopped before k). Each token is a point mass (confidence 1, entropy 0) that the
+    action's tau or stop rule may still cut; finding fewer than k counts as a stop, as a draft
+    model's early stop does."""
+    tokens = index.lookup(sequence, k) if k else []
+    looked: list[float] = []
+    for i in range(len(tokens)):
+        looked.append(1.0)
+        if action.halts(i, 1.0, 0.0):
+            return tokens[:i], looked, True
+    return tokens, looked, len(tokens) < k
+
+
 def _array(sequence: Sequence[int] | torch.Tensor) -> np.ndarray:
     if isinstance(sequence, torch.Tensor):
         return sequence.cpu().numpy()
@@ -119,15 +135,7 @@ class NGramDrafter:
     ) -> Proposal:
         found, confidences, stopped = [], [], []
         for index, sequence, k in zip(self.indices, sequences, ks, strict=True):
-            tokens = index.lookup(sequence, k) if k else []
-            looked: list[float] = []
-            for i in range(len(tokens)):  # a point mass: confidence 1, entropy 0
-                looked.append(1.0)
-                if action.halts(i, 1.0, 0.0):
-                    tokens, halted = tokens[:i], True
-                    break
-            else:
-                halted = len(tokens) < k
+            tokens, looked, halted = lookup_proposal(index, sequence, k, action)
             found.append(tokens)
             confidences.append(looked)
             stopped.append(halted)

@@ -1,0 +1,181 @@
+"""The vLLM proposer (``specrl.vllm``) driven the way vLLM drives it, without vLLM: a greedy
+verifier that knows each request's continuation accepts the longest matching prefix of each draft
+and emits it plus one token, rows move as requests finish, and rows still prefilling emit nothing.
+What vLLM itself does with the drafts (exact outputs) is checked in the vLLM environment
+(``tests/in_vllm/``)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from specrl.controllers import StaticController, TCPController
+from specrl.engine.types import Action
+from specrl.evaluation.roster import ControllerNameError
+from specrl.vllm import Proposer
+
+WIDTH = 256
+
+
+class Recording(TCPController):
+    """TCP that also records what it was told (the accepted count of each verified step)."""
+
+    def __init__(self) -> None:
+        super().__init__(k_max=6, initial_k=4)
+        self.told: list[tuple[int, int]] = []
+
+    def observe(self, result) -> None:
+        self.told.append((result.proposed, result.accepted))
+        super().observe(result)
+
+
+def continuation(seed: int, length: int) -> list[int]:
+    """Text that repeats itself, so that the n-gram lookup finds something, with some noise."""
+    rng = np.random.default_rng(seed)
+    phrase = rng.integers(5, 50, size=7).tolist()
+    return [t if rng.random() > 0.15 else int(rng.integers(5, 50)) for _ in range(length) for t in phrase][
+        :length
+    ]
+
+
+class FakeEngine:
+    """vLLM's loop around a proposer, greedy: each request's target tokens are known in advance."""
+
+    def __init__(self, proposer: Proposer, prompts: list[list[int]], targets: list[list[int]]) -> None:
+        self.proposer, self.targets = proposer, targets
+        self.tokens = [list(p) for p in prompts]
+        self.order = list(range(len(prompts)))  # request at each row
+        self.drafts = [[] for _ in prompts]
+        self.prompt_lengths = [len(p) for p in prompts]
+        self.sampled = [[self._target(r, 0)] for r in self.order]  # the prefill's token
+        for r in self.order:
+            self.tokens[r].append(self.sampled[r][0])
+        self.told: dict[int, list[tuple[int, int]]] = {r: [] for r in self.order}  # truth per request
+        self.drafts_of: dict[int, list[list[int]]] = {r: [] for r in self.order}  # every step's draft
+
+    def _target(self, request: int, position: int) -> int:
+        return self.targets[request][position]
+
+    def generated(self, request: int) -> list[int]:
+        return self.tokens[request][self.prompt_lengths[request] :]
+
+    def step(self, prefilling: frozenset[int] = frozenset()) -> list[list[int]]:
+        rows = self.order
+        table = np.zeros((len(rows), WIDTH), dtype=np.int32)
+        for i, r in enumerate(rows):
+            table[i, : len(self.tokens[r])] = self.tokens[r]
+        lengths = np.array([len(self.tokens[r]) for r in rows])
+        sampled = [[] if r in prefilling else self.sampled[r] for r in rows]
+        drafts = self.proposer.propose(sampled, lengths, table)
+        assert len(drafts) == len(rows)
+        for r, draft in zip(rows, drafts, strict=True):
+            if r in prefilling:
+                assert draft == []
+                continue
+            self.drafts_of[r].append(draft)
+            done = len(self.generated(r))
+            accepted = 0
+            while accepted < len(draft) and draft[accepted] == self._target(r, done + accepted):
+                accepted += 1
+            emitted = draft[:accepted] + [self._target(r, done + accepted)]
+            self.tokens[r] += emitted
+            self.sampled[r] = emitted
+            if draft:
+                self.told[r].append((len(draft), accepted))
+        return drafts
+
+
+def run(proposer: Proposer, requests: int = 3, steps: int = 30, shuffle_at: int | None = None):
+    prompts = [continuation(100 + r, 24) for r in range(requests)]
+    targets = [continuation(200 + r, 400) for r in range(requests)]
+    engine = FakeEngine(proposer, prompts, targets)
+    for step in range(steps):
+        if step == shuffle_at:  # a request in the middle finished: vLLM moves the last row into its place
+            engine.order = [engine.order[0], engine.order[2], engine.order[1]]
+        engine.step()
+    return engine
+
+
+def test_each_request_gets_its_controller_and_the_counts_vllm_verified():
+    controllers: list[Recording] = []
+
+    def new() -> Recording:
+        controllers.append(Recording())
+        return controllers[-1]
+
+    engine = run(Proposer(controller=new, k_max=6, context_window=WIDTH, vocab_size=64), shuffle_at=12)
+    assert len(controllers) == 3  # one per request, although two of them changed rows mid-way
+    for request, controller in enumerate(controllers):  # built in the order the requests first came
+        heard = [told for told in controller.told if told[0]]  # steps that proposed something
+        truth = engine.told[request]
+        # each verified proposal but the last (its verification comes after the run ends)
+        assert heard == truth[: len(heard)] and len(heard) >= len(truth) - 1 > 5, request
+    accepted = sum(a for truth in engine.told.values() for _, a in truth)
+    assert accepted > 0  # the lookup finds the repeating text
+
+
+def test_static_k_proposes_at_most_k_lookup_tokens_and_plain_none():
+    engine = run(Proposer(controller="static:3", k_max=6, context_window=WIDTH, vocab_size=64))
+    assert max(m for truth in engine.told.values() for m, _ in truth) == 3
+    plain = run(Proposer(controller="plain", k_max=6, context_window=WIDTH, vocab_size=64))
+    assert all(not truth for truth in plain.told.values())
+    # whatever was drafted, every request's tokens are its target's (the verifier's rule)
+    for r in engine.told:
+        assert engine.generated(r) == engine.targets[r][: len(engine.generated(r))]
+
+
+def test_rows_still_prefilling_get_no_draft_and_near_the_window_k_is_cut():
+    proposer = Proposer(controller="static:6", k_max=6, context_window=40, vocab_size=64)
+    prompts = [continuation(1, 24), continuation(2, 24)]
+    engine = FakeEngine(proposer, prompts, [continuation(3, 400), continuation(4, 400)])
+    drafts = engine.step(prefilling=frozenset({1}))
+    assert drafts[1] == []
+    cut = False
+    while max(len(engine.tokens[r]) for r in engine.order) < 40:
+        before = {r: len(engine.tokens[r]) for r in engine.order}
+        drafts = engine.step()
+        for r, draft in zip(engine.order, drafts, strict=True):
+            assert before[r] + len(draft) < 40  # a slot stays for the bonus token
+            cut |= 0 < 40 - 1 - before[r] < 6 and len(draft) == 40 - 1 - before[r]
+    assert cut  # k was cut to the room left, not dropped
+
+
+def test_a_failing_controller_turns_speculation_off_for_its_request_only(caplog):
+    class Failing(StaticController):
+        def __init__(self) -> None:
+            super().__init__(3)
+            self.calls = 0
+
+        def act(self, observation) -> Action:
+            self.calls += 1
+            if self.calls == 4:
+                raise RuntimeError("policy broke")
+            return super().act(observation)
+
+    made = []
+
+    def new():
+        made.append(Failing() if not made else StaticController(3))
+        return made[-1]
+
+    proposer = Proposer(controller=new, k_max=6, context_window=WIDTH, vocab_size=64)
+    with caplog.at_level(logging.WARNING, logger="specrl.vllm.proposer"):
+        engine = run(proposer, steps=20)
+    failed = engine.order[0]  # the first request built the failing controller
+    assert made[0].calls == 4  # never asked again after it raised
+    assert not any(engine.drafts_of[failed][3:])  # and its request was not drafted for
+    assert all(any(engine.drafts_of[r][3:]) for r in engine.order[1:])  # the others were
+    assert sum("speculation is off for one request" in m for m in caplog.messages) == 1
+    for r in engine.told:  # outputs unchanged
+        assert engine.generated(r) == engine.targets[r][: len(engine.generated(r))]
+
+
+def test_the_shipped_policy_runs_in_the_proposer_and_bad_names_are_refused():
+    engine = run(Proposer(controller="default", k_max=8, context_window=WIDTH, vocab_size=64), steps=10)
+    assert any(engine.told.values())
+    with pytest.raises(ControllerNameError, match="static:K"):
+        Proposer(controller="static:x", k_max=6, context_window=WIDTH, vocab_size=64)
+    with pytest.raises(ValueError, match="vllm_config"):
+        Proposer(controller="tcp")
