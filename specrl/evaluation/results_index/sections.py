@@ -253,7 +253,7 @@ SECTIONS = (
         "The row-batched engine (a single sequence is a batch of one) against the commit before it, "
         "which had a single-sequence and a batched engine: static k, B = 1 and 4, the two commits "
         "alternating generation by generation.",
-        "python experiments/bench_commits.py --old 4561749 --new 6d7ede3 --rounds 8",
+        "python experiments/bench_commits.py --old 4561749 --new a4ebbd8",
         ("results/bench_commits/commits.md", "results/bench_commits/commits.json"),
     ),
 )
