@@ -217,8 +217,8 @@ class Proposer:
         except Exception:  # never stop the engine: this request decodes without speculation
             request.failed, request.length, request.action = True, len(tokens), None
             logger.warning(
-                "specrl proposer: speculation is off for one request after an error in its "
-                "controller (%s); its output is unchanged",
+                "specrl proposer: speculation is off for one request after an error in its controller or "
+                "lookup (controller %s); its output is unchanged",
                 self.controller_name,
                 exc_info=True,
             )
