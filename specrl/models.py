@@ -19,8 +19,9 @@ from transformers import (
 from specrl.quiet import no_progress_bars
 
 EMBEDDED_PREFIX = "specrl-zoo-"  # an embedded pair's name: specrl-zoo-<preset>
-# Cache layers that crop back exactly: the dynamic layer, and (transformers >= 5.20) the dummy layer of
-# a block without attention. Layers of recurrent state (linear attention, transformers >= 5.20) do not.
+# Cache layers that crop back exactly: the dynamic layer, and the dummy layer of a block without
+# attention; layers of recurrent state (linear attention) do not. transformers 5.19 (vLLM's) has no
+# dummy layer.
 _CROPPABLE = tuple(
     getattr(cache_utils, name) for name in ("DynamicLayer", "DummyLayer") if hasattr(cache_utils, name)
 )

@@ -53,10 +53,21 @@ COMPILED_TOKENS = 16  # a verification is k + 1 tokens; longer feeds are prefill
 
 
 def cache_keyword(model: PreTrainedModel) -> str:
-    """The name under which ``model``'s forward takes its KV cache: ``cache`` since transformers
-    5.20, ``past_key_values`` before (vLLM 0.32 pins transformers < 5.20)."""
+    """The name under which ``model``'s forward takes its KV cache: ``cache`` in recent
+    transformers (5.25), ``past_key_values`` in 5.19 (the version vLLM 0.32 pins)."""
     parameters = inspect.signature(model.forward).parameters
     return "cache" if "cache" in parameters else "past_key_values"
+
+
+def crop(cache: DynamicCache | StaticCache, tokens_to_remove: int) -> None:
+    """transformers' ``Cache.crop`` (``tokens_to_remove`` < 0: drop that many slots from the end).
+    A static layer of transformers 5.19 has no ``crop``: its filled length is then moved back
+    in place, as later versions' ``StaticLayer.crop`` does (the next feed overwrites the slots)."""
+    for layer in cache.layers:
+        if hasattr(layer, "crop"):
+            layer.crop(tokens_to_remove)
+        elif tokens_to_remove < 0:
+            layer.cumulative_length.sub_(-tokens_to_remove)
 
 
 class KVCache:
@@ -288,7 +299,7 @@ class KVCache:
                 f"sliding-window layers were trimmed at {self.floor}"
             )
         trims = before >= self.window
-        self.cache.crop(-(before - length))
+        crop(self.cache, -(before - length))
         self.grid.cut(length)
         if trims:
             self.floor = length
@@ -296,7 +307,7 @@ class KVCache:
     def _crop(self, before: int) -> None:
         """Cut the storage (``before`` columns) and the mask to the grid's width."""
         if self.slots < before:
-            self.cache.crop(self.slots - before)  # transformers' crop takes minus the slots to drop
+            crop(self.cache, self.slots - before)  # transformers' crop takes minus the slots to drop
             if self.mask is not None:
                 self.mask = self.mask[:, : self.slots]
 
