@@ -155,13 +155,9 @@ class Generation:
             return 0.0, 0.0
         lookup = self.drafter(LOOKUP_DRAFTER)  # the n-gram drafter's own index: it proposes from this search
         assert isinstance(lookup, NGramDrafter)
-        available = order = 0
-        for index, row in zip(lookup.indices, self.active, strict=True):
-            match = index.longest_match(self.tokens[row])
-            if match is not None:
-                available += len(self.tokens[row]) - match[1]
-                order += match[0]
-        return available / len(self.active), order / len(self.active)
+        rows = zip(lookup.indices, self.active, strict=True)
+        found = [index.found(self.tokens[row]) for index, row in rows]
+        return sum(f[0] for f in found) / len(found), sum(f[1] for f in found) / len(found)
 
     def caches(self) -> list[KVCache]:
         """Every KV cache of the generation: the target's, then each drafter's."""

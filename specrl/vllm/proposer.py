@@ -78,8 +78,8 @@ class _Request:
     def lookup_match(self) -> tuple[float, float]:
         """What the n-gram lookup finds now: (tokens it could propose, the order of its match),
         (0, 0) without one (the lookup features, as :meth:`Generation.lookup_match` gives them)."""
-        match = self.index.longest_match(self.tokens)
-        return (0.0, 0.0) if match is None else (float(len(self.tokens) - match[1]), float(match[0]))
+        available, order = self.index.found(self.tokens)
+        return float(available), float(order)
 
 
 def controller_factory(name: str | Callable[[], Controller], k_max: int) -> Callable[[], Controller]:

@@ -77,6 +77,12 @@ class NGramIndex:
                 return n, start
         return None
 
+    def found(self, sequence: Sequence[int] | torch.Tensor) -> tuple[int, int]:
+        """What the lookup finds now: (tokens it could propose, the order n of its match), (0, 0)
+        without a match (the ``lookup_available`` and ``lookup_order`` features)."""
+        match = self.longest_match(sequence)
+        return (0, 0) if match is None else (len(sequence) - match[1], match[0])
+
     def lookup(self, sequence: Sequence[int] | torch.Tensor, k: int) -> list[int]:
         """(L,) -> up to k tokens that followed the latest earlier match of the longest matching tail."""
         match = self.longest_match(sequence)  # indexes the sequence; the proposal is a slice of it

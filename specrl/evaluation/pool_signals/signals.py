@@ -45,8 +45,7 @@ def text_signals(traces: TraceSet, scenario: Scenario, pair: ModelPair) -> list[
         lookup, fields = NGramIndex(), segment.fields("ngram")
         rows, run = [], 0
         for j in range(segment.end):
-            match = lookup.longest_match(text[: segment.prompt_length + j])
-            order, available = (0, 0) if match is None else (match[0], segment.prompt_length + j - match[1])
+            available, order = lookup.found(text[: segment.prompt_length + j])
             if available != fields.available[j]:
                 raise SystemExit(f"error: the lookup disagrees with the trace's at position {j}; recollect")
             if j:
