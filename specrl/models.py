@@ -222,6 +222,45 @@ def check_tokenizers(
         )
 
 
+def check_output_rows(model: PreTrainedModel, vocab_size: int, role: str) -> None:
+    """Refuse a model with fewer output rows than its tokenizer has tokens."""
+    rows = model.get_output_embeddings().weight.shape[0]
+    if rows < vocab_size:
+        raise PairError(
+            f"the {role} model has {rows} output rows but its tokenizer has "
+            f"{vocab_size} tokens; the checkpoint does not match its tokenizer"
+        )
+
+
+def load_draft(
+    draft: str,
+    target: str,
+    *,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+    trust_remote_code: bool = False,
+) -> tuple[PreTrainedModel, int]:
+    """A draft model for a target that another engine runs (vLLM serves the target, specrl drafts):
+    ``draft`` loaded and checked against ``target``'s tokenizer (only the tokenizer of the target
+    is loaded). Returns the model and the shared vocabulary's size."""
+    device = torch.device(device) if device is not None else default_device()
+    check_device(device)
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    dtype = dtype or default_dtype(device)
+    try:
+        target_tok = AutoTokenizer.from_pretrained(
+            _check_source(target, "target"), trust_remote_code=trust_remote_code
+        )
+    except OSError as error:
+        raise PairError(f"could not load the tokenizer of the target '{target}': {error}") from error
+    draft_tok, model = _load(draft, "draft", device, dtype, trust_remote_code)
+    check_tokenizers(target_tok, draft_tok, target, draft)
+    check_architecture(model, "draft")
+    check_output_rows(model, len(target_tok), "draft")
+    return model, len(target_tok)
+
+
 def load_pair(
     target: str | None = None,
     draft: str | None = None,
@@ -292,12 +331,7 @@ def load_pair(
 
     vocab_size = len(target_tok)
     for role, model in models.items():
-        rows = model.get_output_embeddings().weight.shape[0]
-        if rows < vocab_size:
-            raise PairError(
-                f"the {role} model has {rows} output rows but its tokenizer has "
-                f"{vocab_size} tokens; the checkpoint does not match its tokenizer"
-            )
+        check_output_rows(model, vocab_size, role)
     context = min(getattr(m.config, "max_position_embeddings", None) or 2**31 for m in models.values())
     return ModelPair(
         target=target_model,

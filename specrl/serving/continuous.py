@@ -99,7 +99,7 @@ def scenario_requests(
         texts = sets[scenario.prompts.draw_domain(rng)]
         prompts.append(pair.encode(texts[rng.integers(len(texts))]))
     spec = scenario.batch
-    arrivals = arrival_times(spec.load, count, rng) if spec.serving else [0.0] * count
+    arrivals = arrival_times(spec.load, count, rng) if spec.arrivals else [0.0] * count
     return [TimedRequest(prompt, at) for prompt, at in zip(prompts, arrivals, strict=True)]
 
 

@@ -50,9 +50,10 @@ DEFAULT_PROMPTS_PER_DOMAIN = {"train": 24, "validation": 8, "test": 8}
 
 
 def cache_key(scenario: Any, split: str, prompts_per_domain: int | None, seed: int) -> str:
-    """File stem of a scenario's traces: everything that changes them is in the hash. Without
-    a domain shift the stem is named after the domain, so scenarios that share a domain and
-    settings (``code`` and ``mixed``) share its traces."""
+    """File stem of a scenario's traces: everything that changes them is in the hash, a prompts
+    file's contents and the keys that split it included (editing the file records its traces
+    again). Without a domain shift the stem is named after the domain, so scenarios that share a
+    domain and settings (``code`` and ``mixed``) share its traces."""
     facts = {
         "domains": sorted(d for d, w in scenario.prompts.domains.items() if w > 0),
         "prompts_file": scenario.prompts.file,
@@ -65,6 +66,8 @@ def cache_key(scenario: Any, split: str, prompts_per_domain: int | None, seed: i
         "seed": seed,
         "version": TRACE_FORMAT_VERSION,
     }
+    if scenario.prompts.file:  # files of the embedded pairs' prompts keep their names
+        facts["prompts_digest"] = scenario.prompts.file_digest()
     drafters = analysed_drafters(getattr(scenario, "drafters", DEFAULT_DRAFTERS))
     if drafters != list(DEFAULT_DRAFTERS):  # files of the draft alone keep their names
         facts["drafters"] = drafters

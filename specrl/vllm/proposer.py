@@ -9,24 +9,37 @@ draft without probabilities is a point mass, so the output is exactly vLLM's wit
 
 Per request this proposer keeps what specrl's own engine keeps per sequence: a
 :class:`~specrl.features.FeatureTracker` fed with each verified step, and a controller asked for
-the next action (k, tau, stop). The drafter is the n-gram lookup (``ngram``) over the request's
-own tokens. What vLLM does not report is set as in training and named here:
+the next action (k, tau, stop, drafter). Two drafters:
+
+- ``ngram``: the n-gram lookup over the request's own tokens;
+- ``draft``: a draft model that shares the target's tokenizer (``draft=`` or
+  ``$SPECRL_VLLM_DRAFT``, a folder or Hugging Face id), run by the proposer with a KV cache row
+  per request, rolled back to what vLLM accepted (:mod:`specrl.vllm.draft`). The requests that
+  draft with it in a step draft together, each with its own k and cut.
+
+An action names its drafter; without a draft model every action drafts with the lookup. What vLLM
+does not report is set as in training and named here:
 
 - the sampling temperature (per request in vLLM, not given to a proposer): ``temperature``,
   default 0;
 - verification time is the wall time between two ``propose`` calls (vLLM's whole step, shared by
-  the rows, as the engine's verify seconds are); drafting time is the lookup's own;
+  the rows, as the engine's verify seconds are); drafting time is the proposer's own;
 - acceptance probabilities are those of point masses: 1 for accepted tokens, 0 from the first
-  rejected one on.
+  rejected one on (the target's law is not given to a proposer).
+
+vLLM is given no draft probabilities, so it verifies every proposed token as a point mass: the
+output is exact at any temperature, and the draft proposes its most likely token.
 
 vLLM does not pass request ids to a custom proposer, and its batch rows move as requests finish.
-A request is therefore recognised by its first tokens and its length (a row must continue a known
+A request is therefore recognised by its first tokens (up to 16) and its length (a row must continue a known
 request: same first tokens, its old length plus the tokens it just emitted). Two requests with the
 same first tokens and length are indistinguishable; they may swap histories, which changes what
 the controller sees, never the output.
 
-A failure inside the proposer for one request (a controller that raises, say) turns speculation
-off for that request only, logged once; the engine goes on and the output is unchanged.
+A failure inside the proposer for one request (a controller that raises, a request longer than
+the draft's context window) turns speculation off for that request only, logged once; a failure
+of the draft's batched forward turns it off for the requests of that batch. The engine goes on
+and the output is unchanged.
 """
 
 from __future__ import annotations
@@ -43,7 +56,8 @@ import numpy as np
 from specrl.controllers.base import Controller
 from specrl.engine.drafters.ngram import NGramIndex, lookup_proposal
 from specrl.engine.types import Action, Outcome, StepResult
-from specrl.features import FeatureTracker, GenerationSettings
+from specrl.features import LOOKUP_DRAFTER, FeatureTracker, GenerationSettings
+from specrl.vllm.draft import DRAFT, DraftRows
 
 logger = logging.getLogger(__name__)
 
@@ -51,24 +65,31 @@ logger = logging.getLogger(__name__)
 #: the proposer nothing but its own config): ``tcp`` (default), ``plain``, ``static:K[:TAU]``,
 #: ``hf-heuristic``, ``hf-confidence``, or a policy (a shipped name such as ``default``, or a folder).
 CONTROLLER_VARIABLE = "SPECRL_VLLM_CONTROLLER"
-DRAFTER = "ngram"
+#: The environment variable that names the draft model (a folder or Hugging Face id); unset: the
+#: n-gram lookup drafts for every action.
+DRAFT_VARIABLE = "SPECRL_VLLM_DRAFT"
 FINGERPRINT = 16  # a request is recognised by this many first tokens (and its length)
 FORGET_AFTER = 256  # calls a request may go unseen (preempted, prefilling) before it is forgotten
 DEFAULT_MAX_NEW_TOKENS = 256  # the generated-tokens feature's scale when vLLM's budget is unknown
 
 
-@dataclass
+class PolicyMismatchError(ValueError):
+    """A policy that chooses drafters this proposer does not run."""
+
+
+@dataclass(eq=False)
 class _Request:
     """One request's state between steps."""
 
-    prefix: bytes
+    prefix: bytes  # the first tokens it is filed under
     length: int  # tokens the request had when it was last asked to propose
     tracker: FeatureTracker
     controller: Controller
     index: NGramIndex
-    action: Action | None = None  # the last proposal's action, its tokens and drafting time
+    action: Action | None = None  # the last proposal's action, its tokens, their signals
     proposed: list[int] = field(default_factory=list)
     confidences: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
     stopped: bool = False
     draft_seconds: float = 0.0
     seen: int = 0  # the propose call that last saw it
@@ -81,11 +102,22 @@ class _Request:
         available, order = self.index.found(self.tokens)
         return float(available), float(order)
 
+    def record(
+        self, action: Action, drafted: tuple[list[int], list[float], list[float], bool], seconds: float
+    ):
+        """What it proposes this step, told to its features when vLLM has verified it."""
+        self.action = action
+        self.proposed, self.confidences, self.entropies, self.stopped = drafted
+        self.draft_seconds = seconds
 
-def controller_factory(name: str | Callable[[], Controller], k_max: int) -> Callable[[], Controller]:
+
+def controller_factory(
+    name: str | Callable[[], Controller], k_max: int, drafters: Sequence[str] = (LOOKUP_DRAFTER,)
+) -> Callable[[], Controller]:
     """A new controller per request from a controller's name or a policy (folder or shipped name),
     or a factory given as it is. A rule is built per request (rules keep their own window); a
-    policy is loaded once and shared (it is stateless: the features carry the history)."""
+    policy is loaded once and shared (it is stateless: the features carry the history). A policy
+    that chooses a drafter not among ``drafters`` (those the proposer runs) is refused."""
     from specrl.controllers.learned import LearnedController
     from specrl.evaluation.roster import RULES, make_controller
 
@@ -95,14 +127,17 @@ def controller_factory(name: str | Callable[[], Controller], k_max: int) -> Call
         make_controller(name, k_max)  # refuse a bad name now, not at the first request
         return lambda: make_controller(name, k_max)
     policy = LearnedController.load(name)
-    if DRAFTER not in policy.drafters:
-        logger.warning(
-            "specrl proposer: policy %s chose among drafters %s in training; this proposer drafts with "
-            "the n-gram lookup (%r), so its choices may not fit (outputs stay exact). A policy trained "
-            "with the lookup: experiments/train_ppo.py --scenarios mixed_pool ... --policy-name pool",
-            policy.policy.folder,
-            list(policy.drafters),
-            DRAFTER,
+    missing = [d for d in policy.drafters if d not in drafters]
+    if missing:
+        fix = (
+            f"set {DRAFT_VARIABLE} to its draft model's folder (or pass draft=)"
+            if missing == [DRAFT]
+            else f"train a policy over the drafters this proposer runs ({DRAFT}, {LOOKUP_DRAFTER}: a "
+            "scenario's `drafters:`)"
+        )
+        raise PolicyMismatchError(
+            f"policy {policy.policy.folder} chooses among drafters {list(policy.drafters)}; this proposer "
+            f"runs {list(drafters)}, so it cannot draft with {missing} or compute their features: {fix}"
         )
     return lambda: policy
 
@@ -115,9 +150,12 @@ class Proposer:
     Args:
         vllm_config: vLLM's config: k_max is ``num_speculative_tokens``, the context window
             ``max_model_len``, the vocabulary the target's, the n-gram orders
-            ``prompt_lookup_min/max`` (default 1 and 3).
+            ``prompt_lookup_min/max`` (default 1 and 3), the draft's device and dtype the target's.
         controller: a controller name or policy (default: ``$SPECRL_VLLM_CONTROLLER``, else tcp),
             or a function that returns a new controller.
+        draft: the draft model, a folder or Hugging Face id sharing the target's tokenizer
+            (default: ``$SPECRL_VLLM_DRAFT``; neither: the lookup drafts), or a loaded
+            ``(model, vocab_size)``.
         k_max, context_window, vocab_size: without a vllm_config.
         temperature: the temperature the features are told (vLLM does not tell a proposer).
         max_new_tokens: the scale of the generated-tokens feature.
@@ -128,6 +166,7 @@ class Proposer:
         vllm_config: Any = None,
         *,
         controller: str | Callable[[], Controller] | None = None,
+        draft: str | tuple[Any, int] | None = None,
         k_max: int | None = None,
         context_window: int | None = None,
         vocab_size: int | None = None,
@@ -136,33 +175,58 @@ class Proposer:
         max_ngram: int = 3,
         min_ngram: int = 1,
     ) -> None:
+        draft = draft or os.environ.get(DRAFT_VARIABLE) or None
+        target, device, dtype = None, None, None
         if vllm_config is not None:
+            from specrl.vllm.compat import require_vllm
+
+            require_vllm()
             spec, model = vllm_config.speculative_config, vllm_config.model_config
             k_max = spec.num_speculative_tokens
             context_window = model.max_model_len
             vocab_size = model.get_vocab_size()
             max_ngram = spec.prompt_lookup_max or max_ngram
             min_ngram = spec.prompt_lookup_min or min_ngram
+            target, dtype = model.tokenizer or model.model, model.dtype
+            device = getattr(vllm_config.device_config, "device", None)
         if k_max is None or context_window is None or vocab_size is None:
             raise ValueError("give vllm_config, or k_max, context_window and vocab_size")
         self.k_max, self.context_window = int(k_max), int(context_window)
         self.min_ngram, self.max_ngram = min_ngram, max_ngram
+        self.draft = self._load_draft(draft, target, device, dtype)
+        drafters = (DRAFT, LOOKUP_DRAFTER) if self.draft is not None else (LOOKUP_DRAFTER,)
         chosen = controller or os.environ.get(CONTROLLER_VARIABLE, "tcp")
-        self._new_controller = controller_factory(chosen, self.k_max)
+        self._new_controller = controller_factory(chosen, self.k_max, drafters)
         self.controller_name = chosen if isinstance(chosen, str) else getattr(chosen, "__name__", "custom")
         self.settings = GenerationSettings(
             max_new_tokens=max_new_tokens,
             context_window=self.context_window,
             vocab_size=int(vocab_size),
             temperature=temperature,
-            drafters=(DRAFTER,),
+            drafters=drafters,
         )
         self.requests: dict[bytes, list[_Request]] = {}
         self.calls = 0
         self._last_call_end: float | None = None
 
+    def _load_draft(self, draft, target, device, dtype) -> DraftRows | None:
+        if draft is None:
+            return None
+        if isinstance(draft, tuple):
+            model, vocab_size = draft
+        else:
+            if target is None:
+                raise ValueError(
+                    "a draft model by name needs vllm_config (the target's tokenizer to check it against)"
+                )
+            from specrl.models import load_draft
+
+            model, vocab_size = load_draft(draft, target, device=device, dtype=dtype)
+        window = getattr(model.config, "max_position_embeddings", None) or self.context_window
+        return DraftRows(model, vocab_size, min(window, self.context_window))
+
     def load_model(self, *args: Any, **kwargs: Any) -> None:
-        """Nothing to load: the n-gram lookup needs no model."""
+        """Nothing to load from vLLM: the draft model, if any, was loaded at construction."""
 
     def propose(
         self,
@@ -172,57 +236,102 @@ class Proposer:
         **kwargs: Any,
     ) -> list[list[int]]:
         """Each row's draft: [] for a row that emitted nothing this step (still prefilling) or at
-        the context window; else the controller's k tokens of the n-gram lookup (fewer if it finds
-        fewer or the action's tau or stop rule cuts them)."""
+        the context window; else the controller's k tokens of its drafter (fewer if the lookup
+        finds fewer or the action's tau or stop rule cuts them)."""
         start = time.perf_counter()
         self.calls += 1
         verify_seconds = 0.0 if self._last_call_end is None else start - self._last_call_end
         rows = sum(1 for sampled in sampled_token_ids if len(sampled))
-        drafts = []
+        drafts: list[list[int]] = [[] for _ in sampled_token_ids]
+        planned: dict[int, tuple[_Request, Action]] = {}  # row -> its request and action
         for row, sampled in enumerate(sampled_token_ids):
             length = int(num_tokens_no_spec[row])
             if not len(sampled) or length >= self.context_window:
-                drafts.append([])
                 continue
-            tokens = token_ids_cpu[row, :length]
-            request = self._request(tokens, length - len(sampled), length)
-            drafts.append(self._propose_one(request, tokens, list(sampled), rows, verify_seconds))
+            request = self._request(token_ids_cpu[row, :length], length - len(sampled), length)
+            action = self._act(request, list(sampled), rows, verify_seconds)
+            if action is not None:
+                planned[row] = (request, action)
+        drafting = {}  # rows that draft with the draft model, together
+        for row, (request, action) in planned.items():
+            if action.drafter == LOOKUP_DRAFTER or not action.k:
+                drafts[row] = self._lookup(request, action)
+            else:
+                drafting[row] = (request, action)
+        if drafting:
+            drafts = self._draft(drafting, drafts)
         self._forget_stale()
         self._last_call_end = time.perf_counter()
         return drafts
 
     # ---- one request --------------------------------------------------------------------------
 
-    def _propose_one(
-        self, request: _Request, tokens: np.ndarray, sampled: list[int], rows: int, verify_seconds: float
-    ) -> list[int]:
+    def _act(self, request: _Request, sampled: list[int], rows: int, verify_seconds: float) -> Action | None:
+        """Tell the request's features what vLLM verified, and ask its controller for this step's
+        action (k cut to the room left); None for a request without speculation."""
         if request.failed:
-            request.length = len(tokens)  # still recognised next step, still without speculation
-            return []
+            return None
         try:
-            began = time.perf_counter()
             self._account(request, sampled, verify_seconds)
-            request.tokens = np.asarray(tokens, dtype=np.int64)
             tracker = request.tracker
             tracker.set_rows(rows, tracker.context_length, tracker.generated)
             action = request.controller.act(tracker.vector())
-            room = self.context_window - len(tokens) - 1  # vLLM needs a slot for the bonus token
-            k = max(0, min(action.k, self.k_max, room))
-            proposed, confidences, stopped = lookup_proposal(request.index, request.tokens, k, action)
-            request.action, request.proposed = Action(k, action.tau, action.stop, DRAFTER), proposed
-            request.confidences, request.stopped = confidences, stopped
-            request.length = len(tokens)
-            request.draft_seconds = time.perf_counter() - began
-            return proposed
+            room = self.context_window - len(request.tokens) - 1  # vLLM needs a slot for the bonus token
+            drafter = action.drafter if self.draft is not None else LOOKUP_DRAFTER
+            if drafter != LOOKUP_DRAFTER:
+                if self.draft.room(len(request.tokens)) < 1:
+                    raise ValueError(
+                        f"the request has {len(request.tokens)} tokens, the draft's context window "
+                        f"is {self.draft.context_window}"
+                    )
+                room = min(room, self.draft.room(len(request.tokens)))
+            return Action(max(0, min(action.k, self.k_max, room)), action.tau, action.stop, drafter)
         except Exception:  # never stop the engine: this request decodes without speculation
-            request.failed, request.length, request.action = True, len(tokens), None
-            logger.warning(
-                "specrl proposer: speculation is off for one request after an error in its controller or "
-                "lookup (controller %s); its output is unchanged",
-                self.controller_name,
-                exc_info=True,
+            self._fail([request], "its controller or its features")
+            return None
+
+    def _lookup(self, request: _Request, action: Action) -> list[int]:
+        began = time.perf_counter()
+        tokens, confidences, stopped = lookup_proposal(request.index, request.tokens, action.k, action)
+        request.record(
+            action, (tokens, confidences, [0.0] * len(confidences), stopped), time.perf_counter() - began
+        )
+        return tokens
+
+    def _draft(
+        self, drafting: dict[int, tuple[_Request, Action]], drafts: list[list[int]]
+    ) -> list[list[int]]:
+        """The draft model's proposals for the requests that draft with it, in one batch; its rows
+        follow the requests of this step."""
+        assert self.draft is not None
+        began = time.perf_counter()
+        present = {r: r.tokens for reqs in self.requests.values() for r in reqs if r.seen == self.calls}
+        try:
+            drafted = self.draft.propose(
+                present, {request: (action.k, action) for request, action in drafting.values()}
             )
-            return []
+        except Exception:
+            self.draft.forget()
+            self._fail([request for request, _ in drafting.values()], "the draft model's batched forward")
+            return drafts
+        seconds = time.perf_counter() - began
+        for row, (request, action) in drafting.items():
+            request.record(action, drafted[request], seconds)
+            drafts[row] = drafted[request][0]
+        return drafts
+
+    def _fail(self, requests: list[_Request], where: str) -> None:
+        """Speculation off for ``requests`` from now on, logged once."""
+        for request in requests:
+            request.failed, request.action = True, None
+        logger.warning(
+            "specrl proposer: speculation is off for %d request(s) after an error in %s (controller %s); "
+            "their output is unchanged",
+            len(requests),
+            where,
+            self.controller_name,
+            exc_info=True,
+        )
 
     def _account(self, request: _Request, sampled: list[int], verify_seconds: float) -> None:
         """Tell the request's features and controller what vLLM verified of its last proposal."""
@@ -236,11 +345,11 @@ class Proposer:
             accepted=accepted,
             emitted=len(sampled),
             confidences=request.confidences,
-            entropies=[0.0] * len(request.confidences),
+            entropies=request.entropies,
             acceptance_probs=[1.0] * accepted + [0.0] * (m - accepted),
             stopped_by_tau=request.stopped,
         )
-        context = request.length  # the sequence's tokens before the step
+        context = len(request.tokens) - len(sampled)  # the sequence's tokens before the step
         result = StepResult.assemble(
             request.action, outcome, request.draft_seconds, verify_seconds, context, sampled
         )
@@ -251,25 +360,34 @@ class Proposer:
 
     def _request(self, tokens: np.ndarray, before: int, length: int) -> _Request:
         """The known request this row continues (its first tokens, and ``before`` tokens when it
-        last proposed), else a new one of ``length`` tokens."""
-        prefix = np.asarray(tokens[:FINGERPRINT], dtype=np.int64).tobytes()
-        for request in self.requests.get(prefix, ()):
-            if request.length == before and request.seen != self.calls:
-                request.seen = self.calls
-                return request
-        controller = self._new_controller()
-        controller.reset()
-        request = _Request(
-            prefix=prefix,
-            length=before,
-            tracker=FeatureTracker(self.settings, length),
-            controller=controller,
-            index=NGramIndex(self.max_ngram, self.min_ngram),
-            seen=self.calls,
-        )
-        request.tracker.lookup = request.lookup_match
-        self.requests.setdefault(prefix, []).append(request)
-        return request
+        last proposed), else a new one of ``length`` tokens; its tokens are now ``tokens``.
+
+        Requests are filed under their first :data:`FINGERPRINT` tokens, or all of them while they
+        have fewer (filed again as they grow), so a row is looked up under the tokens it had."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        filed = self.requests.get(tokens[: min(FINGERPRINT, before)].tobytes(), [])
+        found = next((r for r in filed if r.length == before and r.seen != self.calls), None)
+        if found is None:
+            controller = self._new_controller()
+            controller.reset()
+            found = _Request(
+                prefix=b"",
+                length=before,
+                tracker=FeatureTracker(self.settings, length),
+                controller=controller,
+                index=NGramIndex(self.max_ngram, self.min_ngram),
+            )
+            found.tracker.lookup = found.lookup_match
+        prefix = tokens[: min(FINGERPRINT, length)].tobytes()
+        if found.prefix != prefix:  # new, or still short: filed under its tokens now
+            if found in self.requests.get(found.prefix, []):
+                self.requests[found.prefix].remove(found)
+                if not self.requests[found.prefix]:
+                    del self.requests[found.prefix]
+            found.prefix = prefix
+            self.requests.setdefault(prefix, []).append(found)
+        found.seen, found.length, found.tokens = self.calls, length, tokens
+        return found
 
     def _forget_stale(self) -> None:
         """Drop requests not seen for :data:`FORGET_AFTER` calls (finished, or gone)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from transformers import PreTrainedModel
 
@@ -21,7 +23,8 @@ class ModelDrafter:
     (right-padded), then one forward per further position. Drafting stops, row by row, before a
     token whose confidence max q is below tau or that the action's stop rule rejects (that
     position's forward is paid, its token is not proposed), or at the row's k; a row that stopped
-    is fed holes until every row has.
+    is fed holes until every row has. The cut is one action's for every row, or each row's own
+    (a list of actions: vLLM's requests, :mod:`specrl.vllm`).
     """
 
     def __init__(
@@ -45,7 +48,7 @@ class ModelDrafter:
         self,
         sequences: list[list[int]],
         ks: list[int],
-        action: Action,
+        action: Action | Sequence[Action],
         sampling: SamplingConfig,
         generator: torch.Generator | None,
     ) -> Proposal:

@@ -13,7 +13,9 @@ The keys and the dataclass that holds each section::
     name, description                   Scenario (name: the file name when loaded from a file)
     pair: {...}                         PairSpec: preset, or target and draft; seed, device, dtype,
                                         kv_cache, compile
-    prompts: {...}                      PromptSpec: domains (domain -> weight), split, file
+    prompts: {...}                      PromptSpec: domains (domain -> weight), split, file; for a
+                                        .jsonl or .txt file: text_field, domain_field, file_domain,
+                                        split_seed, split_fractions (see below)
     sampling: {...}                     SamplingConfig (specrl.engine.sampling): temperature, top_k, top_p
     max_new_tokens, stop_at_eos, k_max  Scenario
     tau_grid, stop_grid                 Scenario: lists of thresholds in [0, 1]
@@ -33,6 +35,17 @@ For example, arithmetic sampled at temperature 1 that turns into prose mid-episo
     sampling: {temperature: 1.0}
     shift:
       - {after_tokens: 64, domain: prose}
+
+``prompts.file`` names a file of prompts: a ``.jsonl`` file (one JSON record per line, the
+prompt under ``text_field``, its domain under ``domain_field`` if given), a ``.txt`` file (prompts
+separated by blank lines) or a JSON/YAML file already split by hand. A ``.jsonl`` or ``.txt`` file
+is split into train, validation and test by a seeded hash of each prompt's text
+(:mod:`~specrl.envs.scenario.prompt_files`), so a scenario that names it trains, selects and
+reports on disjoint prompts with no other step::
+
+    prompts:
+      file: faq.jsonl              # relative to the scenario file's folder
+      text_field: question         # the records' field that holds the prompt
 
 ``stop_grid`` is the third action dimension of an env given an acceptance predictor: the
 threshold below which the predicted probability that every token drafted so far in the step is
@@ -55,8 +68,9 @@ Errors name the file, the key and the fix: ``ScenarioError``.
 The package, one concern per module: :mod:`~specrl.envs.scenario.pairs` (the ``pair:`` section and
 the pair before it is loaded), :mod:`~specrl.envs.scenario.schema` (the dataclasses and their
 checks), :mod:`~specrl.envs.scenario.parsing` (plain data into them, :func:`defaults_yaml`),
-:mod:`~specrl.envs.scenario.loading` (files and shipped names), :mod:`~specrl.envs.scenario.sources`
-(the latency model and prompts a scenario resolves against a pair).
+:mod:`~specrl.envs.scenario.loading` (files and shipped names), :mod:`~specrl.envs.scenario.prompt_files`
+(a prompt file read and split), :mod:`~specrl.envs.scenario.sources` (the latency model and prompts
+a scenario resolves against a pair).
 """
 
 from specrl.envs.scenario.loading import (

@@ -6,7 +6,7 @@ import difflib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,38 @@ def check_leaves(data: dict[str, Any], cls: type, prefix: str, source: str) -> d
     return out
 
 
+def parse_prompt_file_keys(section: dict[str, Any], prompts: dict[str, Any], source: str) -> PromptSpec:
+    """The ``prompts`` section: ``prompts`` (domains, split, file: parsed) with the keys that read
+    and split a ``.jsonl`` or ``.txt`` file; ``domains`` defaults to the file's one domain, and must
+    be given with ``domain_field``."""
+    for key in ("text_field", "domain_field", "file_domain"):
+        if key in section:
+            prompts[key] = check_leaf(
+                section[key], str, f"prompts.{key}", source, optional=key != "text_field"
+            )
+    if "split_seed" in section:
+        prompts["split_seed"] = check_leaf(section["split_seed"], int, "prompts.split_seed", source)
+    if "split_fractions" in section:
+        fractions = section["split_fractions"]
+        if not isinstance(fractions, Mapping):
+            raise ScenarioError(
+                f"{source}: 'prompts.split_fractions' must map each split to its share, e.g. "
+                f"{{train: 0.8, validation: 0.1, test: 0.1}}, got {fractions!r}"
+            )
+        prompts["split_fractions"] = {
+            str(s): check_leaf(f, float, f"prompts.split_fractions.{s}", source) for s, f in fractions.items()
+        }
+    spec = PromptSpec(**prompts)
+    if "domains" not in section and spec.single_domain is not None:
+        spec = replace(spec, domains={spec.single_domain: 1.0})
+    if "domains" not in section and spec.domain_field is not None:
+        raise ScenarioError(
+            f"{source}: 'prompts.domains' is needed with prompts.domain_field: give the domains to draw "
+            f"from (values of the records' '{spec.domain_field}'), with weights, e.g. {{faq: 1.0, code: 1.0}}"
+        )
+    return spec
+
+
 def parse(data: Any, source: str, base_dir: Path) -> Scenario:
     top = check_mapping(data, Scenario, "", source)
     kwargs: dict[str, Any] = {}
@@ -115,7 +147,7 @@ def parse(data: Any, source: str, base_dir: Path) -> Scenario:
             prompts["domains"] = {
                 str(d): check_leaf(w, float, f"prompts.domains.{d}", source) for d, w in domains.items()
             }
-        kwargs["prompts"] = PromptSpec(**prompts)
+        kwargs["prompts"] = parse_prompt_file_keys(section, prompts, source)
     if "sampling" in top:
         section = check_mapping(top["sampling"], SamplingConfig, "sampling", source)
         kwargs["sampling"] = SamplingConfig(**check_leaves(section, SamplingConfig, "sampling.", source))

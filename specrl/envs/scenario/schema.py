@@ -3,8 +3,10 @@ checks (the one place defaults live; the package doc describes the file)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +15,13 @@ import numpy as np
 from specrl.engine.drafters.registry import DRAFTERS
 from specrl.engine.sampling import SamplingConfig
 from specrl.envs.scenario.pairs import PairInfo, PairSpec
+from specrl.envs.scenario.prompt_files import (
+    DEFAULT_SPLIT_FRACTIONS,
+    PRESPLIT_SUFFIXES,
+    SPLIT_SUFFIXES,
+    PromptFile,
+    read_prompt_file,
+)
 from specrl.latency import CostModel, LatencyModel
 from specrl.zoo.corpus import SPLITS
 
@@ -26,6 +35,8 @@ LATENCY_SOURCES = ("calibrated", "constant")  # or the path of a latency JSON fi
 # SPLITS: the disjoint prompt splits train, validation, test (docs/design.md section 4b), defined
 # where the embedded pairs' prompts are cut (specrl.zoo.corpus) and imported here.
 RETIRED_SPLITS = {"heldout": "validation (checkpoint selection, tuning) or test (reported results)"}
+# The keys of a prompts section that read and split a .jsonl or .txt prompts file.
+FILE_KEYS = ("text_field", "domain_field", "file_domain", "split_seed", "split_fractions")
 
 
 class ScenarioError(ValueError):
@@ -47,13 +58,32 @@ class PromptSpec:
             prompt uniformly from that domain's set.
         split: "train" (what PPO trains on), "validation" (checkpoint selection and tuning)
             or "test" (reported results; nothing is selected on it).
-        file: JSON or YAML file ``{split: {domain: [text, ...]}}`` (a relative path is read
-            from the scenario file's folder); default: the embedded pair's own prompt sets.
+        file: a prompt file (a relative path is read from the scenario file's folder); default:
+            the embedded pair's own prompt sets. Its suffix says its format
+            (:mod:`specrl.envs.scenario.prompt_files`): ``.jsonl``, one JSON record per line;
+            ``.txt``, one prompt per block of lines, blocks separated by blank lines (a multi-line
+            code prompt stays one block); ``.json``/``.yaml``/``.yml``, already split by hand,
+            ``{split: {domain: [text, ...]}}``. A ``.jsonl`` or ``.txt`` file is split into
+            train, validation and test by a seeded hash of each prompt's text (stable across
+            runs and machines; duplicates dropped); the keys below apply to those two only.
+        text_field: the field of a JSONL record that holds the prompt.
+        domain_field: the field of a JSONL record that holds its domain; then ``domains`` must
+            be given. None: every prompt of the file is in one domain, ``file_domain``.
+        file_domain: that one domain's name; None: the file's stem (``faq.jsonl`` -> ``faq``).
+            Read from a scenario file, ``domains`` defaults to ``{that domain: 1.0}``.
+        split_seed: the seed of the hash that splits the prompts; another seed, another split.
+        split_fractions: split -> the share of the prompts it gets (each of ``SPLITS``, >= 0,
+            summing to 1).
     """
 
     domains: Mapping[str, float] = field(default_factory=lambda: {"code": 1.0})
     split: str = "train"
     file: str | None = None
+    text_field: str = "text"
+    domain_field: str | None = None
+    file_domain: str | None = None
+    split_seed: int = 0
+    split_fractions: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_SPLIT_FRACTIONS))
 
     def __post_init__(self) -> None:
         if not self.domains:
@@ -70,6 +100,81 @@ class PromptSpec:
             )
         if self.split not in SPLITS:
             raise ValueError(f"prompts.split must be one of {SPLITS}, got {self.split!r}")
+        self._check_file()
+
+    def _check_file(self) -> None:
+        """The file's suffix, and the keys that read and split a ``.jsonl`` or ``.txt`` file."""
+        suffix = Path(self.file).suffix.lower() if self.file else None
+        if suffix is not None and suffix not in (*SPLIT_SUFFIXES, *PRESPLIT_SUFFIXES):
+            raise ValueError(
+                f"prompts.file '{self.file}': a prompt file ends in .jsonl (one JSON record per line), "
+                ".txt (prompts separated by blank lines) or .json/.yaml/.yml (already split, "
+                "{split: {domain: [text, ...]}})"
+            )
+        given = [
+            f.name
+            for f in fields(self)
+            if f.name in FILE_KEYS
+            and getattr(self, f.name) != (f.default if f.default_factory is MISSING else f.default_factory())
+        ]
+        if given and suffix not in SPLIT_SUFFIXES:
+            what = f"prompts.file is '{self.file}'" if self.file else "there is no prompts.file"
+            raise ValueError(
+                f"prompts.{given[0]} applies to a .jsonl or .txt prompts.file only ({what}); remove it"
+            )
+        if suffix == ".txt" and {"text_field", "domain_field"} & set(given):
+            key = "text_field" if "text_field" in given else "domain_field"
+            raise ValueError(
+                f"prompts.{key} names a field of a JSONL record; a .txt file has none: remove it"
+            )
+        if self.domain_field is not None and self.file_domain is not None:
+            raise ValueError(
+                "prompts: give domain_field (each record's domain) or file_domain (one for the whole "
+                "file), not both"
+            )
+        for key in ("text_field", "domain_field", "file_domain"):
+            if getattr(self, key) == "":
+                raise ValueError(f"prompts.{key} must not be empty")
+        fractions = dict(self.split_fractions)
+        if sorted(fractions) != sorted(SPLITS) or any(not value >= 0 for value in fractions.values()):
+            raise ValueError(
+                f"prompts.split_fractions must give each of {list(SPLITS)} a share >= 0, got {fractions}"
+            )
+        if abs(sum(fractions.values()) - 1) > 1e-6:
+            raise ValueError(
+                f"prompts.split_fractions must sum to 1, got {fractions} (sum {sum(fractions.values())})"
+            )
+
+    @property
+    def single_domain(self) -> str | None:
+        """The domain of every prompt of a ``.jsonl`` or ``.txt`` file without ``domain_field``:
+        ``file_domain``, else the file's stem; None otherwise."""
+        if self.file is None or Path(self.file).suffix.lower() not in SPLIT_SUFFIXES or self.domain_field:
+            return None
+        return self.file_domain or Path(self.file).stem
+
+    def read_file(self) -> PromptFile:
+        """``file``'s prompt sets, a ``.jsonl`` or ``.txt`` file split by ``split_seed`` and
+        ``split_fractions`` (:func:`~specrl.envs.scenario.prompt_files.read_prompt_file`)."""
+        return read_prompt_file(
+            self.file,
+            text_field=self.text_field,
+            domain_field=self.domain_field,
+            domain=self.single_domain,
+            seed=self.split_seed,
+            fractions=self.split_fractions,
+        )
+
+    def file_digest(self) -> str | None:
+        """A digest of ``file``'s bytes and of the keys that read and split it (None without a
+        file, or with one not there): trace caches key on it, so that editing the file records
+        its traces again."""
+        if self.file is None or not Path(self.file).is_file():
+            return None
+        settings = {k: v for k, v in asdict(self).items() if k not in ("domains", "split", "file")}
+        digest = hashlib.sha256(Path(self.file).read_bytes())
+        digest.update(json.dumps(settings, sort_keys=True).encode())
+        return digest.hexdigest()[:16]
 
     def draw_domain(self, rng: np.random.Generator, among: Sequence[str] | None = None) -> str:
         """A domain drawn with these weights by one draw of ``rng``, among ``among`` (default: the

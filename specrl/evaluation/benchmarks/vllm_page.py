@@ -1,0 +1,127 @@
+"""``experiments/bench_vllm.py``'s page and plot: every vLLM engine setting's tokens per busy second
+on each test workload, its paired ratio to vLLM without speculation (and to the best of vLLM's own
+speculation on arrivals), TPOT, vLLM's acceptance metrics, whether outputs equal vLLM's without
+speculation; then specrl's own engine against vLLM, both without speculation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specrl.evaluation.machine import origin_line
+from specrl.tables import markdown_table
+
+ARRIVALS = "arrivals"
+
+
+def vllm_best(report: dict, workload: str = ARRIVALS) -> str:
+    """The label of vLLM's own fastest speculative setting on ``workload`` (its chosen static k of
+    each method, and the dynamic schedule)."""
+    chosen = report["chosen_static_k"]
+    own = [f"vLLM {method} k={k}" for method, k in chosen.items()] + ["vLLM draft_model dynamic"]
+    return max(own, key=lambda label: report["rows"][label][workload]["tokens_per_s"])
+
+
+def shown(report: dict) -> list[str]:
+    """The rows on the page: no speculation, each vLLM method at its chosen k, the dynamic schedule,
+    every specrl row and the preloaded runs (the other static k stay in the JSON)."""
+    chosen = {f"vLLM {method} k={k}" for method, k in report["chosen_static_k"].items()}
+    return [
+        label
+        for label in report["rows"]
+        if not label.startswith("vLLM ") or label in chosen or "dynamic" in label
+    ]
+
+
+def _ratio(value: float, two_se: float | None) -> str:
+    return f"{value:.3f}" + (f" ± {two_se:.3f}" if two_se is not None else "")
+
+
+def _number(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def markdown(report: dict, picture: str) -> str:
+    """The page of a ``bench_vllm.py`` report; ``picture`` is the plot's file name beside it."""
+    settings, rows = report["settings"], report["rows"]
+    workloads = list(next(iter(rows.values())))
+    best = vllm_best(report)
+    lines = [
+        "# specrl's proposer inside vLLM (CPU build, embedded pair, continuous batching)",
+        "",
+        f"vLLM {report.get('vllm_version', '')} serves the embedded target (float32, greedy, "
+        f"{settings['max_new_tokens']} new tokens a request). Workloads are test requests: `arrivals` "
+        f"({settings['requests']} requests of the arrivals scenario: a quiet phase, then a burst, on a busy "
+        "clock) and fixed batches of B rows kept full. Tokens per busy second are medians over "
+        f"{settings['repeats']} repeats; ratios are medians of the ratio within a repeat ± twice their "
+        "standard error (engines ran one after another, so a drift of the machine between them is in "
+        "the ratio). vLLM's static k was chosen on validation arrivals "
+        f"({report['chosen_static_k']}); its dynamic schedule by batch size on validation fixed batches: "
+        f"`{report['dynamic_schedule']}`. specrl's proposer drafts with the embedded draft model and the "
+        f"n-gram lookup, k_max = {settings['k_max']}.",
+        "",
+        f"![tokens per second]({picture})",
+        "",
+        f"## Tokens per second and ratio to no speculation (best of vLLM's own on arrivals: {best})",
+        "",
+    ]
+    header = ["engine", *[f"{w} tok/s" for w in workloads], *[f"{w} / none" for w in workloads]]
+    header += [f"{ARRIVALS} / {best}", "outputs equal"]
+    table = []
+    for label in shown(report):
+        row = rows[label]
+        versus_best = row[ARRIVALS]["tokens_per_s"] / rows[best][ARRIVALS]["tokens_per_s"]
+        table.append(
+            [
+                label,
+                *[f"{row[w]['tokens_per_s']:.1f}" for w in workloads],
+                *[_ratio(row[w]["vs_plain"], row[w]["vs_plain_two_se"]) for w in workloads],
+                f"{versus_best:.3f}",
+                "yes" if all(row[w]["outputs_equal_plain"] for w in workloads) else "**no**",
+            ]
+        )
+    lines += [markdown_table(header, table), ""]
+    lines += ["## vLLM's metrics on arrivals", ""]
+    header = [
+        "engine",
+        "TPOT p50 (ms)",
+        "TPOT p99 (ms)",
+        "mean batch",
+        "acceptance rate",
+        "mean acceptance length",
+        "acceptance per position",
+    ]
+    table = []
+    for label in shown(report):
+        row = rows[label][ARRIVALS]
+        table.append(
+            [
+                label,
+                _number(row["tpot_p50"] and 1000 * row["tpot_p50"], ".1f"),
+                _number(row["tpot_p99"] and 1000 * row["tpot_p99"], ".1f"),
+                f"{row['mean_batch']:.1f}",
+                _number(row["acceptance_rate"], ".3f"),
+                _number(row["mean_acceptance_length"], ".2f"),
+                ", ".join(f"{a:.2f}" for a in row["acceptance_per_position"]) or "-",
+            ]
+        )
+    lines += [markdown_table(header, table), ""]
+    lines += ["## specrl's own batched engine against vLLM, both without speculation", ""]
+    table = [
+        [name, f"{r['specrl']:.1f}", f"{r['vllm']:.1f}", f"{r['specrl_vs_vllm']:.3f}"]
+        for name, r in report["own_engine"].items()
+    ]
+    lines += [markdown_table(["workload", "specrl tok/s", "vLLM tok/s", "specrl / vLLM"], table), ""]
+    lines += [origin_line(report), ""]
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: Path) -> Path:
+    """Bars: each shown engine's ratio to no speculation on every test workload."""
+    from specrl.plots import bar_groups
+
+    rows = report["rows"]
+    workloads = list(next(iter(rows.values())))
+    series = {label: [rows[label][w]["vs_plain"] for w in workloads] for label in shown(report)}
+    return bar_groups(
+        path, workloads, series, "tokens/s / vLLM without speculation", "speculation inside vLLM (test)", 1.0
+    )
