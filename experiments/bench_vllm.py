@@ -84,10 +84,15 @@ def worker(path: str) -> None:
         disable_log_stats=False,
     )
     serve(llm, [(job["workloads"][0]["requests"][0][0], 0.0)], 1, 8)  # warm-up
+    from specrl.vllm.proposer import LIVE
+
     results: dict[str, list] = {w["name"]: [] for w in job["workloads"]}
     for _ in range(job["repeats"]):
         for workload in job["workloads"]:
+            before = [dict(p.seconds) for p in LIVE]
             run = serve(llm, workload["requests"], workload["limit"], job["max_new_tokens"])
+            spent = [{k: p.seconds[k] - b[k] for k in b} for p, b in zip(LIVE, before, strict=False)]
+            run["proposer_seconds"] = spent[0] if spent else None  # specrl's proposer's own time
             results[workload["name"]].append(run)
     Path(path).with_suffix(".out.json").write_text(json.dumps(results))
 
@@ -284,6 +289,12 @@ def summarise(runs, own, chosen, schedule, args) -> dict:
                 "mean_acceptance_length": spec["mean_acceptance_length"],
                 "acceptance_per_position": spec["acceptance_per_position"],
                 "outputs_equal_plain": all(r["outputs"] == base[0]["outputs"] for r in mine),
+                "proposer_share": median(r["proposer_seconds"]["total"] / r["busy_seconds"] for r in mine)
+                if mine[0].get("proposer_seconds")
+                else None,
+                "draft_share": median(r["proposer_seconds"]["draft"] / r["busy_seconds"] for r in mine)
+                if mine[0].get("proposer_seconds")
+                else None,
                 "per_repeat": ours,
             }
     engine_rows = {

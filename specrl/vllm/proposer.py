@@ -47,6 +47,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +72,9 @@ DRAFT_VARIABLE = "SPECRL_VLLM_DRAFT"
 FINGERPRINT = 16  # a request is recognised by this many first tokens (and its length)
 FORGET_AFTER = 256  # calls a request may go unseen (preempted, prefilling) before it is forgotten
 DEFAULT_MAX_NEW_TOKENS = 256  # the generated-tokens feature's scale when vLLM's budget is unknown
+#: The proposers alive in this process (vLLM builds its own; a benchmark in the engine's process
+#: reads their :attr:`Proposer.seconds` here).
+LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
 class PolicyMismatchError(ValueError):
@@ -208,6 +212,10 @@ class Proposer:
         self.requests: dict[bytes, list[_Request]] = {}
         self.calls = 0
         self._last_call_end: float | None = None
+        #: Seconds spent in ``propose`` (``total``) and in the draft model's forwards (``draft``)
+        #: since construction: the proposer's own cost per vLLM step (``experiments/bench_vllm.py``).
+        self.seconds = {"total": 0.0, "draft": 0.0}
+        LIVE.add(self)
 
     def _load_draft(self, draft, target, device, dtype) -> DraftRows | None:
         if draft is None:
@@ -262,6 +270,7 @@ class Proposer:
             drafts = self._draft(drafting, drafts)
         self._forget_stale()
         self._last_call_end = time.perf_counter()
+        self.seconds["total"] += self._last_call_end - start
         return drafts
 
     # ---- one request --------------------------------------------------------------------------
@@ -315,6 +324,7 @@ class Proposer:
             self._fail([request for request, _ in drafting.values()], "the draft model's batched forward")
             return drafts
         seconds = time.perf_counter() - began
+        self.seconds["draft"] += seconds
         for row, (request, action) in drafting.items():
             request.record(action, drafted[request], seconds)
             drafts[row] = drafted[request][0]

@@ -89,6 +89,7 @@ def markdown(report: dict, picture: str) -> str:
         "acceptance rate",
         "mean acceptance length",
         "acceptance per position",
+        "proposer's share of busy time (draft forwards)",
     ]
     table = []
     for label in shown(report):
@@ -102,6 +103,9 @@ def markdown(report: dict, picture: str) -> str:
                 _number(row["acceptance_rate"], ".3f"),
                 _number(row["mean_acceptance_length"], ".2f"),
                 ", ".join(f"{a:.2f}" for a in row["acceptance_per_position"]) or "-",
+                "-"
+                if row.get("proposer_share") is None
+                else f"{row['proposer_share']:.1%} ({row['draft_share']:.1%})",
             ]
         )
     lines += [markdown_table(header, table), ""]
