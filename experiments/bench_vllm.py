@@ -11,7 +11,9 @@ setting runs in a process of its own, one after another:
 - vLLM's dynamic schedule by batch size (``num_speculative_tokens_per_batch_size``, ``draft_model``):
   per fixed batch size, the best k of ``{0} + --static-k`` on validation;
 - specrl's proposer (``specrl.vllm.Proposer``, the embedded draft and the lookup) with TCP, and with
-  each policy of ``--policy``;
+  each policy of ``--policy``; each also with speculation off above the batch size up to which it
+  beat no speculation on validation fixed batches (``$SPECRL_VLLM_MAX_BATCH``), as vLLM's schedule
+  is tuned;
 - no speculation and the first policy again with Intel OpenMP preloaded (``LD_PRELOAD``, as vLLM's
   CPU backend advises), when the library is found.
 
@@ -150,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
     import specrl
     from specrl.evaluation.machine import result_origin
     from specrl.io import write_report
-    from specrl.vllm.proposer import CONTROLLER_VARIABLE, DRAFT_VARIABLE
+    from specrl.vllm.proposer import CONTROLLER_VARIABLE, DRAFT_VARIABLE, MAX_BATCH_VARIABLE
     from specrl.zoo import ensure_pair
 
     pair = specrl.load_pair(device="cpu")
@@ -185,9 +187,14 @@ def main(argv: list[str] | None = None) -> dict:
         "model": "specrl.vllm.Proposer",
         "num_speculative_tokens": args.k_max,
     }
+    cutoffs = {}
     for controller in ["tcp", *args.policy]:
-        env = {CONTROLLER_VARIABLE: controller, DRAFT_VARIABLE: draft}
-        runs[f"specrl {controller}"] = engine(f"specrl {controller}", proposer, test, env=env)
+        env, label = {CONTROLLER_VARIABLE: controller, DRAFT_VARIABLE: draft}, f"specrl {controller}"
+        runs[label] = engine(label, proposer, validation[1:] + test, env=env)
+        cutoffs[label] = cutoff(runs, label)
+        if cutoffs[label] and cutoffs[label] < MAX_ROWS:  # speculation off above it
+            cut = {**env, MAX_BATCH_VARIABLE: str(cutoffs[label])}
+            runs[f"{label}, cut-off {cutoffs[label]}"] = engine(f"{label} cut-off", proposer, test, env=cut)
     iomp = intel_openmp()
     if iomp:
         preload = {"LD_PRELOAD": iomp}
@@ -198,6 +205,7 @@ def main(argv: list[str] | None = None) -> dict:
             runs[label] = engine(label, proposer, test, env=env, process_env=preload)
     own = own_engine(pair, test, args.max_new_tokens, args.repeats)
     report = summarise(runs, own, chosen, schedule, args)
+    report["cutoffs"] = cutoffs
     report.update(result_origin(pair), vllm_version=vllm.__version__)
     out = Path(args.out)
     from specrl.evaluation.benchmarks.vllm_page import markdown, plot
@@ -226,13 +234,33 @@ def tune(runs: dict[str, dict[str, list]], ks: list[int]) -> tuple[dict[str, int
             k: rate(f"vLLM draft_model k={k}", f"B={rows}") for k in ks
         }
         best[rows] = max(options, key=options.get)
-    bounds = [*FIXED[1:], MAX_ROWS + 1]
-    schedule, start = [], 1
-    for rows, end in zip(FIXED, bounds, strict=True):  # B=1 covers 1-3, B=4 covers 4-15, B=16 the rest
-        last = MAX_ROWS if end > MAX_ROWS else end - 1
-        schedule.append([start, last, best[rows]])
-        start = last + 1
+    start, schedule = 1, []
+    for rows, end in ranges():
+        schedule.append([start, end, best[rows]])
+        start = end + 1
     return chosen, schedule
+
+
+def ranges() -> list[tuple[int, int]]:
+    """The rows each fixed batch size stands for: B=1 for 1-3, B=4 for 4-15, B=16 for 16 and up."""
+    ends = [*(rows - 1 for rows in FIXED[1:]), MAX_ROWS]
+    return list(zip(FIXED, ends, strict=True))
+
+
+def cutoff(runs: dict[str, dict[str, list]], label: str) -> int:
+    """The largest batch at which ``label`` speculates: up to the last fixed batch size at which it,
+    and every smaller one, was at least as fast as no speculation on validation (0: none)."""
+    from statistics import median
+
+    def rate(name: str, rows: int) -> float:
+        return median(r["tokens_per_s"] for r in runs[name][f"validation B={rows}"])
+
+    largest = 0
+    for rows, end in ranges():
+        if rate(label, rows) < rate("no speculation", rows):
+            break
+        largest = end
+    return largest
 
 
 def intel_openmp() -> str | None:

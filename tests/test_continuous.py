@@ -9,7 +9,8 @@ from conftest import prompts, reference_greedy
 
 import specrl
 from specrl.controllers.batch_schedule import BatchScheduleController
-from specrl.serving import TimedRequest, serve_continuous
+from specrl.envs import load_scenario
+from specrl.serving import TimedRequest, scenario_requests, serve_continuous
 
 
 def requests(vocab_size: int, arrivals: list[float]) -> list[TimedRequest]:
@@ -61,3 +62,14 @@ def test_bad_requests_are_refused_by_name(close_pair):
         serve_continuous(close_pair, controller, requests(close_pair.vocab_size, [0.0]), 0, 8)
     with pytest.raises(ValueError, match="arrival order"):
         serve_continuous(close_pair, controller, requests(close_pair.vocab_size, [1.0, 0.0]), 4, 8)
+
+
+def test_the_arrivals_scenario_draws_requests_over_time_and_a_fixed_batch_at_once(tiny_home):
+    _, pair = tiny_home
+    arrivals = scenario_requests(load_scenario("arrivals"), pair, "test", seed=0, count=12)
+    times = [request.arrival for request in arrivals]
+    assert times == sorted(times) and len(set(times)) == 12  # one at a time, in order
+    again = scenario_requests(load_scenario("arrivals"), pair, "test", seed=0, count=12)
+    assert [r.prompt_ids for r in again] == [r.prompt_ids for r in arrivals]  # the seed fixes them
+    fixed = scenario_requests(load_scenario("batch_4"), pair, "test", seed=0, count=8)
+    assert len(fixed) == 8 and all(request.arrival == 0.0 for request in fixed)

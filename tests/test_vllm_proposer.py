@@ -290,3 +290,13 @@ def test_a_missing_or_other_vllm_is_refused_with_what_to_install(monkeypatch):
     check_version("0.32.3+cpu")
     with pytest.raises(VLLMVersionError, match="0.32"):
         check_version("0.33.1")
+
+
+def test_above_the_largest_batch_that_speculates_no_request_is_drafted_for():
+    proposer = Proposer(controller="static:3", k_max=6, context_window=WIDTH, vocab_size=64, max_batch=2)
+    texts = [continuation(r, 424) for r in range(3)]  # continuing their prompts: the lookup finds them
+    engine = FakeEngine(proposer, [text[:24] for text in texts], [text[24:] for text in texts])
+    for _ in range(4):
+        assert engine.step() == [[], [], []]  # three rows decode
+    drafts = engine.step(prefilling=frozenset({2}))  # two rows decode: they speculate
+    assert len(drafts[0]) == 3 and len(drafts[1]) == 3 and drafts[2] == []

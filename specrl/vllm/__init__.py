@@ -4,11 +4,18 @@ request (:mod:`specrl.vllm.proposer`). vLLM loads it by name::
     LLM(model=target, speculative_config={
         "method": "custom_class", "model": "specrl.vllm.Proposer", "num_speculative_tokens": 8})
 
-with the controller in ``$SPECRL_VLLM_CONTROLLER`` and the draft model in ``$SPECRL_VLLM_DRAFT``.
+with the controller in ``$SPECRL_VLLM_CONTROLLER``, the draft model in ``$SPECRL_VLLM_DRAFT`` and
+the largest batch that speculates in ``$SPECRL_VLLM_MAX_BATCH``.
 
 This package imports nothing of vLLM: vLLM imports it.
 """
 
-from specrl.vllm.proposer import CONTROLLER_VARIABLE, DRAFT_VARIABLE, Proposer, controller_factory
+from specrl.vllm.proposer import (
+    CONTROLLER_VARIABLE,
+    DRAFT_VARIABLE,
+    MAX_BATCH_VARIABLE,
+    Proposer,
+    controller_factory,
+)
 
-__all__ = ["CONTROLLER_VARIABLE", "DRAFT_VARIABLE", "Proposer", "controller_factory"]
+__all__ = ["CONTROLLER_VARIABLE", "DRAFT_VARIABLE", "MAX_BATCH_VARIABLE", "Proposer", "controller_factory"]

@@ -66,6 +66,10 @@ logger = logging.getLogger(__name__)
 #: the proposer nothing but its own config): ``tcp`` (default), ``plain``, ``static:K[:TAU]``,
 #: ``hf-heuristic``, ``hf-confidence``, or a policy (a shipped name such as ``default``, or a folder).
 CONTROLLER_VARIABLE = "SPECRL_VLLM_CONTROLLER"
+#: The environment variable that turns speculation off above a batch size: ``N`` speculates with at
+#: most N running requests (vLLM's ``speculative_disable_by_batch_size``, and specrl's
+#: :class:`~specrl.controllers.BatchCutoffController`); unset: at every batch size.
+MAX_BATCH_VARIABLE = "SPECRL_VLLM_MAX_BATCH"
 #: The environment variable that names the draft model (a folder or Hugging Face id); unset: the
 #: n-gram lookup drafts for every action.
 DRAFT_VARIABLE = "SPECRL_VLLM_DRAFT"
@@ -161,6 +165,8 @@ class Proposer:
             (default: ``$SPECRL_VLLM_DRAFT``; neither: the lookup drafts), or a loaded
             ``(model, vocab_size)``.
         k_max, context_window, vocab_size: without a vllm_config.
+        max_batch: speculate only with at most this many requests in the step (default:
+            ``$SPECRL_VLLM_MAX_BATCH``, else always).
         temperature: the temperature the features are told (vLLM does not tell a proposer).
         max_new_tokens: the scale of the generated-tokens feature.
     """
@@ -176,6 +182,7 @@ class Proposer:
         vocab_size: int | None = None,
         temperature: float = 0.0,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+        max_batch: int | None = None,
         max_ngram: int = 3,
         min_ngram: int = 1,
     ) -> None:
@@ -201,6 +208,12 @@ class Proposer:
         drafters = (DRAFT, LOOKUP_DRAFTER) if self.draft is not None else (LOOKUP_DRAFTER,)
         chosen = controller or os.environ.get(CONTROLLER_VARIABLE, "tcp")
         self._new_controller = controller_factory(chosen, self.k_max, drafters)
+        max_batch = max_batch or int(os.environ.get(MAX_BATCH_VARIABLE) or 0) or None
+        if max_batch is not None:
+            from specrl.controllers import BatchCutoffController
+
+            uncut = self._new_controller
+            self._new_controller = lambda: BatchCutoffController(uncut(), max_batch)
         self.controller_name = chosen if isinstance(chosen, str) else getattr(chosen, "__name__", "custom")
         self.settings = GenerationSettings(
             max_new_tokens=max_new_tokens,

@@ -1,0 +1,90 @@
+"""``experiments/bench_vllm.py``'s arithmetic and page, without vLLM: vLLM's speculative metrics
+from two readings of its counters, the best of vLLM's own settings, and a page that flags outputs
+that differ from vLLM's without speculation."""
+
+from __future__ import annotations
+
+import pytest
+
+from specrl.evaluation.benchmarks.vllm_page import markdown, shown, vllm_best
+from specrl.vllm.serve import spec_summary
+
+WORKLOADS = ("arrivals", "B=1")
+
+
+def counters(drafts: int, drafted: int, accepted: int, per_position: list[int]) -> dict:
+    return {
+        "num_drafts": drafts,
+        "num_draft_tokens": drafted,
+        "num_accepted_tokens": accepted,
+        "num_accepted_tokens_per_pos": per_position,
+    }
+
+
+def test_acceptance_metrics_follow_vllms_definitions_between_two_readings():
+    before = counters(10, 40, 20, [8, 6, 4, 2])
+    after = counters(30, 100, 50, [26, 14, 8, 2])
+    summary = spec_summary(before, after)
+    assert summary["acceptance_rate"] == pytest.approx(30 / 60)
+    assert summary["mean_acceptance_length"] == pytest.approx(1 + 30 / 20)
+    assert summary["acceptance_per_position"] == pytest.approx([18 / 20, 8 / 20, 4 / 20, 0.0])
+    plain = spec_summary(counters(0, 0, 0, []), counters(0, 0, 0, []))
+    assert plain["acceptance_rate"] is None and plain["acceptance_per_position"] == []
+
+
+def row(rate: float, equal: bool = True) -> dict:
+    cell = {
+        "tokens_per_s": rate,
+        "vs_plain": rate / 100,
+        "vs_plain_two_se": 0.01,
+        "tpot_p50": 0.01,
+        "tpot_p99": 0.02,
+        "mean_batch": 3.0,
+        "acceptance_rate": 0.5,
+        "mean_acceptance_length": 2.0,
+        "acceptance_per_position": [0.6, 0.4],
+        "outputs_equal_plain": equal,
+        "proposer_share": None,
+        "draft_share": None,
+    }
+    return {workload: dict(cell) for workload in WORKLOADS}
+
+
+def report(specrl_equal: bool = True) -> dict:
+    return {
+        "rows": {
+            "no speculation": row(100),
+            "vLLM ngram k=2": row(105),
+            "vLLM ngram k=4": row(130),  # not chosen on validation: not on the page
+            "vLLM draft_model k=2": row(120),
+            "vLLM draft_model dynamic": row(118),
+            "specrl default": row(126, specrl_equal),
+        },
+        "chosen_static_k": {"ngram": 2, "draft_model": 2},
+        "dynamic_schedule": [[1, 3, 2], [4, 64, 0]],
+        "own_engine": {"B=1": {"specrl": 60.0, "vllm": 100.0, "specrl_vs_vllm": 0.6}},
+        "settings": {"requests": 8, "max_new_tokens": 16, "repeats": 1, "static_k": [2, 4], "k_max": 8},
+        "vllm_version": "0.32.0",
+        "machine": {
+            "device": "cpu",
+            "dtype": "float32",
+            "cpu_count": 2,
+            "processor": "x86_64",
+            "torch": "2.13.0",
+            "transformers": "5.19.0",
+            "python": "3.11",
+        },
+        "date": "2026-12-04 00:00 UTC",
+        "command": "python experiments/bench_vllm.py",
+    }
+
+
+def test_the_page_compares_with_the_best_of_vllms_chosen_settings_and_flags_unequal_outputs():
+    page = report()
+    assert vllm_best(page) == "vLLM draft_model k=2"  # k=4 was faster on test, but not chosen
+    assert "vLLM ngram k=4" not in shown(page)
+    text = markdown(page, "bench.png")
+    line = next(line for line in text.splitlines() if line.startswith("| specrl default |"))
+    assert "| 1.050 |" in line and line.endswith("| yes |")  # 126 / 120
+    unequal = markdown(report(specrl_equal=False), "bench.png")
+    assert "**no**" in next(line for line in unequal.splitlines() if line.startswith("| specrl default |"))
