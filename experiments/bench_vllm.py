@@ -14,6 +14,8 @@ setting runs in a process of its own, one after another:
   each policy of ``--policy``; each also with speculation off above the batch size up to which it
   beat no speculation on validation fixed batches (``$SPECRL_VLLM_MAX_BATCH``), as vLLM's schedule
   is tuned;
+- specrl's proposer with a controller that never drafts: what a custom proposer costs by itself
+  (vLLM turns async scheduling off with one);
 - no speculation and the first policy again with Intel OpenMP preloaded (``LD_PRELOAD``, as vLLM's
   CPU backend advises), when the library is found.
 
@@ -187,6 +189,8 @@ def main(argv: list[str] | None = None) -> dict:
         "model": "specrl.vllm.Proposer",
         "num_speculative_tokens": args.k_max,
     }
+    plain = {CONTROLLER_VARIABLE: "plain"}  # a custom proposer that never drafts: what having one costs
+    runs["specrl plain (k = 0)"] = engine("specrl plain", proposer, test, env=plain)
     cutoffs = {}
     for controller in ["tcp", *args.policy]:
         env, label = {CONTROLLER_VARIABLE: controller, DRAFT_VARIABLE: draft}, f"specrl {controller}"

@@ -11,10 +11,12 @@ import logging
 import numpy as np
 import pytest
 import torch
+from conftest import random_llama, save_model, word_tokenizer
 
 from specrl.controllers import StaticController, TCPController
 from specrl.engine.types import Action
 from specrl.evaluation.roster import ControllerNameError
+from specrl.models import PairError, load_draft
 from specrl.vllm import Proposer
 from specrl.vllm.compat import VLLMVersionError, check_version, require_vllm
 from specrl.vllm.proposer import PolicyMismatchError
@@ -300,3 +302,13 @@ def test_above_the_largest_batch_that_speculates_no_request_is_drafted_for():
         assert engine.step() == [[], [], []]  # three rows decode
     drafts = engine.step(prefilling=frozenset({2}))  # two rows decode: they speculate
     assert len(drafts[0]) == 3 and len(drafts[1]) == 3 and drafts[2] == []
+
+
+def test_a_draft_is_loaded_against_the_targets_tokenizer_and_a_different_one_refused(tmp_path):
+    target = save_model(tmp_path / "target", random_llama(64, 0), word_tokenizer(64))
+    draft = save_model(tmp_path / "draft", random_llama(64, 1), word_tokenizer(64))
+    other = save_model(tmp_path / "other", random_llama(48, 1), word_tokenizer(48))
+    model, vocab = load_draft(draft, target, device="cpu")
+    assert vocab == 64 and model.config.vocab_size == 64
+    with pytest.raises(PairError, match="tokenizers differ"):
+        load_draft(other, target, device="cpu")

@@ -68,7 +68,8 @@ logger = logging.getLogger(__name__)
 CONTROLLER_VARIABLE = "SPECRL_VLLM_CONTROLLER"
 #: The environment variable that turns speculation off above a batch size: ``N`` speculates with at
 #: most N running requests (vLLM's ``speculative_disable_by_batch_size``, and specrl's
-#: :class:`~specrl.controllers.BatchCutoffController`); unset: at every batch size.
+#: :class:`~specrl.controllers.BatchCutoffController`); above it the controllers are not asked (they
+#: still hear every verified step); unset: at every batch size.
 MAX_BATCH_VARIABLE = "SPECRL_VLLM_MAX_BATCH"
 #: The environment variable that names the draft model (a folder or Hugging Face id); unset: the
 #: n-gram lookup drafts for every action.
@@ -208,12 +209,7 @@ class Proposer:
         drafters = (DRAFT, LOOKUP_DRAFTER) if self.draft is not None else (LOOKUP_DRAFTER,)
         chosen = controller or os.environ.get(CONTROLLER_VARIABLE, "tcp")
         self._new_controller = controller_factory(chosen, self.k_max, drafters)
-        max_batch = max_batch or int(os.environ.get(MAX_BATCH_VARIABLE) or 0) or None
-        if max_batch is not None:
-            from specrl.controllers import BatchCutoffController
-
-            uncut = self._new_controller
-            self._new_controller = lambda: BatchCutoffController(uncut(), max_batch)
+        self.max_batch = max_batch or int(os.environ.get(MAX_BATCH_VARIABLE) or 0) or None
         self.controller_name = chosen if isinstance(chosen, str) else getattr(chosen, "__name__", "custom")
         self.settings = GenerationSettings(
             max_new_tokens=max_new_tokens,
@@ -297,6 +293,8 @@ class Proposer:
             self._account(request, sampled, verify_seconds)
             tracker = request.tracker
             tracker.set_rows(rows, tracker.context_length, tracker.generated)
+            if self.max_batch is not None and rows > self.max_batch:  # off: the controller is not asked
+                return Action(0, drafter=LOOKUP_DRAFTER)
             action = request.controller.act(tracker.vector())
             room = self.context_window - len(request.tokens) - 1  # vLLM needs a slot for the bonus token
             drafter = action.drafter if self.draft is not None else LOOKUP_DRAFTER

