@@ -96,15 +96,12 @@ def parse_prompt_file_keys(section: dict[str, Any], prompts: dict[str, Any], sou
     if "split_seed" in section:
         prompts["split_seed"] = check_leaf(section["split_seed"], int, "prompts.split_seed", source)
     if "split_fractions" in section:
-        fractions = section["split_fractions"]
-        if not isinstance(fractions, Mapping):
-            raise ScenarioError(
-                f"{source}: 'prompts.split_fractions' must map each split to its share, e.g. "
-                f"{{train: 0.8, validation: 0.1, test: 0.1}}, got {fractions!r}"
-            )
-        prompts["split_fractions"] = {
-            str(s): check_leaf(f, float, f"prompts.split_fractions.{s}", source) for s, f in fractions.items()
-        }
+        prompts["split_fractions"] = check_shares(
+            section["split_fractions"],
+            "prompts.split_fractions",
+            "each split to its share, e.g. {train: 0.8, validation: 0.1, test: 0.1}",
+            source,
+        )
     spec = PromptSpec(**prompts)
     if "domains" not in section and spec.single_domain is not None:
         spec = replace(spec, domains={spec.single_domain: 1.0})
@@ -114,6 +111,13 @@ def parse_prompt_file_keys(section: dict[str, Any], prompts: dict[str, Any], sou
             f"from (values of the records' '{spec.domain_field}'), with weights, e.g. {{faq: 1.0, code: 1.0}}"
         )
     return spec
+
+
+def check_shares(value: Any, key: str, what: str, source: str) -> dict[str, float]:
+    """A mapping of names to numbers (``key`` must map ``what``), each checked as a float."""
+    if not isinstance(value, Mapping):
+        raise ScenarioError(f"{source}: '{key}' must map {what}, got {value!r}")
+    return {str(name): check_leaf(number, float, f"{key}.{name}", source) for name, number in value.items()}
 
 
 def parse(data: Any, source: str, base_dir: Path) -> Scenario:
@@ -138,15 +142,9 @@ def parse(data: Any, source: str, base_dir: Path) -> Scenario:
         if section.get("file") is not None:
             prompts["file"] = str(base_dir / check_leaf(section["file"], str, "prompts.file", source))
         if "domains" in section:
-            domains = section["domains"]
-            if not isinstance(domains, Mapping):
-                raise ScenarioError(
-                    f"{source}: 'prompts.domains' must map domain names to weights, "
-                    f"e.g. {{code: 1.0}}, got {domains!r}"
-                )
-            prompts["domains"] = {
-                str(d): check_leaf(w, float, f"prompts.domains.{d}", source) for d, w in domains.items()
-            }
+            prompts["domains"] = check_shares(
+                section["domains"], "prompts.domains", "domain names to weights, e.g. {code: 1.0}", source
+            )
         kwargs["prompts"] = parse_prompt_file_keys(section, prompts, source)
     if "sampling" in top:
         section = check_mapping(top["sampling"], SamplingConfig, "sampling", source)
