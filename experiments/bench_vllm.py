@@ -11,9 +11,9 @@ setting runs in a process of its own, one after another:
 - vLLM's dynamic schedule by batch size (``num_speculative_tokens_per_batch_size``, ``draft_model``):
   per fixed batch size, the best k of ``{0} + --static-k`` on validation;
 - specrl's proposer (``specrl.vllm.Proposer``, the embedded draft and the lookup) with TCP, and with
-  each policy of ``--policy``; each also with speculation off above the batch size up to which it
-  beat no speculation on validation fixed batches (``$SPECRL_VLLM_MAX_BATCH``), as vLLM's schedule
-  is tuned;
+  each policy of ``--policy``; each also with speculation off above its cut-off
+  (``$SPECRL_VLLM_MAX_BATCH``), tuned on validation fixed batches as the batch simulator tunes it
+  (``batch_control.schedule.cutoff_from``);
 - specrl's proposer with a controller that never drafts: what a custom proposer costs by itself
   (vLLM turns async scheduling off with one);
 - no speculation and the first policy again with Intel OpenMP preloaded (``LD_PRELOAD``, as vLLM's
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
         env, label = {CONTROLLER_VARIABLE: controller, DRAFT_VARIABLE: draft}, f"specrl {controller}"
         runs[label] = engine(label, proposer, validation[1:] + test, env=env)
         cutoffs[label] = cutoff(runs, label)
-        if cutoffs[label] and cutoffs[label] < MAX_ROWS:  # speculation off above it
+        if cutoffs[label] is not None:  # speculation off above it
             cut = {**env, MAX_BATCH_VARIABLE: str(cutoffs[label])}
             runs[f"{label}, cut-off {cutoffs[label]}"] = engine(f"{label} cut-off", proposer, test, env=cut)
     iomp = intel_openmp()
@@ -222,49 +222,51 @@ def main(argv: list[str] | None = None) -> dict:
 
 def tune(runs: dict[str, dict[str, list]], ks: list[int]) -> tuple[dict[str, int], list[list[int]]]:
     """Each vLLM method's best static k on validation arrivals, and the dynamic schedule: per fixed
-    batch size the best k of {0} + ``ks`` for draft_model on validation (medians over repeats)."""
-    from statistics import median
-
-    def rate(label: str, workload: str) -> float:
-        return median(r["tokens_per_s"] for r in runs[label][f"validation {workload}"])
+    batch size the best k of {0} + ``ks`` for draft_model on validation (medians over repeats),
+    made a schedule as the batch simulator's is (:func:`schedule_from_best_k`)."""
+    from specrl.controllers.batch_schedule import schedule_from_best_k
 
     chosen = {
-        method: max(ks, key=lambda k: rate(f"vLLM {method} k={k}", ARRIVALS))
+        method: max(ks, key=lambda k: rate(runs, f"vLLM {method} k={k}", ARRIVALS))
         for method in ("ngram", "draft_model")
     }
     best = {}
     for rows in FIXED:
-        options = {0: rate("no speculation", f"B={rows}")} | {
-            k: rate(f"vLLM draft_model k={k}", f"B={rows}") for k in ks
+        options = {0: rate(runs, "no speculation", f"B={rows}")} | {
+            k: rate(runs, f"vLLM draft_model k={k}", f"B={rows}") for k in ks
         }
         best[rows] = max(options, key=options.get)
-    start, schedule = 1, []
-    for rows, end in ranges():
-        schedule.append([start, end, best[rows]])
-        start = end + 1
-    return chosen, schedule
+    return chosen, vllm_schedule(schedule_from_best_k(best))
 
 
-def ranges() -> list[tuple[int, int]]:
-    """The rows each fixed batch size stands for: B=1 for 1-3, B=4 for 4-15, B=16 for 16 and up."""
-    ends = [*(rows - 1 for rows in FIXED[1:]), MAX_ROWS]
-    return list(zip(FIXED, ends, strict=True))
-
-
-def cutoff(runs: dict[str, dict[str, list]], label: str) -> int:
-    """The largest batch at which ``label`` speculates: up to the last fixed batch size at which it,
-    and every smaller one, was at least as fast as no speculation on validation (0: none)."""
+def rate(runs: dict[str, dict[str, list]], label: str, workload: str) -> float:
+    """``label``'s median tokens per second on the validation ``workload``."""
     from statistics import median
 
-    def rate(name: str, rows: int) -> float:
-        return median(r["tokens_per_s"] for r in runs[name][f"validation B={rows}"])
+    return median(r["tokens_per_s"] for r in runs[label][f"validation {workload}"])
 
-    largest = 0
-    for rows, end in ranges():
-        if rate(label, rows) < rate("no speculation", rows):
-            break
-        largest = end
-    return largest
+
+def vllm_schedule(schedule: dict[int, int]) -> list[list[int]]:
+    """A schedule ``{bound: k}`` (k up to each bound, 0 above the last) as vLLM's inclusive ranges
+    ``[[first, last, k], ...]`` from 1 to the batch limit."""
+    ranges, first = [], 1
+    for bound, k in schedule.items():
+        ranges.append([first, bound, k])
+        first = bound + 1
+    if first <= MAX_ROWS:
+        ranges.append([first, MAX_ROWS, 0])
+    return ranges
+
+
+def cutoff(runs: dict[str, dict[str, list]], label: str) -> int | None:
+    """The largest batch at which ``label`` speculates, from its validation throughput over no
+    speculation's at each fixed batch, as the batch simulator tunes it (:func:`cutoff_from`);
+    None where it is never slower."""
+    from specrl.batch_control.schedule import cutoff_from
+
+    return cutoff_from(
+        {rows: rate(runs, label, f"B={rows}") / rate(runs, "no speculation", f"B={rows}") for rows in FIXED}
+    )
 
 
 def intel_openmp() -> str | None:

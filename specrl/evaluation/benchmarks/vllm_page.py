@@ -57,9 +57,10 @@ def markdown(report: dict, picture: str) -> str:
         "the ratio). vLLM's static k was chosen on validation arrivals "
         f"({report['chosen_static_k']}); its dynamic schedule by batch size on validation fixed batches: "
         f"`{report['dynamic_schedule']}`. specrl's proposer drafts with the embedded draft model and the "
-        f"n-gram lookup, k_max = {settings['k_max']}; a cut-off row speculates only up to the batch size "
-        "at which that controller beat no speculation on validation fixed batches "
-        f"({report.get('cutoffs', {})}).",
+        f"n-gram lookup, k_max = {settings['k_max']}; a cut-off row speculates only up to its cut-off, "
+        "tuned on validation fixed batches: the geometric middle between the last batch size where that "
+        "controller beat no speculation and the first where it did not (None: never slower; "
+        f"{report.get('cutoffs', {})}).",
         "",
         f"![tokens per second]({picture})",
         "",
