@@ -261,11 +261,13 @@ class Proposer:
         rows = sum(1 for sampled in sampled_token_ids if len(sampled))
         drafts: list[list[int]] = [[] for _ in sampled_token_ids]
         planned: dict[int, tuple[_Request, Action]] = {}  # row -> its request and action
+        present: dict[_Request, np.ndarray] = {}  # every request of this step -> its tokens
         for row, sampled in enumerate(sampled_token_ids):
             length = int(num_tokens_no_spec[row])
             if not len(sampled) or length >= self.context_window:
                 continue
             request = self._request(token_ids_cpu[row, :length], length - len(sampled), length)
+            present[request] = request.tokens
             action = self._act(request, list(sampled), rows, verify_seconds)
             if action is not None:
                 planned[row] = (request, action)
@@ -276,7 +278,7 @@ class Proposer:
             else:
                 drafting[row] = (request, action)
         if drafting:
-            drafts = self._draft(drafting, drafts)
+            drafts = self._draft(present, drafting, drafts)
         self._forget_stale()
         self._last_call_end = time.perf_counter()
         self.seconds["total"] += self._last_call_end - start
@@ -319,13 +321,15 @@ class Proposer:
         return tokens
 
     def _draft(
-        self, drafting: dict[int, tuple[_Request, Action]], drafts: list[list[int]]
+        self,
+        present: dict[_Request, np.ndarray],
+        drafting: dict[int, tuple[_Request, Action]],
+        drafts: list[list[int]],
     ) -> list[list[int]]:
         """The draft model's proposals for the requests that draft with it, in one batch; its rows
-        follow the requests of this step."""
+        follow the requests of this step (``present``)."""
         assert self.draft is not None
         began = time.perf_counter()
-        present = {r: r.tokens for reqs in self.requests.values() for r in reqs if r.seen == self.calls}
         try:
             drafted = self.draft.propose(
                 present, {request: (action.k, action) for request, action in drafting.values()}
