@@ -46,6 +46,7 @@ from specrl.io import write_text_atomic
 from specrl.training.comparison import simulator_section, stored_results, unseen_note
 from specrl.training.inputs import REAL_ENVS, ActionSpaceError, RunInputs, load_scenarios, resolve_config
 from specrl.training.ppo_run import PPORun, interrupt_on_signals
+from specrl.training.selection import selection_section
 
 # Eight parts, as many as before C headers and Perl joined: each part of the ScenarioMix costs
 # a vectorised step of its own, so code, prose and math train together in "mixed" (one domain
@@ -79,7 +80,12 @@ def parse_args() -> argparse.Namespace:
         "--preset", default=None, help="embedded pair to use instead of the scenarios' (small, tiny)"
     )
     parser.add_argument("--config", default=str(SHIPPED_POLICY_DIR / "ppo.yaml"), help="hyperparameter YAML")
-    parser.add_argument("--total-timesteps", type=int, default=None, help="env steps (default: the YAML's)")
+    parser.add_argument(
+        "--total-timesteps",
+        type=int,
+        default=None,
+        help="PPO env steps (default: the YAML's; 0: export the warm start, the rules cloned, untouched)",
+    )
     parser.add_argument(
         "--n-envs",
         type=int,
@@ -126,6 +132,13 @@ def parse_args() -> argparse.Namespace:
         help="train without the per-token stop dimension (actions [k, tau_index] only)",
     )
     parser.add_argument(
+        "--warm-start",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="start PPO from a clone of each training scenario's best rule on validation (default); "
+        "--no-warm-start trains from a random policy",
+    )
+    parser.add_argument(
         "--train-on",
         choices=("replay", "real"),
         default="replay",
@@ -140,8 +153,11 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if args.subproc and args.train_on != "real":
         parser.error("--subproc runs real-loop envs in processes: give it with --train-on real")
+    if args.total_timesteps is not None and args.total_timesteps < 0:
+        parser.error(f"--total-timesteps must be >= 0 (0: the warm start alone), got {args.total_timesteps}")
+    if args.total_timesteps == 0 and not args.warm_start:
+        parser.error("--total-timesteps 0 with --no-warm-start would export an untrained policy")
     for flag in (
-        "total_timesteps",
         "n_envs",
         "eval_freq",
         "validate_prompts",
@@ -192,6 +208,7 @@ def main() -> None:
         real_loop=real_loop,
         subprocesses=args.subproc,
         sim_repeats=args.sim_repeats,
+        warm_start=args.warm_start,
     )
     where = "real-loop envs" + " in processes" * args.subproc if real_loop else "replayed episodes"
     print(f"run folder {run.run_dir}; training {run.remaining} env steps on {run.envs.num_envs} {where}")
@@ -204,12 +221,13 @@ def main() -> None:
         )
         return
     best, normalizer, predict = run.best()
-    selected = run.state["best_ratio_vs_tcp"]
-    steps = run.state["best_timesteps"]
-    print(f"best validation ratio vs TCP {selected:.3f} at {steps} steps (the checkpoint kept)")
+    kept = run.state["best"]
+    selected = kept["ratio_vs_tcp"]
+    chosen = selection_section(run.selection, kept, run.state.get("warm_start"))
+    print("\n" + chosen)
 
     # 3. The comparison on test traces (simulator, modeled time): reported, never selected on.
-    comparison = run.comparison(args.sim_repeats)
+    comparison = run.comparison()
     trained = [s.name for s in scenarios]
     compared = scenarios + [
         s for s in load_scenarios(args.eval_scenarios, args.preset) if s.name not in trained
@@ -235,7 +253,8 @@ def main() -> None:
             seed=args.seed,
         )
     text = (
-        simulator_section(rows, selected, unseen_note(compared, pair))
+        chosen
+        + simulator_section(rows, selected, unseen_note(compared, pair))
         + (real_loop_section(real_rows, args.validate_prompts, args.validate_repeats) if real_rows else "")
         + f"\nCommand: `{command}` ({(time.perf_counter() - started) / 60:.1f} minutes"
         f"{' since the resume' if args.resume else ''}). Machine: {platform.machine()}, "

@@ -95,6 +95,7 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
     assert "| code_t1 |" in done.stdout and "PPO / best static" in done.stdout
     assert "Test traces, simulator" in done.stdout
     assert "Checkpoint selected on validation traces" in done.stdout
+    assert "Checkpoint selection, validation traces" in done.stdout and "warm start clones" in done.stdout
     assert "Real loop on test prompts" in done.stdout and "PPO / best rule (which)" in done.stdout
     assert "| license |" in done.stdout and "Unseen domain (no train or validation prompts" in done.stdout
     (run_dir,) = (tmp_path / "runs").iterdir()
@@ -106,6 +107,8 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
         "k_mean",
         "tau_mean",
         "ratio_vs_tcp",
+        "worst_ratio_vs_best_rule",
+        "eval/code/ratio_vs_best_rule",
     ):
         assert f"specdec/{name}" in tags
     assert "train/policy_gradient_loss" in tags  # SB3's own scalars are there too
@@ -114,6 +117,13 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
     metadata = json.loads((folder / "metadata.json").read_text())
     assert metadata["pair"] == "specrl-zoo-tiny" and metadata["scenarios"] == ["code", "code_t1"]
     assert "train_ppo.py" in metadata["command"]
+    # the warm start cloned a rule per scenario; selection kept the best worst ratio to the best rule
+    evaluation = metadata["evaluation"]
+    assert set(evaluation["warm_start"]["teachers"]) == {"code", "code_t1"}
+    assert evaluation["warm_start"]["demonstrations"] > 0 and 0 <= evaluation["warm_start"]["agreement"] <= 1
+    kept = evaluation["selected_on_validation"]
+    assert kept["worst_ratio_vs_best_rule"] == min(kept["ratio_vs_best_rule"].values())
+    assert evaluation["beats_best_rule_on_validation"] == (kept["worst_ratio_vs_best_rule"] >= 1.0)
     # rl-zoo's run folder: commit, resolved config, seed and latency file, the same in the policy
     record = json.loads((run_dir / "run.json").read_text())
     assert record == yaml.safe_load((run_dir / "config.yaml").read_text())
@@ -184,7 +194,7 @@ def header_index(name: str, run_dir: Path) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bad", [["--total-timesteps", "-5"]])
+@pytest.mark.parametrize("bad", [["--total-timesteps", "-5"], ["--total-timesteps", "0", "--no-warm-start"]])
 def test_a_negative_budget_is_refused(tiny_home, tmp_path, bad):
     done = train(tiny_home, tmp_path, *bad, "--validate-scenarios")
     assert done.returncode != 0 and "--total-timesteps" in (done.stdout + done.stderr)

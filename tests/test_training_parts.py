@@ -98,16 +98,20 @@ def test_the_real_loop_table_names_the_best_rule_and_shows_paired_ratios():
         | {"ppo": 85.0},
         {"plain": 1.7, "tcp": 1.06, "hf-heuristic": 1.4, "adaedl": 1.2, "specdec++": 1.1, "static": 0.95},
         StaticSetting(5, 0.0),
+        {"plain": 0.2, "tcp": 0.03, "hf-heuristic": 0.1, "adaedl": 0.1, "specdec++": 0.1, "static": 0.012},
     )
     fast_tcp = replace(fast_static, tokens_per_s=fast_static.tokens_per_s | {"tcp": 95.0})
+    one_repeat = replace(fast_static, two_se=dict.fromkeys(fast_static.two_se))
     assert fast_static.best_rule() == "static" and fast_tcp.best_rule() == "tcp"
-    header, _, first, second = real_loop_table({"code": fast_static, "prose": fast_tcp}).splitlines()
+    table = real_loop_table({"code": fast_static, "prose": fast_tcp, "math": one_repeat})
+    header, _, first, second, third = table.splitlines()
     assert header == (
         "| scenario | plain | tcp | hf-heuristic | adaedl | specdec++ | best static | PPO | PPO / plain "
-        "| PPO / TCP | PPO / best static | PPO / best rule (which) |"
+        "| PPO / TCP | PPO / best static | PPO / best rule (which) | 2 SE |"
     )
-    assert first.endswith("| 90.0 (k=5, tau=0.0) | 85.0 | 1.700 | 1.060 | 0.950 | 0.950 (static) |")
-    assert second.endswith("| 1.060 (tcp) |")
+    assert first.endswith("| 90.0 (k=5, tau=0.0) | 85.0 | 1.700 | 1.060 | 0.950 | 0.950 (static) | 0.012 |")
+    assert second.endswith("| 1.060 (tcp) | 0.030 |")  # twice the SE of the ratio to the best rule
+    assert third.endswith("| 0.950 (static) | - |")  # one repeat: no standard error
 
 
 def test_run_folders_are_named_like_cleanrls_runs_and_unique_ones_do_not_collide(tmp_path):

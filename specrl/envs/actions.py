@@ -86,3 +86,35 @@ def make_action_space(
     index when the scenario offers more than one drafter."""
     stops = scenario.stop_grid if predictor is not None else None
     return spaces.MultiDiscrete(action_sizes(scenario.k_max, scenario.tau_grid, stops, scenario.drafters))
+
+
+def to_action_indices(
+    action: Action,
+    k_max: int,
+    tau_grid: tuple[float, ...],
+    stop_rules: Sequence[StopRule | None] = (None,),
+    drafters: tuple[str, ...] = (DEFAULT_DRAFTER,),
+) -> np.ndarray | None:
+    """The inverse of :func:`to_engine_action`: the env action ``[k, tau_index(, stop_index)(,
+    drafter_index)]`` that plays ``action``, or None when the action space has no such action (a
+    tau off the grid, a stop rule that is not one of ``stop_rules``). A stop rule matches an entry
+    of the table when both are cumulative :class:`~specrl.controllers.stop_rules.AcceptanceThreshold`
+    rules of the same predictor and threshold."""
+    taus = [i for i, tau in enumerate(tau_grid) if abs(tau - action.tau) < 1e-9]
+    if action.k > k_max or not taus or action.drafter not in drafters:
+        return None
+    stops = [i for i, rule in enumerate(stop_rules) if _same_stop(rule, action.stop)]
+    if not stops:
+        return None
+    indices = [action.k, taus[0]] + [stops[0]] * (len(stop_rules) > 1)
+    indices += [drafters.index(action.drafter)] * (len(drafters) > 1)
+    return np.asarray(indices, dtype=np.int64)
+
+
+def _same_stop(rule: StopRule | None, other: StopRule | None) -> bool:
+    if rule is None or other is None:
+        return rule is other or getattr(rule or other, "threshold", None) == 0
+    keys = ("predictor", "threshold", "cumulative")
+    return all(hasattr(r, key) for r in (rule, other) for key in keys) and all(
+        getattr(rule, key) == getattr(other, key) for key in keys
+    )

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from specrl.controllers import LearnedController
 from specrl.envs import Scenario, SpecDecodeEnv, cached_traces, load_scenario
-from specrl.evaluation.compare import paired_ratios
+from specrl.evaluation.compare import paired_ratio_two_se, paired_ratios
 from specrl.evaluation.harness import Settings, run_real_loop
 from specrl.evaluation.roster import episode_plan
 from specrl.evaluation.runs import aggregate
@@ -43,11 +43,13 @@ from specrl.training.comparison import (
 @dataclass
 class RealLoopRow:
     """One scenario in the real loop: the median tokens/s by role, PPO's paired ratio to each
-    role, and the best static setting that ran."""
+    role and twice its standard error over repeats (None with one repeat), and the best static
+    setting that ran."""
 
     tokens_per_s: dict[str, float]
     paired: dict[str, float]
     best_static: StaticSetting
+    two_se: dict[str, float | None]
 
     def best_rule(self) -> str:
         """The role of the :data:`~specrl.training.comparison.BAR_RULES` and the best static
@@ -77,10 +79,12 @@ def in_real_loop(
     settings = Settings(repeats=repeats, warmup=1, warmup_rows=(PLAIN,), hf=False, seed=seed)
     records, _ = run_real_loop(env, episodes, factories, None, settings)
     rows = {role: aggregate(records[role]) for role in ROLES if role in records}
+    per_repeat = {role: row["tokens_per_s_repeats"] for role, row in rows.items()}
     return RealLoopRow(
         {role: row["tokens_per_s"] for role, row in rows.items()},
-        paired_ratios({role: row["tokens_per_s_repeats"] for role, row in rows.items()}, PPO),
+        paired_ratios(per_repeat, PPO),
         bar.best_static,
+        {role: paired_ratio_two_se(per_repeat[PPO], values) for role, values in per_repeat.items()},
     )
 
 
@@ -136,10 +140,11 @@ def real_loop_table(rows: dict[str, RealLoopRow]) -> str:
             f"{paired[TCP]:.3f}",
             f"{paired[BEST_STATIC]:.3f}",
             f"{paired[best_rule]:.3f} ({best_rule})",
+            "-" if row.two_se[best_rule] is None else f"{row.two_se[best_rule]:.3f}",
         ]
         lines.append([scenario, *cells])
     header = ["scenario", *rules, "best static", "PPO"]
-    header += ["PPO / plain", "PPO / TCP", "PPO / best static", "PPO / best rule (which)"]
+    header += ["PPO / plain", "PPO / TCP", "PPO / best static", "PPO / best rule (which)", "2 SE"]
     return markdown_table(header, lines)
 
 
@@ -149,6 +154,7 @@ def real_loop_section(rows: dict[str, RealLoopRow], prompts: int, repeats: int) 
         f"\n#### Real loop on test prompts (wall clock), tokens/s\n\n{prompts} test "
         f"prompts per domain, every controller on each in a random order, {repeats} "
         "repeats; tokens/s: the median over repeats; PPO's ratios: the median over repeats of the "
-        f"ratio within a repeat (paired, so drift of the machine between repeats cancels).\n\n"
+        f"ratio within a repeat (paired, so drift of the machine between repeats cancels); 2 SE: twice "
+        "the standard error over repeats of PPO's ratio to the best rule (a margin below it is a tie).\n\n"
         f"{real_loop_table(rows)}\n"
     )

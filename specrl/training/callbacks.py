@@ -83,8 +83,10 @@ class SpecdecMetrics(BaseCallback):
 class ValidationEvaluation(BaseCallback):
     """Checkpoint selection, run by SB3's ``EveryNTimesteps`` (:func:`every`): ``evaluate()``
     (the deterministic policy on the validation traces of each scenario in the simulator, against
-    TCP on the same traces; never test traces: :class:`specrl.training.selection.PolicyVsTCP`);
-    ``save_best()`` when the ratio to TCP is the best so far."""
+    every rule on the same traces; never test traces:
+    :class:`specrl.training.selection.PolicyVsRules`); ``save_best()`` when its worst ratio over
+    the scenarios to the best rule is the best so far. ``state["best"]`` keeps the kept
+    checkpoint's step count and scores."""
 
     def __init__(
         self,
@@ -103,13 +105,19 @@ class ValidationEvaluation(BaseCallback):
         report = self.evaluate()
         for name, value in report["scalars"].items():
             self.logger.record(f"specdec/eval/{name}", value)
-        ratio = report["ratio_vs_tcp"]
-        self.logger.record("specdec/ratio_vs_tcp", ratio)
-        if ratio > self.state.get("best_ratio_vs_tcp", -np.inf):
-            self.state.update(best_ratio_vs_tcp=ratio, best_timesteps=self.num_timesteps)
+        worst = report["worst_ratio_vs_best_rule"]
+        self.logger.record("specdec/ratio_vs_tcp", report["ratio_vs_tcp"])
+        self.logger.record("specdec/worst_ratio_vs_best_rule", worst)
+        if worst > self.state.get("best", {}).get("worst_ratio_vs_best_rule", -np.inf):
+            self.state["best"] = {
+                "timesteps": self.num_timesteps,
+                "worst_ratio_vs_best_rule": worst,
+                "ratio_vs_best_rule": report["ratio_vs_best_rule"],
+                "ratio_vs_tcp": report["ratio_vs_tcp"],
+            }
             self.save_best()
         self.logger.dump(self.num_timesteps)
-        return ratio
+        return worst
 
 
 def every(steps: int, callback: BaseCallback | Callable[[], None]) -> EveryNTimesteps:

@@ -13,9 +13,11 @@ as a :class:`StaticSetting`; tables and ``metadata.json`` write labels from them
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from specrl.acceptance import AcceptancePredictor
 from specrl.controllers import HFHeuristicController, PoolRuleController, StaticController, TCPController
@@ -30,7 +32,6 @@ from specrl.rule_tuning import tuned_rules
 from specrl.tables import markdown_table
 from specrl.trace_evaluation import evaluate_controller, evaluate_policy
 from specrl.traces import TraceSet
-from specrl.training.selection import Predict, geometric_mean
 
 # The roles of a comparison's columns. BEST_STATIC is the best static setting in hindsight, the
 # one static row of these comparisons ("static" is the word the real-loop table prints for it).
@@ -48,6 +49,8 @@ BEST_STATIC, PPO, ORACLE = "static", "ppo", "oracle"
 BAR_RULES = (TCP, HF_HEURISTIC, ADAEDL, SPECDECPP, POOL_RULE)
 #: every role, in the order rows list them (``metadata.json`` keeps this order)
 ROLES = (PLAIN, TCP, HF_HEURISTIC, BEST_STATIC, ADAEDL, SPECDECPP, POOL_RULE, PPO, ORACLE)
+#: observations (N, n_features) -> actions (N, 2), or wider with the stop and drafter dimensions
+Predict = Callable[[np.ndarray], np.ndarray]
 #: the pool rule's k tried on validation traces, as in experiments/bench_drafters.py
 POOL_RULE_KS = (1, 2, 4, 6)
 
@@ -95,6 +98,11 @@ class Bar:
         if POOL_RULE in self.tuned:
             rules[POOL_RULE] = PoolRuleController(scenario.drafters, k=self.tuned[POOL_RULE]["k"])
         return rules
+
+
+def geometric_mean(values: Iterable[float]) -> float:
+    """The geometric mean, the summary of ratios over scenarios."""
+    return float(np.exp(np.mean(np.log(list(values)))))
 
 
 def ppo_ratios(tokens_per_s: Mapping[str, float]) -> dict[str, float]:
@@ -154,26 +162,34 @@ class Comparison:
     ) -> None:
         self.pair, self.latency, self.repeats, self.tau_grid = pair, latency, repeats, tuple(tau_grid)
         self.predictor, self.rule_predictor = predictor, rule_predictor
+        self._tuned: dict[str, dict[str, dict[str, Any]]] = {}
 
-    def bar(self, scenario: Scenario, test: TraceSet, tau_grid: Sequence[float] | None = None) -> Bar:
+    def bar(self, scenario: Scenario, traces: TraceSet, tau_grid: Sequence[float] | None = None) -> Bar:
         """The scenario's :class:`Bar`: the best static setting over ``tau_grid`` (default: the
-        policy's) on the ``test`` traces, the rules tuned on validation traces."""
+        policy's) on ``traces`` (in hindsight), the rules tuned on validation traces (once per
+        scenario: checkpoint selection and the test report share the tuning)."""
         grid = self.tau_grid if tau_grid is None else tau_grid
-        static = best_static(test, self.latency, grid, count=self.repeats, drafters=scenario.drafters)
-        tuned = {
-            name: rule.setting
-            for name, rule in tuned_rules(
-                scenario, self.pair, self.latency, self.rule_predictor, self.repeats
-            ).items()
-        }
-        if len(scenario.drafters) > 1:
-            tuned[POOL_RULE] = {"k": self.pool_rule_k(scenario)}
+        static = best_static(traces, self.latency, grid, count=self.repeats, drafters=scenario.drafters)
         return Bar(
             StaticSetting(static.k, static.tau, static.drafter),
             static.tokens_per_s,
-            tuned,
+            self.tuned(scenario),
             self.rule_predictor,
         )
+
+    def tuned(self, scenario: Scenario) -> dict[str, dict[str, Any]]:
+        """The settings of the scenario's tuned rules by role, tuned on its validation traces."""
+        if scenario.name not in self._tuned:
+            tuned = {
+                name: rule.setting
+                for name, rule in tuned_rules(
+                    scenario, self.pair, self.latency, self.rule_predictor, self.repeats
+                ).items()
+            }
+            if len(scenario.drafters) > 1:
+                tuned[POOL_RULE] = {"k": self.pool_rule_k(scenario)}
+            self._tuned[scenario.name] = tuned
+        return self._tuned[scenario.name]
 
     def pool_rule_k(self, scenario: Scenario) -> int:
         """The pool rule's k: the fastest of :data:`POOL_RULE_KS` on the validation traces."""
@@ -186,18 +202,29 @@ class Comparison:
         }
         return max(speeds, key=speeds.__getitem__)
 
-    def in_simulator(self, scenario: Scenario, predict: Predict) -> SimulatorRow:
-        """Every role of the scenario on its test traces (``predict``: the policy's actions)."""
-        test = cached_traces(scenario, "test", self.pair)
-        bar = self.bar(scenario, test)
+    def rules_on(self, scenario: Scenario, traces: TraceSet) -> tuple[dict[str, float], Bar]:
+        """Tokens/s of plain decoding, every rule of the scenario's :class:`Bar` and the best static
+        setting in hindsight on ``traces`` (test traces for the report, validation traces for
+        checkpoint selection), with that bar."""
+        bar = self.bar(scenario, traces)
         tokens_per_s = {
-            role: evaluate_controller(controller, scenario, test, self.latency, self.repeats).tokens_per_s
+            role: evaluate_controller(controller, scenario, traces, self.latency, self.repeats).tokens_per_s
             for role, controller in bar.rules(scenario).items()
         }
         tokens_per_s[BEST_STATIC] = bar.best_static_tokens_per_s
-        tokens_per_s[PPO] = evaluate_policy(
-            predict, scenario, test, self.latency, self.repeats, predictor=self.predictor
+        return tokens_per_s, bar
+
+    def policy_on(self, scenario: Scenario, traces: TraceSet, predict: Predict) -> float:
+        """The policy's tokens/s on ``traces`` (``predict``: its actions), on the rules' draws."""
+        return evaluate_policy(
+            predict, scenario, traces, self.latency, self.repeats, predictor=self.predictor
         ).tokens_per_s
+
+    def in_simulator(self, scenario: Scenario, predict: Predict) -> SimulatorRow:
+        """Every role of the scenario on its test traces (``predict``: the policy's actions)."""
+        test = cached_traces(scenario, "test", self.pair)
+        tokens_per_s, bar = self.rules_on(scenario, test)
+        tokens_per_s[PPO] = self.policy_on(scenario, test, predict)
         tokens_per_s[ORACLE] = clairvoyant_bound(
             test, self.latency, count=self.repeats, drafters=scenario.drafters
         ).tokens_per_s

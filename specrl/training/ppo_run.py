@@ -45,7 +45,8 @@ from specrl.training.run_folder import (
     save_checkpoint,
     write_run_record,
 )
-from specrl.training.selection import PolicyVsTCP, Predict, policy_predict
+from specrl.training.selection import PolicyVsRules, Predict, policy_predict
+from specrl.training.warm_start import ActionEncoder, Demonstrations, clone, demonstrations, teachers
 
 
 def interrupt_on_signals() -> None:
@@ -99,8 +100,10 @@ class PPORun:
         subprocesses: bool,
         sim_repeats: int,
         resumed: bool,
+        warm_start: bool = True,
     ) -> None:
         self.inputs, self.run_dir, self.state = inputs, run_dir, state
+        self.seed, self.warm = seed, warm_start
         self.hyperparameters, self.budget, self.device, self.resumed = (
             hyperparameters,
             budget,
@@ -132,9 +135,15 @@ class PPORun:
                 monitored, norm_obs=self.normalize, norm_reward=True, gamma=hyperparameters["gamma"]
             )
             self.model = PPO("MlpPolicy", self.venv, seed=seed, device=device, verbose=0, **hyperparameters)
-        self.selection = PolicyVsTCP(
-            inputs.scenarios, inputs.validation, inputs.latency, sim_repeats, self.predictor
+        self.footing = Comparison(
+            inputs.pair,
+            inputs.latency,
+            repeats=sim_repeats,
+            tau_grid=inputs.space.tau_grid,
+            predictor=self.predictor,
+            rule_predictor=self.predictor or fit_acceptance_predictor(inputs.train.values()),
         )
+        self.selection = PolicyVsRules(self.footing, inputs.scenarios, inputs.validation)
 
     @classmethod
     def open(
@@ -195,8 +204,47 @@ class PPORun:
         save_checkpoint(self.run_dir, self.model, self.venv, self.state)
 
     def evaluate(self) -> dict[str, Any]:
-        """The current policy against TCP on the validation traces (:class:`PolicyVsTCP`)."""
+        """The current policy against the rules on the validation traces (:class:`PolicyVsRules`)."""
         return self.selection(policy_predict(self.model, self.venv if self.normalize else None))
+
+    def warm_start(self, repeats: int, seed: int) -> dict[str, Any]:
+        """Clone, per training scenario, its fastest playable rule on validation traces from its
+        demonstrations on train traces (:mod:`specrl.training.warm_start`); what was cloned is
+        recorded in ``state["warm_start"]`` and returned."""
+        space, inputs, selection = self.inputs.space, self.inputs, self.selection
+        encoder = ActionEncoder(space.k_max, space.tau_grid, space.stop_grid, space.drafters, self.predictor)
+        controllers = {
+            s.name: {
+                **selection.bars[s.name].rules(s),
+                "static": selection.bars[s.name].best_static.controller(),
+            }
+            for s in inputs.scenarios
+        }
+        size = self.envs.observation_space.shape[0]
+        chosen = teachers(selection.rules, controllers, encoder, size)
+        shown = Demonstrations.concatenate(
+            [
+                demonstrations(
+                    chosen[s.name], s, inputs.train[s.name], inputs.latency, encoder, repeats, seed
+                )
+                for s in inputs.scenarios
+            ]
+        )
+        agreement = clone(self.model, self.venv if self.normalize else None, shown, seed)
+        record = {
+            "teachers": {
+                name: {
+                    "role": t.role,
+                    "rule": repr(t.controller),
+                    "validation_tokens_per_s": t.validation_tokens_per_s,
+                }
+                for name, t in chosen.items()
+            },
+            "demonstrations": len(shown.actions),
+            "agreement": agreement,
+        }
+        self.state["warm_start"] = record
+        return record
 
     def train(self, settings: dict[str, Any]) -> bool:
         """Train the rest of the budget, logging to the run folder (SB3's CSV and TensorBoard,
@@ -217,6 +265,12 @@ class PPORun:
         self.model.set_logger(configure(str(self.run_dir), ["csv", "tensorboard"]))
         tensorboard_writer(self.model.logger).add_text("hyperparameters", hyperparameter_table(settings))
         try:
+            if not self.resumed:  # the start, warm or not, is the first candidate
+                if self.warm:
+                    self.warm_start(self.footing.repeats, self.seed)
+                selection.init_callback(self.model)
+                selection.run()
+                self.save_checkpoint()
             if self.remaining > 0:
                 self.model.learn(
                     total_timesteps=self.remaining, callback=callbacks, reset_num_timesteps=not self.resumed
@@ -236,19 +290,12 @@ class PPORun:
         model, normalizer = load_best(self.run_dir, self.envs, normalize=self.normalize, device=self.device)
         return model, normalizer, policy_predict(model, normalizer)
 
-    def comparison(self, repeats: int) -> Comparison:
-        """The footing of this run's test comparison: its pair, latency model, action space and
-        predictor; the SpecDec++-style rule's predictor is the run's, or without the stop dimension
-        one fitted the same way on the train traces."""
-        inputs = self.inputs
-        return Comparison(
-            inputs.pair,
-            inputs.latency,
-            repeats=repeats,
-            tau_grid=inputs.space.tau_grid,
-            predictor=self.predictor,
-            rule_predictor=self.predictor or fit_acceptance_predictor(inputs.train.values()),
-        )
+    def comparison(self) -> Comparison:
+        """The footing of this run's comparisons, selection's and the test report's: its pair,
+        latency model, acceptance draws, action space and predictor; the SpecDec++-style rule's
+        predictor is the run's, or without the stop dimension one fitted the same way on the
+        train traces. The rules are tuned on validation once, for both."""
+        return self.footing
 
     def export(
         self,
@@ -269,7 +316,10 @@ class PPORun:
         evaluation = {
             "protocol": "trained on train traces, checkpoint selected on validation traces, reported on test",
             **results,
-            "ratio_vs_tcp_sim_validation": self.state["best_ratio_vs_tcp"],
+            "ratio_vs_tcp_sim_validation": self.state["best"]["ratio_vs_tcp"],
+            "selected_on_validation": self.state["best"],
+            "beats_best_rule_on_validation": self.state["best"]["worst_ratio_vs_best_rule"] >= 1.0,
+            "warm_start": self.state.get("warm_start"),
             "training_steps": self.model.num_timesteps,
             "run_dir": str(self.run_dir),
         }

@@ -1,0 +1,192 @@
+"""The warm start: before PPO, the policy learns to act as the best rule of each training scenario.
+
+PPO trained from scratch does not even recover the best rule on a single domain, although every
+input of the rule is in its observation. So the policy starts as a copy of the rules instead:
+
+1. :func:`teachers`: per training scenario, the rule that is fastest on its validation traces
+   among those the action space can play (the best static setting, TCP, the HF heuristic, the
+   SpecDec++-style rule when its stop is one of the stop dimension's; AdaEDL's stop is not);
+2. :func:`demonstrations`: each teacher decodes its scenario's *train* traces in the replay
+   simulator, and every (observation, action) it takes is recorded as an action index;
+3. :func:`clone`: the policy's action distribution is fitted to those actions by maximum
+   likelihood (behaviour cloning), every scenario weighted alike, and the observation statistics
+   of ``VecNormalize`` are set from the demonstrations first, so that the clone sees the inputs
+   PPO will give it.
+
+The clone is checkpoint selection's first candidate (step 0): PPO then has to beat it on
+validation to replace it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.vec_env import VecNormalize
+from tqdm.auto import tqdm
+
+from specrl.acceptance import AcceptancePredictor
+from specrl.controllers.base import Controller
+from specrl.controllers.stop_rules import stop_rule_table
+from specrl.envs import Scenario, TraceReplayEnv
+from specrl.envs.actions import to_action_indices
+from specrl.latency import LatencyModel
+from specrl.trace_evaluation import episode_seed
+from specrl.traces import TraceSet
+
+CLONE_EPOCHS = 30  # passes over the demonstrations (Adam, minibatches of CLONE_BATCH)
+CLONE_BATCH = 1024
+CLONE_LEARNING_RATE = 1e-3
+
+
+@dataclass
+class Teacher:
+    """The rule a training scenario's demonstrations come from: its role in the bar, the
+    controller, and its tokens/s on the scenario's validation traces."""
+
+    scenario: str
+    role: str
+    controller: Controller
+    validation_tokens_per_s: float
+
+
+@dataclass
+class Demonstrations:
+    """What the teachers did: observations (N, n_features), action indices (N, dimensions) and
+    the training scenario of each row."""
+
+    observations: np.ndarray
+    actions: np.ndarray
+    scenarios: np.ndarray
+
+    @classmethod
+    def concatenate(cls, parts: Sequence[Demonstrations]) -> Demonstrations:
+        return cls(
+            *(
+                np.concatenate([getattr(p, f) for p in parts])
+                for f in ("observations", "actions", "scenarios")
+            )
+        )
+
+    def weights(self) -> np.ndarray:
+        """Per row, 1 / the rows of its scenario: every scenario weighs alike in the fit."""
+        _, inverse, counts = np.unique(self.scenarios, return_inverse=True, return_counts=True)
+        return 1.0 / counts[inverse]
+
+
+class ActionEncoder:
+    """A rule's :class:`~specrl.engine.types.Action` -> the index action of the training action
+    space (:func:`~specrl.envs.actions.to_action_indices`), or None when the space cannot play it."""
+
+    def __init__(
+        self,
+        k_max: int,
+        tau_grid: tuple[float, ...],
+        stop_grid: tuple[float, ...] | None,
+        drafters: tuple[str, ...],
+        predictor: AcceptancePredictor | None,
+    ) -> None:
+        self.k_max, self.tau_grid, self.drafters = k_max, tuple(tau_grid), tuple(drafters)
+        self.stop_rules = stop_rule_table(predictor, stop_grid) if stop_grid else (None,)
+
+    def __call__(self, action) -> np.ndarray | None:
+        return to_action_indices(action, self.k_max, self.tau_grid, self.stop_rules, self.drafters)
+
+    def plays(self, controller: Controller, observation_size: int) -> bool:
+        """Whether the space can play the controller's first action (the rules cloned here keep
+        their tau and stop rule for good, so the first action tells)."""
+        controller.reset()
+        return self(controller.act(np.zeros(observation_size, dtype=np.float32))) is not None
+
+
+def teachers(
+    rules: Mapping[str, Mapping[str, float]],
+    controllers: Mapping[str, Mapping[str, Controller]],
+    encoder: ActionEncoder,
+    observation_size: int,
+) -> dict[str, Teacher]:
+    """Per scenario, the fastest rule on validation (``rules``: tokens/s by role) among its
+    ``controllers`` (by role) that ``encoder`` can play."""
+    chosen = {}
+    for scenario, tokens in rules.items():
+        playable = [
+            role
+            for role, controller in controllers[scenario].items()
+            if role in tokens and encoder.plays(controller, observation_size)
+        ]
+        role = max(playable, key=tokens.__getitem__)
+        chosen[scenario] = Teacher(scenario, role, controllers[scenario][role], tokens[role])
+    return chosen
+
+
+def demonstrations(
+    teacher: Teacher,
+    scenario: Scenario,
+    traces: TraceSet,
+    latency: LatencyModel,
+    encoder: ActionEncoder,
+    repeats: int,
+    seed: int = 0,
+) -> Demonstrations:
+    """The teacher decodes every trace (``repeats`` acceptance draws each when sampled) in the
+    replay simulator; each of its (observation, action) pairs is a row."""
+    env = TraceReplayEnv(scenario, traces=traces, latency=latency)
+    controller = teacher.controller
+    observations, actions = [], []
+    for repeat in range(1 if traces.greedy else repeats):
+        for index in range(len(traces)):
+            observation, _ = env.reset(seed=episode_seed(seed, repeat, index), options={"trace_index": index})
+            controller.reset()
+            done = False
+            while not done:
+                action = controller.act(observation)
+                indices = encoder(action)
+                if indices is None:
+                    raise ValueError(
+                        f"the training action space cannot play {action} of {teacher.controller!r} "
+                        f"(k <= {encoder.k_max}, tau in {list(encoder.tau_grid)}, drafters "
+                        f"{list(encoder.drafters)}): choose teachers with teachers(), which checks"
+                    )
+                observations.append(observation)
+                actions.append(indices)
+                observation, _, terminated, truncated, info = env.step(action)
+                controller.observe(info["step_result"])
+                done = terminated or truncated
+    names = np.full(len(actions), scenario.name, dtype=object)
+    return Demonstrations(np.asarray(observations, dtype=np.float32), np.stack(actions), names)
+
+
+def clone(
+    model: PPO, normalizer: VecNormalize | None, shown: Demonstrations, seed: int, epochs: int = CLONE_EPOCHS
+) -> float:
+    """Fit the policy's action distribution to the demonstrated actions (maximum likelihood, rows
+    weighted by :meth:`Demonstrations.weights`); with ``normalizer``, its observation statistics
+    are first updated with the demonstrated observations. Returns the share of rows whose
+    deterministic action equals the demonstrated one, every dimension."""
+    if normalizer is not None:
+        normalizer.obs_rms.update(shown.observations)
+        inputs = normalizer.normalize_obs(shown.observations)
+    else:
+        inputs = shown.observations
+    policy = model.policy
+    x = torch.as_tensor(inputs, device=policy.device)
+    y = torch.as_tensor(shown.actions, device=policy.device)
+    weights = torch.as_tensor(shown.weights(), dtype=torch.float32, device=policy.device)
+    weights = weights / weights.mean()
+    optimizer = torch.optim.Adam(policy.parameters(), lr=CLONE_LEARNING_RATE)
+    generator = torch.Generator().manual_seed(seed)
+    policy.set_training_mode(True)
+    for _ in tqdm(range(epochs), desc="warm start: cloning the rules", unit="epoch", leave=False):
+        for batch in torch.randperm(len(y), generator=generator).split(CLONE_BATCH):
+            log_prob = policy.get_distribution(x[batch]).log_prob(y[batch])
+            loss = -(weights[batch] * log_prob).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    policy.set_training_mode(False)
+    with torch.no_grad():
+        chosen = policy.get_distribution(x).get_actions(deterministic=True)
+    return float((chosen == y).all(dim=1).float().mean())
