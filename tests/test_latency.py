@@ -349,6 +349,19 @@ def test_monotone_in_n_pools_noise_but_keeps_a_real_dip():
     assert len(set(tolerant_isotonic(real, np.inf).tolist())) == 1  # strict: pooled
 
 
+def test_a_verify_never_costs_less_than_the_fastest_recorded_one():
+    # A loaded machine: the context slope the other verify sizes share is steep, so the line of
+    # one-token verifies (timed at long contexts only, and fast) would cross zero at short ones.
+    records = synthetic_records(steps=1200).to_dict()
+    context, n = np.asarray(records["context"]), np.asarray(records["proposed"]) + 1
+    context[n == 1] = 390  # plain steps timed only at long contexts, and fast there
+    records["context"], records["verify_seconds"] = context, np.where(n == 1, 0.0005, 1e-4 * context)
+    grid, costs = fit_records(StepRecords.from_dict(records), k_max=8)
+    for mode in ("greedy", "sampled"):
+        target = np.asarray(costs[mode]["target_seconds"])
+        assert (target >= 0.0005).all() and (np.diff(target, axis=1) >= 0).all()
+
+
 def test_fit_refuses_records_without_a_mode_or_a_verify_size():
     records = synthetic_records(steps=600)
     with pytest.raises(LatencyError, match="no sampled steps recorded"):

@@ -105,7 +105,9 @@ def _fit_mode(
     for n in range(1, n_max + 1):  # winsorised per n: a long verify is not an outlier of short ones
         seconds[verify_n[rows] == n] = _winsorize(records.verify_seconds[rows][verify_n[rows] == n])
     intercepts, slopes = _verify_lines(verify_n[rows], records.context[rows], seconds, n_max, significance)
-    target = intercepts[:, None] + slopes[:, None] * grid[None, :]
+    # A verify costs at least the fastest one recorded: on a busy machine the context slope can
+    # come out steep enough to take the lines below zero at short contexts (seen on 2 loaded cores).
+    target = np.maximum(intercepts[:, None] + slopes[:, None] * grid[None, :], seconds.min())
 
     rows = records.draft_forwards > 0
     if rows.sum() < 4 or len(np.unique(records.draft_forwards[rows])) < 2:
