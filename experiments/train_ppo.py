@@ -114,6 +114,13 @@ def parse_args() -> argparse.Namespace:
         help="scenarios added to the final comparison on test traces (the training ones are always in it)",
     )
     parser.add_argument(
+        "--select-scenarios",
+        nargs="*",
+        default=["code", "prose", "math", "code_t1", "prose_t1", "math_t1"],
+        help="scenarios checkpoint selection also scores on, on their validation traces (the training "
+        "ones always); the kept checkpoint has the highest worst ratio to the best rule over them all",
+    )
+    parser.add_argument(
         "--validate-scenarios",
         nargs="*",
         default=["code", "prose", "math", "prose_t1"],
@@ -188,7 +195,8 @@ def main() -> None:
     # 1. The pair, its latency on this machine, the traces.
     scenarios = load_scenarios(args.scenarios, args.preset)
     try:
-        inputs = RunInputs.load(scenarios, stop=not args.no_stop)
+        selected = load_scenarios(args.select_scenarios, args.preset)
+        inputs = RunInputs.load(scenarios, stop=not args.no_stop, select=selected)
     except ActionSpaceError as error:
         raise SystemExit(str(error)) from None
     print(inputs.describe())

@@ -3,9 +3,9 @@
 Runs ``experiments/train_ppo.py`` on its default scenarios once per arm and seed (no real-loop
 check; every run reports on the same test traces in the simulator):
 
-- ``scratch``: ``--no-warm-start`` (a random policy, then PPO, the checkpoint chosen on validation);
 - ``warm start``: ``--total-timesteps 0`` (the rules cloned, no PPO);
-- ``warm start + PPO``: the default run.
+- ``warm start + PPO``: the default run;
+- ``scratch``: ``--no-warm-start`` (a random policy, then PPO, the checkpoint chosen on validation).
 
 Each run's ``metadata.json`` and ``results.md`` are kept under ``<out>/<arm>/seed<N>/``; a run
 already there is not run again (an interrupted ablation resumes). Then, per scenario and arm, the
@@ -38,9 +38,9 @@ from specrl.training import comparison_ratios
 
 REPO = Path(__file__).resolve().parent.parent
 ARMS = {
-    "scratch": ["--no-warm-start"],
     "warm start": ["--total-timesteps", "0"],
     "warm start + PPO": [],
+    "scratch": ["--no-warm-start"],
 }
 
 

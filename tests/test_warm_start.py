@@ -16,7 +16,7 @@ from specrl.envs.actions import to_action_indices, to_engine_action
 from specrl.trace_evaluation import evaluate_controller
 from specrl.training.comparison import BEST_STATIC, PLAIN, TCP
 from specrl.training.selection import PolicyVsRules
-from specrl.training.warm_start import ActionEncoder, Teacher, clone, demonstrations, teachers
+from specrl.training.warm_start import ActionEncoder, Teacher, clone, demonstrations, parts, teacher
 
 TAUS = (0.0, 0.3, 0.6)
 STOPS = (0.0, 0.4, 0.7)
@@ -48,20 +48,29 @@ def test_actions_the_space_cannot_play_have_no_indices():
     assert to_action_indices(Action(2, 0.3), 8, TAUS, (None,), ("draft",)).tolist() == [2, 1]
 
 
-def test_the_teacher_of_a_scenario_is_its_fastest_rule_the_space_can_play():
+def test_the_teacher_of_a_part_is_its_fastest_rule_the_space_can_play():
     encoder = ActionEncoder(8, TAUS, STOPS, ("draft",), PREDICTOR)
     controllers = {
-        "code": {
-            "adaedl": AdaEDLController(k=6, gamma=0.3),  # its entropy stop is no stop index
-            TCP: TCPController(),
-            BEST_STATIC: StaticController(4, 0.3),
-        }
+        "adaedl": AdaEDLController(k=6, gamma=0.3),  # its entropy stop is no stop index
+        TCP: TCPController(),
+        BEST_STATIC: StaticController(4, 0.3),
     }
-    rules = {"code": {"adaedl": 130.0, TCP: 110.0, BEST_STATIC: 120.0, PLAIN: 70.0}}
-    chosen = teachers(rules, controllers, encoder, 33)
-    assert chosen["code"].role == BEST_STATIC and chosen["code"].validation_tokens_per_s == 120.0
-    rules["code"][TCP] = 125.0
-    assert teachers(rules, controllers, encoder, 33)["code"].role == TCP
+    rules = {"adaedl": 130.0, TCP: 110.0, BEST_STATIC: 120.0, PLAIN: 70.0}
+    chosen = teacher("mixed/code", rules, controllers, encoder, 33)
+    assert (
+        chosen.role == BEST_STATIC and chosen.validation_tokens_per_s == 120.0 and chosen.part == "mixed/code"
+    )
+    assert teacher("mixed/code", rules | {TCP: 125.0}, controllers, encoder, 33).role == TCP
+
+
+def test_a_scenario_of_several_domains_has_a_part_per_domain(greedy_traces):
+    split = parts(greedy_traces)
+    assert sorted(split) == sorted(set(greedy_traces.domains)) and len(split) > 1
+    assert sum(len(t) for t in split.values()) == len(greedy_traces)
+    for domain, traces in split.items():
+        assert set(traces.domains) == {domain} and traces.meta == greedy_traces.meta
+    code = split["code"]
+    assert parts(code)["code"] is code  # one domain: the set itself
 
 
 def test_a_policy_cloned_from_a_rule_plays_the_rule(shifted, greedy_traces, latency):

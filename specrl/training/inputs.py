@@ -75,8 +75,9 @@ class ActionSpace:
 @dataclass
 class RunInputs:
     """What a run trains on: the scenarios, the pair, its latency model on this machine, their
-    shared action space, and the train (training) and validation (checkpoint selection only)
-    traces of each scenario by name."""
+    shared action space, the train traces of each training scenario (training) and the validation
+    traces (checkpoint selection only) of each scenario it is ``selected_on`` (the training ones
+    first), by name."""
 
     scenarios: list[Scenario]
     pair: ModelPair
@@ -84,17 +85,22 @@ class RunInputs:
     space: ActionSpace
     train: dict[str, TraceSet]
     validation: dict[str, TraceSet]
+    selected_on: list[Scenario]
 
     @classmethod
-    def load(cls, scenarios: list[Scenario], *, stop: bool) -> RunInputs:
+    def load(cls, scenarios: list[Scenario], *, stop: bool, select: Sequence[Scenario] = ()) -> RunInputs:
         """The pair (built if missing), its latency model (calibrated and cached if missing) and
-        the traces (shipped, cached or collected now); ``stop``: with the per-token stop dimension."""
-        space = ActionSpace.shared_by(scenarios, stop)
+        the traces (shipped, cached or collected now); ``stop``: with the per-token stop dimension;
+        ``select``: scenarios checkpoint selection scores on besides the training ones (their
+        validation traces only; they must share the action space)."""
+        names = {s.name for s in scenarios}
+        selected_on = list(scenarios) + [s for s in select if s.name not in names]
+        space = ActionSpace.shared_by(selected_on, stop)
         pair = scenarios[0].pair.load()
         latency = calibrated(pair, k_max=space.k_max, drafters=space.drafters)
         train = {s.name: cached_traces(s, "train", pair) for s in scenarios}
-        validation = {s.name: cached_traces(s, "validation", pair) for s in scenarios}
-        return cls(scenarios, pair, latency, space, train, validation)
+        validation = {s.name: cached_traces(s, "validation", pair) for s in selected_on}
+        return cls(scenarios, pair, latency, space, train, validation, selected_on)
 
     def describe(self) -> str:
         """One line: the pair, where it runs, and what its latency model prices."""

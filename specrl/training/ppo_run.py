@@ -29,7 +29,7 @@ from specrl.training.callbacks import (
     hyperparameter_table,
     tensorboard_writer,
 )
-from specrl.training.comparison import Comparison
+from specrl.training.comparison import BEST_STATIC, Comparison
 from specrl.training.inputs import RunInputs
 from specrl.training.mix import training_envs
 from specrl.training.run_folder import (
@@ -46,7 +46,7 @@ from specrl.training.run_folder import (
     write_run_record,
 )
 from specrl.training.selection import PolicyVsRules, Predict, policy_predict
-from specrl.training.warm_start import ActionEncoder, Demonstrations, clone, demonstrations, teachers
+from specrl.training.warm_start import ActionEncoder, Demonstrations, clone, demonstrations, parts, teacher
 
 
 def interrupt_on_signals() -> None:
@@ -143,7 +143,7 @@ class PPORun:
             predictor=self.predictor,
             rule_predictor=self.predictor or fit_acceptance_predictor(inputs.train.values()),
         )
-        self.selection = PolicyVsRules(self.footing, inputs.scenarios, inputs.validation)
+        self.selection = PolicyVsRules(self.footing, inputs.selected_on, inputs.validation)
 
     @classmethod
     def open(
@@ -208,29 +208,26 @@ class PPORun:
         return self.selection(policy_predict(self.model, self.venv if self.normalize else None))
 
     def warm_start(self, repeats: int, seed: int) -> dict[str, Any]:
-        """Clone, per training scenario, its fastest playable rule on validation traces from its
-        demonstrations on train traces (:mod:`specrl.training.warm_start`); what was cloned is
-        recorded in ``state["warm_start"]`` and returned."""
-        space, inputs, selection = self.inputs.space, self.inputs, self.selection
+        """Clone, per training scenario and domain (:func:`~specrl.training.warm_start.parts`), its
+        fastest playable rule on validation traces from its demonstrations on train traces
+        (:mod:`specrl.training.warm_start`); what was cloned is recorded in
+        ``state["warm_start"]`` and returned."""
+        space, inputs = self.inputs.space, self.inputs
         encoder = ActionEncoder(space.k_max, space.tau_grid, space.stop_grid, space.drafters, self.predictor)
-        controllers = {
-            s.name: {
-                **selection.bars[s.name].rules(s),
-                "static": selection.bars[s.name].best_static.controller(),
-            }
-            for s in inputs.scenarios
-        }
         size = self.envs.observation_space.shape[0]
-        chosen = teachers(selection.rules, controllers, encoder, size)
-        shown = Demonstrations.concatenate(
-            [
-                demonstrations(
-                    chosen[s.name], s, inputs.train[s.name], inputs.latency, encoder, repeats, seed
+        chosen, shown = {}, []
+        for s in inputs.scenarios:
+            validation, train = parts(inputs.validation[s.name]), parts(inputs.train[s.name])
+            for domain in validation.keys() & train.keys():
+                name = s.name if len(validation) == 1 else f"{s.name}/{domain}"
+                rules, bar = self.footing.rules_on(s, validation[domain])
+                controllers = {**bar.rules(s), BEST_STATIC: bar.best_static.controller()}
+                chosen[name] = teacher(name, rules, controllers, encoder, size)
+                shown.append(
+                    demonstrations(chosen[name], s, train[domain], inputs.latency, encoder, repeats, seed)
                 )
-                for s in inputs.scenarios
-            ]
-        )
-        agreement = clone(self.model, self.venv if self.normalize else None, shown, seed)
+        demonstrated = Demonstrations.concatenate(shown)
+        agreement = clone(self.model, self.venv if self.normalize else None, demonstrated, seed)
         record = {
             "teachers": {
                 name: {
@@ -240,7 +237,7 @@ class PPORun:
                 }
                 for name, t in chosen.items()
             },
-            "demonstrations": len(shown.actions),
+            "demonstrations": len(demonstrated.actions),
             "agreement": agreement,
         }
         self.state["warm_start"] = record

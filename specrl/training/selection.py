@@ -92,7 +92,10 @@ def selection_section(selection: PolicyVsRules, kept: dict[str, Any], warm: dict
     for name, ratio in kept["ratio_vs_best_rule"].items():
         role, tokens = selection.best_rule(name)
         label = selection.bars[name].best_static.label() if role == BEST_STATIC else ""
-        cloned = warm["teachers"][name]["role"] if warm else "-"
+        cloned = "-"
+        if warm:  # a scenario's teacher, or one per domain (<scenario>/<domain>)
+            roles = [t["role"] for part, t in warm["teachers"].items() if part.split("/")[0] == name]
+            cloned = ", ".join(dict.fromkeys(roles)) or "- (not trained on)"
         lines.append([name, f"{role} {label}".strip(), f"{tokens:.1f}", cloned, f"{ratio:.3f}"])
     table = markdown_table(
         ["scenario", "best rule on validation", "its tokens/s", "warm start clones", "kept / best rule"],

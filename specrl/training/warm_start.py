@@ -3,13 +3,16 @@
 PPO trained from scratch does not even recover the best rule on a single domain, although every
 input of the rule is in its observation. So the policy starts as a copy of the rules instead:
 
-1. :func:`teachers`: per training scenario, the rule that is fastest on its validation traces
-   among those the action space can play (the best static setting, TCP, the HF heuristic, the
-   SpecDec++-style rule when its stop is one of the stop dimension's; AdaEDL's stop is not);
-2. :func:`demonstrations`: each teacher decodes its scenario's *train* traces in the replay
+1. :func:`parts`: each training scenario is split by the domain its traces start in (a
+   scenario that mixes domains episode by episode, as ``mixed`` does, has a part per domain:
+   its best rule overall is not the best rule of each of its domains);
+2. :func:`teacher`: per part, the rule that is fastest on its validation traces among those the
+   action space can play (the best static setting, TCP, the HF heuristic, the SpecDec++-style
+   rule when its stop is one of the stop dimension's; AdaEDL's stop is not);
+3. :func:`demonstrations`: each teacher decodes its part's *train* traces in the replay
    simulator, and every (observation, action) it takes is recorded as an action index;
-3. :func:`clone`: the policy's action distribution is fitted to those actions by maximum
-   likelihood (behaviour cloning), every scenario weighted alike, and the observation statistics
+4. :func:`clone`: the policy's action distribution is fitted to those actions by maximum
+   likelihood (behaviour cloning), every part weighted alike, and the observation statistics
    of ``VecNormalize`` are set from the demonstrations first, so that the clone sees the inputs
    PPO will give it.
 
@@ -44,10 +47,11 @@ CLONE_LEARNING_RATE = 1e-3
 
 @dataclass
 class Teacher:
-    """The rule a training scenario's demonstrations come from: its role in the bar, the
-    controller, and its tokens/s on the scenario's validation traces."""
+    """The rule a part's demonstrations come from (a training scenario, or one domain of it:
+    ``<scenario>/<domain>``): its role in the bar, the controller, and its tokens/s on the part's
+    validation traces."""
 
-    scenario: str
+    part: str
     role: str
     controller: Controller
     validation_tokens_per_s: float
@@ -56,24 +60,21 @@ class Teacher:
 @dataclass
 class Demonstrations:
     """What the teachers did: observations (N, n_features), action indices (N, dimensions) and
-    the training scenario of each row."""
+    the part of each row."""
 
     observations: np.ndarray
     actions: np.ndarray
-    scenarios: np.ndarray
+    parts: np.ndarray
 
     @classmethod
     def concatenate(cls, parts: Sequence[Demonstrations]) -> Demonstrations:
         return cls(
-            *(
-                np.concatenate([getattr(p, f) for p in parts])
-                for f in ("observations", "actions", "scenarios")
-            )
+            *(np.concatenate([getattr(p, f) for p in parts]) for f in ("observations", "actions", "parts"))
         )
 
     def weights(self) -> np.ndarray:
-        """Per row, 1 / the rows of its scenario: every scenario weighs alike in the fit."""
-        _, inverse, counts = np.unique(self.scenarios, return_inverse=True, return_counts=True)
+        """Per row, 1 / the rows of its part: every part weighs alike in the fit."""
+        _, inverse, counts = np.unique(self.parts, return_inverse=True, return_counts=True)
         return 1.0 / counts[inverse]
 
 
@@ -102,24 +103,33 @@ class ActionEncoder:
         return self(controller.act(np.zeros(observation_size, dtype=np.float32))) is not None
 
 
-def teachers(
-    rules: Mapping[str, Mapping[str, float]],
-    controllers: Mapping[str, Mapping[str, Controller]],
+def parts(traces: TraceSet) -> dict[str, TraceSet]:
+    """A scenario's traces by the domain each starts in (one part, all of them, for one domain)."""
+    domains = list(dict.fromkeys(traces.domains))
+    if len(domains) == 1:
+        return {domains[0]: traces}
+    return {
+        d: TraceSet.from_traces([traces.traces[i] for i in traces.indices_of(d)], traces.meta)
+        for d in domains
+    }
+
+
+def teacher(
+    part: str,
+    rules: Mapping[str, float],
+    controllers: Mapping[str, Controller],
     encoder: ActionEncoder,
     observation_size: int,
-) -> dict[str, Teacher]:
-    """Per scenario, the fastest rule on validation (``rules``: tokens/s by role) among its
+) -> Teacher:
+    """The fastest rule of ``part`` on validation (``rules``: tokens/s by role) among its
     ``controllers`` (by role) that ``encoder`` can play."""
-    chosen = {}
-    for scenario, tokens in rules.items():
-        playable = [
-            role
-            for role, controller in controllers[scenario].items()
-            if role in tokens and encoder.plays(controller, observation_size)
-        ]
-        role = max(playable, key=tokens.__getitem__)
-        chosen[scenario] = Teacher(scenario, role, controllers[scenario][role], tokens[role])
-    return chosen
+    playable = [
+        role
+        for role, controller in controllers.items()
+        if role in rules and encoder.plays(controller, observation_size)
+    ]
+    role = max(playable, key=rules.__getitem__)
+    return Teacher(part, role, controllers[role], rules[role])
 
 
 def demonstrations(
@@ -155,7 +165,7 @@ def demonstrations(
                 observation, _, terminated, truncated, info = env.step(action)
                 controller.observe(info["step_result"])
                 done = terminated or truncated
-    names = np.full(len(actions), scenario.name, dtype=object)
+    names = np.full(len(actions), teacher.part, dtype=object)
     return Demonstrations(np.asarray(observations, dtype=np.float32), np.stack(actions), names)
 
 
