@@ -90,6 +90,21 @@ def test_a_policy_cloned_from_a_rule_plays_the_rule(shifted, greedy_traces, late
     assert agreement == 1.0 and (after == [3, 1]).all()  # ... the clone does
 
 
+def test_dagger_labels_the_states_a_driver_reaches_with_the_teachers_actions(shifted, greedy_traces, latency):
+    encoder = ActionEncoder(greedy_traces.k_max, shifted.tau_grid, None, ("draft",), None)
+    rule = Teacher("words", TCP, TCPController(), 1.0)
+    plain = lambda observations: np.tile([0, 0], (len(observations), 1))  # noqa: E731  (a driver that never drafts)
+    shown = demonstrations(rule, shifted, greedy_traces, latency, encoder, 1, driver=plain)
+    tokens = sum(t.tokens for t in greedy_traces.traces)  # plain decoding: a step per token
+    assert (
+        len(shown.actions) == evaluate_controller(StaticController(0), shifted, greedy_traces, latency).steps
+    )
+    assert len(shown.actions) == tokens and (shown.actions[:, 0] > 0).all()  # labelled by TCP, which drafts
+    assert (
+        shown.observations[:, 14] == 1.0
+    ).mean() > 0.9  # steps_since_draft saturated: states TCP never visits
+
+
 def test_a_teacher_whose_actions_the_space_cannot_play_is_refused(shifted, greedy_traces, latency):
     encoder = ActionEncoder(greedy_traces.k_max, (0.0,), None, ("draft",), None)
     with pytest.raises(ValueError, match="cannot play"):

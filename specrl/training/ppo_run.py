@@ -19,7 +19,7 @@ from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 
 from specrl.acceptance import AcceptancePredictor
 from specrl.latency import latency_path
-from specrl.rule_tuning import fit_acceptance_predictor
+from specrl.rule_tuning import fit_acceptance_predictor, tune_specdecpp
 from specrl.traces import TraceSet
 from specrl.training.callbacks import (
     Progress,
@@ -29,7 +29,7 @@ from specrl.training.callbacks import (
     hyperparameter_table,
     tensorboard_writer,
 )
-from specrl.training.comparison import BEST_STATIC, Comparison
+from specrl.training.comparison import BEST_STATIC, SPECDECPP, Comparison
 from specrl.training.inputs import RunInputs
 from specrl.training.mix import training_envs
 from specrl.training.run_folder import (
@@ -46,7 +46,16 @@ from specrl.training.run_folder import (
     write_run_record,
 )
 from specrl.training.selection import PolicyVsRules, Predict, policy_predict
-from specrl.training.warm_start import ActionEncoder, Demonstrations, clone, demonstrations, parts, teacher
+from specrl.training.warm_start import (
+    DAGGER_EPOCHS,
+    DAGGER_ROUNDS,
+    ActionEncoder,
+    Demonstrations,
+    clone,
+    demonstrations,
+    parts,
+    teacher,
+)
 
 
 def interrupt_on_signals() -> None:
@@ -215,19 +224,40 @@ class PPORun:
         space, inputs = self.inputs.space, self.inputs
         encoder = ActionEncoder(space.k_max, space.tau_grid, space.stop_grid, space.drafters, self.predictor)
         size = self.envs.observation_space.shape[0]
-        chosen, shown = {}, []
+        chosen, sources = {}, []
         for s in inputs.scenarios:
             validation, train = parts(inputs.validation[s.name]), parts(inputs.train[s.name])
-            for domain in validation.keys() & train.keys():
+            for domain in sorted(validation.keys() & train.keys()):
                 name = s.name if len(validation) == 1 else f"{s.name}/{domain}"
                 rules, bar = self.footing.rules_on(s, validation[domain])
                 controllers = {**bar.rules(s), BEST_STATIC: bar.best_static.controller()}
+                if len(validation) > 1:  # the SpecDec++-style rule tuned on this domain's traces
+                    tuned = tune_specdecpp(
+                        self.footing.rule_predictor, s, validation[domain], inputs.latency, repeats
+                    )
+                    rules[SPECDECPP], controllers[SPECDECPP] = tuned.tokens_per_s, tuned.controller
                 chosen[name] = teacher(name, rules, controllers, encoder, size)
-                shown.append(
-                    demonstrations(chosen[name], s, train[domain], inputs.latency, encoder, repeats, seed)
-                )
+                sources.append((chosen[name], s, train[domain]))
+        normalizer = self.venv if self.normalize else None
+        shown = [
+            demonstrations(t, s, traces, inputs.latency, encoder, repeats, seed) for t, s, traces in sources
+        ]
+        agreement = clone(self.model, normalizer, Demonstrations.concatenate(shown), seed)
+        for round_ in range(DAGGER_ROUNDS):
+            driver = policy_predict(self.model, normalizer)
+            shown += [
+                demonstrations(t, s, traces, inputs.latency, encoder, repeats, seed + 1 + round_, driver)
+                for t, s, traces in sources
+            ]
+            agreement = clone(
+                self.model,
+                normalizer,
+                Demonstrations.concatenate(shown),
+                seed,
+                DAGGER_EPOCHS,
+                statistics=False,
+            )
         demonstrated = Demonstrations.concatenate(shown)
-        agreement = clone(self.model, self.venv if self.normalize else None, demonstrated, seed)
         record = {
             "teachers": {
                 name: {
@@ -238,6 +268,7 @@ class PPORun:
                 for name, t in chosen.items()
             },
             "demonstrations": len(demonstrated.actions),
+            "dagger_rounds": DAGGER_ROUNDS,
             "agreement": agreement,
         }
         self.state["warm_start"] = record

@@ -10,7 +10,9 @@ input of the rule is in its observation. So the policy starts as a copy of the r
    action space can play (the best static setting, TCP, the HF heuristic, the SpecDec++-style
    rule when its stop is one of the stop dimension's; AdaEDL's stop is not);
 3. :func:`demonstrations`: each teacher decodes its part's *train* traces in the replay
-   simulator, and every (observation, action) it takes is recorded as an action index;
+   simulator, and every (observation, action) it takes is recorded as an action index; then, for
+   :data:`DAGGER_ROUNDS` rounds (DAgger), the clone decodes them and the teacher labels the
+   states the clone reaches;
 4. :func:`clone`: the policy's action distribution is fitted to those actions by maximum
    likelihood (behaviour cloning), every part weighted alike, and the observation statistics
    of ``VecNormalize`` are set from the demonstrations first, so that the clone sees the inputs
@@ -34,15 +36,19 @@ from tqdm.auto import tqdm
 from specrl.acceptance import AcceptancePredictor
 from specrl.controllers.base import Controller
 from specrl.controllers.stop_rules import stop_rule_table
+from specrl.engine.types import Action
 from specrl.envs import Scenario, TraceReplayEnv
-from specrl.envs.actions import to_action_indices
+from specrl.envs.actions import to_action_indices, to_engine_action
 from specrl.latency import LatencyModel
 from specrl.trace_evaluation import episode_seed
 from specrl.traces import TraceSet
+from specrl.training.comparison import Predict
 
 CLONE_EPOCHS = 30  # passes over the demonstrations (Adam, minibatches of CLONE_BATCH)
 CLONE_BATCH = 1024
 CLONE_LEARNING_RATE = 1e-3
+DAGGER_ROUNDS = 2  # rounds that label the states the clone reaches (then refit on every row so far)
+DAGGER_EPOCHS = 10  # passes of each round's refit, which starts from the clone so far
 
 
 @dataclass
@@ -96,6 +102,12 @@ class ActionEncoder:
     def __call__(self, action) -> np.ndarray | None:
         return to_action_indices(action, self.k_max, self.tau_grid, self.stop_rules, self.drafters)
 
+    def decode(self, indices: np.ndarray) -> Action:
+        """The engine action of an index action (:func:`~specrl.envs.actions.to_engine_action`)."""
+        return to_engine_action(
+            np.asarray(indices), self.k_max, self.tau_grid, self.stop_rules, self.drafters
+        )
+
     def plays(self, controller: Controller, observation_size: int) -> bool:
         """Whether the space can play the controller's first action (the rules cloned here keep
         their tau and stop rule for good, so the first action tells)."""
@@ -140,9 +152,13 @@ def demonstrations(
     encoder: ActionEncoder,
     repeats: int,
     seed: int = 0,
+    driver: Predict | None = None,
 ) -> Demonstrations:
-    """The teacher decodes every trace (``repeats`` acceptance draws each when sampled) in the
-    replay simulator; each of its (observation, action) pairs is a row."""
+    """Every trace (``repeats`` acceptance draws each when sampled) decoded in the replay
+    simulator; at each step the teacher's action is a row with the observation. The teacher's
+    actions are played, or with ``driver`` (a policy's batch of actions) the driver's: DAgger's
+    rounds label the states the clone itself reaches, which the teacher alone never shows (a
+    teacher that never drafts never shows a state where the draft was just rejected)."""
     env = TraceReplayEnv(scenario, traces=traces, latency=latency)
     controller = teacher.controller
     observations, actions = [], []
@@ -162,6 +178,8 @@ def demonstrations(
                     )
                 observations.append(observation)
                 actions.append(indices)
+                if driver is not None:
+                    action = encoder.decode(driver(observation[None])[0])
                 observation, _, terminated, truncated, info = env.step(action)
                 controller.observe(info["step_result"])
                 done = terminated or truncated
@@ -170,14 +188,20 @@ def demonstrations(
 
 
 def clone(
-    model: PPO, normalizer: VecNormalize | None, shown: Demonstrations, seed: int, epochs: int = CLONE_EPOCHS
+    model: PPO,
+    normalizer: VecNormalize | None,
+    shown: Demonstrations,
+    seed: int,
+    epochs: int = CLONE_EPOCHS,
+    statistics: bool = True,
 ) -> float:
     """Fit the policy's action distribution to the demonstrated actions (maximum likelihood, rows
-    weighted by :meth:`Demonstrations.weights`); with ``normalizer``, its observation statistics
-    are first updated with the demonstrated observations. Returns the share of rows whose
-    deterministic action equals the demonstrated one, every dimension."""
+    weighted by :meth:`Demonstrations.weights`); with ``normalizer`` (and ``statistics``), its
+    observation statistics are first updated with the demonstrated observations. Returns the
+    share of rows whose deterministic action equals the demonstrated one, every dimension."""
     if normalizer is not None:
-        normalizer.obs_rms.update(shown.observations)
+        if statistics:
+            normalizer.obs_rms.update(shown.observations)
         inputs = normalizer.normalize_obs(shown.observations)
     else:
         inputs = shown.observations
