@@ -19,7 +19,7 @@ from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 
 from specrl.acceptance import AcceptancePredictor
 from specrl.latency import latency_path
-from specrl.rule_tuning import fit_acceptance_predictor, tune_specdecpp
+from specrl.rule_tuning import fit_acceptance_predictor
 from specrl.traces import TraceSet
 from specrl.training.callbacks import (
     Progress,
@@ -29,7 +29,7 @@ from specrl.training.callbacks import (
     hyperparameter_table,
     tensorboard_writer,
 )
-from specrl.training.comparison import BEST_STATIC, SPECDECPP, Comparison
+from specrl.training.comparison import Comparison
 from specrl.training.inputs import RunInputs
 from specrl.training.mix import training_envs
 from specrl.training.run_folder import (
@@ -46,16 +46,7 @@ from specrl.training.run_folder import (
     write_run_record,
 )
 from specrl.training.selection import PolicyVsRules, Predict, policy_predict
-from specrl.training.warm_start import (
-    DAGGER_EPOCHS,
-    DAGGER_ROUNDS,
-    ActionEncoder,
-    Demonstrations,
-    clone,
-    demonstrations,
-    parts,
-    teacher,
-)
+from specrl.training.warm_start import warm_start
 
 
 def interrupt_on_signals() -> None:
@@ -216,63 +207,19 @@ class PPORun:
         """The current policy against the rules on the validation traces (:class:`PolicyVsRules`)."""
         return self.selection(policy_predict(self.model, self.venv if self.normalize else None))
 
-    def warm_start(self, repeats: int, seed: int) -> dict[str, Any]:
-        """Clone, per training scenario and domain (:func:`~specrl.training.warm_start.parts`), its
-        fastest playable rule on validation traces from its demonstrations on train traces
-        (:mod:`specrl.training.warm_start`); what was cloned is recorded in
-        ``state["warm_start"]`` and returned."""
-        space, inputs = self.inputs.space, self.inputs
-        encoder = ActionEncoder(space.k_max, space.tau_grid, space.stop_grid, space.drafters, self.predictor)
-        size = self.envs.observation_space.shape[0]
-        chosen, sources = {}, []
-        for s in inputs.scenarios:
-            validation, train = parts(inputs.validation[s.name]), parts(inputs.train[s.name])
-            for domain in sorted(validation.keys() & train.keys()):
-                name = s.name if len(validation) == 1 else f"{s.name}/{domain}"
-                rules, bar = self.footing.rules_on(s, validation[domain])
-                controllers = {**bar.rules(s), BEST_STATIC: bar.best_static.controller()}
-                if len(validation) > 1:  # the SpecDec++-style rule tuned on this domain's traces
-                    tuned = tune_specdecpp(
-                        self.footing.rule_predictor, s, validation[domain], inputs.latency, repeats
-                    )
-                    rules[SPECDECPP], controllers[SPECDECPP] = tuned.tokens_per_s, tuned.controller
-                chosen[name] = teacher(name, rules, controllers, encoder, size)
-                sources.append((chosen[name], s, train[domain]))
-        normalizer = self.venv if self.normalize else None
-        shown = [
-            demonstrations(t, s, traces, inputs.latency, encoder, repeats, seed) for t, s, traces in sources
-        ]
-        agreement = clone(self.model, normalizer, Demonstrations.concatenate(shown), seed)
-        for round_ in range(DAGGER_ROUNDS):
-            driver = policy_predict(self.model, normalizer)
-            shown += [
-                demonstrations(t, s, traces, inputs.latency, encoder, repeats, seed + 1 + round_, driver)
-                for t, s, traces in sources
-            ]
-            agreement = clone(
-                self.model,
-                normalizer,
-                Demonstrations.concatenate(shown),
-                seed,
-                DAGGER_EPOCHS,
-                statistics=False,
-            )
-        demonstrated = Demonstrations.concatenate(shown)
-        record = {
-            "teachers": {
-                name: {
-                    "role": t.role,
-                    "rule": repr(t.controller),
-                    "validation_tokens_per_s": t.validation_tokens_per_s,
-                }
-                for name, t in chosen.items()
-            },
-            "demonstrations": len(demonstrated.actions),
-            "dagger_rounds": DAGGER_ROUNDS,
-            "agreement": agreement,
-        }
-        self.state["warm_start"] = record
-        return record
+    def warm_start(self) -> dict[str, Any]:
+        """Clone the rules into the policy (:func:`~specrl.training.warm_start.warm_start`); what was
+        cloned is recorded in ``state["warm_start"]`` and returned."""
+        self.state["warm_start"] = warm_start(
+            self.model,
+            self.venv if self.normalize else None,
+            self.inputs,
+            self.footing,
+            self.predictor,
+            self.envs.observation_space.shape[0],
+            self.seed,
+        )
+        return self.state["warm_start"]
 
     def train(self, settings: dict[str, Any]) -> bool:
         """Train the rest of the budget, logging to the run folder (SB3's CSV and TensorBoard,
@@ -295,7 +242,7 @@ class PPORun:
         try:
             if not self.resumed:  # the start, warm or not, is the first candidate
                 if self.warm:
-                    self.warm_start(self.footing.repeats, self.seed)
+                    self.warm_start()
                 selection.init_callback(self.model)
                 selection.run()
                 self.save_checkpoint()

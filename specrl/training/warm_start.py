@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,9 +41,12 @@ from specrl.engine.types import Action
 from specrl.envs import Scenario, TraceReplayEnv
 from specrl.envs.actions import to_action_indices, to_engine_action
 from specrl.latency import LatencyModel
+from specrl.rule_tuning import tune_specdecpp
 from specrl.trace_evaluation import episode_seed
 from specrl.traces import TraceSet
-from specrl.training.comparison import Predict
+from specrl.training.comparison import BEST_STATIC, SPECDECPP, Comparison, Predict
+from specrl.training.inputs import RunInputs
+from specrl.training.selection import policy_predict
 
 CLONE_EPOCHS = 30  # passes over the demonstrations (Adam, minibatches of CLONE_BATCH)
 CLONE_BATCH = 1024
@@ -224,3 +228,56 @@ def clone(
     with torch.no_grad():
         chosen = policy.get_distribution(x).get_actions(deterministic=True)
     return float((chosen == y).all(dim=1).float().mean())
+
+
+def warm_start(
+    model: PPO,
+    normalizer: VecNormalize | None,
+    inputs: RunInputs,
+    footing: Comparison,
+    predictor: AcceptancePredictor | None,
+    observation_size: int,
+    seed: int,
+) -> dict[str, Any]:
+    """The warm start of a run (the module doc): per training scenario and domain (:func:`parts`)
+    its :func:`teacher` among the rules of ``footing``'s bar on its validation traces (the
+    SpecDec++-style rule tuned on the domain's own traces where a scenario has several), their
+    :func:`demonstrations` on train traces, :func:`clone` and :data:`DAGGER_ROUNDS` rounds of
+    DAgger. Returns the record of what was cloned (teachers by part, rows, agreement)."""
+    space, repeats = inputs.space, footing.repeats
+    encoder = ActionEncoder(space.k_max, space.tau_grid, space.stop_grid, space.drafters, predictor)
+    chosen, sources = {}, []
+    for s in inputs.scenarios:
+        validation, train = parts(inputs.validation[s.name]), parts(inputs.train[s.name])
+        for domain in sorted(validation.keys() & train.keys()):
+            name = s.name if len(validation) == 1 else f"{s.name}/{domain}"
+            rules, bar = footing.rules_on(s, validation[domain])
+            controllers = {**bar.rules(s), BEST_STATIC: bar.best_static.controller()}
+            if len(validation) > 1:
+                tuned = tune_specdecpp(footing.rule_predictor, s, validation[domain], inputs.latency, repeats)
+                rules[SPECDECPP], controllers[SPECDECPP] = tuned.tokens_per_s, tuned.controller
+            chosen[name] = teacher(name, rules, controllers, encoder, observation_size)
+            sources.append((chosen[name], s, train[domain]))
+    shown = [demonstrations(t, s, traces, inputs.latency, encoder, repeats, seed) for t, s, traces in sources]
+    agreement = clone(model, normalizer, Demonstrations.concatenate(shown), seed)
+    for round_ in range(DAGGER_ROUNDS):
+        driver = policy_predict(model, normalizer)
+        shown += [
+            demonstrations(t, s, traces, inputs.latency, encoder, repeats, seed + 1 + round_, driver)
+            for t, s, traces in sources
+        ]
+        everything = Demonstrations.concatenate(shown)
+        agreement = clone(model, normalizer, everything, seed, DAGGER_EPOCHS, statistics=False)
+    return {
+        "teachers": {
+            name: {
+                "role": t.role,
+                "rule": repr(t.controller),
+                "validation_tokens_per_s": t.validation_tokens_per_s,
+            }
+            for name, t in chosen.items()
+        },
+        "demonstrations": sum(len(d.actions) for d in shown),
+        "dagger_rounds": DAGGER_ROUNDS,
+        "agreement": agreement,
+    }
