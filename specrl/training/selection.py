@@ -1,5 +1,6 @@
 """Checkpoint selection in the simulator: the deterministic policy against every rule of the bar
-on the validation traces of every training scenario (never test traces: docs/design.md section 4b).
+on the validation traces of every training scenario and of the single-domain ones (never test
+traces: docs/design.md section 4b).
 
 A checkpoint is scored by its *worst* ratio over the scenarios to the best rule of each (the best
 of TCP, the HF heuristic, AdaEDL, the SpecDec++-style rule and the best static setting in
@@ -106,9 +107,9 @@ def selection_section(selection: PolicyVsRules, kept: dict[str, Any], warm: dict
     which = f"{start} (step 0)" if step == 0 else f"the checkpoint of step {step:,}"
     worst = kept["worst_ratio_vs_best_rule"]
     verdict = (
-        f"It beats the best rule of every training scenario on validation (worst ratio {worst:.3f})."
+        f"It beats the best rule of every scenario scored on validation (worst ratio {worst:.3f})."
         if worst >= 1.0
-        else f"No checkpoint beats the best rule of every training scenario on validation: the kept one "
+        else f"No checkpoint beats the best rule of every scenario scored on validation: the kept one "
         f"reaches {worst:.3f} of it where it does worst, so on such traffic a rule is as fast or faster."
     )
     return (

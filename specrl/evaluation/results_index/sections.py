@@ -35,7 +35,8 @@ SECTIONS = (
     ),
     Section(
         "PPO policy: spread over training seeds",
-        "Seeds 0, 1, 2 of the default run, ratios to the best rule per scenario.",
+        "Seeds 0, 1, 2 of the default run as it was before the warm start (PPO from a random policy, "
+        "checkpoints kept by their ratio to TCP), ratios to the best rule per scenario.",
         "python experiments/seed_spread.py specrl/policies/default results/train_seeds/seed1 "
         "results/train_seeds/seed2 --out results/train_seeds/spread.md",
         ("results/train_seeds/spread.md",),
@@ -52,6 +53,28 @@ SECTIONS = (
             "results/train_seeds/restructured/metadata.json",
             "results/train_seeds/restructured/run.json",
         ),
+    ),
+    Section(
+        "PPO policy: what the warm start and PPO each give",
+        "PPO from scratch, the warm start alone (each training scenario's best rule on validation, "
+        "cloned) and warm start + PPO, three seeds each: the policy over the best rule per scenario "
+        "on test traces (simulator), and the checkpoint selection kept on validation.",
+        "python experiments/warm_start_ablation.py --seeds 0 1 2 --out results/warm_start",
+        (
+            "results/warm_start/ablation.md",
+            "results/warm_start/ablation.json",
+            "results/warm_start/ablation.png",
+        ),
+        "results/notes/warm_start.md",
+    ),
+    Section(
+        "An acceptance head on the draft's hidden state",
+        "Does the draft's last hidden state predict acceptance better than its confidence and "
+        "entropy (the SpecDec++-style rule's predictor)? Test log loss and AUC per domain, greedy "
+        "and temperature 1, the unseen license domain included.",
+        "python experiments/acceptance_head.py",
+        ("results/acceptance_head/head.md", "results/acceptance_head/head.json"),
+        "results/notes/acceptance_head.md",
     ),
     Section(
         "Headroom over the best static setting",
