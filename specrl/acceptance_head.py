@@ -45,6 +45,7 @@ import torch
 
 from specrl.engine.sampling import SamplingConfig
 from specrl.traces import TraceSet
+from specrl.traces.analysis import rebuilt_prompt
 
 if TYPE_CHECKING:
     from specrl.models import ModelPair
@@ -149,24 +150,13 @@ def trace_positions(
             from the forward and the stored one (a wrong prompt or offset fails here).
 
     Raises:
-        ValueError: a multi-segment trace, a prompt of another length than the segment's, or
-            recomputed confidences that do not match the trace.
+        TraceError: a multi-segment trace, or a prompt of another length than the segment's.
+        ValueError: recomputed confidences that do not match the trace.
     """
     sampling = SamplingConfig(**traces.meta["sampling"])
     parts: dict[str, list] = {f: [] for f in _POSITION_FIELDS}
     for index, trace in enumerate(traces.traces):
-        if len(trace.segments) != 1:
-            raise ValueError(
-                f"trace {index} ({trace.domain}#{trace.prompt_index}) has {len(trace.segments)} segments; "
-                "only single-segment traces can be rebuilt (the prompts of a shift are not stored)"
-            )
-        segment = trace.segments[0]
-        prompt_ids = pair.encode(prompts[trace.domain][trace.prompt_index])
-        if len(prompt_ids) != segment.prompt_length:
-            raise ValueError(
-                f"trace {index} ({trace.domain}#{trace.prompt_index}): the prompt encodes to "
-                f"{len(prompt_ids)} tokens, the trace says {segment.prompt_length}; wrong split or prompts?"
-            )
+        segment, prompt_ids = rebuilt_prompt(trace, prompts, pair)
         n = segment.end
         hidden, logits = _teacher_forced(pair.draft, prompt_ids, segment.tokens[:n])
         confidence = np.asarray(segment.confidence[:n], dtype=np.float64)

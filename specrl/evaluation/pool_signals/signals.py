@@ -16,6 +16,7 @@ from specrl.engine.drafters.ngram import NGramIndex
 from specrl.envs.scenario import Scenario
 from specrl.models import ModelPair
 from specrl.traces import TraceSet
+from specrl.traces.analysis import rebuilt_prompt
 
 #: The signal sets a table policy is fit on, by label.
 SIGNAL_SETS = {
@@ -32,15 +33,7 @@ def text_signals(traces: TraceSet, scenario: Scenario, pair: ModelPair) -> list[
     k_max = traces.k_max
     signals = []
     for trace in traces.traces:
-        if len(trace.segments) != 1:
-            raise SystemExit(f"error: {traces.source} has domain shifts; this analysis takes one segment")
-        segment = trace.segments[0]
-        prompt = pair.encode(prompts[trace.domain][trace.prompt_index])
-        if len(prompt) != segment.prompt_length:
-            raise SystemExit(
-                f"error: the prompt of {trace.domain}/{trace.prompt_index} has {len(prompt)} tokens, the "
-                f"trace {segment.prompt_length}: the traces are not of this pair's prompts; recollect them"
-            )
+        segment, prompt = rebuilt_prompt(trace, prompts, pair)
         text = torch.tensor(prompt + segment.tokens)
         lookup, fields = NGramIndex(), segment.fields("ngram")
         rows, run = [], 0
