@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import json
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from conftest import scenario, step_outcome
@@ -347,7 +349,8 @@ def test_a_policy_of_feature_version_1_reads_its_prefix():
     from specrl.controllers import LearnedController
     from specrl.features import FEATURE_COUNTS, N_FEATURES
 
-    controller = LearnedController.load("default")  # shipped before the drafter pool
+    # the default policy shipped before the drafter pool (its program and metadata, kept as data)
+    controller = LearnedController.load(Path(__file__).parent / "data" / "policy_feature_v1")
     assert controller.policy.metadata["feature_version"] == 1 and controller.n_features == FEATURE_COUNTS[1]
     assert controller.drafters == ("draft",)
     rng = np.random.default_rng(1)
