@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-
 from pathlib import Path
 
 import numpy as np
