@@ -218,6 +218,7 @@ class PPORun:
             self.predictor,
             self.envs.observation_space.shape[0],
             self.seed,
+            {name: (rules, self.selection.bars[name]) for name, rules in self.selection.rules.items()},
         )
         return self.state["warm_start"]
 

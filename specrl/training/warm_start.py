@@ -44,7 +44,7 @@ from specrl.latency import LatencyModel
 from specrl.rule_tuning import tune_specdecpp
 from specrl.trace_evaluation import episode_seed
 from specrl.traces import TraceSet
-from specrl.training.comparison import BEST_STATIC, SPECDECPP, Comparison, Predict
+from specrl.training.comparison import BEST_STATIC, SPECDECPP, Bar, Comparison, Predict
 from specrl.training.inputs import RunInputs
 from specrl.training.selection import policy_predict
 
@@ -238,12 +238,15 @@ def warm_start(
     predictor: AcceptancePredictor | None,
     observation_size: int,
     seed: int,
+    scored: Mapping[str, tuple[Mapping[str, float], Bar]] | None = None,
 ) -> dict[str, Any]:
     """The warm start of a run (the module doc): per training scenario and domain (:func:`parts`)
     its :func:`teacher` among the rules of ``footing``'s bar on its validation traces (the
     SpecDec++-style rule tuned on the domain's own traces where a scenario has several), their
     :func:`demonstrations` on train traces, :func:`clone` and :data:`DAGGER_ROUNDS` rounds of
-    DAgger. Returns the record of what was cloned (teachers by part, rows, agreement)."""
+    DAgger. ``scored``: the rules' tokens/s and bar already measured on a scenario's whole
+    validation traces (checkpoint selection's), used as they are for a scenario of one part.
+    Returns the record of what was cloned (teachers by part, rows, agreement)."""
     space, repeats = inputs.space, footing.repeats
     encoder = ActionEncoder(space.k_max, space.tau_grid, space.stop_grid, space.drafters, predictor)
     chosen, sources = {}, []
@@ -251,7 +254,10 @@ def warm_start(
         validation, train = parts(inputs.validation[s.name]), parts(inputs.train[s.name])
         for domain in sorted(validation.keys() & train.keys()):
             name = s.name if len(validation) == 1 else f"{s.name}/{domain}"
-            rules, bar = footing.rules_on(s, validation[domain])
+            if len(validation) == 1 and scored is not None and s.name in scored:
+                rules, bar = dict(scored[s.name][0]), scored[s.name][1]
+            else:
+                rules, bar = footing.rules_on(s, validation[domain])
             controllers = {**bar.rules(s), BEST_STATIC: bar.best_static.controller()}
             if len(validation) > 1:
                 tuned = tune_specdecpp(footing.rule_predictor, s, validation[domain], inputs.latency, repeats)
