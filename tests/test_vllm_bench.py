@@ -4,9 +4,12 @@ that differ from vLLM's without speculation."""
 
 from __future__ import annotations
 
-import pytest
+import statistics
 
-from specrl.evaluation.benchmarks.vllm_page import markdown, shown, vllm_best
+import pytest
+from conftest import load_script
+
+from specrl.evaluation.benchmarks.vllm_page import markdown, shown, versus, vllm_best
 from specrl.vllm.serve import spec_summary
 
 WORKLOADS = ("arrivals", "B=1")
@@ -88,3 +91,58 @@ def test_the_page_compares_with_the_best_of_vllms_chosen_settings_and_flags_uneq
     assert "| 1.050 |" in line and line.endswith("| yes |")  # 126 / 120
     unequal = markdown(report(specrl_equal=False), "bench.png")
     assert "**no**" in next(line for line in unequal.splitlines() if line.startswith("| specrl default |"))
+
+
+def test_the_ratio_to_vllms_best_is_paired_within_repeats_when_the_report_has_them():
+    page = report()
+    for label, rates in (("vLLM draft_model k=2", [120, 100, 110]), ("specrl default", [132, 99, 121])):
+        for workload in WORKLOADS:
+            page["rows"][label][workload]["per_repeat"] = rates
+    ratio, two_se = versus(page, "specrl default", "vLLM draft_model k=2")
+    assert ratio == pytest.approx(1.1)  # within repeats: 1.1, 0.99, 1.1
+    assert two_se == pytest.approx(2 * statistics.stdev([1.1, 0.99, 1.1]) / 3**0.5)
+    text = markdown(page, "x.png")
+    line = next(line for line in text.splitlines() if line.startswith("| specrl default |"))
+    assert f"| 1.100 ± {two_se:.3f} |" in line
+
+
+def test_every_engine_starts_once_a_repeat_in_a_new_order_and_its_runs_accumulate(monkeypatch):
+    bench = load_script("bench_vllm")
+    started = []
+
+    def run_engine(label, job):
+        assert job["repeats"] == 1
+        started.append(label.split(": ")[1])
+        return {"test B=1": [{"engine": label.split(": ")[1]}]}
+
+    monkeypatch.setattr(bench, "run_engine", run_engine)
+    jobs = {name: {"workloads": [], "repeats": 3} for name in "abcdef"}
+    runs = bench.interleaved(jobs, 3, "test")
+    repeats = [started[i : i + 6] for i in range(0, 18, 6)]
+    assert all(sorted(r) == list("abcdef") for r in repeats)
+    assert len({tuple(r) for r in repeats}) > 1  # a new order each repeat
+    assert all(len(runs[name]["test B=1"]) == 3 for name in jobs)
+    assert all(run["engine"] == name for name in jobs for run in runs[name]["test B=1"])
+
+
+def test_an_interrupted_bench_resumes_from_its_finished_engine_runs(monkeypatch, tmp_path):
+    bench = load_script("bench_vllm")
+    started = []
+
+    def run_engine(label, job):
+        started.append(label)
+        if len(started) == 3:
+            raise RuntimeError("interrupted")
+        return {"test B=1": [{"tokens_per_s": float(len(started))}]}
+
+    monkeypatch.setattr(bench, "run_engine", run_engine)
+    jobs = {name: {"workloads": [], "env": {"x": name}} for name in "ab"}
+    done = tmp_path / "bench.runs.json"
+    with pytest.raises(RuntimeError):
+        bench.interleaved(jobs, 2, "test", done)
+    runs = bench.interleaved(jobs, 2, "test", done)  # the two finished runs are not started again
+    assert len(started) == 5
+    assert sorted(r["tokens_per_s"] for name in jobs for r in runs[name]["test B=1"]) == [1.0, 2.0, 4.0, 5.0]
+    jobs["a"]["env"]["x"] = "changed"  # another setting is not taken for a finished one
+    bench.interleaved(jobs, 2, "test", done)
+    assert len(started) == 7

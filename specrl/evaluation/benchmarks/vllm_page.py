@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specrl.evaluation.compare import paired_ratio, paired_ratio_two_se
 from specrl.evaluation.machine import origin_line
 from specrl.tables import markdown_table
 
@@ -32,6 +33,26 @@ def shown(report: dict) -> list[str]:
     ]
 
 
+def _pairing(settings: dict) -> str:
+    if settings.get("interleaved"):
+        return (
+            "each repeat started every engine once, in a new seeded order, so a drift of the machine "
+            "falls on every engine alike"
+        )
+    return "engines ran one after another, so a drift of the machine between them is in the ratio"
+
+
+def versus(report: dict, label: str, other: str, workload: str = ARRIVALS) -> tuple[float, float | None]:
+    """``label``'s paired ratio to ``other`` on ``workload`` (within repeats) and its 2 SE; the ratio
+    of medians for a report without per-repeat rates."""
+    mine, theirs = report["rows"][label][workload], report["rows"][other][workload]
+    if "per_repeat" not in mine:
+        return mine["tokens_per_s"] / theirs["tokens_per_s"], None
+    return paired_ratio(mine["per_repeat"], theirs["per_repeat"]), paired_ratio_two_se(
+        mine["per_repeat"], theirs["per_repeat"]
+    )
+
+
 def _ratio(value: float, two_se: float | None) -> str:
     return f"{value:.3f}" + (f" ± {two_se:.3f}" if two_se is not None else "")
 
@@ -53,8 +74,7 @@ def markdown(report: dict, picture: str) -> str:
         f"({settings['requests']} requests of the arrivals scenario: a quiet phase, then a burst, on a busy "
         "clock) and fixed batches of B rows kept full. Tokens per busy second are medians over "
         f"{settings['repeats']} repeats; ratios are medians of the ratio within a repeat ± twice their "
-        "standard error (engines ran one after another, so a drift of the machine between them is in "
-        "the ratio). vLLM's static k was chosen on validation arrivals "
+        f"standard error ({_pairing(settings)}). vLLM's static k was chosen on validation arrivals "
         f"({report['chosen_static_k']}); its dynamic schedule by batch size on validation fixed batches: "
         f"`{report['dynamic_schedule']}`. specrl's proposer drafts with the embedded draft model and the "
         f"n-gram lookup, k_max = {settings['k_max']}; a cut-off row speculates only up to its cut-off, "
@@ -72,13 +92,13 @@ def markdown(report: dict, picture: str) -> str:
     table = []
     for label in shown(report):
         row = rows[label]
-        versus_best = row[ARRIVALS]["tokens_per_s"] / rows[best][ARRIVALS]["tokens_per_s"]
+        versus_best = _ratio(*versus(report, label, best))
         table.append(
             [
                 label,
                 *[f"{row[w]['tokens_per_s']:.1f}" for w in workloads],
                 *[_ratio(row[w]["vs_plain"], row[w]["vs_plain_two_se"]) for w in workloads],
-                f"{versus_best:.3f}",
+                versus_best,
                 "yes" if all(row[w]["outputs_equal_plain"] for w in workloads) else "**no**",
             ]
         )
