@@ -64,6 +64,17 @@ SECTIONS = (
         ("results/real_loop/default/real_loop.md", "results/real_loop/default/real_loop.json"),
     ),
     Section(
+        "PPO policy: the shipped policy in the real loop at temperature 1 and on mixed, powered",
+        "The same check at temperature 1 (code, prose, math) and on mixed greedy traffic: 6 prompts "
+        "x 4 interleaved repeats, paired, with twice the standard error of each ratio.",
+        "python experiments/real_loop_check.py --policy default --scenarios code_t1 prose_t1 math_t1 "
+        "mixed --prompts 6 --repeats 4 --out results/real_loop/default_t1_mixed",
+        (
+            "results/real_loop/default_t1_mixed/real_loop.md",
+            "results/real_loop/default_t1_mixed/real_loop.json",
+        ),
+    ),
+    Section(
         "PPO policy: what the warm start and PPO each give",
         "PPO from scratch, the warm start alone (each training scenario's best rule on validation, "
         "cloned) and warm start + PPO, three seeds each: the policy over the best rule per scenario "
