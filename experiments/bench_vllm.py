@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> dict:
     target, draft = str(ensure_pair("small") / "target"), str(ensure_pair("small") / "draft")
     validation = workloads(pair, "validation", args.requests)
     test = workloads(pair, "test", args.requests)
-    common = {"target": target, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "env": {}}
+    common = {"target": target, "max_new_tokens": args.max_new_tokens, "env": {}}  # repeats: interleaved()
 
     def job(speculative: dict | None, loads: list[dict], **extra) -> dict:
         return {**common, "speculative": speculative, "workloads": loads, **extra}
