@@ -12,7 +12,8 @@ setting runs in a process of its own:
   per fixed batch size, the best k of ``{0} + --static-k`` on validation;
 - specrl's proposer (``specrl.vllm.Proposer``) with TCP and with each policy of ``--policy``,
   drafting with the embedded draft model; TCP also drafting with the n-gram lookup alone (no draft
-  model, as vLLM's ``ngram``); each also with speculation off above its cut-off
+  model, as vLLM's ``ngram``); with ``--lookup-only``, TCP and each policy with the lookup alone
+  (a policy trained on the ``*_lookup`` scenarios); each also with speculation off above its cut-off
   (``$SPECRL_VLLM_MAX_BATCH``), tuned on validation fixed batches as the batch simulator tunes it
   (``batch_control.schedule.cutoff_from``);
 - specrl's proposer with a controller that never drafts: what a custom proposer costs by itself
@@ -34,6 +35,8 @@ against vLLM, both without speculation, at the same batch sizes.
     python experiments/bench_vllm.py                                    # results/vllm/bench.*
     python experiments/bench_vllm.py --requests 8 --repeats 2 --validation-repeats 1 --static-k 2 \\
         --max-new-tokens 16 --out /tmp/vllm_smoke                       # a smoke run
+    python experiments/bench_vllm.py --policy lookup --lookup-only --validation-repeats 1 \\
+        --out results/vllm/lookup                                       # the policy over the lookup
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--static-k", nargs="+", type=int, default=[2, 4], help="vLLM's static k to try")
     parser.add_argument("--policy", nargs="*", default=["default", "batch"], help="policies for the proposer")
     parser.add_argument("--k-max", type=int, default=8, help="the proposer's num_speculative_tokens")
+    parser.add_argument(
+        "--lookup-only", action="store_true", help="specrl's rows draft with the n-gram lookup alone"
+    )
     parser.add_argument("--out", default=str(REPO / "results" / "vllm" / "bench"), help="output stem")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one engine's run
     return parser.parse_args(argv)
@@ -161,11 +167,16 @@ def vllm_static(method: str, k: int, draft: str) -> dict:
     return spec | {"model": draft}
 
 
-def specrl_rows(policies: list[str], draft: str, controller: str, drafter: str) -> dict[str, dict]:
+def specrl_rows(
+    policies: list[str], draft: str, controller: str, drafter: str, lookup_only: bool = False
+) -> dict[str, dict]:
     """specrl's proposer rows, each the environment that configures it: TCP and every policy with
-    the draft model, and TCP with the n-gram lookup alone (no draft model)."""
-    rows = {f"specrl {name}": {controller: name, drafter: draft} for name in ["tcp", *policies]}
-    rows["specrl tcp, lookup"] = {controller: "tcp"}
+    the draft model, and TCP with the n-gram lookup alone (no draft model); with ``lookup_only``,
+    TCP and every policy with the lookup alone."""
+    names = ["tcp", *policies]
+    rows = {} if lookup_only else {f"specrl {name}": {controller: name, drafter: draft} for name in names}
+    for name in names if lookup_only else ["tcp"]:
+        rows[f"specrl {name}, lookup"] = {controller: name}
     return rows
 
 
@@ -228,7 +239,7 @@ def main(argv: list[str] | None = None) -> dict:
         "model": "specrl.vllm.Proposer",
         "num_speculative_tokens": args.k_max,
     }
-    controllers = specrl_rows(args.policy, draft, CONTROLLER_VARIABLE, DRAFT_VARIABLE)
+    controllers = specrl_rows(args.policy, draft, CONTROLLER_VARIABLE, DRAFT_VARIABLE, args.lookup_only)
     for label, env in controllers.items():
         candidates[label] = job(proposer, validation[1:], env=env)
     out = Path(args.out)
@@ -255,8 +266,8 @@ def main(argv: list[str] | None = None) -> dict:
     if iomp:
         preload = {"LD_PRELOAD": iomp}
         final["no speculation, iomp"] = job(None, test, process_env=preload)
-        if args.policy:
-            label = f"specrl {args.policy[0]}"
+        if args.policy:  # the first policy's row
+            label = next(label for label in controllers if label.startswith(f"specrl {args.policy[0]}"))
             final[f"{label}, iomp"] = job(proposer, test, env=controllers[label], process_env=preload)
     runs = interleaved(final, args.repeats, "test", done)
     own = own_engine(pair, test, args.max_new_tokens, args.repeats)

@@ -33,7 +33,7 @@ from specrl.envs.scenario import SPLITS
 from specrl.traces.store import DEFAULT_PROMPTS_PER_DOMAIN, cache_key, cache_parts, trace_dirs
 
 # Scenarios whose traces are the union of others' (same prompts, same settings): not recorded twice.
-JOINED = {"mixed", "mixed_t1", "mixed_pool"}
+JOINED = {"mixed", "mixed_t1", "mixed_pool", "mixed_lookup"}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -327,7 +327,7 @@ def test_invalid_scenario_files_are_refused_naming_file_and_key(tmp_path, text, 
 
 
 def test_missing_scenario_file_names_the_shipped_ones():
-    listed = r"scenario file 'envs/cod\.yaml' not found.*code, code_pool, code_t1"
+    listed = r"scenario file 'envs/cod\.yaml' not found.*code, code_lookup, code_pool, code_t1"
     with pytest.raises(ScenarioError, match=listed):
         load_scenario("envs/cod.yaml")
     with pytest.raises(ScenarioError, match="not found"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from conftest import scenario, step_outcome
 
 from specrl.controllers import StaticController
 from specrl.engine.drafters import DRAFTERS
+from specrl.engine.types import Action
 from specrl.envs import (
     InvalidActionError,
     SpecDecodeEnv,
@@ -27,7 +29,7 @@ from specrl.envs.scenario import DomainShift, Scenario, ScenarioError
 from specrl.features import FEATURE_VERSION
 from specrl.latency import LatencyError, LatencyModel, measure_drafter_costs
 from specrl.oracle import best_static, clairvoyant, clairvoyant_bound, realisations
-from specrl.traces import TraceError, TraceSet, cache_key
+from specrl.traces import TraceError, TraceSet, cache_key, pool_names
 from specrl.traces.format import LookupFields, ModelFields
 
 POOL = DRAFTERS  # every drafter: draft, draft-mid, draft-int8, draft-int4, ngram, cascade
@@ -362,3 +364,37 @@ def test_a_policy_of_feature_version_1_reads_its_prefix():
         assert controller.act(observation).k == k
     with pytest.raises(ValueError, match="observation"):
         controller.act(np.zeros(FEATURE_COUNTS[1], dtype=np.float32))
+
+
+def test_a_scenario_of_the_lookup_alone_replays_the_pools_traces(pool_scenario, pool_traces, latency):
+    lookup = replace(pool_scenario, drafters=("ngram",))
+    # the store looks for the pool's file too, for a scenario of some of its drafters only
+    assert pool_names(lookup, "test", 8, 0) == [cache_key(pool_scenario, "test", 8, 0) + ".npz"]
+    assert pool_names(pool_scenario, "test", 8, 0) == []
+    assert pool_names(replace(pool_scenario, drafters=("draft",)), "test", 8, 0) == []
+    alone = TraceReplayEnv(lookup, traces=pool_traces, latency=latency)
+    pool = TraceReplayEnv(pool_scenario, traces=pool_traces, latency=latency)
+    assert alone.action_space.shape[0] == pool.action_space.shape[0] - 1  # no drafter index
+    rng, ngram = np.random.default_rng(0), POOL.index("ngram")
+    seen, _ = alone.reset(seed=3)
+    expected, _ = pool.reset(seed=3)
+    done, steps = False, 0
+    while not done:  # the lookup alone steps as the pool does when it picks the lookup
+        action = pool_actions(rng, 1)[0]
+        action[-1] = ngram
+        seen, reward, done, _, info = alone.step(action[:-1])
+        expected, expected_reward, expected_done, _, expected_info = pool.step(action)
+        assert np.array_equal(seen, expected) and reward == expected_reward and done == expected_done
+        assert (info["tokens"], info["accepted"]) == (expected_info["tokens"], expected_info["accepted"])
+        steps += 1
+    assert steps > 3
+
+
+def test_in_an_env_of_one_drafter_an_action_of_the_default_drafter_drafts_with_it():
+    tau_grid = (0.0, 0.5)
+    assert to_engine_action(Action(3), 8, tau_grid, drafters=("ngram",)).drafter == "ngram"
+    assert to_engine_action(Action(3), 8, tau_grid).drafter == "draft"
+    with pytest.raises(InvalidActionError, match="not offered"):  # one that names another drafter
+        to_engine_action(Action(3, drafter="draft-mid"), 8, tau_grid, drafters=("ngram",))
+    with pytest.raises(InvalidActionError, match="not offered"):  # the pool has no default for it
+        to_engine_action(Action(3), 8, tau_grid, drafters=("ngram", "draft-mid"))

@@ -146,3 +146,15 @@ def test_an_interrupted_bench_resumes_from_its_finished_engine_runs(monkeypatch,
     jobs["a"]["env"]["x"] = "changed"  # another setting is not taken for a finished one
     bench.interleaved(jobs, 2, "test", done)
     assert len(started) == 7
+
+
+def test_the_specrl_rows_configure_the_proposers_controller_and_drafter():
+    bench = load_script("bench_vllm")
+    rows = bench.specrl_rows(["default"], "/draft", "C", "D")
+    assert rows == {
+        "specrl tcp": {"C": "tcp", "D": "/draft"},
+        "specrl default": {"C": "default", "D": "/draft"},
+        "specrl tcp, lookup": {"C": "tcp"},  # no draft model: the lookup drafts
+    }
+    alone = bench.specrl_rows(["lookup"], "/draft", "C", "D", lookup_only=True)
+    assert alone == {"specrl tcp, lookup": {"C": "tcp"}, "specrl lookup, lookup": {"C": "lookup"}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,13 +37,17 @@ def to_engine_action(
       ``drafter_index`` only when it has more than one drafter;
     - ``[k, tau_index]`` for an env with stop rules and one drafter: stop index 0 (no per-token rule);
     - an :class:`Action` with k <= k_max and one of ``drafters`` (any tau in [0, 1] and any stop
-      rule, so that baselines with continuous thresholds run unquantised).
+      rule, so that baselines with continuous thresholds run unquantised). In an env of one drafter
+      an Action of the default drafter drafts with that one: the rules never name a drafter, and
+      run on the lookup alone as on the draft (as specrl's vLLM proposer runs them without a draft).
 
     Anything else raises :class:`InvalidActionError`.
     """
     if isinstance(action, Action):
         if action.k > k_max:
             raise InvalidActionError(f"Action(k={action.k}) exceeds this scenario's k_max = {k_max}")
+        if action.drafter == DEFAULT_DRAFTER and len(drafters) == 1:
+            action = replace(action, drafter=drafters[0])
         if action.drafter not in drafters:
             raise InvalidActionError(
                 f"Action(drafter={action.drafter!r}) is not offered here; the scenario's drafters "

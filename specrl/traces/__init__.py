@@ -18,6 +18,7 @@ from specrl.traces.store import (
     cache_key,
     cache_parts,
     load_or_collect,
+    pool_names,
     trace_dirs,
     with_scenario,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "cache_parts",
     "extend_past_eos",
     "load_or_collect",
+    "pool_names",
     "trace_dirs",
     "with_scenario",
 ]

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from specrl.features import FEATURE_DRAFTERS
 from specrl.models import EMBEDDED_PREFIX, ModelPair
 from specrl.traces.format import (
     DEFAULT_DRAFTERS,
@@ -96,6 +97,17 @@ def cache_parts(scenario: Any) -> list[Any]:
     return [replace(scenario, name=d, prompts=replace(scenario.prompts, domains={d: 1.0})) for d in domains]
 
 
+def pool_names(scenario: Any, split: str, prompts_per_domain: int | None, seed: int) -> list[str]:
+    """The file of the whole drafter pool's traces, which replay any of its drafters, for a
+    scenario of some of them (``drafters: [ngram]`` replays the ``*_pool`` scenarios' traces); none
+    for a scenario of the draft alone or of the whole pool."""
+    drafters = set(getattr(scenario, "drafters", DEFAULT_DRAFTERS))
+    if drafters <= set(DEFAULT_DRAFTERS) or drafters >= set(FEATURE_DRAFTERS):
+        return []
+    pool = replace(scenario, drafters=FEATURE_DRAFTERS)
+    return [cache_key(pool, split, prompts_per_domain, seed) + ".npz"]
+
+
 def load_or_collect(
     scenario: Any,
     split: str,
@@ -134,15 +146,16 @@ def load_or_collect(
             ]
         )
     name = cache_key(scenario, split, prompts_per_domain, seed) + ".npz"
-    for folder in trace_dirs(pair):
-        if (folder / name).is_file():
-            traces = TraceSet.load(folder / name)
-            if traces.meta["pair"] != pair.name:
-                raise TraceError(
-                    f"trace file '{folder / name}' was recorded with pair {traces.meta['pair']!r}, "
-                    f"not {pair.name!r}; delete it to collect again"
-                )
-            return traces
+    for candidate in [name, *pool_names(scenario, split, prompts_per_domain, seed)]:
+        for folder in trace_dirs(pair):
+            if (folder / candidate).is_file():
+                traces = TraceSet.load(folder / candidate)
+                if traces.meta["pair"] != pair.name:
+                    raise TraceError(
+                        f"trace file '{folder / candidate}' was recorded with pair {traces.meta['pair']!r}, "
+                        f"not {pair.name!r}; delete it to collect again"
+                    )
+                return traces
     traces = collect(
         pair, scenario, split, prompts_per_domain=prompts_per_domain, seed=seed, progress=progress
     )
