@@ -54,7 +54,9 @@ accepted stops drafting (:class:`specrl.controllers.stop_rules.AcceptanceThresho
 
 ``drafters`` lists the drafters of :mod:`specrl.engine.drafters` the env offers, default
 ``[draft]``. With more than one, the action gains a last dimension, the index of the drafter in
-this list, and traces record each drafter's fields (:mod:`specrl.traces.format`).
+this list, and traces record each drafter's fields (:mod:`specrl.traces.format`). With one, every
+action drafts with it, a rule's too (``[ngram]``: the lookup alone); a scenario of some of the
+pool's drafters replays the whole pool's traces when it has none of its own.
 
 ``latency`` chooses the :class:`~specrl.latency.LatencyModel` behind ``modeled`` time and the
 default rho: ``calibrated`` learns it from the pair's decoding loop on its device once and caches

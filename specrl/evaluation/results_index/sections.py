@@ -175,6 +175,17 @@ SECTIONS = (
         "results/notes/vllm.md",
     ),
     Section(
+        "specrl inside vLLM: a policy over the n-gram lookup alone",
+        "The drafter specrl's vLLM proposer runs without a draft model is the n-gram lookup. A policy "
+        "trained on the mixed_lookup scenario (the pool's traces, the lookup's actions only): checkpoint "
+        "selection on validation and the comparison on test traces (simulator). It was not shipped: "
+        "it kept its warm start, the static setting k = 5.",
+        "python experiments/train_ppo.py --scenarios mixed_lookup --eval-scenarios code_lookup prose_lookup "
+        "math_lookup --select-scenarios code_lookup prose_lookup math_lookup --validate-scenarios --no-stop "
+        "--policy-name lookup",
+        ("results/vllm/lookup_policy/results.md", "results/vllm/lookup_policy/metadata.json"),
+    ),
+    Section(
         "Online draft adaptation on a shifting request stream",
         "A stream of code, then mostly arithmetic (which the draft never saw), then prose, served one "
         "request at a time by plain decoding and by the frozen or the online-adapted draft under TCP and "
