@@ -35,8 +35,8 @@ against vLLM, both without speculation, at the same batch sizes.
     python experiments/bench_vllm.py                                    # results/vllm/bench.*
     python experiments/bench_vllm.py --requests 8 --repeats 2 --validation-repeats 1 --static-k 2 \\
         --max-new-tokens 16 --out /tmp/vllm_smoke                       # a smoke run
-    python experiments/bench_vllm.py --policy lookup --lookup-only --validation-repeats 1 \\
-        --out results/vllm/lookup                                       # the policy over the lookup
+    python experiments/bench_vllm.py --policy FOLDER --lookup-only --validation-repeats 1 \\
+        --out /tmp/vllm_lookup                     # a policy trained on mixed_lookup, over the lookup
 """
 
 from __future__ import annotations
