@@ -59,7 +59,8 @@ def test_a_path_still_wins_and_a_missing_name_lists_the_shipped_ones(tmp_path, m
     assert specrl.LearnedController.load(SHIPPED_POLICY_DIR / "default").pair
     with pytest.raises(PolicyError, match=r"policy folder nope does not exist.*shipped policy: .*default"):
         specrl.LearnedController.load("nope")
-    with pytest.raises(ScenarioError, match=r"scenario file 'nope' not found.*code, code_lookup, code_pool, code_t1"):
+    listed = r"scenario file 'nope' not found.*code, code_lookup, code_pool, code_t1"
+    with pytest.raises(ScenarioError, match=listed):
         load_scenario("nope")
 
 
