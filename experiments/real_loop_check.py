@@ -15,17 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import shlex
-import sys
 import time
 from pathlib import Path
 
-import torch
-
 from specrl.controllers.learned import LearnedController
 from specrl.envs import cached_traces
+from specrl.evaluation.machine import command_line, machine_clause
 from specrl.evaluation.real_loop_check import check_scenarios, real_loop_section
 from specrl.io import write_text_atomic
 from specrl.latency import calibrated
@@ -77,13 +72,12 @@ def main() -> None:
         repeats=args.repeats,
         seed=args.seed,
     )
-    command = "python " + shlex.join(sys.argv)
+    command = command_line()
     text = (
         f"# {policy.name} against the best rule, real loop\n"
         + real_loop_section(rows, args.prompts, args.repeats)
         + f"\nCommand: `{command}` ({(time.perf_counter() - started) / 60:.1f} minutes). Machine: "
-        f"{platform.machine()}, {os.cpu_count()} logical CPUs, torch {torch.__version__} "
-        f"({latency.device}).\n"
+        f"{machine_clause(latency.device)}.\n"
     )
     record = {
         "command": command,

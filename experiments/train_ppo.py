@@ -29,8 +29,6 @@ rollout/, hyperparameters under TEXT, histograms of k and tau). Ctrl-C (or SIGTE
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shlex
 import sys
 import time
@@ -39,6 +37,7 @@ from pathlib import Path
 import torch
 
 from specrl.controllers.learned import LearnedController
+from specrl.evaluation.machine import machine_clause
 from specrl.evaluation.real_loop_check import check_scenarios, real_loop_section
 from specrl.export.layout import SHIPPED_POLICY_DIR
 from specrl.export.write import PARITY_OBSERVATIONS
@@ -265,8 +264,7 @@ def main() -> None:
         + simulator_section(rows, selected, unseen_note(compared, pair))
         + (real_loop_section(real_rows, args.validate_prompts, args.validate_repeats) if real_rows else "")
         + f"\nCommand: `{command}` ({(time.perf_counter() - started) / 60:.1f} minutes"
-        f"{' since the resume' if args.resume else ''}). Machine: {platform.machine()}, "
-        f"{os.cpu_count()} logical CPUs, torch {torch.__version__} ({latency.device}).\n"
+        f"{' since the resume' if args.resume else ''}). Machine: {machine_clause(latency.device)}.\n"
     )
     write_text_atomic(run.run_dir / "results.md", text)
     write_text_atomic(folder / "results.md", text)

@@ -105,6 +105,12 @@ def describe_commit(machine: dict) -> str | None:
     return f"commit {git['commit'][:10]}" + (" with uncommitted changes" if git.get("dirty") else "")
 
 
+def machine_clause(device: str) -> str:
+    """A result line's short machine: architecture, logical CPUs, torch and the latency model's
+    ``device`` (as ``train_ppo.py`` and ``real_loop_check.py`` end their pages)."""
+    return f"{platform.machine()}, {os.cpu_count()} logical CPUs, torch {torch.__version__} ({device})"
+
+
 def command_line() -> str:
     """The command that is running, with the environment variables that change its results."""
     env = " ".join(
