@@ -57,11 +57,27 @@ positions pool every row's, lengths are means over rows, and ``batch_size`` coun
  31   drafter_cascade         the same for ``cascade``
  32   lookup_order            the length of the n-gram the lookup matched now (3, 2, 1) / 3; 0
                               without a match or when the drafters do not include ``ngram``
+ 33   draft_price             seconds per draft forward over the last 16 steps / the seconds of
+                              a one-token verification of the batch now, clipped (0 until both
+                              are known)
+ 34   verify_token_price      what one more verified token per row adds to a verification of
+                              the batch now / that one-token verification, clipped (0 until
+                              known)
 ====  ======================  =============================================================
 
+**Prices** (33, 34) are what decides k on a machine, as ratios, so they do not depend on its
+absolute speed: a verification costs ``fixed + per_token * tokens`` (``tokens``: every row's
+proposed + 1), fitted by least squares over the last 32 steps of measured (or, in the simulator,
+latency-model) verify seconds; a one-token verification of B rows is ``fixed + per_token * B``.
+The fit needs steps that verified different token counts; until the window has them (a
+controller that never changes k, plain decoding), the last fit stands, and 0 before any. On this
+project's CPU a 9-token verification costs about twice a 1-token one (verify_token_price about
+0.12); on a GPU below its knee it is nearly flat (about 0.01).
+
 Versions are prefixes: version 1 is the first 19 features (one draft, before the drafter pool),
-version 2 the first 32, version 3 all 33 (the lookup's match order: a trigram match predicts the
-next tokens far better than a single token's; ``experiments/pool_signals.py`` measures it). A
+version 2 the first 32, version 3 the first 33 (the lookup's match order: a trigram match predicts
+the next tokens far better than a single token's; ``experiments/pool_signals.py`` measures it),
+version 4 all 35 (the prices: a policy that reads the machine's prices, not one machine's). A
 policy records its version and sees the first ``FEATURE_COUNTS[version]`` features, so an older
 policy still runs, on the features it was trained with.
 
@@ -84,7 +100,7 @@ if TYPE_CHECKING:  # annotations only: the engine's decoder imports this module
     from specrl.engine.generation import Generation
     from specrl.engine.types import StepResult
 
-FEATURE_VERSION = 3
+FEATURE_VERSION = 4
 
 # The drafters, each with features of their own, in order: the one list of them (the engine's
 # pool, specrl.engine.drafters.DRAFTERS, is this list; adding a drafter is a new feature version).
@@ -116,6 +132,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     *(f"acceptance_{name}" for name in FEATURE_DRAFTERS),
     *(f"drafter_{name}" for name in FEATURE_DRAFTERS),
     "lookup_order",
+    "draft_price",
+    "verify_token_price",
 )
 N_FEATURES = len(FEATURE_NAMES)
 # The features FeatureTracker.update keeps as the step history (the first 15), each written by name.
@@ -134,7 +152,7 @@ REJECTED_CONFIDENCE = FEATURE_NAMES.index("rejected_confidence")
 ACCEPTED_CONFIDENCE = FEATURE_NAMES.index("accepted_confidence")
 COST_RATIO = FEATURE_NAMES.index("cost_ratio")
 STEPS_SINCE_DRAFT = FEATURE_NAMES.index("steps_since_draft")
-FEATURE_COUNTS = {1: 19, 2: 32, 3: N_FEATURES}  # version -> its features: the first that many
+FEATURE_COUNTS = {1: 19, 2: 32, 3: 33, 4: N_FEATURES}  # version -> its features: the first that many
 FEATURE_LOW = 0.0  # every feature lies in [FEATURE_LOW, FEATURE_HIGH]
 FEATURE_HIGH = 1.0
 
@@ -142,6 +160,7 @@ SHORT_WINDOW = 4  # proposing steps
 LONG_WINDOW = 32  # proposing steps
 CONFIDENCE_WINDOW = 8  # steps with a rejection / with acceptances
 COST_WINDOW = 16  # steps
+PRICE_WINDOW = 32  # steps the verification's price line is fitted over
 K_NORM = 16  # token counts and k are divided by this (larger values clip to 1)
 TEMPERATURE_NORM = 2.0
 BATCH_LOG2_NORM = 8.0
@@ -253,6 +272,44 @@ class _Step(NamedTuple):
         )
 
 
+class VerifyPrice:
+    """The verification's price line, ``seconds = fixed + per_token * tokens``, fitted by least
+    squares over the last :data:`PRICE_WINDOW` steps (running sums: the simulators add tens of
+    thousands of steps a second). ``tokens`` is every row's proposed + 1, an integer, so the sums
+    over it are exact."""
+
+    __slots__ = ("points", "n", "sx", "sy", "sxx", "sxy")
+
+    def __init__(self) -> None:
+        self.points: deque[tuple[int, float]] = deque()
+        self.n, self.sx, self.sy, self.sxx, self.sxy = 0, 0, 0.0, 0, 0.0
+
+    def add(self, tokens: int, seconds: float) -> None:
+        """One step's verified tokens and seconds (a step without a timing is skipped)."""
+        if not seconds > 0:
+            return
+        self.points.append((tokens, seconds))
+        self._sum(tokens, seconds, 1)
+        if len(self.points) > PRICE_WINDOW:
+            self._sum(*self.points.popleft(), -1)
+
+    def _sum(self, tokens: int, seconds: float, sign: int) -> None:
+        self.n += sign
+        self.sx += sign * tokens
+        self.sy += sign * seconds
+        self.sxx += sign * tokens * tokens
+        self.sxy += sign * tokens * seconds
+
+    def fit(self) -> tuple[float, float] | None:
+        """(fixed, per_token) seconds, per_token at least 0; None while the window's steps all
+        verified the same number of tokens (the slope is not identified)."""
+        spread = self.n * self.sxx - self.sx * self.sx  # n^2 times the variance of tokens: an integer
+        if self.n < 2 or spread <= 0:
+            return None
+        per_token = max(0.0, (self.n * self.sxy - self.sx * self.sy) / spread)
+        return (self.sy - per_token * self.sx) / self.n, per_token
+
+
 class FeatureTracker:
     """Running statistics of one generation (or episode), turned into the feature vector.
 
@@ -300,6 +357,8 @@ class FeatureTracker:
         self.draft_seconds: deque[float] = deque(maxlen=COST_WINDOW)
         self.draft_forwards: deque[int] = deque(maxlen=COST_WINDOW)
         self.verify_seconds: deque[float] = deque(maxlen=COST_WINDOW)
+        self.verify_price = VerifyPrice()
+        self.price_line: tuple[float, float] | None = None  # the last identified (fixed, per_token)
         self.log_vocab = math.log(max(2, settings.vocab_size))
         # the step-history features: the first 15, written by name in _account (the rest: vector())
         self.history = [0.0] * (STEPS_SINCE_DRAFT + 1)
@@ -359,6 +418,8 @@ class FeatureTracker:
         self.draft_forwards.append(step.draft_forwards)
         self.verify_seconds.append(step.verify_seconds)
         history[COST_RATIO] = self._cost_ratio()
+        self.verify_price.add(proposed + rows, step.verify_seconds)
+        self.price_line = self.verify_price.fit() or self.price_line
         history[LAST_PROPOSED] = proposed / rows / K_NORM
         history[LAST_ACCEPTED] = accepted / rows / K_NORM
         history[LAST_K] = step.action.k / K_NORM
@@ -380,18 +441,36 @@ class FeatureTracker:
         if index is not None:
             pool[n + index] = 1.0
 
-    def _cost_ratio(self) -> float:
+    def _draft_per_forward(self) -> float | None:
+        """Seconds per draft forward over the last :data:`COST_WINDOW` steps; None without one."""
         draft_forwards = sum(self.draft_forwards)
+        return sum(self.draft_seconds) / draft_forwards if draft_forwards else None
+
+    def _cost_ratio(self) -> float:
+        per_forward = self._draft_per_forward()
         verify_seconds = sum(self.verify_seconds)
-        if not draft_forwards or verify_seconds <= 0:
+        if per_forward is None or verify_seconds <= 0:
             return 0.0
-        per_verify = verify_seconds / len(self.verify_seconds)
-        return sum(self.draft_seconds) / draft_forwards / per_verify
+        return per_forward / (verify_seconds / len(self.verify_seconds))
+
+    def prices(self) -> tuple[float, float]:
+        """(draft_price, verify_token_price) for the batch now, unclipped; 0 for what is not
+        known yet (see the module doc)."""
+        if self.price_line is None:
+            return 0.0, 0.0
+        fixed, per_token = self.price_line
+        rows = max(1, self.batch_size)
+        one_token = fixed + per_token * rows  # a verification of one token per row
+        if one_token <= 0:
+            return 0.0, 0.0
+        per_forward = self._draft_per_forward()
+        return (0.0 if per_forward is None else per_forward / one_token), per_token * rows / one_token
 
     def vector(self) -> np.ndarray:
         """The observation now: float32 array of shape (N_FEATURES,), every entry in [0, 1]."""
         settings = self.settings
         available, order = self.lookup() if self.lookup is not None else (0, 0)
+        draft_price, verify_token_price = self.prices()
         features = np.array(
             [
                 *self.history,
@@ -402,6 +481,8 @@ class FeatureTracker:
                 available / K_NORM,
                 *self.pool_history,
                 order / ORDER_NORM,
+                draft_price,
+                verify_token_price,
             ],
             dtype=np.float32,
         )

@@ -139,11 +139,55 @@ def test_scripted_history_gives_the_documented_values():
         "lookup_order": 0.0,
         "acceptance_draft": 5 / 9,  # every step was the draft's
         "drafter_draft": 1.0,
+        # the verification's line over (tokens verified, seconds): (5, .010), (5, .010), (1, .008), (2, .009)
+        "draft_price": (0.010 / 10) / (FIXED + PER_TOKEN),
+        "verify_token_price": PER_TOKEN / (FIXED + PER_TOKEN),
         **{f"{kind}_{d}": 0.0 for kind in ("acceptance", "drafter") for d in FEATURE_DRAFTERS[1:]},
     }
     assert set(expected) == set(FEATURE_NAMES)
     for name, value in expected.items():
         assert values[name] == pytest.approx(value, abs=1e-6), name
+
+
+# least squares of (5, .010), (5, .010), (1, .008), (2, .009) by hand: n = 4, sums 13, .037, 55, .126
+PER_TOKEN = (4 * 0.126 - 13 * 0.037) / (4 * 55 - 13**2)
+FIXED = (0.037 - PER_TOKEN * 13) / 4
+
+
+def test_prices_read_the_machine_not_its_speed_and_follow_the_batch():
+    """A verification of ``fixed + per_token * tokens`` seconds gives the documented prices at
+    any absolute speed; a batch of B rows is priced per row of it; a window where every step
+    verified as many tokens keeps the last fit."""
+
+    def history(scale: float, rows: int = 1) -> FeatureTracker:
+        tracker = FeatureTracker(replace(SETTINGS, batch_size=rows), prompt_length=50)
+        for k in [0, 4, 2, 6, 3, 0, 1, 5]:
+            row = step(
+                k,
+                k,
+                k // 2,
+                [0.9] * k,
+                draft_s=scale * 0.001 * k,
+                verify_s=scale * (0.008 + 0.001 * rows * (k + 1)),
+            )
+            tracker.update([replace(row, context_length=50) for _ in range(rows)])
+        return tracker
+
+    one_token = 0.008 + 0.001  # fixed + per_token x 1 row
+    values = features(history(1.0))
+    assert values["verify_token_price"] == pytest.approx(0.001 / one_token)
+    assert values["draft_price"] == pytest.approx(0.001 / one_token)  # 1 ms per draft forward
+    assert features(history(7.0)) == pytest.approx(values)  # a machine 7x slower: the same prices
+    batch = features(history(1.0, rows=4))  # 4 rows: the line is over every row's tokens
+    assert batch["verify_token_price"] == pytest.approx(4 * 0.001 / (0.008 + 4 * 0.001))
+    flat = FeatureTracker(SETTINGS, prompt_length=50)
+    for _ in range(40):  # k never changes: the slope is not identified, nothing is made up
+        flat.update([step(4, 4, 2, [0.9] * 4, draft_s=0.004, verify_s=0.02)])
+    assert features(flat)["verify_token_price"] == 0.0 and features(flat)["draft_price"] == 0.0
+    tracker = history(1.0)
+    for _ in range(40):  # then the last fit stands
+        tracker.update([step(4, 4, 2, [0.9] * 4, draft_s=0.004, verify_s=0.013)])
+    assert features(tracker)["verify_token_price"] == pytest.approx(values["verify_token_price"])
 
 
 def test_pool_features_follow_each_drafter_and_the_lookup():

@@ -124,7 +124,8 @@ class SpecDecodeEnv(gym.Env):
 
     - v0: initial version (observation features version 1); the drafter index and features
       version 2 (32 features) came with the drafter pool, version 3 (33: the lookup's match order)
-      after it, same id.
+      after it, version 4 (35: the prices of a draft forward and of a verified token, from the
+      measured seconds), same id.
     """
 
     metadata = {"render_modes": []}

@@ -181,7 +181,8 @@ class TraceReplayEnv(gym.Env):
     - v0: initial version (observation features version 1, trace format version 1); the drafter
       index and features version 2 (32 features) came with the drafter pool, version 3 (33: the
       lookup's match order) after it; batches of requests (the batch simulator's rows) since the
-      one replay env, same id.
+      one replay env; version 4 (35: the prices of a draft forward and of a verified token, from the
+      latency model's seconds), same id.
     """
 
     metadata = {"render_modes": []}
