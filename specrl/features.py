@@ -66,13 +66,23 @@ positions pool every row's, lengths are means over rows, and ``batch_size`` coun
 ====  ======================  =============================================================
 
 **Prices** (33, 34) are what decides k on a machine, as ratios, so they do not depend on its
-absolute speed: a verification costs ``fixed + per_token * tokens`` (``tokens``: every row's
-proposed + 1), fitted by least squares over the last 32 steps of measured (or, in the simulator,
-latency-model) verify seconds; a one-token verification of B rows is ``fixed + per_token * B``.
-The fit needs steps that verified different token counts; until the window has them (a
-controller that never changes k, plain decoding), the last fit stands, and 0 before any. On this
-project's CPU a 9-token verification costs about twice a 1-token one (verify_token_price about
-0.12); on a GPU below its knee it is nearly flat (about 0.01).
+absolute speed: a verification costs ``fixed + per_token * tokens`` (``tokens``: the tokens the
+target is fed, B rows times the longest row's proposals + 1, as rows are padded), fitted over the
+last 32 steps of measured (or, in the simulators, latency-model) verify seconds; a one-token
+verification of B rows is ``fixed + per_token * B``.
+
+A line needs steps that verified different token counts, and a controller that never changes k
+(a static rule, a deterministic policy without a tau stop) never gives them. So the fit leans on
+a **prior**, :class:`PriceLine`: the latency model's (the simulators price with it; the engine
+takes the machine's calibration, ``SpeculativeDecoder(..., prices=model.price_line)``). The
+slope is a ridge regression toward the prior's *relative* slope (``per_token / fixed``, which
+does not depend on the machine's speed either), worth :data:`PRIOR_STEPS` steps one token a row
+away from the window's mean: steps that vary their tokens outweigh it within a few steps, and
+steps that do not leave the prior's shape, scaled to the measured seconds. Before the first step
+the prices are the prior's. Without a prior (the vLLM proposer) the fit is the data's alone, the
+last identified line stands while the window's token counts do not vary, and the prices are 0
+before one. On this project's CPU a 9-token verification costs about twice a 1-token one
+(verify_token_price about 0.12); on a GPU below its knee it is nearly flat (about 0.01).
 
 Versions are prefixes: version 1 is the first 19 features (one draft, before the drafter pool),
 version 2 the first 32, version 3 the first 33 (the lookup's match order: a trigram match predicts
@@ -161,6 +171,7 @@ LONG_WINDOW = 32  # proposing steps
 CONFIDENCE_WINDOW = 8  # steps with a rejection / with acceptances
 COST_WINDOW = 16  # steps
 PRICE_WINDOW = 32  # steps the verification's price line is fitted over
+PRIOR_STEPS = 4  # the prior's weight in the price fit: steps one token a row from the window's mean
 K_NORM = 16  # token counts and k are divided by this (larger values clip to 1)
 TEMPERATURE_NORM = 2.0
 BATCH_LOG2_NORM = 8.0
@@ -230,17 +241,19 @@ class _Step(NamedTuple):
     rejected_confidences: list[float]  # per row with a rejection: its first rejected token's confidence
     accepted_confidence_sum: float
     stopped: int  # rows whose drafting ended early
+    fed: int  # tokens the verification was fed: rows x (the longest row's proposals + 1)
 
     @classmethod
     def of(cls, results: Sequence[StepResult]) -> _Step:
         """The rows' results summed, in one pass (a single sequence's step is one row)."""
-        proposed = accepted = emitted = context_length = forwards = stopped = 0
+        proposed = accepted = emitted = context_length = forwards = stopped = longest = 0
         probs = accepted_confidence = 0.0
         confidences: list[float] = []
         entropies: list[float] = []
         rejected: list[float] = []
         for r in results:
             proposed += r.proposed
+            longest = max(longest, r.proposed)
             accepted += r.accepted
             emitted += r.emitted
             context_length += r.context_length
@@ -269,14 +282,34 @@ class _Step(NamedTuple):
             rejected,
             accepted_confidence,
             stopped,
+            len(results) * (longest + 1),
         )
 
 
+class PriceLine(NamedTuple):
+    """A machine's prices at a batch size, in seconds: a verification fed ``tokens`` tokens costs
+    ``fixed + per_token * tokens``, a draft forward ``draft_forward``
+    (:meth:`specrl.latency.LatencyModel.price_line` gives a latency model's)."""
+
+    draft_forward: float
+    fixed: float
+    per_token: float
+
+    def ratios(self, rows: int) -> tuple[float, float]:
+        """(draft_price, verify_token_price) at ``rows`` rows: each over a one-token verification."""
+        one_token = self.fixed + self.per_token * rows
+        if one_token <= 0:
+            return 0.0, 0.0
+        return self.draft_forward / one_token, self.per_token * rows / one_token
+
+
+Prices = Callable[[int, float], PriceLine]  # (rows, context length) -> the prior there
+
+
 class VerifyPrice:
-    """The verification's price line, ``seconds = fixed + per_token * tokens``, fitted by least
-    squares over the last :data:`PRICE_WINDOW` steps (running sums: the simulators add tens of
-    thousands of steps a second). ``tokens`` is every row's proposed + 1, an integer, so the sums
-    over it are exact."""
+    """The verification's price line, ``seconds = fixed + per_token * tokens``, fitted over the last
+    :data:`PRICE_WINDOW` steps (running sums: the simulators add tens of thousands of steps a
+    second). ``tokens`` is an integer, so the sums over it are exact."""
 
     __slots__ = ("points", "n", "sx", "sy", "sxx", "sxy")
 
@@ -300,14 +333,29 @@ class VerifyPrice:
         self.sxx += sign * tokens * tokens
         self.sxy += sign * tokens * seconds
 
-    def fit(self) -> tuple[float, float] | None:
-        """(fixed, per_token) seconds, per_token at least 0; None while the window's steps all
-        verified the same number of tokens (the slope is not identified)."""
-        spread = self.n * self.sxx - self.sx * self.sx  # n^2 times the variance of tokens: an integer
-        if self.n < 2 or spread <= 0:
+    def fit(self, relative_slope: float | None = None, rows: int = 1) -> tuple[float, float] | None:
+        """(fixed, per_token) seconds, per_token at least 0, or None.
+
+        With ``relative_slope`` (the prior's ``per_token / fixed``), a ridge regression: the slope
+        is pulled toward the line of that shape through the window's mean, with the weight of
+        :data:`PRIOR_STEPS` steps one token a row (``rows``) from the mean; None only before any
+        step. Without it, least squares, None while the window's steps all verified the same
+        number of tokens (the slope is not identified)."""
+        n = self.n
+        if n == 0:
             return None
-        per_token = max(0.0, (self.n * self.sxy - self.sx * self.sy) / spread)
-        return (self.sy - per_token * self.sx) / self.n, per_token
+        spread = n * self.sxx - self.sx * self.sx  # n^2 times the variance of tokens: an integer
+        covariance = n * self.sxy - self.sx * self.sy  # n^2 times the covariance
+        mean_tokens, mean_seconds = self.sx / n, self.sy / n
+        if relative_slope is None:
+            if n < 2 or spread <= 0:
+                return None
+            per_token = max(0.0, covariance / spread)
+        else:
+            prior = relative_slope * mean_seconds / (1 + relative_slope * mean_tokens)
+            weight = PRIOR_STEPS * rows * rows * n  # in the units of spread / n
+            per_token = max(0.0, (covariance + weight * prior) / (spread + weight))
+        return mean_seconds - per_token * mean_tokens, per_token
 
 
 class FeatureTracker:
@@ -327,16 +375,28 @@ class FeatureTracker:
     """
 
     def __init__(
-        self, settings: GenerationSettings, prompt_length: int, lookup: Lookup | None = None
+        self,
+        settings: GenerationSettings,
+        prompt_length: int,
+        lookup: Lookup | None = None,
+        prices: Prices | None = None,
     ) -> None:
-        self.reset(settings, prompt_length, lookup)
+        self.reset(settings, prompt_length, lookup, prices)
 
-    def reset(self, settings: GenerationSettings, prompt_length: int, lookup: Lookup | None = None) -> None:
+    def reset(
+        self,
+        settings: GenerationSettings,
+        prompt_length: int,
+        lookup: Lookup | None = None,
+        prices: Prices | None = None,
+    ) -> None:
         """Forget all history: a new generation of ``prompt_length`` prompt tokens starts.
         ``lookup()`` answers what the n-gram lookup finds now: (tokens it could propose, the
         order of its match), (0, 0) without one (asked by :meth:`vector` when
-        ``settings.drafters`` include ``ngram``)."""
+        ``settings.drafters`` include ``ngram``). ``prices(rows, context)`` is the prior of the
+        price features (the module doc), asked now and whenever the batch's rows change."""
         self.settings = settings
+        self.prices_at = prices
         self.lookup = lookup if LOOKUP_DRAFTER in settings.drafters else None
         # per drafter: (accepted, proposed) of its last proposing steps; the last step's drafter
         self.by_drafter = {name: deque(maxlen=SHORT_WINDOW) for name in FEATURE_DRAFTERS}
@@ -358,7 +418,9 @@ class FeatureTracker:
         self.draft_forwards: deque[int] = deque(maxlen=COST_WINDOW)
         self.verify_seconds: deque[float] = deque(maxlen=COST_WINDOW)
         self.verify_price = VerifyPrice()
-        self.price_line: tuple[float, float] | None = None  # the last identified (fixed, per_token)
+        self.prior: PriceLine | None = None
+        self.price_line: tuple[float, float] | None = None  # the last fitted (fixed, per_token)
+        self._ask_prior()
         self.log_vocab = math.log(max(2, settings.vocab_size))
         # the step-history features: the first 15, written by name in _account (the rest: vector())
         self.history = [0.0] * (STEPS_SINCE_DRAFT + 1)
@@ -371,7 +433,21 @@ class FeatureTracker:
     def set_rows(self, batch_size: int, context_length: float, generated: float) -> None:
         """A batch's rows changed outside a step (requests joined or left): its size, and its
         rows' mean sequence length and mean tokens generated."""
+        rows_changed = batch_size != self.batch_size
         self.batch_size, self.context_length, self.generated = batch_size, context_length, generated
+        if rows_changed:
+            self._ask_prior()
+
+    def _ask_prior(self) -> None:
+        """The prior price line at the batch now (see the module doc), and the fit under it."""
+        if self.prices_at is not None:
+            self.prior = self.prices_at(max(1, self.batch_size), self.context_length)
+            self._fit_prices()
+
+    def _fit_prices(self) -> None:
+        prior = self.prior
+        relative = None if prior is None or prior.fixed <= 0 else prior.per_token / prior.fixed
+        self.price_line = self.verify_price.fit(relative, max(1, self.batch_size)) or self.price_line
 
     def update(self, results: Sequence[StepResult]) -> None:
         """Account for one step: ``results`` has one entry per row, all of one action (a single
@@ -382,7 +458,9 @@ class FeatureTracker:
         positions pool every row's, and the batch size is the number of rows."""
         if not results:
             raise ValueError("a step has at least one row")
-        self.batch_size = len(results)
+        if len(results) != self.batch_size:
+            self.batch_size = len(results)
+            self._ask_prior()
         self._account(_Step.of(results))
 
     def _account(self, step: _Step) -> None:
@@ -418,8 +496,8 @@ class FeatureTracker:
         self.draft_forwards.append(step.draft_forwards)
         self.verify_seconds.append(step.verify_seconds)
         history[COST_RATIO] = self._cost_ratio()
-        self.verify_price.add(proposed + rows, step.verify_seconds)
-        self.price_line = self.verify_price.fit() or self.price_line
+        self.verify_price.add(step.fed, step.verify_seconds)
+        self._fit_prices()
         history[LAST_PROPOSED] = proposed / rows / K_NORM
         history[LAST_ACCEPTED] = accepted / rows / K_NORM
         history[LAST_K] = step.action.k / K_NORM
@@ -454,17 +532,20 @@ class FeatureTracker:
         return per_forward / (verify_seconds / len(self.verify_seconds))
 
     def prices(self) -> tuple[float, float]:
-        """(draft_price, verify_token_price) for the batch now, unclipped; 0 for what is not
-        known yet (see the module doc)."""
-        if self.price_line is None:
-            return 0.0, 0.0
-        fixed, per_token = self.price_line
+        """(draft_price, verify_token_price) for the batch now, unclipped (see the module doc):
+        the fitted line's, with the measured draft forward (the prior's draft price while the last
+        steps ran none); the prior's before any step; 0 for what is not known."""
         rows = max(1, self.batch_size)
+        prior = (0.0, 0.0) if self.prior is None else self.prior.ratios(rows)
+        if self.price_line is None:
+            return prior
+        fixed, per_token = self.price_line
         one_token = fixed + per_token * rows  # a verification of one token per row
         if one_token <= 0:
-            return 0.0, 0.0
+            return prior
         per_forward = self._draft_per_forward()
-        return (0.0 if per_forward is None else per_forward / one_token), per_token * rows / one_token
+        draft_price = prior[0] if per_forward is None else per_forward / one_token
+        return draft_price, per_token * rows / one_token
 
     def vector(self) -> np.ndarray:
         """The observation now: float32 array of shape (N_FEATURES,), every entry in [0, 1]."""

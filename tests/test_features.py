@@ -26,7 +26,7 @@ from specrl.features import (
     FeatureTracker,
     GenerationSettings,
 )
-from specrl.latency import LatencyModel
+from specrl.latency import CostModel, LatencyModel
 
 SETTINGS = GenerationSettings(max_new_tokens=100, context_window=200, vocab_size=64, temperature=0.0)
 INDEX = {name: i for i, name in enumerate(FEATURE_NAMES)}
@@ -190,6 +190,27 @@ def test_prices_read_the_machine_not_its_speed_and_follow_the_batch():
     assert features(tracker)["verify_token_price"] == pytest.approx(values["verify_token_price"])
 
 
+def test_a_prior_line_gives_prices_a_constant_k_cannot_and_yields_to_steps_that_vary():
+    """The latency model's line is the prior: before any step the prices are its own; steps of
+    one token count keep its shape, at the measured seconds (a machine twice as slow as the prior's
+    reads the same ratios); steps that vary their tokens move the line to theirs."""
+    model = LatencyModel.from_cost_model(CostModel(0.001, 0.010, 0.002))  # verify .010 + .002 (n - 1)
+    prior = model.price_line()
+    assert prior == pytest.approx((0.001, 0.008, 0.002))  # per fed token .002, fixed .010 - .002
+    tracker = FeatureTracker(SETTINGS, prompt_length=50, prices=model.price_line)
+    assert features(tracker)["verify_token_price"] == pytest.approx(0.002 / 0.010)
+    assert features(tracker)["draft_price"] == pytest.approx(0.001 / 0.010)
+    for _ in range(40):  # a static k = 4 on a machine twice as slow: 2 x (.010 + .002 x 4)
+        tracker.update([step(4, 4, 2, [0.9] * 4, draft_s=4 * 0.002, verify_s=2 * 0.018)])
+    assert features(tracker)["verify_token_price"] == pytest.approx(0.002 / 0.010)
+    assert features(tracker)["draft_price"] == pytest.approx(0.002 / 0.020)  # measured, over 2 x .010
+    for k in [0, 4, 2, 6, 3, 0, 1, 5] * 4:  # then a machine whose verification is flatter: .008 + .0005 n
+        tracker.update([step(k, k, k // 2, [0.9] * k, draft_s=0.001 * k, verify_s=0.008 + 0.0005 * (k + 1))])
+    data = 0.0005 / 0.0085
+    assert features(tracker)["verify_token_price"] == pytest.approx(data, rel=0.05)
+    assert abs(features(tracker)["verify_token_price"] - data) < 0.1 * abs(0.2 - data)
+
+
 def test_pool_features_follow_each_drafter_and_the_lookup():
     match = [(5, 3)]  # (tokens the lookup could propose, the order of its match)
     settings = replace(SETTINGS, drafters=("draft", "ngram"))
@@ -323,13 +344,14 @@ def test_env_and_decoder_show_a_controller_identical_observations_and_get_identi
     _, pair = tiny_home
     scenario = replace(specrl.load_scenario("code_t1"), max_new_tokens=40)
     # rho from a constant model: the fake clock must not be calibrated into the session's cache
-    env = specrl.SpecDecodeEnv(scenario, pair=pair, time="wallclock", latency=LatencyModel.from_cost_model())
+    latency = LatencyModel.from_cost_model()
+    env = specrl.SpecDecodeEnv(scenario, pair=pair, time="wallclock", latency=latency)
     in_env = Recording(specrl.TCPController())
     summary = run_episode(env, in_env, seed=3)
     _, info = env.reset(seed=3)
 
-    in_decoder = Recording(specrl.TCPController())
-    out = specrl.SpeculativeDecoder(pair, in_decoder).generate(
+    in_decoder = Recording(specrl.TCPController())  # the same prior of the price features
+    out = specrl.SpeculativeDecoder(pair, in_decoder, prices=latency.price_line).generate(
         info["prompt"], max_new_tokens=40, temperature=1.0, seed=info["generation_seed"]
     )
     assert summary.tokens == out.stats.new_tokens and summary.steps == len(out.steps) > 5

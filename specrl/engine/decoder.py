@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import DEFAULT_DRAFTER, GenerationOutput, GenerationStats, Step
-from specrl.features import FeatureTracker, GenerationSettings
+from specrl.features import FeatureTracker, GenerationSettings, Prices
 from specrl.models import ModelPair
 
 if TYPE_CHECKING:  # controllers depend on the engine, not the other way round
@@ -29,11 +29,17 @@ class SpeculativeDecoder:
         decoder = specrl.SpeculativeDecoder(pair, controller=specrl.StaticController(4, 0.0))
         out = decoder.generate("def fib(n):", max_new_tokens=64)
         print(out.text, out.stats.tokens_per_s)
+
+    ``prices``: the prior of the price features (:mod:`specrl.features`), a latency model's
+    ``price_line``: pass this machine's calibration
+    (``specrl.latency.calibrated(pair).price_line``) to a policy of feature version 4, which reads
+    the machine's prices; without it they are measured from the steps alone.
     """
 
-    def __init__(self, pair: ModelPair, controller: Controller) -> None:
+    def __init__(self, pair: ModelPair, controller: Controller, prices: Prices | None = None) -> None:
         self.pair = pair
         self.controller = controller
+        self.prices = prices
 
     def start(
         self,
@@ -81,7 +87,7 @@ class SpeculativeDecoder:
     ) -> BatchOutputs:
         """Decode ``prompts`` together (see :meth:`generate`); one output per prompt."""
         generation = self.start(list(prompts), max_new_tokens, **options)
-        drive(generation, self.controller)
+        drive(generation, self.controller, prices=self.prices)
         outputs = BatchOutputs(
             GenerationOutput(
                 text=self.pair.tokenizer.decode(generation.output_ids(r)),
@@ -116,12 +122,15 @@ class ControlLoop:
     observes it as one step (:meth:`Step.merged`). The decoder, :mod:`specrl.hf` and continuous
     batching (:mod:`specrl.serving.continuous`) all step generations through it."""
 
-    def __init__(self, generation: Generation, controller: Controller) -> None:
+    def __init__(self, generation: Generation, controller: Controller, prices: Prices | None = None) -> None:
         self.generation, self.controller = generation, controller
         drafters = getattr(controller, "drafters", (DEFAULT_DRAFTER,))
         prompt_length = round(sum(generation.prompt_lengths) / len(generation.prompt_lengths))
         self.features = FeatureTracker(
-            GenerationSettings.of(generation, drafters=drafters), prompt_length, generation.lookup_match
+            GenerationSettings.of(generation, drafters=drafters),
+            prompt_length,
+            generation.lookup_match,
+            prices,
         )
         controller.reset()
 
@@ -143,10 +152,15 @@ class ControlLoop:
         )
 
 
-def drive(generation: Generation, controller: Controller, stop: Callable[[], bool] | None = None) -> None:
+def drive(
+    generation: Generation,
+    controller: Controller,
+    stop: Callable[[], bool] | None = None,
+    prices: Prices | None = None,
+) -> None:
     """Step ``generation`` to its end through the :class:`ControlLoop`; ``stop()``, asked after
-    every step, may end it earlier."""
-    loop = ControlLoop(generation, controller)
+    every step, may end it earlier; ``prices``: the price features' prior."""
+    loop = ControlLoop(generation, controller, prices)
     while not generation.done:
         loop.step()
         if stop is not None and stop():

@@ -202,7 +202,8 @@ class SpecDecodeEnv(gym.Env):
         settings = GenerationSettings.of(
             self.generation, max_new_tokens=self.scenario.max_new_tokens, drafters=self.scenario.drafters
         )
-        self.features = FeatureTracker(settings, len(prompt_ids), self._lookup_match)
+        prices = None if self.latency is None else self.latency.price_line
+        self.features = FeatureTracker(settings, len(prompt_ids), self._lookup_match, prices)
         info = {
             "domain": domain,
             "prompt_index": index,

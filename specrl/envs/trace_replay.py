@@ -32,7 +32,7 @@ from specrl.envs.replay import replay_step, segment_acceptance
 from specrl.envs.reward import step_info, step_reward
 from specrl.envs.scenario import Scenario, load_scenario
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, N_FEATURES, FeatureTracker, GenerationSettings
-from specrl.latency import LatencyModel, step_shape
+from specrl.latency import LatencyFamily, LatencyModel, step_shape
 from specrl.models import ModelPair
 from specrl.traces import Segment, Trace, TraceSet, with_scenario
 
@@ -166,7 +166,9 @@ class TraceReplayEnv(gym.Env):
     - ``traces``: a :class:`TraceSet` (default: the scenario's shipped or cached traces for
       ``split``).
     - ``latency``: a :class:`LatencyModel` (default: the scenario's, see ``latency:``; over batch
-      sizes for a batch of requests).
+      sizes for a batch of requests), or a :class:`~specrl.latency.LatencyFamily`: each reset then
+      draws the episode's machine from it (first, with ``self.np_random``), and rho is that
+      machine's plain decoding.
     - ``pair``: a loaded :class:`ModelPair`, only used when traces or latency are not given.
     - ``split``: "train", "validation" or "test" (default: the scenario's).
     - ``predictor``: an :class:`~specrl.controllers.stop_rules.AcceptancePredictor`; adds the
@@ -191,7 +193,7 @@ class TraceReplayEnv(gym.Env):
         self,
         scenario: str | Path | Scenario = "code",
         traces: TraceSet | None = None,
-        latency: LatencyModel | None = None,
+        latency: LatencyModel | LatencyFamily | None = None,
         pair: ModelPair | None = None,
         split: str | None = None,
         predictor: AcceptancePredictor | None = None,
@@ -214,12 +216,14 @@ class TraceReplayEnv(gym.Env):
             # the weights are loaded only if something must be recorded or calibrated (prepare)
             pair = self.scenario.pair.info()
         latency = latency or self.scenario.latency_model(pair, calibrate=prepare)
-        self.latency = latency.for_sampling(self.scenario.sampling)
-        self._check_latency()
+        self.family = latency if isinstance(latency, LatencyFamily) else None
+        machines = [m for group in self.family.models for m in group] if self.family else [latency]
+        for machine in machines:
+            self._check_latency(machine)
+        self._price(machines[0])
         if traces is None:
             traces = cached_traces(self.scenario, self.scenario.prompts.split, pair, record=prepare)
         self.traces = with_scenario(traces, self.scenario)
-        self.reference_tokens_per_s = self.scenario.reference_throughput(self.latency)
         self.context_window = int(traces.meta["context_window"])
         self.settings = GenerationSettings(
             max_new_tokens=self.scenario.max_new_tokens,
@@ -251,6 +255,8 @@ class TraceReplayEnv(gym.Env):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         rng, spec = self.np_random, self.scenario.batch
+        if self.family is not None:  # this episode's machine
+            self._price(self.family.draw(rng))
         first = self._choose_trace(dict(options or {}))
         self.requests: list[Row] = []
         for request in range(spec.requests):
@@ -268,7 +274,9 @@ class TraceReplayEnv(gym.Env):
         self.clock += prefill
         self.busy_seconds += prefill
         settings = replace(self.settings, batch_size=len(self.active))
-        self.features = FeatureTracker(settings, self.active[0].segment.prompt_length, self._lookup_match)
+        self.features = FeatureTracker(
+            settings, self.active[0].segment.prompt_length, self._lookup_match, self.latency.price_line
+        )
         self._describe_rows()
         segment = self.trace.segments[0]
         info = {
@@ -430,19 +438,25 @@ class TraceReplayEnv(gym.Env):
         rows = max(1, len(self.active))
         return available / rows, order / rows
 
-    def _check_latency(self) -> None:
+    def _price(self, latency: LatencyModel) -> None:
+        """Price the episodes with ``latency`` (the view of the scenario's sampling), and reward
+        against its plain decoding."""
+        self.latency = latency.for_sampling(self.scenario.sampling)
+        self.reference_tokens_per_s = self.scenario.reference_throughput(self.latency)
+
+    def _check_latency(self, latency: LatencyModel) -> None:
         rows = self.scenario.batch.capacity
-        if self.latency.batch_sizes == (1,) and rows > 1:
+        if latency.batch_sizes == (1,) and rows > 1:
             raise ValueError(
-                f"the latency model ({self.latency.kind}) prices one row only, but scenario "
+                f"the latency model ({latency.kind}, {latency.device}) prices one row only, but scenario "
                 f"'{self.scenario.name}' runs up to {rows} rows: give a model over batch sizes "
                 "(specrl.latency.calibrated(pair, method='batch'))"
             )
-        unpriced = self.latency.unpriced(self.scenario.drafters)
+        unpriced = latency.unpriced(self.scenario.drafters)
         if unpriced:
             raise ValueError(
-                f"the latency model ({self.latency.kind}, pair {self.latency.pair}) has no price for the "
-                f"drafters {unpriced} of scenario '{self.scenario.name}'; measure them with "
+                f"the latency model ({latency.kind}, {latency.device}, pair {latency.pair}) has no price "
+                f"for the drafters {unpriced} of scenario '{self.scenario.name}'; measure them with "
                 "specrl.latency.calibrated(pair, drafters=...)"
             )
 

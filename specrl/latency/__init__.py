@@ -36,12 +36,15 @@ The package, one concern per module; each imports only the ones above it in this
 - :mod:`~specrl.latency.drafters`: :func:`measure_drafter_costs`, each drafter's price relative
   to the draft, measured in the loop.
 - :mod:`~specrl.latency.calibration`: :func:`calibrated`, measured once and cached.
+- :mod:`~specrl.latency.family`: :class:`LatencyFamily`, the machines a portable policy trains
+  over (shipped calibrations, GPU-like profiles, perturbations around each).
 """
 
 from specrl.latency.batch import measure_batch_latency
 from specrl.latency.calibration import METHODS, cached_calibration, calibrated
 from specrl.latency.cost_model import CostModel
 from specrl.latency.drafters import measure_drafter_costs, with_drafter_costs
+from specrl.latency.family import HELD_OUT, GpuLike, LatencyFamily, perturbed
 from specrl.latency.fileformat import (
     KINDS,
     LATENCY_FORMAT,
@@ -75,6 +78,10 @@ __all__ = [
     "step_shape",
     "with_drafter_costs",
     "CostModel",
+    "GpuLike",
+    "HELD_OUT",
+    "LatencyFamily",
+    "perturbed",
     "INCLUDED",
     "KINDS",
     "LARGEST_DEFAULT_CONTEXT",

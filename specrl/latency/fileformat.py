@@ -38,7 +38,7 @@ LATENCY_FORMAT = "specrl-latency"
 LATENCY_FORMAT_VERSION = 3
 ONE_ROW_VERSION = 2  # read as the batch of one
 MODES = ("greedy", "sampled")
-KINDS = ("loop", "profiled", "batch", "constant")
+KINDS = ("loop", "profiled", "batch", "constant", "synthetic")
 COST_KEYS = ("target_seconds", "draft_first_seconds", "draft_next_seconds")
 RECALIBRATE = (
     "re-run `python experiments/calibrate.py` (or delete the file: it is measured again on next use)"

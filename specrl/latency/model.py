@@ -57,6 +57,7 @@ import numpy as np
 
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import DEFAULT_DRAFTER, StepResult
+from specrl.features import PriceLine
 from specrl.latency import fileformat
 from specrl.latency.cost_model import CONSTANT_DRAFTER_COSTS, CostModel
 from specrl.latency.fileformat import (
@@ -458,6 +459,19 @@ class LatencyModel:
         if not prompt_lengths:
             return 0.0
         return float(np.dot(self.prefill, prefill_terms(prompt_lengths, rows, context_length)))
+
+    def price_line(self, rows: int = 1, context_length: float = PLAIN_REFERENCE_CONTEXT) -> PriceLine:
+        """The prices of a step of ``rows`` rows after ``context_length`` tokens, as the features
+        read them (:class:`specrl.features.PriceLine`, the prior of their fit): the verification's
+        line through one and ``n_max`` tokens a row, and the mean of the draft's first and next
+        forwards."""
+        context = max(0, round(context_length))
+        one = self.target_seconds(1, context, rows)
+        per_token = max(
+            0.0, (self.target_seconds(self.n_max, context, rows) - one) / ((self.n_max - 1) * rows)
+        )
+        draft = self.draft_seconds(context, 2, rows) / 2
+        return PriceLine(draft, one - per_token * rows, per_token)
 
     def plain_throughput(self, rows: int = 1, context_length: int = PLAIN_REFERENCE_CONTEXT) -> float:
         """Plain decoding's tokens per second: ``rows`` tokens per target forward of one token a

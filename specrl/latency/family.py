@@ -1,0 +1,193 @@
+"""A family of machines: latency models a policy is trained over, so it learns to read prices.
+
+A policy trained on one latency model learns that machine's prices. Trained over a family, each
+episode priced by a machine drawn from it, and shown the prices (:mod:`specrl.features`, version
+4), it learns how prices decide k. The family holds:
+
+- **measured** profiles: the calibrations this project has measured, shipped as data
+  (``specrl/latency/profiles/*.json``; each file's ``measurement`` says when and how);
+- **GPU-like** profiles (:class:`GpuLike`): a verification nearly flat in the tokens it is fed up
+  to a knee, then linear, and a draft at a few percent of a target forward;
+- **perturbations** around each: the draft's price and the verification's growth per token
+  scaled by log-normal factors (:func:`perturbed`), drawn once when the family is built, so that
+  each model keeps its tables' caches across episodes.
+
+:data:`HELD_OUT` names the profiles no shipped policy trains on: this machine's own calibration
+and one GPU-like profile; ``experiments/profiles.py`` evaluates there.
+
+Where the GPU-like numbers come from (:data:`GPU_LIKE`): the knee is the tokens per forward at
+which a forward turns from reading weights to computing on them. By the roofline, a bf16 model
+does 2 FLOPs per parameter and token and reads 2 bytes per parameter, so the knee is the GPU's
+dense bf16 FLOPs over its memory bandwidth (NVIDIA's data sheets: A100 SXM 312 TFLOPS / 2.0 TB/s
+= 156 tokens, H100 SXM 989 / 3.35 = 295, H200 989 / 4.8 = 206, L4 121 / 0.3 = 403); kernels
+reach it later than the roofline, so the profiles put it at about half. Below the knee a forward
+grows a few percent (the attention and the sampling of more positions). The draft at 2-10% of a
+target forward spans the published speculative pairs: a one-layer EAGLE head on a 32-layer target
+is about 3%, a 68M draft for a 7B target a few percent, Chen et al. (2023) report 1.8 ms for a 4B
+draft against 14.1 ms for Chinchilla 70B (13%). These are models of machines, not measurements:
+a GPU's own calibration (``specrl.latency.calibrated`` there) replaces them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from specrl.latency.cost_model import CONSTANT_DRAFTER_COSTS
+from specrl.latency.fileformat import COST_KEYS, LatencyError
+from specrl.latency.model import LatencyModel
+
+PROFILES_DIR = Path(__file__).parent / "profiles"
+GPU_CONTEXTS = (64, 256, 512, 1024)
+GPU_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+SPREAD = 0.25  # sigma of the log-normal perturbations
+PERTURBATIONS = 4  # perturbed models per profile, besides the profile itself
+FAMILY_SEED = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuLike:
+    """A GPU-like machine (the module doc).
+
+    A target forward of B rows fed n tokens a row, after a context of c tokens, costs
+    ``target_ms * growth(B n) * (1 + kv * B * c / 1024)``, with ``growth(T) = 1 + below * T / knee``
+    up to the knee and ``(1 + below) * T / knee`` beyond it; a draft forward ``draft_ratio`` times a
+    one-token target forward of the same rows.
+    """
+
+    name: str
+    target_ms: float  # one row, one token: sets the machine's speed (prices do not depend on it)
+    knee: int  # tokens per forward
+    below: float  # growth from no tokens to the knee
+    draft_ratio: float
+    kv: float = 0.01  # reading the KV cache: relative cost per row per 1,024 tokens of context
+
+    def model(
+        self,
+        n_max: int = 9,
+        batch_sizes: Sequence[int] = (1,),
+        contexts: Sequence[int] = GPU_CONTEXTS,
+    ) -> LatencyModel:
+        """The latency model of this machine, on a grid of batch sizes and contexts, n = 1..n_max."""
+        sizes = np.asarray(batch_sizes, dtype=np.float64)[:, None, None]
+        tokens = np.arange(1, n_max + 1, dtype=np.float64)[None, :, None] * sizes
+        attention = 1 + self.kv * sizes * np.asarray(contexts, dtype=np.float64)[None, None, :] / 1024
+        growth = np.where(
+            tokens <= self.knee, 1 + self.below * tokens / self.knee, (1 + self.below) * tokens / self.knee
+        )
+        target = 1e-3 * self.target_ms * growth * attention
+        draft = self.draft_ratio * target[:, 0, :]
+        return LatencyModel(
+            "any",
+            f"gpu-like-{self.name}",
+            contexts,
+            target,
+            draft,
+            batch_sizes=batch_sizes,
+            kind="synthetic",
+            measurement={"gpu_like": dataclasses.asdict(self), "source": "specrl.latency.family"},
+            drafter_costs=CONSTANT_DRAFTER_COSTS,
+        )
+
+
+GPU_LIKE = (
+    GpuLike("a100", target_ms=12.0, knee=80, below=0.06, draft_ratio=0.05),
+    GpuLike("h100", target_ms=7.0, knee=150, below=0.04, draft_ratio=0.03),
+    GpuLike("l4", target_ms=30.0, knee=200, below=0.03, draft_ratio=0.08),
+    GpuLike("a100-eagle", target_ms=12.0, knee=80, below=0.08, draft_ratio=0.02),
+    GpuLike("h200", target_ms=6.0, knee=100, below=0.05, draft_ratio=0.04),
+)
+HELD_OUT = ("cpu-epyc-2t-dec", "gpu-like-h200")  # this machine's calibration, one GPU-like profile
+
+
+def measured_profiles() -> dict[str, LatencyModel]:
+    """The shipped calibrations, by file name (``specrl/latency/profiles``)."""
+    return {path.stem: LatencyModel.load(path) for path in sorted(PROFILES_DIR.glob("*.json"))}
+
+
+def profiles() -> dict[str, LatencyModel]:
+    """Every profile of the family, measured and GPU-like, by name."""
+    return {**measured_profiles(), **{f"gpu-like-{gpu.name}": gpu.model() for gpu in GPU_LIKE}}
+
+
+def perturbed(model: LatencyModel, draft_factor: float, growth_factor: float) -> LatencyModel:
+    """``model`` with its draft forwards ``draft_factor`` times as dear and its verification's
+    growth over one token ``growth_factor`` times as steep (both modes; scales, prefill and the
+    other drafters' prices kept)."""
+    if not (draft_factor > 0 and growth_factor > 0):
+        raise ValueError(f"the factors must be > 0, got {draft_factor}, {growth_factor}")
+    data = model.to_dict()
+    for mode, costs in model.costs.items():
+        one = costs.target[:, :1, :]
+        target = np.maximum(one + growth_factor * (costs.target - one), 1e-9)
+        tables = (target, costs.draft_first * draft_factor, costs.draft_next * draft_factor)
+        data[mode] = {key: table.tolist() for key, table in zip(COST_KEYS, tables, strict=True)}
+    data["measurement"] = {**model.measurement, "perturbed": {"draft": draft_factor, "growth": growth_factor}}
+    return LatencyModel.from_dict(data, source=f"perturbed {model.device}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LatencyFamily:
+    """Machines an episode draws its latency model from, uniformly over profiles, then uniformly
+    over each profile's perturbations (the profile itself among them).
+
+    Attributes:
+        names: the profiles, in order (see :func:`profiles`).
+        perturbations: perturbed models per profile besides the profile itself.
+        spread: sigma of the log-normal factors of :func:`perturbed`.
+        seed: the seed of the perturbations (drawn once: the family is the same everywhere).
+    """
+
+    names: tuple[str, ...]
+    perturbations: int = PERTURBATIONS
+    spread: float = SPREAD
+    seed: int = FAMILY_SEED
+
+    def __post_init__(self) -> None:
+        known = profiles_known()
+        unknown = [name for name in self.names if name not in known]
+        if unknown or not self.names:
+            raise LatencyError(f"unknown latency profile(s) {unknown or '(none given)'}; known: {known}")
+
+    @classmethod
+    def training(cls) -> LatencyFamily:
+        """The family shipped policies train over: every profile but :data:`HELD_OUT`."""
+        return cls(tuple(name for name in profiles_known() if name not in HELD_OUT))
+
+    @cached_property
+    def models(self) -> tuple[tuple[LatencyModel, ...], ...]:
+        """Per profile: the profile, then its perturbations."""
+        everything = profiles()
+        rng = np.random.default_rng(self.seed)
+        out = []
+        for name in self.names:
+            base = everything[name]
+            factors = np.exp(rng.normal(0.0, self.spread, (self.perturbations, 2)))
+            out.append((base, *(perturbed(base, *pair) for pair in factors.tolist())))
+        return tuple(out)
+
+    def draw(self, rng: np.random.Generator) -> LatencyModel:
+        """One machine, with two draws from ``rng``."""
+        group = self.models[int(rng.integers(len(self.models)))]
+        return group[int(rng.integers(len(group)))]
+
+    def describe(self) -> dict:
+        """What a policy's metadata records as ``latency_profiles``."""
+        return {
+            "profiles": list(self.names),
+            "perturbations": self.perturbations,
+            "spread": self.spread,
+            "seed": self.seed,
+            "held_out": list(HELD_OUT),
+        }
+
+
+def profiles_known() -> list[str]:
+    """The names of every profile, without building the models."""
+    return [path.stem for path in sorted(PROFILES_DIR.glob("*.json"))] + [
+        f"gpu-like-{gpu.name}" for gpu in GPU_LIKE
+    ]
