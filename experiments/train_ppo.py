@@ -7,12 +7,17 @@ With no arguments, on the embedded default pair:
    default pair, else collected and cached);
 2. trains PPO (stable-baselines3) on the vectorised trace-replay simulator over a mix of
    scenarios (greedy and temperature 1; code/prose/math mixed, code->math, C headers, Perl)
-   on their train traces, evaluating on their validation traces against the TCP heuristic
-   every --eval-freq steps and keeping the best (checkpoint selection sees validation only);
+   on their train traces, each episode priced by a machine drawn from the latency family
+   (measured CPUs and GPU-like profiles, perturbed; never this machine's calibration or the
+   held-out GPU-like profile: specrl.latency.family), evaluating on their validation traces
+   under two of the family's profiles every --eval-freq steps and keeping the checkpoint with
+   the best worst ratio to the rules (checkpoint selection sees validation only);
 3. exports the best policy to specrl/policies/<name>/ (a torch.export program + metadata, parity-checked);
-4. prints the comparison on test traces in the simulator (PPO vs TCP vs best static in
-   hindsight vs the HF heuristic vs the clairvoyant oracle), the unseen license domain
-   included, then validates in the real loop (wall clock, test prompts, medians over repeats).
+4. prints the comparison on test traces in the simulator under this machine's calibration, a
+   machine the policy never trained on (PPO vs TCP vs best static in hindsight vs the HF
+   heuristic vs the clairvoyant oracle, the rules tuned on validation here), the unseen
+   license domain included, then validates in the real loop (wall clock, test prompts,
+   medians over repeats).
 
 Protocol (docs/design.md section 4b): train on train, select on validation, report on test once.
 
@@ -23,7 +28,10 @@ rollout/, hyperparameters under TEXT, histograms of k and tau). Ctrl-C (or SIGTE
     python experiments/train_ppo.py                                   # the default run
     python experiments/train_ppo.py --total-timesteps 2000000 --policy-name long
     python experiments/train_ppo.py --preset tiny --total-timesteps 4096 --validate-prompts 1  # smoke
-    python experiments/train_ppo.py --train-on real --subproc --n-envs 2 --scenarios code  # real loop
+    python experiments/train_ppo.py --latency-profiles machine  # this machine's prices only
+    python experiments/train_ppo.py --latency-profiles gpu-like-h200 --perturbations 0  # one profile
+    python experiments/train_ppo.py --train-on real --subproc --n-envs 2 --scenarios code \
+        --latency-profiles machine  # the real loop
 """
 
 from __future__ import annotations
@@ -42,26 +50,21 @@ from specrl.evaluation.real_loop_check import check_scenarios, real_loop_section
 from specrl.export.layout import SHIPPED_POLICY_DIR
 from specrl.export.write import PARITY_OBSERVATIONS
 from specrl.io import write_text_atomic
+from specrl.latency.family import profiles_known
 from specrl.training.comparison import simulator_section, stored_results, unseen_note
-from specrl.training.inputs import REAL_ENVS, ActionSpaceError, RunInputs, load_scenarios, resolve_config
+from specrl.training.inputs import (
+    DEFAULT_EVAL_SCENARIOS,
+    DEFAULT_SCENARIOS,
+    FAMILY,
+    MACHINE,
+    REAL_ENVS,
+    ActionSpaceError,
+    RunInputs,
+    load_scenarios,
+    resolve_config,
+)
 from specrl.training.ppo_run import PPORun, interrupt_on_signals
 from specrl.training.selection import selection_section
-
-# Eight parts, as many as before C headers and Perl joined: each part of the ScenarioMix costs
-# a vectorised step of its own, so code, prose and math train together in "mixed" (one domain
-# per episode) and the default run keeps its time budget.
-DEFAULT_SCENARIOS = [
-    "mixed",
-    "c_header",
-    "perl",
-    "code_to_math",
-    "mixed_t1",
-    "c_header_t1",
-    "perl_t1",
-    "code_to_math_t1",
-]
-# Reported on test besides the training scenarios: each domain alone, and the unseen one.
-DEFAULT_EVAL_SCENARIOS = ["code", "prose", "math", "code_t1", "prose_t1", "math_t1", "license", "license_t1"]
 
 
 def parse_args() -> argparse.Namespace:
@@ -152,11 +155,34 @@ def parse_args() -> argparse.Namespace:
         "prompts, with each scenario's time source (slow: tens of steps/s per env)",
     )
     parser.add_argument(
+        "--latency-profiles",
+        nargs="+",
+        default=[FAMILY],
+        metavar="PROFILE",
+        help=f"the machines training episodes are priced by: '{FAMILY}' (default: the shipped family, "
+        f"specrl.latency.family), '{MACHINE}' (this machine's calibration alone) or profile names "
+        f"({', '.join(profiles_known())})",
+    )
+    parser.add_argument(
+        "--perturbations",
+        type=int,
+        default=None,
+        help="perturbed models per profile besides the profile itself (default: the family's, 4)",
+    )
+    parser.add_argument(
         "--subproc",
         action="store_true",
         help="with --train-on real: each env in its own process (SB3's SubprocVecEnv; each loads the pair)",
     )
     args = parser.parse_args()
+    known = [FAMILY, MACHINE, *profiles_known()]
+    unknown = [name for name in args.latency_profiles if name not in known]
+    if unknown:
+        parser.error(f"--latency-profiles: unknown {unknown}; known: {known}")
+    if args.train_on == "real" and args.latency_profiles != [MACHINE]:
+        parser.error(f"--train-on real measures this machine's time: give --latency-profiles {MACHINE}")
+    if args.perturbations is not None and args.perturbations < 0:
+        parser.error(f"--perturbations must be >= 0, got {args.perturbations}")
     if args.subproc and args.train_on != "real":
         parser.error("--subproc runs real-loop envs in processes: give it with --train-on real")
     if args.total_timesteps is not None and args.total_timesteps < 0:
@@ -195,8 +221,14 @@ def main() -> None:
     scenarios = load_scenarios(args.scenarios, args.preset)
     try:
         selected = load_scenarios(args.select_scenarios, args.preset)
-        inputs = RunInputs.load(scenarios, stop=not args.no_stop, select=selected)
-    except ActionSpaceError as error:
+        inputs = RunInputs.load(
+            scenarios,
+            stop=not args.no_stop,
+            select=selected,
+            profiles=args.latency_profiles,
+            perturbations=args.perturbations,
+        )
+    except (ActionSpaceError, ValueError) as error:
         raise SystemExit(str(error)) from None
     print(inputs.describe())
 
@@ -221,6 +253,7 @@ def main() -> None:
     print(f"run folder {run.run_dir}; training {run.remaining} env steps on {run.envs.num_envs} {where}")
     pair, latency = inputs.pair, inputs.latency
     settings = {**budget, **hyper, "scenarios": args.scenarios, "pair": pair.name, "seed": args.seed}
+    settings["latency_profiles"] = args.latency_profiles
     if not run.train(settings | {"latency_device": latency.device, "command": command}):
         print(
             f"\ninterrupted at {run.model.num_timesteps} steps; checkpoint saved. Continue with:\n"

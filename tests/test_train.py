@@ -17,6 +17,8 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import specrl
+from specrl.latency import HELD_OUT
+from specrl.training.inputs import SELECT_PROFILES
 
 # Every test here runs the training script on the tiny pair: seconds to minutes each.
 pytestmark = pytest.mark.slow
@@ -108,7 +110,8 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
         "tau_mean",
         "ratio_vs_tcp",
         "worst_ratio_vs_best_rule",
-        "eval/code/ratio_vs_best_rule",
+        "eval/code@cpu-epyc-2t-nov/ratio_vs_best_rule",  # a scenario under each profile selected under
+        "eval/code_t1@gpu-like-a100/ratio_vs_best_rule",
     ):
         assert f"specdec/{name}" in tags
     assert "train/policy_gradient_loss" in tags  # SB3's own scalars are there too
@@ -119,7 +122,12 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
     assert "train_ppo.py" in metadata["command"]
     # the warm start cloned a rule per scenario; selection kept the best worst ratio to the best rule
     evaluation = metadata["evaluation"]
-    assert set(evaluation["warm_start"]["teachers"]) == {"code", "code_t1"}
+    assert set(evaluation["warm_start"]["teachers"]) == {
+        f"{scenario}@{profile}" for scenario in ("code", "code_t1") for profile in SELECT_PROFILES
+    }  # trained over the family: a teacher per scenario under each profile it selects under
+    profiles = metadata["latency_profiles"]
+    assert profiles["selected_under"] == list(SELECT_PROFILES) and set(HELD_OUT) <= set(profiles["held_out"])
+    assert not set(HELD_OUT) & set(profiles["profiles"])
     assert evaluation["warm_start"]["demonstrations"] > 0 and 0 <= evaluation["warm_start"]["agreement"] <= 1
     kept = evaluation["selected_on_validation"]
     assert kept["worst_ratio_vs_best_rule"] == min(kept["ratio_vs_best_rule"].values())

@@ -142,7 +142,7 @@ def test_selection_scores_a_policy_by_its_worst_ratio_to_each_scenarios_best_rul
         "prose": {PLAIN: 70.0, TCP: 90.0, "specdec++": 95.0, BEST_STATIC: 80.0},
     }
     selection = PolicyVsRules(
-        FakeComparison(rules, {"code": 126.0, "prose": 85.5}),
+        {"machine": FakeComparison(rules, {"code": 126.0, "prose": 85.5})},
         [FakeScenario("code"), FakeScenario("prose")],
         {"code": None, "prose": None},
     )
@@ -154,3 +154,17 @@ def test_selection_scores_a_policy_by_its_worst_ratio_to_each_scenarios_best_rul
     assert report["worst_ratio_vs_best_rule"] == pytest.approx(0.9)  # not the mean: prose loses
     assert report["ratio_vs_tcp"] == pytest.approx(np.sqrt(1.26 * 0.95))
     assert report["scalars"]["prose/ratio_vs_best_rule"] == pytest.approx(0.9)
+    gpu_rules = {name: {role: 2 * value for role, value in roles.items()} for name, roles in rules.items()}
+    profiles = PolicyVsRules(  # two machines: every scenario under each is an entry
+        {
+            "cpu": FakeComparison(rules, {"code": 126.0, "prose": 85.5}),
+            "gpu": FakeComparison(gpu_rules, {"code": 240.0, "prose": 209.0}),
+        },
+        [FakeScenario("code"), FakeScenario("prose")],
+        {"code": None, "prose": None},
+    )
+    report = profiles(lambda observations: observations)
+    assert report["ratio_vs_best_rule"] == pytest.approx(
+        {"code@cpu": 1.05, "prose@cpu": 0.9, "code@gpu": 1.0, "prose@gpu": 1.1}
+    )
+    assert report["worst_ratio_vs_best_rule"] == pytest.approx(0.9)

@@ -10,7 +10,7 @@ A policy folder (``policies/<name>/``) describes itself::
     policy.onnx       the same function as ONNX (input "observation", output "action"), written
                       when the ``onnx`` package is installed at export; metadata says whether
     metadata.json     format and feature versions, feature names, action mapping, normalisation,
-                      the actor's layers, training scenarios, pair, evaluation, command,
+                      the actor's layers, training scenarios, pair, latency profiles, evaluation, command,
                       provenance (git commit, and what the trainer adds: config, seed, latency
                       file), versions, created time and the sha256 of every other file
     sb3_model.zip     the stable-baselines3 checkpoint, to continue training

@@ -102,6 +102,7 @@ def upgrade_policy(
             scenarios=list(old.get("scenarios") or []),
             pair=str(old.get("pair", "")),
             evaluation=old.get("evaluation"),
+            latency_profiles=old.get("latency_profiles"),
             command=old.get("command"),
             onnx=bool(old.get("onnx")),
             provenance=provenance,

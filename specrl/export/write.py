@@ -152,6 +152,7 @@ def export_policy(
     onnx: bool | None = None,
     provenance: dict | None = None,
     drafters: Sequence[str] = ("draft",),
+    latency_profiles: dict | None = None,
 ) -> Path:
     """Write ``model``'s deterministic policy as a self-describing folder (see :mod:`specrl.export`).
 
@@ -173,6 +174,8 @@ def export_policy(
         scenarios: names or paths of the training scenarios.
         pair: name of the model pair trained on (``ModelPair.name``).
         evaluation: results to record as JSON (whatever the trainer measured; numpy values allowed).
+        latency_profiles: the machines the policy was trained over (JSON: the latency family's
+            profiles, perturbations and held-out profiles, or this machine's calibration).
         command: the command line that trained the policy.
         onnx: write ``policy.onnx``: True requires the ``onnx`` package, False skips it, None
             writes it exactly when ``onnx`` is importable. ``metadata["onnx"]`` records the outcome.
@@ -206,7 +209,8 @@ def export_policy(
     if provenance is not None and not isinstance(provenance, dict):
         raise PolicyError(f"provenance must be a dict or None, got {type(provenance).__name__}")
     provenance = {"git_commit": git_commit()} | dict(provenance or {})
-    json.dumps([evaluation, provenance], default=_json_default)  # fail before writing anything
+    # fail before writing anything
+    json.dumps([evaluation, provenance, latency_profiles], default=_json_default)
     has_onnx = importlib.util.find_spec("onnx") is not None
     if onnx and not has_onnx:
         raise ImportError("onnx=True but the onnx package is not installed: pip install 'specrl[onnx]'")
@@ -245,6 +249,7 @@ def export_policy(
             "network": module.network(),
             "scenarios": list(scenarios),
             "pair": pair,
+            "latency_profiles": latency_profiles,
             "evaluation": evaluation,
             "command": command,
             "provenance": provenance,

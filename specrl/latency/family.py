@@ -15,17 +15,23 @@ episode priced by a machine drawn from it, and shown the prices (:mod:`specrl.fe
 :data:`HELD_OUT` names the profiles no shipped policy trains on: this machine's own calibration
 and one GPU-like profile; ``experiments/profiles.py`` evaluates there.
 
-Where the GPU-like numbers come from (:data:`GPU_LIKE`): the knee is the tokens per forward at
-which a forward turns from reading weights to computing on them. By the roofline, a bf16 model
-does 2 FLOPs per parameter and token and reads 2 bytes per parameter, so the knee is the GPU's
-dense bf16 FLOPs over its memory bandwidth (NVIDIA's data sheets: A100 SXM 312 TFLOPS / 2.0 TB/s
-= 156 tokens, H100 SXM 989 / 3.35 = 295, H200 989 / 4.8 = 206, L4 121 / 0.3 = 403); kernels
-reach it later than the roofline, so the profiles put it at about half. Below the knee a forward
-grows a few percent (the attention and the sampling of more positions). The draft at 2-10% of a
-target forward spans the published speculative pairs: a one-layer EAGLE head on a 32-layer target
-is about 3%, a 68M draft for a 7B target a few percent, Chen et al. (2023) report 1.8 ms for a 4B
-draft against 14.1 ms for Chinchilla 70B (13%). These are models of machines, not measurements:
-a GPU's own calibration (``specrl.latency.calibrated`` there) replaces them.
+Where the GPU-like numbers come from (:data:`GPU_LIKE`; they are models of machines, not
+measurements: a GPU's own calibration, ``specrl.latency.calibrated`` there, replaces them):
+
+- the knee is the tokens per forward at which a forward turns from reading weights to computing
+  on them. By the roofline, a bf16 model does 2 FLOPs per parameter and token and reads 2 bytes
+  per parameter, so the knee is the GPU's dense bf16 FLOPs over its memory bandwidth (A100 SXM
+  312 TFLOPS / 2.0 TB/s = 156 tokens, H100 SXM 989 / 3.35 = 295, H200 989 / 4.8 = 206, L4
+  121 / 0.3 = 403, from NVIDIA's data sheets); kernels reach it later than the roofline, so the
+  profiles put it at about half;
+- feeding two tokens instead of one costs a step (``jump``): the matrix-vector kernels give way to
+  matrix-matrix ones. llama.cpp's benchmark of a 7B f16 model on a V100 (issue 3649) takes 32.6 ms
+  for one token and 39 ms for two or three; Medusa (Cai et al. 2024, Table 1) reports a decoding
+  step with its tree verification at 1.18-1.27x a plain one. Above it, a few percent up to the
+  knee (``below``);
+- the draft at 2-11% of a target forward: Leviathan et al. (2023, Table 4) measured c = 0.02,
+  0.04 and 0.11 for T5-small, -base and -large drafting for T5-XXL; an EAGLE head is 1.4-3.4% of
+  its target's parameters (Li et al. 2024, section 4).
 """
 
 from __future__ import annotations
@@ -54,17 +60,24 @@ class GpuLike:
     """A GPU-like machine (the module doc).
 
     A target forward of B rows fed n tokens a row, after a context of c tokens, costs
-    ``target_ms * growth(B n) * (1 + kv * B * c / 1024)``, with ``growth(T) = 1 + below * T / knee``
-    up to the knee and ``(1 + below) * T / knee`` beyond it; a draft forward ``draft_ratio`` times a
-    one-token target forward of the same rows.
+    ``target_ms * growth(B n) * (1 + kv * B * c / 1024)``, with ``growth(T) = 1 + jump [T > 1] +
+    below * T / knee`` up to the knee and ``growth(knee) * T / knee`` beyond it; a draft forward
+    ``draft_ratio`` times a one-token target forward of one row, times ``growth(B) / growth(1)``.
     """
 
     name: str
     target_ms: float  # one row, one token: sets the machine's speed (prices do not depend on it)
     knee: int  # tokens per forward
+    jump: float  # two tokens instead of one: matrix-matrix kernels
     below: float  # growth from no tokens to the knee
     draft_ratio: float
     kv: float = 0.01  # reading the KV cache: relative cost per row per 1,024 tokens of context
+
+    def growth(self, tokens):
+        """A target forward fed ``tokens`` tokens over one fed a single token, at no context."""
+        tokens = np.asarray(tokens)
+        below = 1 + self.jump * (tokens > 1) + self.below * np.minimum(tokens, self.knee) / self.knee
+        return below * np.maximum(1.0, tokens / self.knee)
 
     def model(
         self,
@@ -76,11 +89,9 @@ class GpuLike:
         sizes = np.asarray(batch_sizes, dtype=np.float64)[:, None, None]
         tokens = np.arange(1, n_max + 1, dtype=np.float64)[None, :, None] * sizes
         attention = 1 + self.kv * sizes * np.asarray(contexts, dtype=np.float64)[None, None, :] / 1024
-        growth = np.where(
-            tokens <= self.knee, 1 + self.below * tokens / self.knee, (1 + self.below) * tokens / self.knee
-        )
-        target = 1e-3 * self.target_ms * growth * attention
-        draft = self.draft_ratio * target[:, 0, :]
+        target = 1e-3 * self.target_ms * self.growth(tokens) * attention
+        draft = self.draft_ratio * 1e-3 * self.target_ms * self.growth(sizes[:, 0, :]) / self.growth(1.0)
+        draft = np.broadcast_to(draft, (len(batch_sizes), len(contexts)))
         return LatencyModel(
             "any",
             f"gpu-like-{self.name}",
@@ -95,11 +106,11 @@ class GpuLike:
 
 
 GPU_LIKE = (
-    GpuLike("a100", target_ms=12.0, knee=80, below=0.06, draft_ratio=0.05),
-    GpuLike("h100", target_ms=7.0, knee=150, below=0.04, draft_ratio=0.03),
-    GpuLike("l4", target_ms=30.0, knee=200, below=0.03, draft_ratio=0.08),
-    GpuLike("a100-eagle", target_ms=12.0, knee=80, below=0.08, draft_ratio=0.02),
-    GpuLike("h200", target_ms=6.0, knee=100, below=0.05, draft_ratio=0.04),
+    GpuLike("a100", target_ms=12.0, knee=80, jump=0.15, below=0.05, draft_ratio=0.04),
+    GpuLike("h100", target_ms=7.0, knee=150, jump=0.10, below=0.04, draft_ratio=0.02),
+    GpuLike("l4", target_ms=30.0, knee=200, jump=0.20, below=0.03, draft_ratio=0.11),
+    GpuLike("a100-eagle", target_ms=12.0, knee=80, jump=0.25, below=0.08, draft_ratio=0.03),
+    GpuLike("h200", target_ms=6.0, knee=100, jump=0.12, below=0.05, draft_ratio=0.05),
 )
 HELD_OUT = ("cpu-epyc-2t-dec", "gpu-like-h200")  # this machine's calibration, one GPU-like profile
 

@@ -1,6 +1,8 @@
 """What a PPO run trains on (``experiments/train_ppo.py``'s step 1): the scenarios, the
-resolved config, the pair with its latency model on this machine, the action space the scenarios
-share, and their train and validation traces."""
+resolved config, the pair with its latency model on this machine, the machines training episodes
+are priced by (a :class:`~specrl.latency.LatencyFamily`, or this machine alone), the profiles
+selection and the warm start score under, the action space the scenarios share, and their train
+and validation traces."""
 
 from __future__ import annotations
 
@@ -13,11 +15,33 @@ from typing import Any
 import yaml
 
 from specrl.envs import Scenario, cached_traces, load_scenario
-from specrl.latency import LatencyModel, calibrated
+from specrl.latency import LatencyFamily, LatencyModel, calibrated
+from specrl.latency.family import profiles as latency_profiles
 from specrl.models import ModelPair
 from specrl.traces import TraceSet
 
 REAL_ENVS = 4  # the env count of training in the real loop (at most the CPU count)
+MACHINE = "machine"  # --latency-profiles: this machine's calibration alone
+FAMILY = "family"  # --latency-profiles: the shipped family (LatencyFamily.training())
+# The profiles a run over the family selects checkpoints and clones rules under: a measured CPU
+# and a GPU-like one, both in the training family (never a held-out profile).
+SELECT_PROFILES = ("cpu-epyc-2t-nov", "gpu-like-a100")
+
+# Eight parts, as many as before C headers and Perl joined: each part of the ScenarioMix costs
+# a vectorised step of its own, so code, prose and math train together in "mixed" (one domain
+# per episode) and the default run keeps its time budget.
+DEFAULT_SCENARIOS = [
+    "mixed",
+    "c_header",
+    "perl",
+    "code_to_math",
+    "mixed_t1",
+    "c_header_t1",
+    "perl_t1",
+    "code_to_math_t1",
+]
+# Reported on test besides the training scenarios: each domain alone, and the unseen one.
+DEFAULT_EVAL_SCENARIOS = ["code", "prose", "math", "code_t1", "prose_t1", "math_t1", "license", "license_t1"]
 
 
 class ActionSpaceError(ValueError):
@@ -72,12 +96,35 @@ class ActionSpace:
         return space
 
 
+def training_machines(
+    names: Sequence[str], latency: LatencyModel, perturbations: int | None = None
+) -> tuple[LatencyFamily | None, dict[str, LatencyModel]]:
+    """What ``--latency-profiles`` names: the family training episodes draw from (None: this
+    machine's ``latency`` alone) and the profiles selection and the warm start score under.
+    ``[MACHINE]``: this machine; ``[FAMILY]``: the shipped family, scored under
+    :data:`SELECT_PROFILES`; profile names: a family of them (``perturbations`` around each, the
+    family's default if None), scored under each of them."""
+    names = list(names)
+    if names == [MACHINE]:
+        return None, {MACHINE: latency}
+    if MACHINE in names or (FAMILY in names and len(names) > 1):
+        raise ValueError(f"--latency-profiles: give '{MACHINE}', '{FAMILY}' or profile names, not {names}")
+    family = LatencyFamily.training() if names == [FAMILY] else LatencyFamily(tuple(names))
+    if perturbations is not None:
+        family = LatencyFamily(family.names, perturbations=perturbations)
+    known = latency_profiles()
+    select = SELECT_PROFILES if names == [FAMILY] else family.names
+    return family, {name: known[name] for name in select}
+
+
 @dataclass
 class RunInputs:
-    """What a run trains on: the scenarios, the pair, its latency model on this machine, their
-    shared action space, the train traces of each training scenario (training) and the validation
-    traces (checkpoint selection only) of each scenario it is ``selected_on`` (the training ones
-    first), by name."""
+    """What a run trains on: the scenarios, the pair, its latency model on this machine (the test
+    report and the real loop), the ``machines`` training episodes are priced by (None: that model),
+    the ``footings`` selection and the warm start score under (profile name -> latency model),
+    their shared action space, the train traces of each training scenario (training) and the
+    validation traces (checkpoint selection only) of each scenario it is ``selected_on`` (the
+    training ones first), by name."""
 
     scenarios: list[Scenario]
     pair: ModelPair
@@ -86,27 +133,46 @@ class RunInputs:
     train: dict[str, TraceSet]
     validation: dict[str, TraceSet]
     selected_on: list[Scenario]
+    machines: LatencyFamily | None = None
+    footings: dict[str, LatencyModel] | None = None
 
     @classmethod
-    def load(cls, scenarios: list[Scenario], *, stop: bool, select: Sequence[Scenario] = ()) -> RunInputs:
+    def load(
+        cls,
+        scenarios: list[Scenario],
+        *,
+        stop: bool,
+        select: Sequence[Scenario] = (),
+        profiles: Sequence[str] = (MACHINE,),
+        perturbations: int | None = None,
+    ) -> RunInputs:
         """The pair (built if missing), its latency model (calibrated and cached if missing) and
         the traces (shipped, cached or collected now); ``stop``: with the per-token stop dimension;
         ``select``: scenarios checkpoint selection scores on besides the training ones (their
-        validation traces only; they must share the action space)."""
+        validation traces only; they must share the action space); ``profiles`` and
+        ``perturbations``: the machines (:func:`training_machines`)."""
         names = {s.name for s in scenarios}
         selected_on = list(scenarios) + [s for s in select if s.name not in names]
         space = ActionSpace.shared_by(selected_on, stop)
         pair = scenarios[0].pair.load()
         latency = calibrated(pair, k_max=space.k_max, drafters=space.drafters)
+        machines, footings = training_machines(profiles, latency, perturbations)
         train = {s.name: cached_traces(s, "train", pair) for s in scenarios}
         validation = {s.name: cached_traces(s, "validation", pair) for s in selected_on}
-        return cls(scenarios, pair, latency, space, train, validation, selected_on)
+        return cls(scenarios, pair, latency, space, train, validation, selected_on, machines, footings)
 
     def describe(self) -> str:
-        """One line: the pair, where it runs, and what its latency model prices."""
+        """The pair, where it runs, what its latency model prices, and the machines it trains over."""
         latency = self.latency
-        return (
+        line = (
             f"pair {self.pair.name} on {self.pair.device}; latency model {latency.device}: target "
             f"{latency.target_seconds(1, 256) * 1e3:.2f} ms (1 token, context 256), draft "
             f"{latency.draft_seconds(256) * 1e3:.2f} ms; plain {latency.plain_tokens_per_s:.0f} tokens/s"
+        )
+        if self.machines is None:
+            return line + "; trained on this machine's prices"
+        return (
+            f"{line}; trained over {len(self.machines.names)} latency profiles "
+            f"({', '.join(self.machines.names)}; {self.machines.perturbations} perturbations each), "
+            f"selected under {', '.join(self.footings or {})}"
         )

@@ -18,7 +18,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 
 from specrl.acceptance import AcceptancePredictor
-from specrl.latency import latency_path
+from specrl.latency import LatencyModel, latency_path
 from specrl.rule_tuning import fit_acceptance_predictor
 from specrl.traces import TraceSet
 from specrl.training.callbacks import (
@@ -30,7 +30,7 @@ from specrl.training.callbacks import (
     tensorboard_writer,
 )
 from specrl.training.comparison import Comparison
-from specrl.training.inputs import RunInputs
+from specrl.training.inputs import MACHINE, RunInputs
 from specrl.training.mix import training_envs
 from specrl.training.run_folder import (
     CHECKPOINT,
@@ -113,10 +113,15 @@ class PPORun:
         self.predictor = (
             None if inputs.space.stop_grid is None else run_predictor(run_dir, inputs.train.values())
         )
+        if real_loop and inputs.machines is not None:
+            raise ValueError(
+                "training in the real loop measures this machine's time: give --latency-profiles "
+                f"{MACHINE} with --train-on real"
+            )
         self.envs = training_envs(
             inputs.scenarios,
             budget["n_envs"],
-            inputs.latency,
+            inputs.latency if inputs.machines is None else inputs.machines,
             train=None if real_loop else inputs.train,
             predictor=self.predictor,
             seed=seed,
@@ -135,15 +140,23 @@ class PPORun:
                 monitored, norm_obs=self.normalize, norm_reward=True, gamma=hyperparameters["gamma"]
             )
             self.model = PPO("MlpPolicy", self.venv, seed=seed, device=device, verbose=0, **hyperparameters)
-        self.footing = Comparison(
-            inputs.pair,
-            inputs.latency,
-            repeats=sim_repeats,
-            tau_grid=inputs.space.tau_grid,
-            predictor=self.predictor,
-            rule_predictor=self.predictor or fit_acceptance_predictor(inputs.train.values()),
-        )
-        self.selection = PolicyVsRules(self.footing, inputs.selected_on, inputs.validation)
+        rule_predictor = self.predictor or fit_acceptance_predictor(inputs.train.values())
+
+        def footing(latency: LatencyModel) -> Comparison:
+            return Comparison(
+                inputs.pair,
+                latency,
+                repeats=sim_repeats,
+                tau_grid=inputs.space.tau_grid,
+                predictor=self.predictor,
+                rule_predictor=rule_predictor,
+            )
+
+        profiles = inputs.footings or {MACHINE: inputs.latency}
+        self.footings = {name: footing(latency) for name, latency in profiles.items()}
+        # the test report's: this machine (the same object when it is the one footing)
+        self.footing = self.footings.get(MACHINE) or footing(inputs.latency)
+        self.selection = PolicyVsRules(self.footings, inputs.selected_on, inputs.validation)
 
     @classmethod
     def open(
@@ -214,7 +227,7 @@ class PPORun:
             self.model,
             self.venv if self.normalize else None,
             self.inputs,
-            self.footing,
+            self.footings,
             self.predictor,
             self.envs.observation_space.shape[0],
             self.seed,
@@ -267,10 +280,11 @@ class PPORun:
         return model, normalizer, policy_predict(model, normalizer)
 
     def comparison(self) -> Comparison:
-        """The footing of this run's comparisons, selection's and the test report's: its pair,
-        latency model, acceptance draws, action space and predictor; the SpecDec++-style rule's
-        predictor is the run's, or without the stop dimension one fitted the same way on the
-        train traces. The rules are tuned on validation once, for both."""
+        """The footing of the test report: its pair, this machine's latency model, acceptance
+        draws, action space and predictor; the SpecDec++-style rule's predictor is the run's, or
+        without the stop dimension one fitted the same way on the train traces. A run on this
+        machine alone selects on the same footing (the rules are tuned on validation once, for
+        both); a run over a family selects under its own profiles (:attr:`footings`)."""
         return self.footing
 
     def export(
@@ -312,8 +326,17 @@ class PPORun:
             scenarios=scenarios,
             pair=self.inputs.pair.name,
             evaluation=evaluation,
+            latency_profiles=self.latency_profiles(),
             command=command,
         )
+
+    def latency_profiles(self) -> dict[str, Any]:
+        """What the policy was trained over: the family (its profiles, perturbations, held-out
+        profiles) and the profiles it was selected under; or this machine's calibration."""
+        machines = self.inputs.machines
+        if machines is None:
+            return {"profiles": [MACHINE], "machine": self.inputs.latency.device, "selected_under": [MACHINE]}
+        return {**machines.describe(), "selected_under": list(self.footings)}
 
     def close(self) -> None:
         """Flush and close the run's logs."""

@@ -5,12 +5,15 @@ traces: docs/design.md section 4b).
 A checkpoint is scored by its *worst* ratio over the scenarios to the best rule of each (the best
 of TCP, the HF heuristic, AdaEDL, the SpecDec++-style rule and the best static setting in
 hindsight, all on the same traces and draws): a policy that wins on mixed traffic and loses on
-code is not kept over one that never loses.
+code is not kept over one that never loses. A run trained over a family of machines
+(:class:`~specrl.latency.LatencyFamily`) is scored on several of its profiles, one footing each:
+every scenario under every profile is an entry, ``<scenario>@<profile>``, with the rules tuned
+under that profile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stable_baselines3 import PPO
@@ -37,21 +40,39 @@ def policy_predict(model: PPO, normalizer: VecNormalize | None) -> Predict:
     return lambda observations: model.predict(normalizer.normalize_obs(observations), deterministic=True)[0]
 
 
+def entry_name(scenario: str, profile: str, footings: Mapping[str, Any]) -> str:
+    """A scenario's entry under a profile: its name alone with one footing, else
+    ``<scenario>@<profile>``."""
+    return scenario if len(footings) == 1 else f"{scenario}@{profile}"
+
+
 class PolicyVsRules:
-    """A policy against the bar of each scenario on its ``traces`` (validation traces). The rules
-    run once, here (:meth:`Comparison.rules_on`); calling the object scores a policy.
+    """A policy against the bar of each scenario on its ``traces`` (validation traces), under each
+    footing (profile name -> :class:`Comparison`; one for a run on one machine). The rules run
+    once, here (:meth:`Comparison.rules_on`); calling the object scores a policy.
 
     Attributes:
-        rules: per scenario, tokens/s by role (plain decoding, the rules, the best static setting).
-        bars: per scenario, its :class:`~specrl.training.comparison.Bar` (the rules' settings).
+        entries: entry name (:func:`entry_name`) -> (its footing, its scenario).
+        rules: per entry, tokens/s by role (plain decoding, the rules, the best static setting).
+        bars: per entry, its :class:`~specrl.training.comparison.Bar` (the rules' settings).
     """
 
-    def __init__(self, comparison: Comparison, scenarios: Sequence[Scenario], traces: dict[str, TraceSet]):
-        self.comparison, self.scenarios, self.traces = comparison, list(scenarios), traces
+    def __init__(
+        self,
+        footings: Mapping[str, Comparison],
+        scenarios: Sequence[Scenario],
+        traces: dict[str, TraceSet],
+    ):
+        self.footings, self.scenarios, self.traces = dict(footings), list(scenarios), traces
+        self.entries = {
+            entry_name(s.name, profile, footings): (footing, s)
+            for profile, footing in footings.items()
+            for s in self.scenarios
+        }
         self.rules: dict[str, dict[str, float]] = {}
         self.bars: dict[str, Bar] = {}
-        for s in self.scenarios:
-            self.rules[s.name], self.bars[s.name] = comparison.rules_on(s, traces[s.name])
+        for name, (footing, s) in self.entries.items():
+            self.rules[name], self.bars[name] = footing.rules_on(s, traces[s.name])
 
     def best_rule(self, scenario: str) -> tuple[str, float]:
         """The role of the fastest rule of ``scenario`` (the best static setting included) and its
@@ -81,8 +102,18 @@ class PolicyVsRules:
     def __call__(self, predict: Predict) -> dict[str, Any]:
         """:meth:`score` of the policy whose actions ``predict`` gives."""
         return self.score(
-            {s.name: self.comparison.policy_on(s, self.traces[s.name], predict) for s in self.scenarios}
+            {
+                name: footing.policy_on(s, self.traces[s.name], predict)
+                for name, (footing, s) in self.entries.items()
+            }
         )
+
+
+def part_entry(part: str) -> str:
+    """The selection entry of a warm start's part: ``<scenario>/<domain>@<profile>`` ->
+    ``<scenario>@<profile>``."""
+    scenario, _, profile = part.partition("@")
+    return scenario.split("/")[0] + (f"@{profile}" if profile else "")
 
 
 def selection_section(selection: PolicyVsRules, kept: dict[str, Any], warm: dict[str, Any] | None) -> str:
@@ -94,8 +125,8 @@ def selection_section(selection: PolicyVsRules, kept: dict[str, Any], warm: dict
         role, tokens = selection.best_rule(name)
         label = selection.bars[name].best_static.label() if role == BEST_STATIC else ""
         cloned = "-"
-        if warm:  # a scenario's teacher, or one per domain (<scenario>/<domain>)
-            roles = [t["role"] for part, t in warm["teachers"].items() if part.split("/")[0] == name]
+        if warm:  # an entry's teacher, or one per domain (<scenario>/<domain>[@<profile>])
+            roles = [t["role"] for part, t in warm["teachers"].items() if part_entry(part) == name]
             cloned = ", ".join(dict.fromkeys(roles)) or "- (not trained on)"
         lines.append([name, f"{role} {label}".strip(), f"{tokens:.1f}", cloned, f"{ratio:.3f}"])
     table = markdown_table(

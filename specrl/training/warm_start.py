@@ -5,7 +5,9 @@ input of the rule is in its observation. So the policy starts as a copy of the r
 
 1. :func:`parts`: each training scenario is split by the domain its traces start in (a
    scenario that mixes domains episode by episode, as ``mixed`` does, has a part per domain:
-   its best rule overall is not the best rule of each of its domains);
+   its best rule overall is not the best rule of each of its domains), and a run over a family
+   of machines repeats every part under each profile it selects on: the rule that is best on a
+   CPU is not the one that is best on a GPU, and the clone sees each machine's prices;
 2. :func:`teacher`: per part, the rule that is fastest on its validation traces among those the
    action space can play (the best static setting, TCP, the HF heuristic, the SpecDec++-style
    rule when its stop is one of the stop dimension's; AdaEDL's stop is not);
@@ -46,7 +48,7 @@ from specrl.trace_evaluation import episode_seed
 from specrl.traces import TraceSet
 from specrl.training.comparison import BEST_STATIC, SPECDECPP, Bar, Comparison, Predict
 from specrl.training.inputs import RunInputs
-from specrl.training.selection import policy_predict
+from specrl.training.selection import entry_name, policy_predict
 
 CLONE_EPOCHS = 30  # passes over the demonstrations (Adam, minibatches of CLONE_BATCH)
 CLONE_BATCH = 1024
@@ -234,43 +236,52 @@ def warm_start(
     model: PPO,
     normalizer: VecNormalize | None,
     inputs: RunInputs,
-    footing: Comparison,
+    footings: Mapping[str, Comparison],
     predictor: AcceptancePredictor | None,
     observation_size: int,
     seed: int,
     scored: Mapping[str, tuple[Mapping[str, float], Bar]] | None = None,
 ) -> dict[str, Any]:
-    """The warm start of a run (the module doc): per training scenario and domain (:func:`parts`)
-    its :func:`teacher` among the rules of ``footing``'s bar on its validation traces (the
-    SpecDec++-style rule tuned on the domain's own traces where a scenario has several), their
-    :func:`demonstrations` on train traces, :func:`clone` and :data:`DAGGER_ROUNDS` rounds of
-    DAgger. ``scored``: the rules' tokens/s and bar already measured on a scenario's whole
-    validation traces (checkpoint selection's), used as they are for a scenario of one part.
-    Returns the record of what was cloned (teachers by part, rows, agreement)."""
-    space, repeats = inputs.space, footing.repeats
+    """The warm start of a run (the module doc): per footing (a machine: profile name ->
+    :class:`Comparison`), training scenario and domain (:func:`parts`) its :func:`teacher` among
+    the rules of the footing's bar on its validation traces (the SpecDec++-style rule tuned on
+    the domain's own traces where a scenario has several), their :func:`demonstrations` on train
+    traces under that machine's prices, :func:`clone` and :data:`DAGGER_ROUNDS` rounds of DAgger.
+    ``scored``: the rules' tokens/s and bar already measured on a scenario's whole validation
+    traces (checkpoint selection's, by entry: :func:`~specrl.training.selection.entry_name`), used
+    as they are for a scenario of one part. Returns the record of what was cloned (teachers by
+    part, ``<scenario>[/<domain>][@<profile>]``, rows, agreement)."""
+    space = inputs.space
     encoder = ActionEncoder(space.k_max, space.tau_grid, space.stop_grid, space.drafters, predictor)
     chosen, sources = {}, []
-    for s in inputs.scenarios:
-        validation, train = parts(inputs.validation[s.name]), parts(inputs.train[s.name])
-        for domain in sorted(validation.keys() & train.keys()):
-            name = s.name if len(validation) == 1 else f"{s.name}/{domain}"
-            if len(validation) == 1 and scored is not None and s.name in scored:
-                rules, bar = dict(scored[s.name][0]), scored[s.name][1]
-            else:
-                rules, bar = footing.rules_on(s, validation[domain])
-            controllers = {**bar.rules(s), BEST_STATIC: bar.best_static.controller()}
-            if len(validation) > 1:
-                tuned = tune_specdecpp(footing.rule_predictor, s, validation[domain], inputs.latency, repeats)
-                rules[SPECDECPP], controllers[SPECDECPP] = tuned.tokens_per_s, tuned.controller
-            chosen[name] = teacher(name, rules, controllers, encoder, observation_size)
-            sources.append((chosen[name], s, train[domain]))
-    shown = [demonstrations(t, s, traces, inputs.latency, encoder, repeats, seed) for t, s, traces in sources]
+    for profile, footing in footings.items():
+        for s in inputs.scenarios:
+            validation, train = parts(inputs.validation[s.name]), parts(inputs.train[s.name])
+            entry = entry_name(s.name, profile, footings)
+            for domain in sorted(validation.keys() & train.keys()):
+                name = entry_name(s.name if len(validation) == 1 else f"{s.name}/{domain}", profile, footings)
+                if len(validation) == 1 and scored is not None and entry in scored:
+                    rules, bar = dict(scored[entry][0]), scored[entry][1]
+                else:
+                    rules, bar = footing.rules_on(s, validation[domain])
+                controllers = {**bar.rules(s), BEST_STATIC: bar.best_static.controller()}
+                if len(validation) > 1:
+                    tuned = tune_specdecpp(
+                        footing.rule_predictor, s, validation[domain], footing.latency, footing.repeats
+                    )
+                    rules[SPECDECPP], controllers[SPECDECPP] = tuned.tokens_per_s, tuned.controller
+                chosen[name] = teacher(name, rules, controllers, encoder, observation_size)
+                sources.append((chosen[name], s, train[domain], footing))
+    shown = [
+        demonstrations(t, s, traces, footing.latency, encoder, footing.repeats, seed)
+        for t, s, traces, footing in sources
+    ]
     agreement = clone(model, normalizer, Demonstrations.concatenate(shown), seed)
     for round_ in range(DAGGER_ROUNDS):
         driver = policy_predict(model, normalizer)
         shown += [
-            demonstrations(t, s, traces, inputs.latency, encoder, repeats, seed + 1 + round_, driver)
-            for t, s, traces in sources
+            demonstrations(t, s, traces, footing.latency, encoder, footing.repeats, seed + 1 + round_, driver)
+            for t, s, traces, footing in sources
         ]
         everything = Demonstrations.concatenate(shown)
         agreement = clone(model, normalizer, everything, seed, DAGGER_EPOCHS, statistics=False)

@@ -1,0 +1,258 @@
+"""Does a policy carry to a machine it never trained on? Every latency profile side by side.
+
+Per profile (held out from training, or in the family: ``specrl.latency.family``) and scenario,
+on test traces in the simulator: the rules re-tuned on validation traces *under that profile*
+(TCP, the HF heuristic, AdaEDL, the SpecDec++-style rule, and the best static setting in
+hindsight: the best of them is "the best rule"), and
+
+- ``carried``: the policy trained over the family (``experiments/train_ppo.py``'s default), which
+  never saw a held-out profile: seed 0 is ``--carried`` (the shipped default) when given, the
+  other seeds are trained here;
+- ``alone``: a policy trained on that profile alone (``--latency-profiles P --perturbations 0``),
+  for each profile of ``--alone``: what carrying costs.
+
+Each trained run keeps ``policy.pt2``, ``metadata.json`` and ``results.md`` under
+``<out>/runs/<arm>/seed<N>/``; a run kept there is not run again (an interrupted call resumes).
+Writes ``<out>/profiles.{json,md,png}``.
+
+    python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from specrl.evaluation.profiles import prices, profile_row, rule_predictor_of
+from specrl.export import load_policy
+from specrl.io import write_text_atomic
+from specrl.latency import HELD_OUT
+from specrl.latency.family import profiles as latency_profiles
+from specrl.plots import bar_groups
+from specrl.tables import markdown_table
+from specrl.training.inputs import DEFAULT_EVAL_SCENARIOS, DEFAULT_SCENARIOS, SELECT_PROFILES, load_scenarios
+
+REPO = Path(__file__).resolve().parent.parent
+KEPT = ("policy.pt2", "metadata.json", "results.md")
+
+
+def trained(arm: str, seed: int, out: Path, flags: list[str]) -> Path:
+    """The folder of the arm's policy for ``seed``, trained now unless kept already."""
+    kept = out / "runs" / arm / f"seed{seed}"
+    if not (kept / "metadata.json").is_file():
+        with tempfile.TemporaryDirectory() as scratch:
+            command = [
+                sys.executable,
+                str(REPO / "experiments" / "train_ppo.py"),
+                *flags,
+                "--seed",
+                str(seed),
+                "--validate-scenarios",
+                "--runs-dir",
+                str(Path(scratch) / "runs"),
+                "--policies-dir",
+                scratch,
+                "--policy-name",
+                "policy",
+            ]
+            print(f"[{arm}, seed {seed}] {shlex.join(command[1:])}", flush=True)
+            started = time.perf_counter()
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+            staged = kept.with_name(f".{kept.name}.tmp")
+            shutil.rmtree(staged, ignore_errors=True)
+            staged.mkdir(parents=True)
+            for name in KEPT:
+                shutil.copy(Path(scratch) / "policy" / name, staged / name)
+            os.replace(staged, kept)
+            print(f"[{arm}, seed {seed}] {(time.perf_counter() - started) / 60:.1f} minutes", flush=True)
+    return kept
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} [{min(values):.3f}, {max(values):.3f}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--carried", type=Path, default=None, help="seed 0 of the carried policy (a folder)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument(
+        "--profiles",
+        nargs="+",
+        default=[*HELD_OUT, *SELECT_PROFILES],
+        help="profiles compared (default: the held-out ones, then the two the family selects under)",
+    )
+    parser.add_argument(
+        "--alone", nargs="*", default=list(HELD_OUT), help="profiles that also get a policy of their own"
+    )
+    parser.add_argument("--scenarios", nargs="+", default=DEFAULT_SCENARIOS + DEFAULT_EVAL_SCENARIOS)
+    parser.add_argument("--repeats", type=int, default=4, help="acceptance draws per sampled trace")
+    parser.add_argument("--out", type=Path, default=REPO / "results" / "profiles")
+    args = parser.parse_args()
+    known = latency_profiles()
+    unknown = [p for p in [*args.profiles, *args.alone] if p not in known]
+    if unknown:
+        parser.error(f"unknown profile(s) {unknown}; known: {list(known)}")
+    if not set(args.alone) <= set(args.profiles):
+        parser.error("every --alone profile must be among --profiles")
+    started = time.perf_counter()
+
+    # 1. The policies: carried (trained over the family) and, per --alone profile, its own.
+    carried = {}
+    for seed in args.seeds:
+        use_given = seed == 0 and args.carried is not None
+        carried[seed] = args.carried if use_given else trained("carried", seed, args.out, [])
+    alone = {
+        profile: {
+            seed: trained(
+                f"alone-{profile}", seed, args.out, ["--latency-profiles", profile, "--perturbations", "0"]
+            )
+            for seed in args.seeds
+        }
+        for profile in args.alone
+    }
+
+    # 2. Every scenario under every profile, the rules re-tuned there, on the same draws.
+    scenarios = load_scenarios(args.scenarios, None)
+    pair = scenarios[0].pair.load()
+    rule_predictor = rule_predictor_of(load_scenarios(DEFAULT_SCENARIOS, None), pair)
+    carried_policies = [load_policy(folder) for folder in carried.values()]
+    rows = []
+    jobs = [(profile, s) for profile in args.profiles for s in scenarios]
+    for profile, scenario in tqdm(jobs, desc="profiles x scenarios"):
+        policies = {"carried": carried_policies}
+        if profile in alone:
+            policies["alone"] = [load_policy(folder) for folder in alone[profile].values()]
+        rows.append(
+            profile_row(
+                pair,
+                profile,
+                known[profile],
+                scenario,
+                policies,
+                repeats=args.repeats,
+                rule_predictor=rule_predictor,
+            )
+        )
+
+    # 3. The page: prices, then every scenario's ratios per profile, the worst and the mixed one.
+    held = set(HELD_OUT)
+    price_table = markdown_table(
+        ["profile", "held out of training", "draft_price", "verify_token_price", "plain tokens/s"],
+        [
+            [
+                profile,
+                "yes" if profile in held else "no",
+                *(f"{value:.3f}" for value in prices(known[profile])),
+                f"{known[profile].plain_tokens_per_s:.1f}",
+            ]
+            for profile in args.profiles
+        ],
+    )
+    lines = []
+    for row in rows:
+        carried_ratio = row.ratios("carried")
+        cells = [row.profile, row.scenario, f"{row.best_role} {row.best_rule:.1f}", spread(carried_ratio)]
+        if "alone" in row.policies:
+            price = [c / a for c, a in zip(row.policies["carried"], row.policies["alone"], strict=True)]
+            cells += [spread(row.ratios("alone")), spread(price)]
+        else:
+            cells += ["-", "-"]
+        lines.append(cells)
+    table = markdown_table(
+        [
+            "profile",
+            "scenario",
+            "best rule (tokens/s)",
+            "carried / best rule",
+            "alone / best rule",
+            "carried / alone",
+        ],
+        lines,
+    )
+    summary = []
+    for profile in args.profiles:
+        mine = [row for row in rows if row.profile == profile]
+        worst = min(mine, key=lambda row: statistics.median(row.ratios("carried")))
+        mixed = next((row for row in mine if row.scenario == "mixed"), None)
+        summary.append(
+            [
+                profile,
+                f"{statistics.median(worst.ratios('carried')):.3f} ({worst.scenario})",
+                "-" if mixed is None else spread(mixed.ratios("carried")),
+            ]
+        )
+    summary_table = markdown_table(
+        ["profile", "carried: worst scenario (median over seeds)", "carried on mixed"], summary
+    )
+    command = "python " + shlex.join(sys.argv)
+    minutes = (time.perf_counter() - started) / 60
+    text = (
+        "# Policies on machines they never trained on: every latency profile side by side\n\n"
+        "Simulator, test traces. Under each profile the rules are re-tuned on validation traces there "
+        "(TCP, the HF heuristic, AdaEDL, the SpecDec++-style rule; with the best static setting in "
+        "hindsight, the best of them is the best rule), and every controller sees the same acceptance "
+        f"draws. Each cell: the median over seeds {args.seeds}, [min, max]. `carried`: trained over the "
+        "latency family (`python experiments/train_ppo.py`), which holds out "
+        f"{', '.join(HELD_OUT)}; `alone`: trained on that profile alone.\n\n"
+        "## Prices (one row, context 256, as the features read them)\n\n"
+        f"{price_table}\n\n## Summary\n\n{summary_table}\n\n## Every scenario\n\n{table}\n\n"
+        f"Command: `{command}` ({minutes:.1f} minutes; runs kept from an earlier call are not re-run). "
+        f"Machine: {platform.machine()}, {os.cpu_count()} logical CPUs.\n"
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(args.out / "profiles.md", text)
+    record = {
+        "command": command,
+        "seeds": args.seeds,
+        "held_out": list(HELD_OUT),
+        "prices": {profile: prices(known[profile]) for profile in args.profiles},
+        "rows": [
+            {
+                "profile": row.profile,
+                "scenario": row.scenario,
+                "plain": row.plain,
+                "best_role": row.best_role,
+                "best_rule": row.best_rule,
+                "policies": row.policies,
+            }
+            for row in rows
+        ],
+    }
+    write_text_atomic(args.out / "profiles.json", json.dumps(record, indent=2))
+    names = [s.name for s in scenarios]
+    bar_groups(
+        args.out / "profiles.png",
+        names,
+        {
+            profile: [
+                statistics.median(
+                    next(r for r in rows if r.profile == profile and r.scenario == n).ratios("carried")
+                )
+                for n in names
+            ]
+            for profile in args.profiles
+        },
+        "carried policy / best rule re-tuned there",
+        "Test traces, simulator: the family-trained policy on each machine",
+        reference=1.0,
+    )
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

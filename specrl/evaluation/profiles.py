@@ -1,0 +1,93 @@
+"""Policies on machines: each latency profile's rules, re-tuned there, against policies carried to it.
+
+For a profile (a latency model: :mod:`specrl.latency.family`) and a scenario, :func:`profile_row`
+tunes the rules of the bar on the scenario's validation traces *under that profile*, plays them,
+the best static setting in hindsight and each policy on the test traces under it, all on the same
+acceptance draws (:class:`~specrl.training.comparison.Comparison`), and gives every policy's ratio
+to the best rule. ``experiments/profiles.py`` writes the page of every profile side by side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specrl.envs import Scenario, cached_traces
+from specrl.export import ExportedPolicy
+from specrl.features import PriceLine
+from specrl.latency import LatencyModel
+from specrl.models import ModelPair
+from specrl.rule_tuning import fit_acceptance_predictor
+from specrl.trace_evaluation import evaluate_policy
+from specrl.training.comparison import BAR_RULES, BEST_STATIC, PLAIN, Comparison
+
+
+@dataclass
+class ProfileRow:
+    """One scenario under one profile: tokens/s of plain decoding, of its best rule (``best_role``)
+    and of each policy (name -> tokens/s per policy seed)."""
+
+    profile: str
+    scenario: str
+    plain: float
+    best_role: str
+    best_rule: float
+    policies: dict[str, list[float]] = field(default_factory=dict)
+
+    def ratios(self, name: str) -> list[float]:
+        """Each seed's tokens/s of policy ``name`` over the best rule's."""
+        return [value / self.best_rule for value in self.policies[name]]
+
+
+def policy_predict(policy: ExportedPolicy):
+    """The policy's actions on full observations (it reads its version's first features)."""
+    return lambda observations: policy.predict(np.asarray(observations)[:, : policy.n_features])
+
+
+def profile_row(
+    pair: ModelPair,
+    profile: str,
+    latency: LatencyModel,
+    scenario: Scenario,
+    policies: Mapping[str, Sequence[ExportedPolicy]],
+    *,
+    repeats: int,
+    rule_predictor,
+) -> ProfileRow:
+    """The scenario's rules re-tuned under ``latency`` and every policy's seeds on its test traces."""
+    first = next(p for seeds in policies.values() for p in seeds)
+    footing = Comparison(
+        pair,
+        latency.for_sampling(scenario.sampling),
+        repeats=repeats,
+        tau_grid=first.tau_grid,
+        predictor=first.predictor,
+        rule_predictor=rule_predictor,
+    )
+    test = cached_traces(scenario, "test", pair)
+    tokens, _ = footing.rules_on(scenario, test)
+    roles = [BEST_STATIC, *(role for role in BAR_RULES if role in tokens)]
+    best = max(roles, key=tokens.__getitem__)
+    row = ProfileRow(profile, scenario.name, tokens[PLAIN], best, tokens[best])
+    for name, seeds in policies.items():
+        row.policies[name] = [
+            evaluate_policy(
+                policy_predict(policy), scenario, test, footing.latency, repeats, predictor=policy.predictor
+            ).tokens_per_s
+            for policy in seeds
+        ]
+    return row
+
+
+def rule_predictor_of(scenarios: Iterable[Scenario], pair: ModelPair):
+    """The SpecDec++-style rule's acceptance predictor, fitted as a training run fits it: on the
+    train traces of ``scenarios``."""
+    return fit_acceptance_predictor([cached_traces(s, "train", pair) for s in scenarios])
+
+
+def prices(latency: LatencyModel, rows: int = 1, context: int = 256) -> tuple[float, float]:
+    """The profile's (draft_price, verify_token_price) as the features read them."""
+    line: PriceLine = latency.price_line(rows, context)
+    return line.ratios(rows)
