@@ -19,6 +19,7 @@ import specrl
 from specrl.envs import SetupError, load_scenario, shipped_scenarios
 from specrl.envs.scenario import PairSpec
 from specrl.features import N_FEATURES
+from specrl.latency import LatencyFamily
 from specrl.serving import load_stream, shipped_streams
 
 started = time.perf_counter()
@@ -32,6 +33,8 @@ assert scenario.name == "code" and "code" in scenario.prompts.domains, scenario
 assert {"code", "mixed", "prose"} <= set(shipped_scenarios()), shipped_scenarios()
 stream = load_stream("code_math_prose")  # the shipped request stream of experiments/serve_stream.py
 assert stream.size == 88 and "code_math_prose" in shipped_streams(), shipped_streams()
+family = LatencyFamily.training()  # the shipped calibrations the default trains over
+assert len(family.models) == len(family.names) >= 6 and "cpu-epyc-2t-nov" in family.names, family.names
 
 
 def replay(scenario, **kwargs) -> None:

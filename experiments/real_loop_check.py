@@ -9,6 +9,7 @@ repeat, the machine's drift cancelled by pairing within a repeat. Its own run is
 
     python experiments/real_loop_check.py --policy default --scenarios code prose math \\
         --prompts 8 --repeats 4 --out results/real_loop/default
+    python experiments/real_loop_check.py --policy default --versus here=FOLDER ...  # two policies
 """
 
 from __future__ import annotations
@@ -41,11 +42,24 @@ def main() -> None:
         "--sim-repeats", type=int, default=4, help="acceptance draws per trace when tuning rules"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--versus",
+        nargs="*",
+        default=[],
+        metavar="NAME=POLICY",
+        help="other policies run alongside (a name for the table, then a shipped name or a folder)",
+    )
     parser.add_argument("--out", type=Path, required=True, help="folder of real_loop.md and real_loop.json")
     args = parser.parse_args()
     if args.prompts < 1 or args.repeats < 2:
         parser.error("--prompts must be >= 1 and --repeats >= 2 (a standard error needs two repeats)")
     started = time.perf_counter()
+    versus = {}
+    for item in args.versus:
+        name, _, where = item.partition("=")
+        if not name or not where:
+            parser.error(f"--versus {item!r}: give NAME=POLICY (a shipped policy's name or a folder)")
+        versus[name] = LearnedController.load(where)
     policy = LearnedController.load(args.policy)
     scenarios = load_scenarios(args.scenarios, None)
     pair = scenarios[0].pair.load()
@@ -71,17 +85,19 @@ def main() -> None:
         prompts=args.prompts,
         repeats=args.repeats,
         seed=args.seed,
+        versus=versus,
     )
     command = command_line()
     text = (
         f"# {policy.name} against the best rule, real loop\n"
-        + real_loop_section(rows, args.prompts, args.repeats)
+        + real_loop_section(rows, args.prompts, args.repeats, list(versus))
         + f"\nCommand: `{command}` ({(time.perf_counter() - started) / 60:.1f} minutes). Machine: "
         f"{machine_clause(latency.device)}.\n"
     )
     record = {
         "command": command,
         "policy": str(policy.policy.folder),
+        "versus": {name: str(other.policy.folder) for name, other in versus.items()},
         "prompts": args.prompts,
         "repeats": args.repeats,
         "rows": {

@@ -278,3 +278,19 @@ def test_compare_plays_every_player_on_each_episode_with_one_seed_in_a_fresh_ord
     assert rotating(["a", "b", "c"], 0, 4) == ["b", "c", "a"]
     ratios = paired_ratios({"ppo": [2.0, 4.0, 3.0], "tcp": [1.0, 4.0, 2.0]}, "ppo")
     assert ratios == {"ppo": 1.0, "tcp": 1.5}
+
+
+def test_the_real_loop_section_sets_the_policy_against_the_policies_run_alongside():
+    from specrl.evaluation.real_loop_check import RealLoopRow, real_loop_section
+    from specrl.training.comparison import BEST_STATIC, PLAIN, PPO, TCP, StaticSetting
+
+    tokens = {PLAIN: 70.0, TCP: 90.0, BEST_STATIC: 100.0, PPO: 104.0, "here": 102.0}
+    row = RealLoopRow(
+        tokens,
+        {PLAIN: 1.49, TCP: 1.16, BEST_STATIC: 1.04, PPO: 1.0, "here": 1.02},
+        StaticSetting(5, 0.0),
+        {PLAIN: 0.01, TCP: 0.02, BEST_STATIC: 0.03, PPO: 0.0, "here": 0.015},
+    )
+    text = real_loop_section({"code": row}, prompts=2, repeats=2, versus=["here"])
+    assert "| code | here | 104.0 | 102.0 | 1.020 | 0.015 |" in text
+    assert "policies run alongside" not in real_loop_section({"code": row}, prompts=2, repeats=2)

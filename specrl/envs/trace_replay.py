@@ -288,6 +288,7 @@ class TraceReplayEnv(gym.Env):
             "generation_seed": self.trace.seed,
             "batch_size": len(self.active),
             "requests": spec.requests,
+            "latency_profile": self.latency.measurement.get("profile", self.latency.device),
         }
         return self.features.vector(), info
 

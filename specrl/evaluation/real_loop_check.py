@@ -68,17 +68,25 @@ def in_real_loop(
     prompts: int,
     repeats: int,
     seed: int,
+    versus: Mapping[str, LearnedController] | None = None,
 ) -> RealLoopRow:
     """The scenario's bar and ``policy`` in the real loop on its first ``prompts`` test prompts per
     domain (:func:`~specrl.evaluation.roster.episode_plan`: prompt i reset with seed ``seed + i``
-    in every repeat), ``repeats`` times (see the module doc)."""
+    in every repeat), ``repeats`` times (see the module doc); ``versus``: other policies by name,
+    run alongside (the row's paired ratios then include the policy's to each)."""
     env = SpecDecodeEnv(scenario, pair=pair, split="test", time="wallclock", latency=latency)
     controllers = {**bar.rules(scenario), BEST_STATIC: bar.best_static.controller(), PPO: policy}
+    extra = dict(versus or {})
+    if set(extra) & set(controllers):
+        raise ValueError(
+            f"the names of the policies compared {sorted(extra)} must differ from the bar's roles"
+        )
+    controllers.update(extra)
     factories = {role: (lambda controller=controller: controller) for role, controller in controllers.items()}
     episodes = episode_plan(scenario, env.prompt_sets, prompts, seed)
     settings = Settings(repeats=repeats, warmup=1, warmup_rows=(PLAIN,), hf=False, seed=seed)
     records, _ = run_real_loop(env, episodes, factories, None, settings)
-    rows = {role: aggregate(records[role]) for role in ROLES if role in records}
+    rows = {role: aggregate(records[role]) for role in (*ROLES, *extra) if role in records}
     per_repeat = {role: row["tokens_per_s_repeats"] for role, row in rows.items()}
     return RealLoopRow(
         {role: row["tokens_per_s"] for role, row in rows.items()},
@@ -98,11 +106,12 @@ def check_scenarios(
     prompts: int,
     repeats: int,
     seed: int,
+    versus: Mapping[str, LearnedController] | None = None,
 ) -> dict[str, RealLoopRow]:
     """The scenarios ``names`` (on ``preset``'s pair, with wall-clock time) in the real loop
-    (:func:`in_real_loop`), each against the bar of its row of the simulator comparison (``rows``)
-    or, for a scenario not compared there, a bar computed now on its test traces, the best static
-    setting over its own tau grid."""
+    (:func:`in_real_loop`, with the policies ``versus`` alongside), each against the bar of its row
+    of the simulator comparison (``rows``) or, for a scenario not compared there, a bar computed now
+    on its test traces, the best static setting over its own tau grid."""
     result = {}
     for name in names:
         scenario = load_scenario(name).with_overrides(preset=preset)
@@ -120,6 +129,7 @@ def check_scenarios(
             prompts=prompts,
             repeats=repeats,
             seed=seed,
+            versus=versus,
         )
     return result
 
@@ -148,13 +158,40 @@ def real_loop_table(rows: dict[str, RealLoopRow]) -> str:
     return markdown_table(header, lines)
 
 
-def real_loop_section(rows: dict[str, RealLoopRow], prompts: int, repeats: int) -> str:
-    """The results page's section of the real loop: its heading, the protocol and the table."""
+def versus_table(rows: dict[str, RealLoopRow], versus: Sequence[str]) -> str:
+    """Markdown: a row per scenario and policy run alongside, the medians of both and PPO's paired
+    ratio to it, with twice its standard error."""
+    lines = [
+        [
+            scenario,
+            name,
+            f"{row.tokens_per_s[PPO]:.1f}",
+            f"{row.tokens_per_s[name]:.1f}",
+            f"{row.paired[name]:.3f}",
+            "-" if row.two_se[name] is None else f"{row.two_se[name]:.3f}",
+        ]
+        for scenario, row in rows.items()
+        for name in versus
+    ]
+    return markdown_table(["scenario", "policy alongside", "PPO", "it", "PPO / it", "2 SE"], lines)
+
+
+def real_loop_section(
+    rows: dict[str, RealLoopRow], prompts: int, repeats: int, versus: Sequence[str] = ()
+) -> str:
+    """The results page's section of the real loop: its heading, the protocol and the table (and
+    PPO against the policies run alongside, ``versus``)."""
+    alongside = (
+        f"\nAgainst the policies run alongside it (the same prompts, order and pairing):\n\n"
+        f"{versus_table(rows, versus)}\n"
+        if versus
+        else ""
+    )
     return (
         f"\n#### Real loop on test prompts (wall clock), tokens/s\n\n{prompts} test "
         f"prompts per domain, every controller on each in a random order, {repeats} "
         "repeats; tokens/s: the median over repeats; PPO's ratios: the median over repeats of the "
         f"ratio within a repeat (paired, so drift of the machine between repeats cancels); 2 SE: twice "
         "the standard error over repeats of PPO's ratio to the best rule (a margin below it is a tie).\n\n"
-        f"{real_loop_table(rows)}\n"
+        f"{real_loop_table(rows)}\n{alongside}"
     )

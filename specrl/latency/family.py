@@ -115,14 +115,14 @@ GPU_LIKE = (
 HELD_OUT = ("cpu-epyc-2t-dec", "gpu-like-h200")  # this machine's calibration, one GPU-like profile
 
 
-def measured_profiles() -> dict[str, LatencyModel]:
-    """The shipped calibrations, by file name (``specrl/latency/profiles``)."""
-    return {path.stem: LatencyModel.load(path) for path in sorted(PROFILES_DIR.glob("*.json"))}
-
-
 def profiles() -> dict[str, LatencyModel]:
-    """Every profile of the family, measured and GPU-like, by name."""
-    return {**measured_profiles(), **{f"gpu-like-{gpu.name}": gpu.model() for gpu in GPU_LIKE}}
+    """Every profile of the family by name, measured (the shipped calibrations, by file name) and
+    GPU-like; each model's ``measurement["profile"]`` is its name."""
+    models = {path.stem: LatencyModel.load(path) for path in sorted(PROFILES_DIR.glob("*.json"))}
+    models.update({f"gpu-like-{gpu.name}": gpu.model() for gpu in GPU_LIKE})
+    for name, model in models.items():
+        model.measurement["profile"] = name
+    return models
 
 
 def perturbed(model: LatencyModel, draft_factor: float, growth_factor: float) -> LatencyModel:

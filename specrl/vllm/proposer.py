@@ -25,7 +25,10 @@ does not report is set as in training and named here:
 - verification time is the wall time between two ``propose`` calls (vLLM's whole step, shared by
   the rows, as the engine's verify seconds are); drafting time is the proposer's own;
 - acceptance probabilities are those of point masses: 1 for accepted tokens, 0 from the first
-  rejected one on (the target's law is not given to a proposer).
+  rejected one on (the target's law is not given to a proposer);
+- the price features (feature version 4) have no prior here: they are fitted from these
+  measured steps alone, 0 until the window's drafts differ in length (vLLM's machine is not the
+  one any shipped calibration measured).
 
 vLLM is given no draft probabilities, so it verifies every proposed token as a point mass: the
 output is exact at any temperature, and the draft proposes its most likely token.

@@ -75,6 +75,17 @@ SECTIONS = (
         ),
     ),
     Section(
+        "PPO policy: on machines it never trained on (latency profiles side by side)",
+        "The shipped default, trained over the latency family, on every profile side by side: the "
+        "held-out ones (this machine's calibration, a GPU-like profile) and two it trained on. Per "
+        "profile the rules are re-tuned on validation traces there; a policy trained on each "
+        "held-out profile alone shows what carrying costs. Test traces, simulator; the prices of "
+        "each profile.",
+        "python experiments/profiles.py --carried specrl/policies/default --seeds 0",
+        ("results/profiles/profiles.md", "results/profiles/profiles.json", "results/profiles/profiles.png"),
+        "results/notes/profiles.md",
+    ),
+    Section(
         "PPO policy: what the warm start and PPO each give",
         "PPO from scratch, the warm start alone (each training scenario's best rule on validation, "
         "cloned) and warm start + PPO, three seeds each: the policy over the best rule per scenario "

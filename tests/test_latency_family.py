@@ -1,0 +1,86 @@
+"""The latency family: the machines a portable policy trains over, and the env that draws them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specrl.envs import CostModel, TraceReplayEnv
+from specrl.latency import HELD_OUT, GpuLike, LatencyError, LatencyFamily, LatencyModel, perturbed
+from specrl.latency.family import profiles_known
+from specrl.training.inputs import FAMILY, MACHINE, SELECT_PROFILES, training_machines
+
+
+def test_the_training_family_holds_out_this_machine_and_a_gpu_and_draws_reproducibly():
+    family = LatencyFamily.training()
+    assert not set(HELD_OUT) & set(family.names) and set(HELD_OUT) <= set(profiles_known())
+    assert any(n.startswith("cpu-") for n in family.names) and any(
+        n.startswith("gpu-like-") for n in family.names
+    )
+    assert all(len(group) == family.perturbations + 1 for group in family.models)
+    draws = [family.draw(np.random.default_rng(seed)) for seed in range(40)]
+    assert draws[:5] == [family.draw(np.random.default_rng(seed)) for seed in range(5)]  # the same objects
+    assert len({model.measurement["profile"] for model in draws}) >= 4
+    again = LatencyFamily.training().models
+    for mine, theirs in zip(family.models, again, strict=True):
+        for a, b in zip(mine, theirs, strict=True):
+            assert a.price_line(1, 256) == pytest.approx(b.price_line(1, 256))  # one seed: one family
+    with pytest.raises(LatencyError, match="unknown latency profile"):
+        LatencyFamily(("no-such-machine",))
+
+
+def test_perturbed_scales_the_draft_and_the_verifications_growth():
+    base = LatencyModel.from_cost_model(CostModel(0.002, 0.010, 0.001))  # verify .010 + .001 (n - 1)
+    model = perturbed(base, draft_factor=2.0, growth_factor=0.5)
+    assert model.draft_seconds(100) == pytest.approx(0.004)
+    assert model.target_seconds(1, 100) == pytest.approx(0.010)  # a one-token verification is kept
+    assert model.target_seconds(5, 100) == pytest.approx(0.010 + 0.5 * 0.004)
+    assert model.price_line().per_token == pytest.approx(0.5 * base.price_line().per_token)
+    assert model.measurement["perturbed"] == {"draft": 2.0, "growth": 0.5}
+    with pytest.raises(ValueError, match="factors must be > 0"):
+        perturbed(base, 0.0, 1.0)
+
+
+def test_a_gpu_like_verification_steps_once_stays_flat_to_its_knee_then_grows_linearly():
+    gpu = GpuLike("test", target_ms=10.0, knee=16, jump=0.1, below=0.05, draft_ratio=0.04, kv=0.0)
+    model = gpu.model(batch_sizes=(1, 8))
+    assert model.target_seconds(1, 256) == pytest.approx(0.010 * (1 + 0.05 / 16))
+    assert model.target_seconds(2, 256) == pytest.approx(0.010 * (1 + 0.1 + 0.05 * 2 / 16))
+    at_knee = 0.010 * (1 + 0.1 + 0.05)
+    assert model.target_seconds(4, 256, rows=8) == pytest.approx(at_knee * 32 / 16)  # 32 tokens: past it
+    assert model.draft_seconds(256) == pytest.approx(0.04 * 0.010)
+    one_row, eight_rows = (model.price_line(rows, 256).ratios(rows) for rows in (1, 8))
+    assert one_row[1] < 0.02 < 0.3 < eight_rows[1]  # one more token a row: nearly free, then not
+
+
+def test_an_env_over_a_family_prices_each_episode_by_the_machine_it_draws(shifted, greedy_traces):
+    family = LatencyFamily(("cpu-epyc-2t-nov", "gpu-like-a100"), perturbations=0)
+    env = TraceReplayEnv(shifted, traces=greedy_traces, latency=family)
+    seen = {}
+    for seed in range(12):
+        observation, info = env.reset(seed=seed)
+        machine = env.latency
+        seen[info["latency_profile"]] = machine
+        assert env.reference_tokens_per_s == pytest.approx(machine.plain_throughput())
+        prior = machine.price_line(1, env.features.context_length).ratios(1)
+        assert observation[-2:] == pytest.approx(prior, rel=1e-5)  # the machine's prices, before a step
+        _, reward, *_ = env.step(env.action_space.sample())
+        env.reset(seed=seed)
+        assert env.latency is machine  # the same seed draws the same machine
+    assert len(seen) == 2
+    cpu, gpu = (seen[name].price_line().ratios(1) for name in ("cpu-epyc-2t-nov", "gpu-like-a100"))
+    assert cpu[1] > 3 * gpu[1]  # a verified token costs a CPU far more than a GPU below its knee
+
+
+def test_training_machines_name_this_machine_the_family_or_profiles():
+    latency = LatencyModel.from_cost_model()
+    assert training_machines([MACHINE], latency) == (None, {MACHINE: latency})
+    family, footings = training_machines([FAMILY], latency)
+    assert family == LatencyFamily.training() and list(footings) == list(SELECT_PROFILES)
+    alone, footings = training_machines(["gpu-like-h200"], latency, perturbations=0)
+    assert (
+        alone.names == ("gpu-like-h200",) and alone.perturbations == 0 and list(footings) == ["gpu-like-h200"]
+    )
+    assert len(alone.models[0]) == 1
+    with pytest.raises(ValueError, match="not"):
+        training_machines([MACHINE, FAMILY], latency)
