@@ -9,13 +9,17 @@ hindsight: the best of them is "the best rule"), and
   never saw a held-out profile: seed 0 is ``--carried`` (the shipped default) when given, the
   other seeds are trained here;
 - ``alone``: a policy trained on that profile alone (``--latency-profiles P --perturbations 0``),
-  for each profile of ``--alone``: what carrying costs.
+  for each profile of ``--alone``: what carrying costs;
+- ``--also NAME=FOLDER``: other exported policies, on every profile (``previous``: the default
+  shipped before the family, trained on this machine's prices, kept in
+  ``results/profiles/previous_default``).
 
 Each trained run keeps ``policy.pt2``, ``metadata.json`` and ``results.md`` under
 ``<out>/runs/<arm>/seed<N>/``; a run kept there is not run again (an interrupted call resumes).
 Writes ``<out>/profiles.{json,md,png}``.
 
-    python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 2
+    python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 2 \\
+        --also previous=results/profiles/previous_default
 """
 
 from __future__ import annotations
@@ -25,11 +29,8 @@ import json
 import os
 import platform
 import shlex
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,6 +44,7 @@ from specrl.latency.family import profiles as latency_profiles
 from specrl.plots import bar_groups
 from specrl.tables import markdown_table
 from specrl.training.inputs import DEFAULT_EVAL_SCENARIOS, DEFAULT_SCENARIOS, SELECT_PROFILES, load_scenarios
+from specrl.training.kept_runs import kept_run
 
 REPO = Path(__file__).resolve().parent.parent
 KEPT = ("policy.pt2", "metadata.json", "results.md")
@@ -50,38 +52,31 @@ KEPT = ("policy.pt2", "metadata.json", "results.md")
 
 def trained(arm: str, seed: int, out: Path, flags: list[str]) -> Path:
     """The folder of the arm's policy for ``seed``, trained now unless kept already."""
-    kept = out / "runs" / arm / f"seed{seed}"
-    if not (kept / "metadata.json").is_file():
-        with tempfile.TemporaryDirectory() as scratch:
-            command = [
-                sys.executable,
-                str(REPO / "experiments" / "train_ppo.py"),
-                *flags,
-                "--seed",
-                str(seed),
-                "--validate-scenarios",
-                "--runs-dir",
-                str(Path(scratch) / "runs"),
-                "--policies-dir",
-                scratch,
-                "--policy-name",
-                "policy",
-            ]
-            print(f"[{arm}, seed {seed}] {shlex.join(command[1:])}", flush=True)
-            started = time.perf_counter()
-            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-            staged = kept.with_name(f".{kept.name}.tmp")
-            shutil.rmtree(staged, ignore_errors=True)
-            staged.mkdir(parents=True)
-            for name in KEPT:
-                shutil.copy(Path(scratch) / "policy" / name, staged / name)
-            os.replace(staged, kept)
-            print(f"[{arm}, seed {seed}] {(time.perf_counter() - started) / 60:.1f} minutes", flush=True)
-    return kept
+    return kept_run(arm, seed, out / "runs" / arm / f"seed{seed}", flags, KEPT)
 
 
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} [{min(values):.3f}, {max(values):.3f}]"
+
+
+WHAT = ("worst scenario (median over seeds)", "on mixed")
+
+
+def summary_cells(rows: list, names: list[str]) -> list[str]:
+    """Per policy: its worst scenario's median ratio to the best rule, and its ratio on mixed."""
+    cells = []
+    for name in names:
+        mine = [row for row in rows if name in row.policies]
+        if not mine:
+            cells += ["-", "-"]
+            continue
+        worst = min(mine, key=lambda row: statistics.median(row.ratios(name)))
+        mixed = next((row for row in mine if row.scenario == "mixed"), None)
+        cells += [
+            f"{statistics.median(worst.ratios(name)):.3f} ({worst.scenario})",
+            "-" if mixed is None else spread(mixed.ratios(name)),
+        ]
+    return cells
 
 
 def main() -> None:
@@ -100,6 +95,7 @@ def main() -> None:
         "--alone", nargs="*", default=list(HELD_OUT), help="profiles that also get a policy of their own"
     )
     parser.add_argument("--scenarios", nargs="+", default=DEFAULT_SCENARIOS + DEFAULT_EVAL_SCENARIOS)
+    parser.add_argument("--also", nargs="*", default=[], metavar="NAME=FOLDER", help="other policies")
     parser.add_argument("--repeats", type=int, default=4, help="acceptance draws per sampled trace")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "profiles")
     args = parser.parse_args()
@@ -109,6 +105,9 @@ def main() -> None:
         parser.error(f"unknown profile(s) {unknown}; known: {list(known)}")
     if not set(args.alone) <= set(args.profiles):
         parser.error("every --alone profile must be among --profiles")
+    also = dict(item.partition("=")[::2] for item in args.also)
+    if any(not name or not folder or name in ("carried", "alone") for name, folder in also.items()):
+        parser.error(f"--also {args.also}: give NAME=FOLDER, a name other than carried and alone")
     started = time.perf_counter()
 
     # 1. The policies: carried (trained over the family) and, per --alone profile, its own.
@@ -131,10 +130,11 @@ def main() -> None:
     pair = scenarios[0].pair.load()
     rule_predictor = rule_predictor_of(load_scenarios(DEFAULT_SCENARIOS, None), pair)
     carried_policies = [load_policy(folder) for folder in carried.values()]
+    others = {name: [load_policy(folder)] for name, folder in also.items()}
     rows = []
     jobs = [(profile, s) for profile in args.profiles for s in scenarios]
     for profile, scenario in tqdm(jobs, desc="profiles x scenarios"):
-        policies = {"carried": carried_policies}
+        policies = {"carried": carried_policies, **others}
         if profile in alone:
             policies["alone"] = [load_policy(folder) for folder in alone[profile].values()]
         rows.append(
@@ -165,40 +165,26 @@ def main() -> None:
     )
     lines = []
     for row in rows:
-        carried_ratio = row.ratios("carried")
-        cells = [row.profile, row.scenario, f"{row.best_role} {row.best_rule:.1f}", spread(carried_ratio)]
+        cells = [
+            row.profile,
+            row.scenario,
+            f"{row.best_role} {row.best_rule:.1f}",
+            spread(row.ratios("carried")),
+        ]
         if "alone" in row.policies:
             price = [c / a for c, a in zip(row.policies["carried"], row.policies["alone"], strict=True)]
             cells += [spread(row.ratios("alone")), spread(price)]
         else:
             cells += ["-", "-"]
+        cells += [f"{row.ratios(name)[0]:.3f}" for name in also]
         lines.append(cells)
-    table = markdown_table(
-        [
-            "profile",
-            "scenario",
-            "best rule (tokens/s)",
-            "carried / best rule",
-            "alone / best rule",
-            "carried / alone",
-        ],
-        lines,
-    )
-    summary = []
-    for profile in args.profiles:
-        mine = [row for row in rows if row.profile == profile]
-        worst = min(mine, key=lambda row: statistics.median(row.ratios("carried")))
-        mixed = next((row for row in mine if row.scenario == "mixed"), None)
-        summary.append(
-            [
-                profile,
-                f"{statistics.median(worst.ratios('carried')):.3f} ({worst.scenario})",
-                "-" if mixed is None else spread(mixed.ratios("carried")),
-            ]
-        )
-    summary_table = markdown_table(
-        ["profile", "carried: worst scenario (median over seeds)", "carried on mixed"], summary
-    )
+    header = ["profile", "scenario", "best rule (tokens/s)", "carried / best rule", "alone / best rule"]
+    header += ["carried / alone", *(f"{name} / best rule" for name in also)]
+    table = markdown_table(header, lines)
+    names = ["carried", "alone", *also]
+    summary = [[p, *summary_cells([r for r in rows if r.profile == p], names)] for p in args.profiles]
+    header = ["profile"] + [f"{name}: {what}" for name in names for what in WHAT]
+    summary_table = markdown_table(header, summary)
     command = "python " + shlex.join(sys.argv)
     minutes = (time.perf_counter() - started) / 60
     text = (

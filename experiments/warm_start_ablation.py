@@ -23,11 +23,8 @@ import json
 import os
 import platform
 import shlex
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -35,6 +32,7 @@ from specrl.io import write_text_atomic
 from specrl.plots import bar_groups
 from specrl.tables import markdown_table
 from specrl.training import comparison_ratios
+from specrl.training.kept_runs import kept_run
 
 REPO = Path(__file__).resolve().parent.parent
 ARMS = {
@@ -47,31 +45,7 @@ ARMS = {
 def run_arm(arm: str, seed: int, out: Path, extra: list[str]) -> dict:
     """The arm's run for ``seed`` (run now unless its metadata is already kept), as its metadata."""
     kept = out / arm.replace(" ", "_").replace("+", "plus") / f"seed{seed}"
-    if not (kept / "metadata.json").is_file():
-        with tempfile.TemporaryDirectory() as scratch:
-            command = [
-                sys.executable,
-                str(REPO / "experiments" / "train_ppo.py"),
-                *ARMS[arm],
-                "--seed",
-                str(seed),
-                "--validate-scenarios",
-                "--runs-dir",
-                str(Path(scratch) / "runs"),
-                "--policies-dir",
-                scratch,
-                "--policy-name",
-                "policy",
-                *extra,
-            ]
-            print(f"[{arm}, seed {seed}] {shlex.join(command[1:])}", flush=True)
-            started = time.perf_counter()
-            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-            kept.mkdir(parents=True, exist_ok=True)
-            for name in ("metadata.json", "results.md"):
-                shutil.copy(Path(scratch) / "policy" / name, kept / f".{name}.tmp")
-                os.replace(kept / f".{name}.tmp", kept / name)
-            print(f"[{arm}, seed {seed}] {(time.perf_counter() - started) / 60:.1f} minutes", flush=True)
+    kept_run(arm, seed, kept, [*ARMS[arm], *extra], ("metadata.json", "results.md"))
     return json.loads((kept / "metadata.json").read_text())
 
 

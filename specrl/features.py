@@ -58,11 +58,11 @@ positions pool every row's, lengths are means over rows, and ``batch_size`` coun
  32   lookup_order            the length of the n-gram the lookup matched now (3, 2, 1) / 3; 0
                               without a match or when the drafters do not include ``ngram``
  33   draft_price             seconds per draft forward over the last 16 steps / the seconds of
-                              a one-token verification of the batch now, clipped (0 until both
-                              are known)
+                              a one-token verification of the batch now, clipped (the prior's
+                              before a draft ran; 0 with neither)
  34   verify_token_price      what one more verified token per row adds to a verification of
-                              the batch now / that one-token verification, clipped (0 until
-                              known)
+                              the batch now / that one-token verification, clipped (the prior's
+                              before a step; 0 with neither)
 ====  ======================  =============================================================
 
 **Prices** (33, 34) are what decides k on a machine, as ratios, so they do not depend on its

@@ -55,18 +55,20 @@ SECTIONS = (
         ),
     ),
     Section(
-        "PPO policy: the shipped policy in the real loop, powered",
-        "The shipped default against every rule of the bar on test prompts of code, prose and math "
-        "(greedy), 6 prompts x 4 interleaved repeats, paired, with twice the standard error of each "
-        "ratio.",
+        "PPO policy: the previous default in the real loop, powered",
+        "The default shipped before the latency family (feature version 3, trained on this machine's "
+        "prices; kept as results/profiles/previous_default) against every rule of the bar on test "
+        "prompts of code, prose and math (greedy), 6 prompts x 4 interleaved repeats, paired, with "
+        "twice the standard error of each ratio.",
         "python experiments/real_loop_check.py --policy default --scenarios code prose math --prompts 6 "
         "--repeats 4 --out results/real_loop/default",
         ("results/real_loop/default/real_loop.md", "results/real_loop/default/real_loop.json"),
     ),
     Section(
-        "PPO policy: the shipped policy in the real loop at temperature 1 and on mixed, powered",
-        "The same check at temperature 1 (code, prose, math) and on mixed greedy traffic: 6 prompts "
-        "x 4 interleaved repeats, paired, with twice the standard error of each ratio.",
+        "PPO policy: the previous default in the real loop at temperature 1 and on mixed, powered",
+        "The same check of the same (previous) default at temperature 1 (code, prose, math) and on "
+        "mixed greedy traffic: 6 prompts x 4 interleaved repeats, paired, with twice the standard "
+        "error of each ratio.",
         "python experiments/real_loop_check.py --policy default --scenarios code_t1 prose_t1 math_t1 "
         "mixed --prompts 6 --repeats 4 --out results/real_loop/default_t1_mixed",
         (
@@ -81,9 +83,21 @@ SECTIONS = (
         "profile the rules are re-tuned on validation traces there; a policy trained on each "
         "held-out profile alone shows what carrying costs. Test traces, simulator; the prices of "
         "each profile.",
-        "python experiments/profiles.py --carried specrl/policies/default --seeds 0",
+        "python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 "
+        "--also previous=results/profiles/previous_default",
         ("results/profiles/profiles.md", "results/profiles/profiles.json", "results/profiles/profiles.png"),
         "results/notes/profiles.md",
+    ),
+    Section(
+        "PPO policy: carried to this machine against one trained here, real loop",
+        "The shipped default (trained over the latency family, which holds this machine's calibration "
+        "out) against every rule of the bar and, alongside, a policy trained on this machine's "
+        "calibration alone (experiments/profiles.py's alone-cpu-epyc-2t-dec, seed 0) and the previous "
+        "default: test prompts, interleaved repeats, paired, with twice the standard error.",
+        "python experiments/real_loop_check.py --policy default --versus "
+        "here=results/profiles/runs/alone-cpu-epyc-2t-dec/seed0 previous=results/profiles/previous_default "
+        "--scenarios code prose math mixed --prompts 4 --repeats 4 --out results/real_loop/portable",
+        ("results/real_loop/portable/real_loop.md", "results/real_loop/portable/real_loop.json"),
     ),
     Section(
         "PPO policy: what the warm start and PPO each give",

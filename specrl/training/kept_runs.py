@@ -1,0 +1,54 @@
+"""Experiments that compare training runs: ``experiments/train_ppo.py`` run once per arm and seed,
+its exported files kept, so an interrupted experiment resumes where it stopped.
+
+Used by ``experiments/warm_start_ablation.py`` and ``experiments/profiles.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+TRAIN_PPO = Path(__file__).resolve().parents[2] / "experiments" / "train_ppo.py"
+
+
+def kept_run(label: str, seed: int, kept: Path, flags: Sequence[str], files: Sequence[str]) -> Path:
+    """``kept``, holding ``files`` of the policy that ``train_ppo.py`` with ``flags`` and ``seed``
+    exports (no real-loop check, its run folder and policy in a scratch folder): trained now unless
+    ``kept`` holds them already; written atomically (a folder renamed into place)."""
+    if all((kept / name).is_file() for name in files):
+        return kept
+    with tempfile.TemporaryDirectory() as scratch:
+        command = [
+            sys.executable,
+            str(TRAIN_PPO),
+            *flags,
+            "--seed",
+            str(seed),
+            "--validate-scenarios",
+            "--runs-dir",
+            str(Path(scratch) / "runs"),
+            "--policies-dir",
+            scratch,
+            "--policy-name",
+            "policy",
+        ]
+        print(f"[{label}, seed {seed}] {shlex.join(command[1:])}", flush=True)
+        started = time.perf_counter()
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+        staged = kept.with_name(f".{kept.name}.tmp")
+        shutil.rmtree(staged, ignore_errors=True)
+        staged.mkdir(parents=True)
+        for name in files:
+            shutil.copy(Path(scratch) / "policy" / name, staged / name)
+        shutil.rmtree(kept, ignore_errors=True)
+        os.replace(staged, kept)
+        print(f"[{label}, seed {seed}] {(time.perf_counter() - started) / 60:.1f} minutes", flush=True)
+    return kept
