@@ -84,3 +84,5 @@ def test_training_machines_name_this_machine_the_family_or_profiles():
     assert len(alone.models[0]) == 1
     with pytest.raises(ValueError, match="not"):
         training_machines([MACHINE, FAMILY], latency)
+    with pytest.raises(ValueError, match=r"do not all price the drafters \['draft-mid'\].*profiles machine"):
+        training_machines([FAMILY], latency, drafters=("draft", "draft-mid"))

@@ -97,13 +97,18 @@ class ActionSpace:
 
 
 def training_machines(
-    names: Sequence[str], latency: LatencyModel, perturbations: int | None = None
+    names: Sequence[str],
+    latency: LatencyModel,
+    perturbations: int | None = None,
+    drafters: Sequence[str] = (),
 ) -> tuple[LatencyFamily | None, dict[str, LatencyModel]]:
     """What ``--latency-profiles`` names: the family training episodes draw from (None: this
     machine's ``latency`` alone) and the profiles selection and the warm start score under.
     ``[MACHINE]``: this machine; ``[FAMILY]``: the shipped family, scored under
     :data:`SELECT_PROFILES`; profile names: a family of them (``perturbations`` around each, the
-    family's default if None), scored under each of them."""
+    family's default if None), scored under each of them. A family must price every one of
+    ``drafters`` on every profile (the shipped profiles price the draft; the pool's drafters only
+    some of them)."""
     names = list(names)
     if names == [MACHINE]:
         return None, {MACHINE: latency}
@@ -112,6 +117,12 @@ def training_machines(
     family = LatencyFamily.training() if names == [FAMILY] else LatencyFamily(tuple(names))
     if perturbations is not None:
         family = LatencyFamily(family.names, perturbations=perturbations)
+    unpriced = sorted({d for group in family.models for model in group for d in model.unpriced(drafters)})
+    if unpriced:
+        raise ValueError(
+            f"the latency profiles {list(family.names)} do not all price the drafters {unpriced}; "
+            f"train these scenarios on this machine's prices: --latency-profiles {MACHINE}"
+        )
     known = latency_profiles()
     select = SELECT_PROFILES if names == [FAMILY] else family.names
     return family, {name: known[name] for name in select}
@@ -156,7 +167,7 @@ class RunInputs:
         space = ActionSpace.shared_by(selected_on, stop)
         pair = scenarios[0].pair.load()
         latency = calibrated(pair, k_max=space.k_max, drafters=space.drafters)
-        machines, footings = training_machines(profiles, latency, perturbations)
+        machines, footings = training_machines(profiles, latency, perturbations, space.drafters)
         train = {s.name: cached_traces(s, "train", pair) for s in scenarios}
         validation = {s.name: cached_traces(s, "validation", pair) for s in selected_on}
         return cls(scenarios, pair, latency, space, train, validation, selected_on, machines, footings)
