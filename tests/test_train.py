@@ -157,7 +157,11 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_run_saves_a_checkpoint_and_resumes_the_step_count(tiny_home, tmp_path, stop):
-    process = train(tiny_home, tmp_path, "--total-timesteps", "100000000", "--validate-scenarios", wait=False)
+    # this machine's prices alone: the checkpoint's mechanics do not depend on the machines trained over
+    machine = ("--latency-profiles", "machine")
+    process = train(
+        tiny_home, tmp_path, "--total-timesteps", "100000000", "--validate-scenarios", *machine, wait=False
+    )
     runs = tmp_path / "runs"
 
     def rollouts_logged() -> int:  # SB3 writes a CSV row after every rollout
@@ -185,6 +189,7 @@ def test_an_interrupted_run_saves_a_checkpoint_and_resumes_the_step_count(tiny_h
         "--validate-scenarios",
         "--policy-name",
         "resumed",
+        *machine,
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     final = json.loads((run_dir / "state.json").read_text())["timesteps"]
