@@ -77,6 +77,7 @@ def test_training_machines_name_this_machine_the_family_or_profiles():
     assert training_machines([MACHINE], latency) == (None, {MACHINE: latency})
     family, footings = training_machines([FAMILY], latency)
     assert family == LatencyFamily.training() and list(footings) == list(SELECT_PROFILES)
+    assert all(footings[name] is family.profile(name) for name in SELECT_PROFILES)  # loaded once, shared
     alone, footings = training_machines(["gpu-like-h200"], latency, perturbations=0)
     assert (
         alone.names == ("gpu-like-h200",) and alone.perturbations == 0 and list(footings) == ["gpu-like-h200"]

@@ -49,7 +49,6 @@ from specrl.latency.model import LatencyModel
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 GPU_CONTEXTS = (64, 256, 512, 1024)
-GPU_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 SPREAD = 0.25  # sigma of the log-normal perturbations
 PERTURBATIONS = 4  # perturbed models per profile, besides the profile itself
 FAMILY_SEED = 0
@@ -180,6 +179,12 @@ class LatencyFamily:
             factors = np.exp(rng.normal(0.0, self.spread, (self.perturbations, 2)))
             out.append((base, *(perturbed(base, *pair) for pair in factors.tolist())))
         return tuple(out)
+
+    def profile(self, name: str) -> LatencyModel:
+        """The unperturbed model of the family's profile ``name``."""
+        if name not in self.names:
+            raise LatencyError(f"latency profile {name!r} is not in this family {list(self.names)}")
+        return self.models[self.names.index(name)][0]
 
     def draw(self, rng: np.random.Generator) -> LatencyModel:
         """One machine, with two draws from ``rng``."""

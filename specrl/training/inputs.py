@@ -16,7 +16,6 @@ import yaml
 
 from specrl.envs import Scenario, cached_traces, load_scenario
 from specrl.latency import LatencyFamily, LatencyModel, calibrated
-from specrl.latency.family import profiles as latency_profiles
 from specrl.models import ModelPair
 from specrl.traces import TraceSet
 
@@ -123,9 +122,8 @@ def training_machines(
             f"the latency profiles {list(family.names)} do not all price the drafters {unpriced}; "
             f"train these scenarios on this machine's prices: --latency-profiles {MACHINE}"
         )
-    known = latency_profiles()
     select = SELECT_PROFILES if names == [FAMILY] else family.names
-    return family, {name: known[name] for name in select}
+    return family, {name: family.profile(name) for name in select}
 
 
 @dataclass
