@@ -19,6 +19,8 @@ controller that sees only the past should come near it.
     python experiments/batch_sim.py                                  # results/batch/sim.{json,md}
     python experiments/batch_sim.py --policy specrl/policies/batch   # with a learned policy
     python experiments/batch_sim.py --episodes 1 --out /tmp/batch_sim   # quicker
+    python experiments/batch_sim.py --latency-profile gpu-like-h200 --policy specrl/policies/batch \\
+        --out results/profiles/batch/gpu-like-h200   # under a held-out machine of the family
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from specrl.envs import load_scenario
 from specrl.envs.batch_replay import BatchReplayEnv
 from specrl.evaluation.machine import origin_line, result_origin
 from specrl.io import write_report
+from specrl.latency.family import profiles as batch_profiles_of
+from specrl.latency.family import profiles_known
 from specrl.tables import markdown_table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,6 +61,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--arrivals", nargs="+", default=ARRIVALS, help="scenarios with a varying load")
     parser.add_argument("--episodes", type=int, default=3, help="episodes (seeds 0..N-1) per controller")
     parser.add_argument("--policy", help="an exported policy folder to compare too")
+    parser.add_argument(
+        "--latency-profile",
+        default=None,
+        choices=profiles_known(batch=True),
+        help="price with this batch profile of the latency family (specrl.latency.family; default: "
+        "this machine's batch calibration)",
+    )
     parser.add_argument("--out", default=str(REPO / "results" / "batch" / "sim"), help="output stem")
     return parser.parse_args(argv)
 
@@ -65,7 +76,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     first = load_scenario(args.fixed[0])
     pair = first.pair.load()
-    latency = first.latency_model(pair)
+    if args.latency_profile is None:
+        latency = first.latency_model(pair)
+    else:
+        latency = batch_profiles_of(batch=True)[args.latency_profile]
     ks = list(range(first.k_max + 1))
     envs = {
         (name, split): BatchReplayEnv(name, latency=latency, split=split, pair=pair, prepare=True)
@@ -103,7 +117,11 @@ def main(argv: list[str] | None = None) -> dict:
         "cutoff": cutoff,
         "episodes": args.episodes,
         "policy": args.policy,
-        "latency": {"device": latency.device, "verify_scale": latency.verify_scale.tolist()},
+        "latency": {
+            "device": latency.device,
+            "profile": args.latency_profile,
+            "verify_scale": latency.verify_scale.tolist(),
+        },
         **result_origin(pair),
     }
     out = Path(args.out)
@@ -112,13 +130,20 @@ def main(argv: list[str] | None = None) -> dict:
     return report
 
 
+def priced_by(report: dict) -> str:
+    profile = report["latency"].get("profile")
+    if profile is None:
+        return "this machine's batched latency model"
+    return f"the batch latency profile `{profile}` (specrl.latency.family)"
+
+
 def markdown(report: dict) -> str:
     labels = list(next(iter(report["rows"].values()))["controllers"])
     lines = [
         "# Batch-aware control in the batch simulator (test traces)",
         "",
         f"Tokens per busy second over {report['episodes']} episodes per scenario (the same requests, "
-        "arrivals and draws for every controller), modeled with this machine's batched latency model. The "
+        f"arrivals and draws for every controller), modeled with {priced_by(report)}. The "
         f"schedule was tuned on validation: best k per batch size {report['best_k_validation']} -> "
         f"`{report['schedule']}` (k up to each batch size, 0 above the last).{cutoff_sentence(report)}",
         "",

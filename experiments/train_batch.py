@@ -19,12 +19,23 @@ The policy sees the features of the batch as one step (``batch_size`` among them
    ``experiments/label_horizon.py``, and ``results/notes/batch.md``).
 2. **PPO** from there (``--timesteps``), one scenario per env.
 
+By default every episode is priced by a machine drawn from the family of batch latency models
+(``--latency-profiles family``: ``specrl.latency.family``, the measured batch calibrations of
+``specrl/latency/profiles/batch/`` and the GPU-like profiles over batch sizes, none of
+``HELD_OUT``), so that the policy learns to read the prices (features ``draft_price``,
+``verify_token_price``) instead of one machine's. The schedule is tuned per profile; an
+episode's labels and its round-0 behaviour use its own machine's. ``--latency-profiles machine``
+trains on this machine's batch calibration alone, as before.
+
 After imitation and every ``--eval-freq`` steps of PPO, the deterministic policy is scored on the
-**validation** traces against the batch-size schedule tuned there (``batch_sim.py``'s tuning), as
-it serves: with speculation switched off above the batch sizes where it is slower than plain
-decoding (``BatchCutoffController``, the cut-off ``specrl.batch_control.cutoff_from`` its ratios at the
+**validation** traces against the batch-size schedule tuned there (``batch_sim.py``'s tuning);
+over the family, under each profile of ``SELECT_BATCH_PROFILES`` against that profile's
+schedule (entries ``<scenario>@<profile>``), as it is; on one machine as it serves there: with
+speculation switched off above the batch sizes where it is slower than plain decoding
+(``BatchCutoffController``, the cut-off ``specrl.batch_control.cutoff_from`` its ratios at the
 fixed sizes; ``batch_sim.py`` and ``batch_real.py`` tune the same cut-off for their
-``ppo+cutoff`` row). The best checkpoint is exported: the best geometric mean over the scenarios
+``ppo+cutoff`` row). A cut-off belongs to one machine, so a policy carried to another must keep
+plain decoding's speed by itself. The best checkpoint is exported: the best geometric mean over the scenarios
 among the checkpoints that keep the floor, at least ``PLAIN_FLOOR`` of plain decoding at every
 fixed batch size (the issue's bar is 0.98 in the real loop; the simulator's floor is tighter,
 as its prices err by a few percent at large batches). If none keeps it, the one whose worst
@@ -32,6 +43,7 @@ fixed size is best. Report on test with ``python experiments/batch_sim.py --poli
 specrl/policies/batch``.
 
     python experiments/train_batch.py                         # specrl/policies/batch
+    python experiments/train_batch.py --latency-profiles machine --out /tmp/here  # this machine only
     python experiments/train_batch.py --imitation-rounds 1 --timesteps 20000 --out /tmp/batch_policy  # smoke
 """
 
@@ -56,6 +68,12 @@ from specrl.evaluation.machine import command_line
 from specrl.export.write import PARITY_OBSERVATIONS
 from specrl.latency import latency_path
 from specrl.training import export_best, load_best, new_run_dir, run_record, write_run_record
+from specrl.training.inputs import (
+    MACHINE,
+    add_latency_profile_arguments,
+    check_latency_profile_arguments,
+    training_machines,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 HYPERPARAMETERS = REPO / "specrl" / "policies" / "ppo.yaml"
@@ -79,10 +97,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--envs-per-scenario", type=int, default=4)
     parser.add_argument("--eval-freq", type=int, default=50_000, help="env steps between validations")
     parser.add_argument("--episodes", type=int, default=2, help="validation episodes per scenario")
+    add_latency_profile_arguments(parser, batch=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(REPO / "specrl" / "policies" / "batch"), help="policy folder")
     parser.add_argument("--runs-dir", default=str(REPO / "runs"), help="where the run folder goes")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    check_latency_profile_arguments(parser, args, batch=True)
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -115,8 +136,12 @@ def main(argv: list[str] | None = None) -> None:
         ),
     )
 
-    def env(name: str, split: str) -> BatchReplayEnv:  # prepare: record the traces if missing
-        return BatchReplayEnv(name, latency=latency, split=split, pair=pair, prepare=True)
+    machines = training_machines(args.latency_profiles, latency, args.perturbations, batch=True)
+    print(machines.line(), flush=True)
+
+    def env(name: str, split: str, priced_by=machines.family or latency) -> BatchReplayEnv:
+        # prepare: record the traces if missing
+        return BatchReplayEnv(name, latency=priced_by, split=split, pair=pair, prepare=True)
 
     def make(name: str, index: int):
         return lambda: env(name, "train")
@@ -126,12 +151,26 @@ def main(argv: list[str] | None = None) -> None:
     venv = VecNormalize(VecMonitor(train), norm_obs=True, norm_reward=True, gamma=hyper["gamma"])
     model = PPO("MlpPolicy", venv, seed=args.seed, verbose=0, tensorboard_log=str(run_dir), **hyper)
 
-    validation = {name: env(name, "validation") for name in names}
-    _, table = tune_schedule({name: validation[name] for name in FIXED}, args.episodes)
-    schedule = BatchScheduleController(table)
-    print(f"schedule tuned on validation: {schedule}", flush=True)
+    # The schedule of every machine the episodes are priced by, tuned on its validation traces;
+    # checkpoints are scored under the machines of machines.select (entries <scenario>@<profile>).
+    family = machines.family
+    profiles = {MACHINE: latency} if family is None else {name: family.profile(name) for name in family.names}
+    schedules, validation, against = {}, {}, {}
+    for profile, priced_by in profiles.items():
+        envs = {
+            name: env(name, "validation", priced_by)
+            for name in names
+            if name in FIXED or profile in machines.select
+        }
+        _, table = tune_schedule({name: envs[name] for name in FIXED}, args.episodes)
+        schedules[profile] = BatchScheduleController(table)
+        print(f"schedule tuned on validation under {profile}: {schedules[profile]}", flush=True)
+        if profile in machines.select:
+            for name, validation_env in envs.items():
+                entry = name if family is None else f"{name}@{profile}"
+                validation[entry], against[entry] = validation_env, schedules[profile]
     model.set_logger(configure(str(run_dir / "PPO"), ["tensorboard"]))  # imitation and PPO, one log
-    callback = Validation(validation, schedule, args.episodes, run_dir)
+    callback = Validation(validation, against, args.episodes, run_dir, cutoff=family is None)
     callback.init_callback(model)
     if args.imitation_rounds:
         train_envs = {name: env(name, "train") for name in names}
@@ -139,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
             model,
             venv,
             train_envs,
-            schedule,
+            schedules,
             args.imitation_rounds,
             args.imitation_episodes,
             args.seed,
@@ -163,9 +202,10 @@ def main(argv: list[str] | None = None) -> None:
         pair=pair.name,
         evaluation={
             "validation_vs_schedule": callback.history,
-            "schedule": schedule.schedule,
+            "schedule": {profile: schedule.schedule for profile, schedule in schedules.items()},
             "run_dir": str(run_dir),
         },
+        latency_profiles=machines.describe(),
         command=command_line(),
     )  # the export checks parity with the model (specrl.export.verify_parity); run.json is its provenance
     print(

@@ -50,16 +50,16 @@ from specrl.evaluation.real_loop_check import check_scenarios, real_loop_section
 from specrl.export.layout import SHIPPED_POLICY_DIR
 from specrl.export.write import PARITY_OBSERVATIONS
 from specrl.io import write_text_atomic
-from specrl.latency.family import profiles_known
 from specrl.training.comparison import simulator_section, stored_results, unseen_note
 from specrl.training.inputs import (
     DEFAULT_EVAL_SCENARIOS,
     DEFAULT_SCENARIOS,
-    FAMILY,
     MACHINE,
     REAL_ENVS,
     ActionSpaceError,
     RunInputs,
+    add_latency_profile_arguments,
+    check_latency_profile_arguments,
     load_scenarios,
     resolve_config,
 )
@@ -154,35 +154,16 @@ def parse_args() -> argparse.Namespace:
         help="replay: the trace-replay simulator (default, ~1e5 steps/s); real: the real loop on train "
         "prompts, with each scenario's time source (slow: tens of steps/s per env)",
     )
-    parser.add_argument(
-        "--latency-profiles",
-        nargs="+",
-        default=[FAMILY],
-        metavar="PROFILE",
-        help=f"the machines training episodes are priced by: '{FAMILY}' (default: the shipped family, "
-        f"specrl.latency.family), '{MACHINE}' (this machine's calibration alone) or profile names "
-        f"({', '.join(profiles_known())})",
-    )
-    parser.add_argument(
-        "--perturbations",
-        type=int,
-        default=None,
-        help="perturbed models per profile besides the profile itself (default: the family's, 4)",
-    )
+    add_latency_profile_arguments(parser)
     parser.add_argument(
         "--subproc",
         action="store_true",
         help="with --train-on real: each env in its own process (SB3's SubprocVecEnv; each loads the pair)",
     )
     args = parser.parse_args()
-    known = [FAMILY, MACHINE, *profiles_known()]
-    unknown = [name for name in args.latency_profiles if name not in known]
-    if unknown:
-        parser.error(f"--latency-profiles: unknown {unknown}; known: {known}")
+    check_latency_profile_arguments(parser, args)
     if args.train_on == "real" and args.latency_profiles != [MACHINE]:
         parser.error(f"--train-on real measures this machine's time: give --latency-profiles {MACHINE}")
-    if args.perturbations is not None and args.perturbations < 0:
-        parser.error(f"--perturbations must be >= 0, got {args.perturbations}")
     if args.subproc and args.train_on != "real":
         parser.error("--subproc runs real-loop envs in processes: give it with --train-on real")
     if args.total_timesteps is not None and args.total_timesteps < 0:

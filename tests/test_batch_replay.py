@@ -369,13 +369,48 @@ def test_imitation_fits_the_policy_to_the_labels_of_the_run_that_follows():
     venv = VecNormalize(DummyVecEnv([make]), norm_reward=False)
     model = PPO("MlpPolicy", venv, n_steps=64, batch_size=64, seed=0, verbose=0)
     envs = {"batch_4": make()}
-    fits = imitation.imitate(
-        model, venv, envs, BatchScheduleController({4: 2}), rounds=2, episodes=1, seed=0, horizon=8, every=3
-    )
+    schedules = {imitation.MACHINE: BatchScheduleController({4: 2})}
+    fits = imitation.imitate(model, venv, envs, schedules, rounds=2, episodes=1, seed=0, horizon=8, every=3)
     assert len(fits) == 2 and fits[1]["states"] > fits[0]["states"] > 0
     for fit in fits:
         assert fit["policy_regret"] <= fit["best_constant_regret"] + 1e-6
     assert fits[0]["best_constant_regret"] > 0  # the labels do tell the ks apart
+
+
+def test_imitation_over_a_family_labels_each_episode_under_its_own_machines_schedule():
+    """imitation.imitate over a family of batch models: each episode follows (and its oracle rates
+    come from) the schedule of the machine it drew (imitation.machine_of), not one schedule for all."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from specrl.controllers.batch_schedule import BatchScheduleController
+    from specrl.latency import LatencyFamily
+
+    family = LatencyFamily(("gpu-like-a100", "gpu-like-l4"), perturbations=1, batch=True)
+
+    def make():
+        return BatchReplayEnv(scenario(size=4, requests=6), latency=family, split="validation")
+
+    class Recording(BatchScheduleController):
+        def __init__(self, schedule, env):
+            super().__init__(schedule)
+            self.env, self.machines = env, set()
+
+        def act(self, observation):
+            self.machines.add(imitation.machine_of(self.env))
+            return super().act(observation)
+
+    env = make()
+    schedules = {name: Recording({4: k}, env) for name, k in (("gpu-like-a100", 2), ("gpu-like-l4", 0))}
+    venv = VecNormalize(DummyVecEnv([make]), norm_reward=False)
+    model = PPO("MlpPolicy", venv, n_steps=64, batch_size=64, seed=0, verbose=0)
+    fits = imitation.imitate(model, venv, {"batch_4": env}, schedules, rounds=1, episodes=6, seed=0, every=4)
+    assert fits[0]["states"] > 0
+    for name, schedule in schedules.items():
+        assert schedule.machines == {name}  # played only on its own machine (perturbed ones included)
+    with pytest.raises(KeyError):  # a machine with no schedule tuned for it is an error, not a guess
+        only_a100 = {"gpu-like-a100": schedules["gpu-like-a100"]}
+        imitation.imitate(model, venv, {"batch_4": env}, only_a100, rounds=1, episodes=6, seed=0)
 
 
 def test_the_cutoff_switches_any_controller_off_above_its_batch_size_and_is_tuned_on_validation():
@@ -446,7 +481,8 @@ def test_train_batch_writes_train_ppos_run_folder_and_exports_with_parity(tmp_pa
     )
     out, runs = tmp_path / "policy", tmp_path / "runs"
     budget = ["--imitation-rounds", "1", "--imitation-episodes", "1", "--timesteps", "0", "--episodes", "1"]
-    script.main([*budget, "--envs-per-scenario", "4", "--out", str(out), "--runs-dir", str(runs)])
+    budget += ["--envs-per-scenario", "4", "--latency-profiles", "machine"]
+    script.main([*budget, "--out", str(out), "--runs-dir", str(runs)])
     (run_dir,) = runs.iterdir()
     assert run_dir.name.startswith("batch_mix__train_batch__0__")
     record = json.loads((run_dir / "run.json").read_text())
@@ -459,3 +495,32 @@ def test_train_batch_writes_train_ppos_run_folder_and_exports_with_parity(tmp_pa
     assert policy.metadata["provenance"]["seed"] == 0 and policy.metadata["evaluation"]["run_dir"] == str(
         run_dir
     )
+    assert policy.metadata["latency_profiles"]["profiles"] == ["machine"]
+
+
+@pytest.mark.slow
+def test_train_batch_over_a_family_tunes_a_schedule_per_machine_and_selects_under_each(tmp_path, monkeypatch):
+    """train_batch.py --latency-profiles NAMES: every profile gets its schedule, checkpoints are
+    scored under each selection profile against its own schedule, with no cut-off (it belongs to
+    one machine), and the policy's metadata records the family."""
+    from specrl.export import load_policy
+
+    script = load_script("train_batch")
+    monkeypatch.setattr(script, "FIXED", ["batch_1"])
+    monkeypatch.setattr(script, "ARRIVALS", [])
+    monkeypatch.setattr(
+        Scenario, "latency_model", lambda scenario, pair, *args, **kwargs: synthetic_latency()
+    )
+    out, runs = tmp_path / "policy", tmp_path / "runs"
+    profiles = ["gpu-like-a100", "gpu-like-l4"]
+    budget = ["--imitation-rounds", "1", "--imitation-episodes", "1", "--timesteps", "0", "--episodes", "1"]
+    budget += ["--envs-per-scenario", "4", "--latency-profiles", *profiles, "--perturbations", "0"]
+    script.main([*budget, "--out", str(out), "--runs-dir", str(runs)])
+    metadata = load_policy(out).metadata
+    assert metadata["latency_profiles"]["profiles"] == profiles and metadata["latency_profiles"]["batch"]
+    assert metadata["latency_profiles"]["selected_under"] == profiles
+    evaluation = metadata["evaluation"]
+    assert set(evaluation["schedule"]) == set(profiles)
+    (checkpoint,) = evaluation["validation_vs_schedule"]
+    assert set(checkpoint["ratios"]) == {f"batch_1@{name}" for name in profiles}
+    assert set(checkpoint["vs_plain"]) == set(checkpoint["ratios"]) and checkpoint["cutoff"] is None

@@ -8,7 +8,15 @@ import pytest
 from specrl.envs import CostModel, TraceReplayEnv
 from specrl.latency import HELD_OUT, GpuLike, LatencyError, LatencyFamily, LatencyModel, perturbed
 from specrl.latency.family import profiles_known
-from specrl.training.inputs import FAMILY, MACHINE, SELECT_PROFILES, training_machines
+from specrl.training.inputs import (
+    FAMILY,
+    MACHINE,
+    SELECT_BATCH_PROFILES,
+    SELECT_PROFILES,
+    TEACH_PROFILES,
+    Machines,
+    training_machines,
+)
 
 
 def test_the_training_family_holds_out_this_machine_and_a_gpu_and_draws_reproducibly():
@@ -27,6 +35,24 @@ def test_the_training_family_holds_out_this_machine_and_a_gpu_and_draws_reproduc
             assert a.price_line(1, 256) == pytest.approx(b.price_line(1, 256))  # one seed: one family
     with pytest.raises(LatencyError, match="unknown latency profile"):
         LatencyFamily(("no-such-machine",))
+
+
+def test_the_batch_family_prices_batches_and_holds_out_the_same_machines():
+    """LatencyFamily(batch=True): the batch simulator's models, the measured batch calibrations
+    (profiles/batch/) and the GPU-like profiles over batch sizes; the held-out ones stay out."""
+    family = LatencyFamily.training(batch=True)
+    assert not set(HELD_OUT) & set(family.names) and "cpu-xeon-2t" in profiles_known(batch=True)
+    assert any(n.startswith("cpu-") for n in family.names) and "gpu-like-a100" in family.names
+    for group in family.models:
+        assert all(model.batch_sizes == group[0].batch_sizes for model in group)
+        assert group[0].batch_sizes[-1] == 64
+    gpu = family.profile("gpu-like-a100")
+    assert gpu.prefill_seconds([60], 0, 0) > gpu.target_seconds(1, 64)  # admitting a prompt is a forward
+    small, large = (gpu.price_line(rows, 256).ratios(rows)[1] for rows in (1, 64))
+    assert large > 2 * small  # a full batch fills the device: a verified token costs more
+    assert family.describe()["batch"] and not LatencyFamily.training().describe()["batch"]
+    with pytest.raises(LatencyError, match="unknown batch latency profile"):
+        LatencyFamily(("cpu-epyc-2t-nov",), batch=True)  # a one-row calibration prices no batch
 
 
 def test_perturbed_scales_the_draft_and_the_verifications_growth():
@@ -74,14 +100,22 @@ def test_an_env_over_a_family_prices_each_episode_by_the_machine_it_draws(shifte
 
 def test_training_machines_name_this_machine_the_family_or_profiles():
     latency = LatencyModel.from_cost_model()
-    assert training_machines([MACHINE], latency) == (None, {MACHINE: latency})
-    family, footings = training_machines([FAMILY], latency)
-    assert family == LatencyFamily.training() and list(footings) == list(SELECT_PROFILES)
-    assert all(footings[name] is family.profile(name) for name in SELECT_PROFILES)  # loaded once, shared
-    alone, footings = training_machines(["gpu-like-h200"], latency, perturbations=0)
-    assert (
-        alone.names == ("gpu-like-h200",) and alone.perturbations == 0 and list(footings) == ["gpu-like-h200"]
-    )
+    assert training_machines([MACHINE], latency) == Machines(None, {MACHINE: latency}, {MACHINE: latency})
+    machines = training_machines([FAMILY], latency)
+    family = machines.family
+    assert family == LatencyFamily.training() and list(machines.select) == list(SELECT_PROFILES)
+    assert list(machines.teach) == list(TEACH_PROFILES) and set(SELECT_PROFILES) < set(TEACH_PROFILES)
+    assert all(machines.teach[name] is family.profile(name) for name in TEACH_PROFILES)  # loaded once, shared
+    assert all(machines.select[name] is machines.teach[name] for name in SELECT_PROFILES)
+    assert not set(TEACH_PROFILES) & set(HELD_OUT)  # never taught on a held-out machine
+    batch = training_machines([FAMILY], latency, batch=True)
+    assert batch.family == LatencyFamily.training(batch=True)
+    assert list(batch.select) == list(batch.teach) == list(SELECT_BATCH_PROFILES)
+    assert batch.describe()["selected_under"] == list(SELECT_BATCH_PROFILES) and batch.describe()["batch"]
+    machines = training_machines(["gpu-like-h200"], latency, perturbations=0)
+    alone = machines.family
+    assert alone.names == ("gpu-like-h200",) and alone.perturbations == 0
+    assert list(machines.select) == list(machines.teach) == ["gpu-like-h200"]
     assert len(alone.models[0]) == 1
     with pytest.raises(ValueError, match="not"):
         training_machines([MACHINE, FAMILY], latency)

@@ -6,6 +6,7 @@ cut-off) and keeps the best that holds plain decoding's speed at every fixed bat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ LABEL_EVERY = 1  # one visited state labelled in this many (a label plays k_max 
 
 FIT_BATCH, FIT_UPDATES = 256, 400  # the fit to the labels: minibatch, least Adam steps a round
 PLAIN_FLOOR = 0.99  # a checkpoint's least throughput over plain decoding's at a fixed batch size
+MACHINE = "machine"  # machine_of an env priced by one latency model outside a family
 
 
 class PolicyController:
@@ -53,15 +55,32 @@ class PolicyController:
 class Validation(BaseCallback):
     """Score the policy on validation against the tuned schedule and plain decoding; keep the best
     (model, normaliser) by :meth:`rank`: by score among the checkpoints that keep ``PLAIN_FLOOR``
-    of plain decoding at every fixed batch size, ahead of those that do not."""
+    of plain decoding at every fixed batch size, ahead of those that do not.
 
-    def __init__(self, envs: dict, schedule: BatchScheduleController, episodes: int, folder: Path) -> None:
+    ``envs``: validation envs by entry, a scenario's name or ``<scenario>@<profile>`` when the
+    policy is selected under several machines; ``schedules``: the schedule each entry's machine
+    tuned. With ``cutoff`` each checkpoint is scored as it serves on one machine, switched off
+    above the batch sizes where it is slower than plain decoding; over several machines it is
+    scored as it is (a cut-off belongs to one machine)."""
+
+    def __init__(
+        self,
+        envs: dict,
+        schedules: Mapping[str, BatchScheduleController],
+        episodes: int,
+        folder: Path,
+        cutoff: bool = True,
+    ) -> None:
         super().__init__()
-        self.envs, self.episodes, self.folder = envs, episodes, folder
-        self.reference = {name: controller_throughput(env, schedule, episodes) for name, env in envs.items()}
+        self.envs, self.episodes, self.folder, self.cutoff = envs, episodes, folder, cutoff
+        self.reference = {
+            name: controller_throughput(env, schedules[name], episodes) for name, env in envs.items()
+        }
         plain = StaticController(0)
         self.plain = {
-            name: controller_throughput(envs[name], plain, episodes) for name in FIXED if name in envs
+            name: controller_throughput(env, plain, episodes)
+            for name, env in envs.items()
+            if scenario_of(name) in FIXED
         }
         self.best, self.best_rank, self.history = -np.inf, (False, -np.inf), []
 
@@ -82,7 +101,9 @@ class Validation(BaseCallback):
             name: controller_throughput(env, controller, self.episodes) / self.reference[name]
             for name, env in self.envs.items()
         }
-        cutoff = cutoff_from({batch_of(name): ratio for name, ratio in self.vs_plain(ratios).items()})
+        cutoff = None
+        if self.cutoff:
+            cutoff = cutoff_from({batch_of(name): ratio for name, ratio in self.vs_plain(ratios).items()})
         if cutoff is not None:  # scored as it serves: switched off where it is slower than plain
             switched = BatchCutoffController(controller, cutoff)
             ratios = {
@@ -138,11 +159,22 @@ def fit_to_labels(
             optimizer.step()
 
 
+def scenario_of(entry: str) -> str:
+    """The scenario of a validation entry (``<scenario>`` or ``<scenario>@<profile>``)."""
+    return entry.partition("@")[0]
+
+
+def machine_of(env) -> str:
+    """The machine pricing ``env``'s episode now: its latency profile's name when the env draws
+    from a family (a perturbed model under its profile's), else :data:`MACHINE`."""
+    return env.latency.measurement.get("profile", MACHINE)
+
+
 def imitate(
     model: PPO,
     normalizer: VecNormalize,
     envs: dict,
-    schedule,
+    schedules: Mapping[str, BatchScheduleController],
     rounds: int,
     episodes: int,
     seed: int,
@@ -154,30 +186,39 @@ def imitate(
 
     One state in ``every`` visited is labelled with the regret of every (k, tau), tau in
     ``IMITATION_TAUS``: how much less than the best action the run gains that takes it and then
-    follows the schedule for up to ``horizon`` steps (:class:`RolloutOracle`). Round 0 follows
-    the schedule, later rounds the policy. The policy's (k, tau) distribution is fit to minimise
-    its expected regret over every label so far, its tau kept to those values, with a little
-    entropy left for PPO to explore from. Returns each round's fit: labelled states, the policy's
-    mean regret on them, and the least mean regret of one (k, tau) everywhere."""
+    follows the schedule for up to ``horizon`` steps (:class:`RolloutOracle`). The schedule is
+    the one tuned for the episode's machine (``schedules``, by :func:`machine_of`), and the
+    oracle's rates are measured on that machine, its schedule playing an episode priced by it
+    alone. Round 0 follows the schedule, later rounds the policy. The policy's (k, tau)
+    distribution is fit to minimise its expected regret over every label so far, its tau kept to
+    those values, with a little entropy left for PPO to explore from. Returns each round's fit:
+    labelled states, the policy's mean regret on them, and the least mean regret of one (k, tau)
+    everywhere."""
     tau_grid = next(iter(envs.values())).tau_grid
     taus = [tau_grid.index(tau) for tau in IMITATION_TAUS]
     observations, regrets, fits = [], [], []
-    oracles = {
-        name: RolloutOracle(env, rates_by_batch(env, schedule, 1, prefill=horizon > 1), schedule, horizon)
-        for name, env in envs.items()
-    }
+    rates: dict[tuple[str, int], dict[int, float]] = {}  # (scenario, machine) -> the oracle's rates
+
+    def oracle(name: str, env) -> RolloutOracle:
+        schedule = schedules[machine_of(env)]
+        key = (name, id(env.latency))
+        if key not in rates:
+            rates[key] = rates_by_batch(env.priced_by(env.latency), schedule, 1, prefill=horizon > 1)
+        return RolloutOracle(env, rates[key], schedule, horizon)
+
     optimizer = torch.optim.Adam(model.policy.parameters(), lr=1e-3)
     for round_ in range(rounds):
         learner, start = PolicyController(model, normalizer), len(regrets)
-        behaviour = schedule if round_ == 0 else learner
         for name, env in tqdm(envs.items(), desc=f"imitation round {round_ + 1}/{rounds}", leave=False):
             for episode in range(episodes):
                 observation, _ = env.reset(seed=seed + 1000 * round_ + episode)
+                labeller = oracle(name, env)
+                behaviour = labeller.continuation if round_ == 0 else learner
                 done, step = False, 0
                 while not done:
                     if step % every == 0:
                         observations.append(observation)
-                        regrets.append(oracles[name].regrets(IMITATION_TAUS))
+                        regrets.append(labeller.regrets(IMITATION_TAUS))
                     observation, _, done, _, _ = env.step(behaviour.act(observation))
                     step += 1
         normalizer.obs_rms.update(np.asarray(observations[start:], dtype=np.float64))  # this round's states

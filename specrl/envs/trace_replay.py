@@ -352,6 +352,11 @@ class TraceReplayEnv(gym.Env):
         replayed, draft_seconds, verify_seconds = self._replay(Action(k, tau))
         return sum(step.emitted for step in replayed), draft_seconds + verify_seconds
 
+    def priced_by(self, latency: LatencyModel) -> TraceReplayEnv:
+        """A new env of this env's scenario, traces and predictor, every episode priced by
+        ``latency`` (one machine of a family, say)."""
+        return type(self)(self.scenario, traces=self.traces, latency=latency, predictor=self.predictor)
+
     def fork(self) -> TraceReplayEnv:
         """A copy of the episode as it stands, sharing the traces, latency model and scenario:
         stepping the copy leaves this env where it is (for labels that look past one step, by

@@ -5,15 +5,18 @@ episode priced by a machine drawn from it, and shown the prices (:mod:`specrl.fe
 4), it learns how prices decide k. The family holds:
 
 - **measured** profiles: the calibrations this project has measured, shipped as data
-  (``specrl/latency/profiles/*.json``; each file's ``measurement`` says when and how);
+  (``specrl/latency/profiles/*.json``; each file's ``measurement`` says when and how; the batch
+  simulator's calibrations over batch sizes in ``profiles/batch/``);
 - **GPU-like** profiles (:class:`GpuLike`): a verification nearly flat in the tokens it is fed up
-  to a knee, then linear, and a draft at a few percent of a target forward;
+  to a knee, then linear, and a draft at a few percent of a target forward; over batch sizes, the
+  knee counts the tokens of every row, so a batch fills the device and speculation stops paying;
 - **perturbations** around each: the draft's price and the verification's growth per token
   scaled by log-normal factors (:func:`perturbed`), drawn once when the family is built, so that
   each model keeps its tables' caches across episodes.
 
-:data:`HELD_OUT` names the profiles no shipped policy trains on: this machine's own calibration
-and one GPU-like profile; ``experiments/profiles.py`` evaluates there.
+:data:`HELD_OUT` names the profiles no shipped policy trains on: two measured calibrations (one of
+them of a CPU kind the family has no other profile of) and one GPU-like profile; ``experiments/profiles.py``
+evaluates there.
 
 Where the GPU-like numbers come from (:data:`GPU_LIKE`; they are models of machines, not
 measurements: a GPU's own calibration, ``specrl.latency.calibrated`` there, replaces them):
@@ -43,11 +46,13 @@ from pathlib import Path
 
 import numpy as np
 
+from specrl.latency.batch import DEFAULT_BATCH_SIZES
 from specrl.latency.cost_model import CONSTANT_DRAFTER_COSTS
 from specrl.latency.fileformat import COST_KEYS, LatencyError
 from specrl.latency.model import LatencyModel
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
+BATCH_PROFILES_DIR = PROFILES_DIR / "batch"  # calibrations over batch sizes (method "batch")
 GPU_CONTEXTS = (64, 256, 512, 1024)
 SPREAD = 0.25  # sigma of the log-normal perturbations
 PERTURBATIONS = 4  # perturbed models per profile, besides the profile itself
@@ -62,6 +67,9 @@ class GpuLike:
     ``target_ms * growth(B n) * (1 + kv * B * c / 1024)``, with ``growth(T) = 1 + jump [T > 1] +
     below * T / knee`` up to the knee and ``growth(knee) * T / knee`` beyond it; a draft forward
     ``draft_ratio`` times a one-token target forward of one row, times ``growth(B) / growth(1)``.
+    Admitting m prompts of p tokens into B rows costs a forward over the m p tokens, ``c0 + c1 m p``
+    (a forward's cost at the knee, and linear beyond it), plus ``c3 (B + m) context``, the cache's
+    reads (:mod:`specrl.latency.model`'s prefill terms).
     """
 
     name: str
@@ -91,6 +99,7 @@ class GpuLike:
         target = 1e-3 * self.target_ms * self.growth(tokens) * attention
         draft = self.draft_ratio * 1e-3 * self.target_ms * self.growth(sizes[:, 0, :]) / self.growth(1.0)
         draft = np.broadcast_to(draft, (len(batch_sizes), len(contexts)))
+        forward = 1e-3 * self.target_ms * float(self.growth(self.knee))
         return LatencyModel(
             "any",
             f"gpu-like-{self.name}",
@@ -99,6 +108,7 @@ class GpuLike:
             draft,
             batch_sizes=batch_sizes,
             kind="synthetic",
+            prefill=(forward, forward / self.knee, 0.0, 1e-3 * self.target_ms * self.kv / 1024),
             measurement={"gpu_like": dataclasses.asdict(self), "source": "specrl.latency.family"},
             drafter_costs=CONSTANT_DRAFTER_COSTS,
         )
@@ -111,14 +121,24 @@ GPU_LIKE = (
     GpuLike("a100-eagle", target_ms=12.0, knee=80, jump=0.25, below=0.08, draft_ratio=0.03),
     GpuLike("h200", target_ms=6.0, knee=100, jump=0.12, below=0.05, draft_ratio=0.05),
 )
-HELD_OUT = ("cpu-epyc-2t-dec", "gpu-like-h200")  # this machine's calibration, one GPU-like profile
+# The profiles no shipped policy trains on: the calibration of the EPYC machine the default was
+# trained on (Dec 4), one of an Intel Xeon (Sapphire Rapids, 2 threads, Dec 5: a CPU kind the
+# family holds no other profile of) and one GPU-like profile.
+HELD_OUT = ("cpu-epyc-2t-dec", "cpu-xeon-2t", "gpu-like-h200")
 
 
-def profiles() -> dict[str, LatencyModel]:
+def _measured(batch: bool) -> list[Path]:
+    return sorted((BATCH_PROFILES_DIR if batch else PROFILES_DIR).glob("*.json"))
+
+
+def profiles(batch: bool = False) -> dict[str, LatencyModel]:
     """Every profile of the family by name, measured (the shipped calibrations, by file name) and
-    GPU-like; each model's ``measurement["profile"]`` is its name."""
-    models = {path.stem: LatencyModel.load(path) for path in sorted(PROFILES_DIR.glob("*.json"))}
-    models.update({f"gpu-like-{gpu.name}": gpu.model() for gpu in GPU_LIKE})
+    GPU-like; each model's ``measurement["profile"]`` is its name. ``batch``: the models over
+    batch sizes the batch simulator prices with (the measured ones of ``profiles/batch/``, the
+    GPU-like ones over :data:`~specrl.latency.batch.DEFAULT_BATCH_SIZES`)."""
+    models = {path.stem: LatencyModel.load(path) for path in _measured(batch)}
+    sizes = DEFAULT_BATCH_SIZES if batch else (1,)
+    models.update({f"gpu-like-{gpu.name}": gpu.model(batch_sizes=sizes) for gpu in GPU_LIKE})
     for name, model in models.items():
         model.measurement["profile"] = name
     return models
@@ -150,28 +170,31 @@ class LatencyFamily:
         perturbations: perturbed models per profile besides the profile itself.
         spread: sigma of the log-normal factors of :func:`perturbed`.
         seed: the seed of the perturbations (drawn once: the family is the same everywhere).
+        batch: models over batch sizes (the batch simulator's), else of one row.
     """
 
     names: tuple[str, ...]
     perturbations: int = PERTURBATIONS
     spread: float = SPREAD
     seed: int = FAMILY_SEED
+    batch: bool = False
 
     def __post_init__(self) -> None:
-        known = profiles_known()
+        known = profiles_known(self.batch)
         unknown = [name for name in self.names if name not in known]
         if unknown or not self.names:
-            raise LatencyError(f"unknown latency profile(s) {unknown or '(none given)'}; known: {known}")
+            what = "batch latency profile(s)" if self.batch else "latency profile(s)"
+            raise LatencyError(f"unknown {what} {unknown or '(none given)'}; known: {known}")
 
     @classmethod
-    def training(cls) -> LatencyFamily:
+    def training(cls, batch: bool = False) -> LatencyFamily:
         """The family shipped policies train over: every profile but :data:`HELD_OUT`."""
-        return cls(tuple(name for name in profiles_known() if name not in HELD_OUT))
+        return cls(tuple(name for name in profiles_known(batch) if name not in HELD_OUT), batch=batch)
 
     @cached_property
     def models(self) -> tuple[tuple[LatencyModel, ...], ...]:
         """Per profile: the profile, then its perturbations."""
-        everything = profiles()
+        everything = profiles(self.batch)
         rng = np.random.default_rng(self.seed)
         out = []
         for name in self.names:
@@ -199,11 +222,11 @@ class LatencyFamily:
             "spread": self.spread,
             "seed": self.seed,
             "held_out": list(HELD_OUT),
+            "batch": self.batch,
         }
 
 
-def profiles_known() -> list[str]:
-    """The names of every profile, without building the models."""
-    return [path.stem for path in sorted(PROFILES_DIR.glob("*.json"))] + [
-        f"gpu-like-{gpu.name}" for gpu in GPU_LIKE
-    ]
+def profiles_known(batch: bool = False) -> list[str]:
+    """The names of every profile (``batch``: of those over batch sizes), without building the
+    models."""
+    return [path.stem for path in _measured(batch)] + [f"gpu-like-{gpu.name}" for gpu in GPU_LIKE]

@@ -6,6 +6,7 @@ and validation traces."""
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -16,15 +17,23 @@ import yaml
 
 from specrl.envs import Scenario, cached_traces, load_scenario
 from specrl.latency import LatencyFamily, LatencyModel, calibrated
+from specrl.latency.family import profiles_known
 from specrl.models import ModelPair
 from specrl.traces import TraceSet
 
 REAL_ENVS = 4  # the env count of training in the real loop (at most the CPU count)
 MACHINE = "machine"  # --latency-profiles: this machine's calibration alone
 FAMILY = "family"  # --latency-profiles: the shipped family (LatencyFamily.training())
-# The profiles a run over the family selects checkpoints and clones rules under: a measured CPU
-# and a GPU-like one, both in the training family (never a held-out profile).
+# The profiles a run over the family selects checkpoints under: a measured CPU and a GPU-like one,
+# both in the training family (never a held-out profile).
 SELECT_PROFILES = ("cpu-epyc-2t-nov", "gpu-like-a100")
+# The profiles its warm start clones rules under: those, and TEACH_MORE, so that the clone learns
+# the best rule at more points of the price space (features draft_price, verify_token_price).
+TEACH_MORE = ("cpu-epyc-1t", "gpu-like-l4")
+TEACH_PROFILES = (*SELECT_PROFILES, *TEACH_MORE)
+# The batch policy's (train_batch.py over the family of batch models): a measured CPU batch
+# calibration and a GPU-like profile, both in its training family.
+SELECT_BATCH_PROFILES = ("cpu-xeon-1t", "gpu-like-a100")
 
 # Eight parts, as many as before C headers and Perl joined: each part of the ScenarioMix costs
 # a vectorised step of its own, so code, prose and math train together in "mixed" (one domain
@@ -95,42 +104,122 @@ class ActionSpace:
         return space
 
 
+def add_latency_profile_arguments(parser: argparse.ArgumentParser, batch: bool = False) -> None:
+    """``--latency-profiles`` and ``--perturbations`` (:func:`training_machines`) on ``parser``;
+    ``batch``: over the batch simulator's profiles."""
+    parser.add_argument(
+        "--latency-profiles",
+        nargs="+",
+        default=[FAMILY],
+        metavar="PROFILE",
+        help=f"the machines training episodes are priced by: '{FAMILY}' (default: the shipped family, "
+        f"specrl.latency.family), '{MACHINE}' (this machine's calibration alone) or profile names "
+        f"({', '.join(profiles_known(batch))})",
+    )
+    parser.add_argument(
+        "--perturbations",
+        type=int,
+        default=None,
+        help="perturbed models per profile besides the profile itself (default: the family's, 4)",
+    )
+
+
+def check_latency_profile_arguments(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, batch: bool = False
+) -> None:
+    """``parser.error`` on an unknown profile or a negative ``--perturbations``."""
+    known = [FAMILY, MACHINE, *profiles_known(batch)]
+    unknown = [name for name in args.latency_profiles if name not in known]
+    if unknown:
+        parser.error(f"--latency-profiles: unknown {unknown}; known: {known}")
+    if args.perturbations is not None and args.perturbations < 0:
+        parser.error(f"--perturbations must be >= 0, got {args.perturbations}")
+
+
+@dataclass(frozen=True)
+class Machines:
+    """What ``--latency-profiles`` names: the ``family`` training episodes draw from (None: this
+    machine's calibration alone), the profiles checkpoint selection scores under (``select``) and
+    those the warm start clones rules under (``teach``, ``select``'s among them); profile name ->
+    latency model."""
+
+    family: LatencyFamily | None
+    select: dict[str, LatencyModel]
+    teach: dict[str, LatencyModel]
+
+    def describe(self) -> dict[str, Any]:
+        """What a policy's metadata records as ``latency_profiles``: the family (its profiles,
+        perturbations, held-out profiles), the profiles selected and taught under; or, for this
+        machine alone, its device."""
+        if self.family is None:
+            (latency,) = self.select.values()
+            return {
+                "profiles": [MACHINE],
+                "machine": latency.device,
+                "selected_under": [MACHINE],
+                "taught_under": [MACHINE],
+            }
+        return {
+            **self.family.describe(),
+            "selected_under": list(self.select),
+            "taught_under": list(self.teach),
+        }
+
+    def line(self) -> str:
+        """The machines in words, for a run's log."""
+        if self.family is None:
+            return "trained on this machine's prices"
+        line = (
+            f"trained over {len(self.family.names)} latency profiles ({', '.join(self.family.names)}; "
+            f"{self.family.perturbations} perturbations each), selected under {', '.join(self.select)}"
+        )
+        return (
+            line
+            if list(self.teach) == list(self.select)
+            else f"{line}, rules cloned under {', '.join(self.teach)}"
+        )
+
+
 def training_machines(
     names: Sequence[str],
     latency: LatencyModel,
     perturbations: int | None = None,
     drafters: Sequence[str] = (),
-) -> tuple[LatencyFamily | None, dict[str, LatencyModel]]:
-    """What ``--latency-profiles`` names: the family training episodes draw from (None: this
-    machine's ``latency`` alone) and the profiles selection and the warm start score under.
-    ``[MACHINE]``: this machine; ``[FAMILY]``: the shipped family, scored under
-    :data:`SELECT_PROFILES`; profile names: a family of them (``perturbations`` around each, the
-    family's default if None), scored under each of them. A family must price every one of
-    ``drafters`` on every profile (the shipped profiles price the draft; the pool's drafters only
-    some of them)."""
+    batch: bool = False,
+) -> Machines:
+    """What ``--latency-profiles`` names (:class:`Machines`). ``[MACHINE]``: this machine's
+    ``latency``; ``[FAMILY]``: the shipped family, selected under :data:`SELECT_PROFILES` and
+    taught under :data:`TEACH_PROFILES` (``batch``: the family of models over batch sizes,
+    selected and taught under :data:`SELECT_BATCH_PROFILES`); profile names: a family of them
+    (``perturbations`` around each, the family's default if None), selected and taught under
+    each of them. A family must price every one of ``drafters`` on every profile (the shipped
+    profiles price the draft; the pool's drafters only some of them)."""
     names = list(names)
     if names == [MACHINE]:
-        return None, {MACHINE: latency}
+        return Machines(None, {MACHINE: latency}, {MACHINE: latency})
     if MACHINE in names or (FAMILY in names and len(names) > 1):
         raise ValueError(f"--latency-profiles: give '{MACHINE}', '{FAMILY}' or profile names, not {names}")
-    family = LatencyFamily.training() if names == [FAMILY] else LatencyFamily(tuple(names))
+    family = LatencyFamily.training(batch) if names == [FAMILY] else LatencyFamily(tuple(names), batch=batch)
     if perturbations is not None:
-        family = LatencyFamily(family.names, perturbations=perturbations)
+        family = LatencyFamily(family.names, perturbations=perturbations, batch=batch)
     unpriced = sorted({d for group in family.models for model in group for d in model.unpriced(drafters)})
     if unpriced:
         raise ValueError(
             f"the latency profiles {list(family.names)} do not all price the drafters {unpriced}; "
             f"train these scenarios on this machine's prices: --latency-profiles {MACHINE}"
         )
-    select = SELECT_PROFILES if names == [FAMILY] else family.names
-    return family, {name: family.profile(name) for name in select}
+    select, teach = (family.names,) * 2
+    if names == [FAMILY]:
+        select, teach = (SELECT_BATCH_PROFILES,) * 2 if batch else (SELECT_PROFILES, TEACH_PROFILES)
+    return Machines(family, *({name: family.profile(name) for name in chosen} for chosen in (select, teach)))
 
 
 @dataclass
 class RunInputs:
     """What a run trains on: the scenarios, the pair, its latency model on this machine (the test
     report and the real loop), the ``machines`` training episodes are priced by (None: that model),
-    the ``footings`` selection and the warm start score under (profile name -> latency model),
+    the ``footings`` selection scores under and the ``teachers`` the warm start clones rules under
+    (profile name -> latency model; None: this machine's),
     their shared action space, the train traces of each training scenario (training) and the
     validation traces (checkpoint selection only) of each scenario it is ``selected_on`` (the
     training ones first), by name."""
@@ -142,8 +231,7 @@ class RunInputs:
     train: dict[str, TraceSet]
     validation: dict[str, TraceSet]
     selected_on: list[Scenario]
-    machines: LatencyFamily | None = None
-    footings: dict[str, LatencyModel] | None = None
+    machines: Machines
 
     @classmethod
     def load(
@@ -165,10 +253,19 @@ class RunInputs:
         space = ActionSpace.shared_by(selected_on, stop)
         pair = scenarios[0].pair.load()
         latency = calibrated(pair, k_max=space.k_max, drafters=space.drafters)
-        machines, footings = training_machines(profiles, latency, perturbations, space.drafters)
+        machines = training_machines(profiles, latency, perturbations, space.drafters)
         train = {s.name: cached_traces(s, "train", pair) for s in scenarios}
         validation = {s.name: cached_traces(s, "validation", pair) for s in selected_on}
-        return cls(scenarios, pair, latency, space, train, validation, selected_on, machines, footings)
+        return cls(
+            scenarios,
+            pair,
+            latency,
+            space,
+            train,
+            validation,
+            selected_on,
+            machines,
+        )
 
     def describe(self) -> str:
         """The pair, where it runs, what its latency model prices, and the machines it trains over."""
@@ -178,10 +275,4 @@ class RunInputs:
             f"{latency.target_seconds(1, 256) * 1e3:.2f} ms (1 token, context 256), draft "
             f"{latency.draft_seconds(256) * 1e3:.2f} ms; plain {latency.plain_tokens_per_s:.0f} tokens/s"
         )
-        if self.machines is None:
-            return line + "; trained on this machine's prices"
-        return (
-            f"{line}; trained over {len(self.machines.names)} latency profiles "
-            f"({', '.join(self.machines.names)}; {self.machines.perturbations} perturbations each), "
-            f"selected under {', '.join(self.footings or {})}"
-        )
+        return f"{line}; {self.machines.line()}"

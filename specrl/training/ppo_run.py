@@ -113,7 +113,7 @@ class PPORun:
         self.predictor = (
             None if inputs.space.stop_grid is None else run_predictor(run_dir, inputs.train.values())
         )
-        if real_loop and inputs.machines is not None:
+        if real_loop and inputs.machines.family is not None:
             raise ValueError(
                 "training in the real loop measures this machine's time: give --latency-profiles "
                 f"{MACHINE} with --train-on real"
@@ -121,7 +121,7 @@ class PPORun:
         self.envs = training_envs(
             inputs.scenarios,
             budget["n_envs"],
-            inputs.latency if inputs.machines is None else inputs.machines,
+            inputs.machines.family or inputs.latency,
             train=None if real_loop else inputs.train,
             predictor=self.predictor,
             seed=seed,
@@ -152,8 +152,13 @@ class PPORun:
                 rule_predictor=rule_predictor,
             )
 
-        profiles = inputs.footings or {MACHINE: inputs.latency}
-        self.footings = {name: footing(latency) for name, latency in profiles.items()}
+        machines = inputs.machines
+        self.footings = {name: footing(latency) for name, latency in machines.select.items()}
+        # the warm start's: the selection's footings, and a footing of each further teaching profile
+        self.teachers = {
+            name: self.footings[name] if name in self.footings else footing(latency)
+            for name, latency in machines.teach.items()
+        }
         # the test report's: this machine (the same object when it is the one footing)
         self.footing = self.footings.get(MACHINE) or footing(inputs.latency)
         self.selection = PolicyVsRules(self.footings, inputs.selected_on, inputs.validation)
@@ -227,7 +232,7 @@ class PPORun:
             self.model,
             self.venv if self.normalize else None,
             self.inputs,
-            self.footings,
+            self.teachers,
             self.predictor,
             self.envs.observation_space.shape[0],
             self.seed,
@@ -326,17 +331,9 @@ class PPORun:
             scenarios=scenarios,
             pair=self.inputs.pair.name,
             evaluation=evaluation,
-            latency_profiles=self.latency_profiles(),
+            latency_profiles=self.inputs.machines.describe(),
             command=command,
         )
-
-    def latency_profiles(self) -> dict[str, Any]:
-        """What the policy was trained over: the family (its profiles, perturbations, held-out
-        profiles) and the profiles it was selected under; or this machine's calibration."""
-        machines = self.inputs.machines
-        if machines is None:
-            return {"profiles": [MACHINE], "machine": self.inputs.latency.device, "selected_under": [MACHINE]}
-        return {**machines.describe(), "selected_under": list(self.footings)}
 
     def close(self) -> None:
         """Flush and close the run's logs."""
