@@ -58,7 +58,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--fixed", nargs="+", default=FIXED, help="fixed-batch scenarios (tune the schedule)")
-    parser.add_argument("--arrivals", nargs="+", default=ARRIVALS, help="scenarios with a varying load")
+    parser.add_argument("--arrivals", nargs="*", default=ARRIVALS, help="scenarios with a varying load")
     parser.add_argument("--episodes", type=int, default=3, help="episodes (seeds 0..N-1) per controller")
     parser.add_argument("--policy", help="an exported policy folder to compare too")
     parser.add_argument(
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
         "latency": {
             "device": latency.device,
             "profile": args.latency_profile,
-            "verify_scale": latency.verify_scale.tolist(),
+            "verify_scale": None if latency.verify_scale is None else latency.verify_scale.tolist(),
         },
         **result_origin(pair),
     }

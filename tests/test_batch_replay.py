@@ -462,6 +462,21 @@ def test_the_cutoff_switches_any_controller_off_above_its_batch_size_and_is_tune
     assert batch_control.with_cutoff({"ppo": plain}, 4)["ppo+cutoff"].max_batch == 4
 
 
+def train_batch_smoke(tmp_path, monkeypatch, *flags: str):
+    """train_batch.py on one small scenario (batch_1) with a synthetic latency for this machine, so
+    no calibration runs: one imitation round of one episode, no PPO. Returns (policy, runs) folders."""
+    script = load_script("train_batch")
+    monkeypatch.setattr(script, "FIXED", ["batch_1"])
+    monkeypatch.setattr(script, "ARRIVALS", [])
+    monkeypatch.setattr(
+        Scenario, "latency_model", lambda scenario, pair, *args, **kwargs: synthetic_latency()
+    )
+    out, runs = tmp_path / "policy", tmp_path / "runs"
+    budget = ["--imitation-rounds", "1", "--imitation-episodes", "1", "--timesteps", "0", "--episodes", "1"]
+    script.main([*budget, "--envs-per-scenario", "4", *flags, "--out", str(out), "--runs-dir", str(runs)])
+    return out, runs
+
+
 @pytest.mark.slow
 def test_train_batch_writes_train_ppos_run_folder_and_exports_with_parity(tmp_path, monkeypatch):
     """train_batch.py and train_ppo.py write the same run folder (run.json, config.yaml, best.zip and
@@ -473,16 +488,7 @@ def test_train_batch_writes_train_ppos_run_folder_and_exports_with_parity(tmp_pa
 
     from specrl.export import load_policy
 
-    script = load_script("train_batch")
-    monkeypatch.setattr(script, "FIXED", ["batch_1"])
-    monkeypatch.setattr(script, "ARRIVALS", [])
-    monkeypatch.setattr(
-        Scenario, "latency_model", lambda scenario, pair, *args, **kwargs: synthetic_latency()
-    )
-    out, runs = tmp_path / "policy", tmp_path / "runs"
-    budget = ["--imitation-rounds", "1", "--imitation-episodes", "1", "--timesteps", "0", "--episodes", "1"]
-    budget += ["--envs-per-scenario", "4", "--latency-profiles", "machine"]
-    script.main([*budget, "--out", str(out), "--runs-dir", str(runs)])
+    out, runs = train_batch_smoke(tmp_path, monkeypatch, "--latency-profiles", "machine")
     (run_dir,) = runs.iterdir()
     assert run_dir.name.startswith("batch_mix__train_batch__0__")
     record = json.loads((run_dir / "run.json").read_text())
@@ -505,17 +511,8 @@ def test_train_batch_over_a_family_tunes_a_schedule_per_machine_and_selects_unde
     one machine), and the policy's metadata records the family."""
     from specrl.export import load_policy
 
-    script = load_script("train_batch")
-    monkeypatch.setattr(script, "FIXED", ["batch_1"])
-    monkeypatch.setattr(script, "ARRIVALS", [])
-    monkeypatch.setattr(
-        Scenario, "latency_model", lambda scenario, pair, *args, **kwargs: synthetic_latency()
-    )
-    out, runs = tmp_path / "policy", tmp_path / "runs"
     profiles = ["gpu-like-a100", "gpu-like-l4"]
-    budget = ["--imitation-rounds", "1", "--imitation-episodes", "1", "--timesteps", "0", "--episodes", "1"]
-    budget += ["--envs-per-scenario", "4", "--latency-profiles", *profiles, "--perturbations", "0"]
-    script.main([*budget, "--out", str(out), "--runs-dir", str(runs)])
+    out, _ = train_batch_smoke(tmp_path, monkeypatch, "--latency-profiles", *profiles, "--perturbations", "0")
     metadata = load_policy(out).metadata
     assert metadata["latency_profiles"]["profiles"] == profiles and metadata["latency_profiles"]["batch"]
     assert metadata["latency_profiles"]["selected_under"] == profiles
@@ -524,3 +521,23 @@ def test_train_batch_over_a_family_tunes_a_schedule_per_machine_and_selects_unde
     (checkpoint,) = evaluation["validation_vs_schedule"]
     assert set(checkpoint["ratios"]) == {f"batch_1@{name}" for name in profiles}
     assert set(checkpoint["vs_plain"]) == set(checkpoint["ratios"]) and checkpoint["cutoff"] is None
+
+
+@pytest.mark.slow
+def test_batch_sim_prices_the_comparison_with_a_profile_of_the_family(tmp_path):
+    """batch_sim.py --latency-profile: the schedule is tuned and every controller runs under that
+    profile's batch model (GPU-like ones here, which have no calibration scales), and the page says so."""
+    from specrl.latency.family import profiles
+
+    script = load_script("batch_sim")
+    plain = {}
+    for name in ("gpu-like-h200", "gpu-like-a100"):
+        out = tmp_path / name
+        flags = ["--fixed", "batch_1", "--arrivals", "--episodes", "1", "--latency-profile", name]
+        report = script.main([*flags, "--out", str(out)])
+        assert report["latency"]["profile"] == name and report["latency"]["verify_scale"] is None
+        assert list(report["rows"]) == ["batch_1"] and f"`{name}`" in out.with_suffix(".md").read_text()
+        plain[name] = report["rows"]["batch_1"]["controllers"]["plain"]
+    models = profiles(batch=True)
+    modeled = models["gpu-like-h200"].plain_throughput(1) / models["gpu-like-a100"].plain_throughput(1)
+    assert plain["gpu-like-h200"] / plain["gpu-like-a100"] == pytest.approx(modeled, rel=0.1)

@@ -13,7 +13,6 @@ from specrl.training.inputs import (
     MACHINE,
     SELECT_BATCH_PROFILES,
     SELECT_PROFILES,
-    TEACH_PROFILES,
     Machines,
     training_machines,
 )
@@ -100,22 +99,20 @@ def test_an_env_over_a_family_prices_each_episode_by_the_machine_it_draws(shifte
 
 def test_training_machines_name_this_machine_the_family_or_profiles():
     latency = LatencyModel.from_cost_model()
-    assert training_machines([MACHINE], latency) == Machines(None, {MACHINE: latency}, {MACHINE: latency})
+    assert training_machines([MACHINE], latency) == Machines(None, {MACHINE: latency})
     machines = training_machines([FAMILY], latency)
     family = machines.family
     assert family == LatencyFamily.training() and list(machines.select) == list(SELECT_PROFILES)
-    assert list(machines.teach) == list(TEACH_PROFILES) and set(SELECT_PROFILES) < set(TEACH_PROFILES)
-    assert all(machines.teach[name] is family.profile(name) for name in TEACH_PROFILES)  # loaded once, shared
-    assert all(machines.select[name] is machines.teach[name] for name in SELECT_PROFILES)
-    assert not set(TEACH_PROFILES) & set(HELD_OUT)  # never taught on a held-out machine
+    assert all(machines.select[name] is family.profile(name) for name in SELECT_PROFILES)  # loaded once
+    assert not set(SELECT_PROFILES) & set(HELD_OUT)  # never selected on a held-out machine
     batch = training_machines([FAMILY], latency, batch=True)
     assert batch.family == LatencyFamily.training(batch=True)
-    assert list(batch.select) == list(batch.teach) == list(SELECT_BATCH_PROFILES)
+    assert list(batch.select) == list(SELECT_BATCH_PROFILES)
     assert batch.describe()["selected_under"] == list(SELECT_BATCH_PROFILES) and batch.describe()["batch"]
     machines = training_machines(["gpu-like-h200"], latency, perturbations=0)
     alone = machines.family
     assert alone.names == ("gpu-like-h200",) and alone.perturbations == 0
-    assert list(machines.select) == list(machines.teach) == ["gpu-like-h200"]
+    assert list(machines.select) == ["gpu-like-h200"]
     assert len(alone.models[0]) == 1
     with pytest.raises(ValueError, match="not"):
         training_machines([MACHINE, FAMILY], latency)

@@ -24,13 +24,9 @@ from specrl.traces import TraceSet
 REAL_ENVS = 4  # the env count of training in the real loop (at most the CPU count)
 MACHINE = "machine"  # --latency-profiles: this machine's calibration alone
 FAMILY = "family"  # --latency-profiles: the shipped family (LatencyFamily.training())
-# The profiles a run over the family selects checkpoints under: a measured CPU and a GPU-like one,
-# both in the training family (never a held-out profile).
+# The profiles a run over the family selects checkpoints and clones rules under: a measured CPU
+# and a GPU-like one, both in the training family (never a held-out profile).
 SELECT_PROFILES = ("cpu-epyc-2t-nov", "gpu-like-a100")
-# The profiles its warm start clones rules under: those, and TEACH_MORE, so that the clone learns
-# the best rule at more points of the price space (features draft_price, verify_token_price).
-TEACH_MORE = ("cpu-epyc-1t", "gpu-like-l4")
-TEACH_PROFILES = (*SELECT_PROFILES, *TEACH_MORE)
 # The batch policy's (train_batch.py over the family of batch models): a measured CPU batch
 # calibration and a GPU-like profile, both in its training family.
 SELECT_BATCH_PROFILES = ("cpu-xeon-1t", "gpu-like-a100")
@@ -139,13 +135,11 @@ def check_latency_profile_arguments(
 @dataclass(frozen=True)
 class Machines:
     """What ``--latency-profiles`` names: the ``family`` training episodes draw from (None: this
-    machine's calibration alone), the profiles checkpoint selection scores under (``select``) and
-    those the warm start clones rules under (``teach``, ``select``'s among them); profile name ->
-    latency model."""
+    machine's calibration alone) and the profiles checkpoint selection and the warm start score
+    under (``select``: profile name -> latency model)."""
 
     family: LatencyFamily | None
     select: dict[str, LatencyModel]
-    teach: dict[str, LatencyModel]
 
     def describe(self) -> dict[str, Any]:
         """What a policy's metadata records as ``latency_profiles``: the family (its profiles,
@@ -157,26 +151,19 @@ class Machines:
                 "profiles": [MACHINE],
                 "machine": latency.device,
                 "selected_under": [MACHINE],
-                "taught_under": [MACHINE],
             }
         return {
             **self.family.describe(),
             "selected_under": list(self.select),
-            "taught_under": list(self.teach),
         }
 
     def line(self) -> str:
         """The machines in words, for a run's log."""
         if self.family is None:
             return "trained on this machine's prices"
-        line = (
+        return (
             f"trained over {len(self.family.names)} latency profiles ({', '.join(self.family.names)}; "
             f"{self.family.perturbations} perturbations each), selected under {', '.join(self.select)}"
-        )
-        return (
-            line
-            if list(self.teach) == list(self.select)
-            else f"{line}, rules cloned under {', '.join(self.teach)}"
         )
 
 
@@ -188,15 +175,15 @@ def training_machines(
     batch: bool = False,
 ) -> Machines:
     """What ``--latency-profiles`` names (:class:`Machines`). ``[MACHINE]``: this machine's
-    ``latency``; ``[FAMILY]``: the shipped family, selected under :data:`SELECT_PROFILES` and
-    taught under :data:`TEACH_PROFILES` (``batch``: the family of models over batch sizes,
-    selected and taught under :data:`SELECT_BATCH_PROFILES`); profile names: a family of them
-    (``perturbations`` around each, the family's default if None), selected and taught under
-    each of them. A family must price every one of ``drafters`` on every profile (the shipped
-    profiles price the draft; the pool's drafters only some of them)."""
+    ``latency``; ``[FAMILY]``: the shipped family, scored under :data:`SELECT_PROFILES`
+    (``batch``: the family of models over batch sizes, scored under
+    :data:`SELECT_BATCH_PROFILES`); profile names: a family of them (``perturbations`` around
+    each, the family's default if None), scored under each of them. A family must price every
+    one of ``drafters`` on every profile (the shipped profiles price the draft; the pool's
+    drafters only some of them)."""
     names = list(names)
     if names == [MACHINE]:
-        return Machines(None, {MACHINE: latency}, {MACHINE: latency})
+        return Machines(None, {MACHINE: latency})
     if MACHINE in names or (FAMILY in names and len(names) > 1):
         raise ValueError(f"--latency-profiles: give '{MACHINE}', '{FAMILY}' or profile names, not {names}")
     family = LatencyFamily.training(batch) if names == [FAMILY] else LatencyFamily(tuple(names), batch=batch)
@@ -208,10 +195,10 @@ def training_machines(
             f"the latency profiles {list(family.names)} do not all price the drafters {unpriced}; "
             f"train these scenarios on this machine's prices: --latency-profiles {MACHINE}"
         )
-    select, teach = (family.names,) * 2
+    select = family.names
     if names == [FAMILY]:
-        select, teach = (SELECT_BATCH_PROFILES,) * 2 if batch else (SELECT_PROFILES, TEACH_PROFILES)
-    return Machines(family, *({name: family.profile(name) for name in chosen} for chosen in (select, teach)))
+        select = SELECT_BATCH_PROFILES if batch else SELECT_PROFILES
+    return Machines(family, {name: family.profile(name) for name in select})
 
 
 @dataclass

@@ -152,13 +152,7 @@ class PPORun:
                 rule_predictor=rule_predictor,
             )
 
-        machines = inputs.machines
-        self.footings = {name: footing(latency) for name, latency in machines.select.items()}
-        # the warm start's: the selection's footings, and a footing of each further teaching profile
-        self.teachers = {
-            name: self.footings[name] if name in self.footings else footing(latency)
-            for name, latency in machines.teach.items()
-        }
+        self.footings = {name: footing(latency) for name, latency in inputs.machines.select.items()}
         # the test report's: this machine (the same object when it is the one footing)
         self.footing = self.footings.get(MACHINE) or footing(inputs.latency)
         self.selection = PolicyVsRules(self.footings, inputs.selected_on, inputs.validation)
@@ -232,7 +226,7 @@ class PPORun:
             self.model,
             self.venv if self.normalize else None,
             self.inputs,
-            self.teachers,
+            self.footings,
             self.predictor,
             self.envs.observation_space.shape[0],
             self.seed,

@@ -6,9 +6,8 @@ input of the rule is in its observation. So the policy starts as a copy of the r
 1. :func:`parts`: each training scenario is split by the domain its traces start in (a
    scenario that mixes domains episode by episode, as ``mixed`` does, has a part per domain:
    its best rule overall is not the best rule of each of its domains), and a run over a family
-   of machines repeats every part under each profile it teaches under
-   (:data:`~specrl.training.inputs.TEACH_PROFILES`): the rule that is best on a CPU is not the
-   one that is best on a GPU, and the clone sees each machine's prices;
+   of machines repeats every part under each profile it selects on: the rule that is best on a
+   CPU is not the one that is best on a GPU, and the clone sees each machine's prices;
 2. :func:`teacher`: per part, the rule that is fastest on its validation traces among those the
    action space can play (the best static setting, TCP, the HF heuristic, the SpecDec++-style
    rule when its stop is one of the stop dimension's; AdaEDL's stop is not);

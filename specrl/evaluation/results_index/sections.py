@@ -100,6 +100,44 @@ SECTIONS = (
         ("results/real_loop/portable/real_loop.md", "results/real_loop/portable/real_loop.json"),
     ),
     Section(
+        "PPO policy: carried to an Intel Xeon against one trained there, real loop",
+        "The shipped default (trained over the latency family before this machine kind was measured; "
+        "its calibration, cpu-xeon-2t, is held out) on a 2-core Intel Xeon against every rule of the "
+        "bar and, alongside, a policy trained on that calibration alone (experiments/profiles.py's "
+        "alone-cpu-xeon-2t, seed 0) and the previous default: test prompts, interleaved repeats, "
+        "paired, with twice the standard error.",
+        "python experiments/real_loop_check.py --policy default --versus "
+        "here=results/profiles/runs/alone-cpu-xeon-2t/seed0 previous=results/profiles/previous_default "
+        "--scenarios code prose math mixed --prompts 4 --repeats 4 --out results/real_loop/xeon",
+        ("results/real_loop/xeon/real_loop.md", "results/real_loop/xeon/real_loop.json"),
+    ),
+    Section(
+        "Batch-aware policy: on machines it never trained on (held-out batch profiles)",
+        "A batch policy trained over the family of batch latency models (a measured CPU batch "
+        "calibration, GPU-like profiles over batch sizes, perturbations; seed 0, a reduced budget, "
+        "not shipped), priced by a held-out profile in the batch simulator: a 2-thread Intel Xeon's "
+        "batch calibration and a GPU-like H200. Per profile the batch-size schedule is re-tuned on "
+        "validation there; test traces. The shipped batch policy, trained on one machine's prices "
+        "(kept as results/profiles/previous_batch), on the pages marked previous.",
+        "python experiments/train_batch.py --imitation-rounds 1 --label-every 4 --timesteps 100000 "
+        "--out results/profiles/runs/batch-family/seed0; python experiments/batch_sim.py "
+        "--latency-profile P --policy results/profiles/runs/batch-family/seed0 "
+        "--out results/profiles/batch/P; python experiments/batch_sim.py --latency-profile P "
+        "--policy results/profiles/previous_batch --out results/profiles/batch/P_previous "
+        "(P = cpu-xeon-2t, gpu-like-h200)",
+        (
+            "results/profiles/batch/cpu-xeon-2t.md",
+            "results/profiles/batch/cpu-xeon-2t_previous.md",
+            "results/profiles/batch/gpu-like-h200.md",
+            "results/profiles/batch/gpu-like-h200_previous.md",
+            "results/profiles/batch/cpu-xeon-2t.json",
+            "results/profiles/batch/cpu-xeon-2t_previous.json",
+            "results/profiles/batch/gpu-like-h200.json",
+            "results/profiles/batch/gpu-like-h200_previous.json",
+        ),
+        "results/notes/batch_profiles.md",
+    ),
+    Section(
         "PPO policy: what the warm start and PPO each give",
         "PPO from scratch, the warm start alone (each training scenario's best rule on validation, "
         "cloned) and warm start + PPO, three seeds each: the policy over the best rule per scenario "
