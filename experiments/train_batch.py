@@ -35,10 +35,10 @@ speculation switched off above the batch sizes where it is slower than plain dec
 (``BatchCutoffController``, the cut-off ``specrl.batch_control.cutoff_from`` its ratios at the
 fixed sizes; ``batch_sim.py`` and ``batch_real.py`` tune the same cut-off for their
 ``ppo+cutoff`` row). A cut-off belongs to one machine, so a policy carried to another must keep
-plain decoding's speed by itself. The best checkpoint is exported: the best geometric mean over the scenarios
-among the checkpoints that keep the floor, at least ``PLAIN_FLOOR`` of plain decoding at every
-fixed batch size (the issue's bar is 0.98 in the real loop; the simulator's floor is tighter,
-as its prices err by a few percent at large batches). If none keeps it, the one whose worst
+plain decoding's speed by itself. The best checkpoint is exported: the best geometric mean over
+the scenarios among the checkpoints that keep the floor, at least ``PLAIN_FLOOR`` of plain
+decoding at every fixed batch size (the issue's bar is 0.98 in the real loop; the simulator's
+floor is tighter, as its prices err by a few percent at large batches). If none keeps it, the one whose worst
 fixed size is best. Report on test with ``python experiments/batch_sim.py --policy
 specrl/policies/batch``.
 

@@ -15,8 +15,8 @@ episode priced by a machine drawn from it, and shown the prices (:mod:`specrl.fe
   each model keeps its tables' caches across episodes.
 
 :data:`HELD_OUT` names the profiles no shipped policy trains on: two measured calibrations (one of
-them of a CPU kind the family has no other profile of) and one GPU-like profile; ``experiments/profiles.py``
-evaluates there.
+them of a CPU kind the family has no other profile of) and one GPU-like profile;
+``experiments/profiles.py`` evaluates there.
 
 Where the GPU-like numbers come from (:data:`GPU_LIKE`; they are models of machines, not
 measurements: a GPU's own calibration, ``specrl.latency.calibrated`` there, replaces them):
@@ -122,8 +122,8 @@ GPU_LIKE = (
     GpuLike("h200", target_ms=6.0, knee=100, jump=0.12, below=0.05, draft_ratio=0.05),
 )
 # The profiles no shipped policy trains on: the calibration of the EPYC machine the default was
-# trained on (Dec 4), one of an Intel Xeon (Sapphire Rapids, 2 threads, Dec 5: a CPU kind the
-# family holds no other profile of) and one GPU-like profile.
+# trained on (Dec 4), one of an Intel Xeon (2 threads, Dec 5: a CPU kind the family holds no other
+# profile of) and one GPU-like profile.
 HELD_OUT = ("cpu-epyc-2t-dec", "cpu-xeon-2t", "gpu-like-h200")
 
 
