@@ -38,8 +38,8 @@ fixed sizes; ``batch_sim.py`` and ``batch_real.py`` tune the same cut-off for th
 plain decoding's speed by itself. The best checkpoint is exported: the best geometric mean over
 the scenarios among the checkpoints that keep the floor, at least ``PLAIN_FLOOR`` of plain
 decoding at every fixed batch size (the issue's bar is 0.98 in the real loop; the simulator's
-floor is tighter, as its prices err by a few percent at large batches). If none keeps it, the one whose worst
-fixed size is best. Report on test with ``python experiments/batch_sim.py --policy
+floor is tighter, as its prices err by a few percent at large batches). If none keeps it, the
+one whose worst fixed size is best. Report on test with ``python experiments/batch_sim.py --policy
 specrl/policies/batch``.
 
     python experiments/train_batch.py                         # specrl/policies/batch
