@@ -197,11 +197,11 @@ def imitate(
     tau_grid = next(iter(envs.values())).tau_grid
     taus = [tau_grid.index(tau) for tau in IMITATION_TAUS]
     observations, regrets, fits = [], [], []
-    rates: dict[tuple[str, int], dict[int, float]] = {}  # (scenario, machine) -> the oracle's rates
+    rates: dict[tuple[str, object], dict[int, float]] = {}  # (scenario, its model) -> the oracle's rates
 
     def oracle(name: str, env) -> RolloutOracle:
         schedule = schedules[machine_of(env)]
-        key = (name, id(env.latency))
+        key = (name, env.latency)  # the model itself (hashed by identity), held by the key
         if key not in rates:
             rates[key] = rates_by_batch(env.priced_by(env.latency), schedule, 1, prefill=horizon > 1)
         return RolloutOracle(env, rates[key], schedule, horizon)
