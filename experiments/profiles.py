@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shlex
 import statistics
 import sys
@@ -44,7 +42,7 @@ from specrl.latency.family import profiles as latency_profiles
 from specrl.plots import bar_groups
 from specrl.tables import markdown_table
 from specrl.training.inputs import DEFAULT_EVAL_SCENARIOS, DEFAULT_SCENARIOS, SELECT_PROFILES, load_scenarios
-from specrl.training.kept_runs import kept_run
+from specrl.training.kept_runs import kept_run, page_footer
 
 REPO = Path(__file__).resolve().parent.parent
 KEPT = ("policy.pt2", "metadata.json", "results.md")
@@ -186,7 +184,6 @@ def main() -> None:
     header = ["profile"] + [f"{name}: {what}" for name in names for what in WHAT]
     summary_table = markdown_table(header, summary)
     command = "python " + shlex.join(sys.argv)
-    minutes = (time.perf_counter() - started) / 60
     text = (
         "# Policies on machines they never trained on: every latency profile side by side\n\n"
         "Simulator, test traces. Under each profile the rules are re-tuned on validation traces there "
@@ -197,8 +194,7 @@ def main() -> None:
         f"{', '.join(HELD_OUT)}; `alone`: trained on that profile alone.\n\n"
         "## Prices (one row, context 256, as the features read them)\n\n"
         f"{price_table}\n\n## Summary\n\n{summary_table}\n\n## Every scenario\n\n{table}\n\n"
-        f"Command: `{command}` ({minutes:.1f} minutes; runs kept from an earlier call are not re-run). "
-        f"Machine: {platform.machine()}, {os.cpu_count()} logical CPUs.\n"
+        f"{page_footer(command, started)}"
     )
     args.out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(args.out / "profiles.md", text)

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shlex
 import statistics
 import sys
@@ -32,7 +30,7 @@ from specrl.io import write_text_atomic
 from specrl.plots import bar_groups
 from specrl.tables import markdown_table
 from specrl.training import comparison_ratios
-from specrl.training.kept_runs import kept_run
+from specrl.training.kept_runs import kept_run, page_footer
 
 REPO = Path(__file__).resolve().parent.parent
 ARMS = {
@@ -110,15 +108,13 @@ def main() -> None:
         ],
     )
     command = "python " + shlex.join(sys.argv)
-    minutes = (time.perf_counter() - started) / 60
     text = (
         "# Warm start ablation: PPO from scratch, the warm start alone, warm start + PPO\n\n"
         f"Simulator, test traces; each cell: the median over seeds {args.seeds} of the policy's tokens/s "
         "over the best rule's (the best of TCP, the HF heuristic, AdaEDL, the SpecDec++-style rule and "
         "the best static setting in hindsight, on the same draws), [min, max] over seeds.\n\n"
         f"{table}\n\nCheckpoint selection on validation traces:\n\n{selection}\n\n"
-        f"Command: `{command}` ({minutes:.1f} minutes; runs kept from an earlier call are not re-run). "
-        f"Machine: {platform.machine()}, {os.cpu_count()} logical CPUs.\n"
+        f"{page_footer(command, started)}"
     )
     args.out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(args.out / "ablation.md", text)

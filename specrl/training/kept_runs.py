@@ -7,6 +7,7 @@ Used by ``experiments/warm_start_ablation.py`` and ``experiments/profiles.py``.
 from __future__ import annotations
 
 import os
+import platform
 import shlex
 import shutil
 import subprocess
@@ -52,3 +53,13 @@ def kept_run(label: str, seed: int, kept: Path, flags: Sequence[str], files: Seq
         os.replace(staged, kept)
         print(f"[{label}, seed {seed}] {(time.perf_counter() - started) / 60:.1f} minutes", flush=True)
     return kept
+
+
+def page_footer(command: str, started: float) -> str:
+    """The last line of an experiment's page: its ``command``, the minutes since ``started``
+    (``time.perf_counter()``; runs kept from an earlier call are not re-run) and the machine."""
+    minutes = (time.perf_counter() - started) / 60
+    return (
+        f"Command: `{command}` ({minutes:.1f} minutes; runs kept from an earlier call are not re-run). "
+        f"Machine: {platform.machine()}, {os.cpu_count()} logical CPUs.\n"
+    )
