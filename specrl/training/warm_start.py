@@ -61,7 +61,7 @@ CLONE_LEARNING_RATE = 1e-3
 DAGGER_ROUNDS = 2  # rounds that label the states the clone reaches (then refit on every row so far)
 DAGGER_EPOCHS = 10  # passes of each round's refit, which starts from the clone so far
 PRICED = "priced"  # the priced rule's role among the teachers (not a rule of the bar)
-CARRY_MARGIN = 0.03  # the priced rule teaches unless another rule is more than this much faster
+CARRY_MARGIN = 0.15  # the priced rule teaches unless another rule is more than this much faster
 
 
 @dataclass
