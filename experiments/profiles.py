@@ -34,7 +34,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from specrl.evaluation.profiles import prices, profile_row, rule_predictor_of
+from specrl.evaluation.profiles import PRICED, curve_steps, prices, profile_row, rule_predictor_of
 from specrl.export import load_policy
 from specrl.io import write_text_atomic
 from specrl.latency import HELD_OUT
@@ -150,12 +150,20 @@ def main() -> None:
     # 3. The page: prices, then every scenario's ratios per profile, the worst and the mixed one.
     held = set(HELD_OUT)
     price_table = markdown_table(
-        ["profile", "held out of training", "draft_price", "verify_token_price", "plain tokens/s"],
+        [
+            "profile",
+            "held out of training",
+            "draft_price",
+            "verify_token_price",
+            "each token's step, 2nd..9th (/ one token)",
+            "plain tokens/s",
+        ],
         [
             [
                 profile,
                 "yes" if profile in held else "no",
                 *(f"{value:.3f}" for value in prices(known[profile])),
+                " ".join(f"{step:.2f}" for step in curve_steps(known[profile])),
                 f"{known[profile].plain_tokens_per_s:.1f}",
             ]
             for profile in args.profiles
@@ -174,12 +182,12 @@ def main() -> None:
             cells += [spread(row.ratios("alone")), spread(price)]
         else:
             cells += ["-", "-"]
-        cells += [f"{row.ratios(name)[0]:.3f}" for name in also]
+        cells += [f"{row.ratios(name)[0]:.3f}" for name in (PRICED, *also)]
         lines.append(cells)
     header = ["profile", "scenario", "best rule (tokens/s)", "carried / best rule", "alone / best rule"]
-    header += ["carried / alone", *(f"{name} / best rule" for name in also)]
+    header += ["carried / alone", *(f"{name} / best rule" for name in (PRICED, *also))]
     table = markdown_table(header, lines)
-    names = ["carried", "alone", *also]
+    names = ["carried", "alone", PRICED, *also]
     summary = [[p, *summary_cells([r for r in rows if r.profile == p], names)] for p in args.profiles]
     header = ["profile"] + [f"{name}: {what}" for name in names for what in WHAT]
     summary_table = markdown_table(header, summary)
@@ -191,7 +199,10 @@ def main() -> None:
         "hindsight, the best of them is the best rule), and every controller sees the same acceptance "
         f"draws. Each cell: the median over seeds {args.seeds}, [min, max]. `carried`: trained over the "
         "latency family (`python experiments/train_ppo.py`), which holds out "
-        f"{', '.join(HELD_OUT)}; `alone`: trained on that profile alone.\n\n"
+        f"{', '.join(HELD_OUT)}; `alone`: trained on that profile alone; `{PRICED}`: the k the "
+        "machine's prices make fastest at the recent acceptance (`specrl.controllers.priced`, the "
+        "feature `priced_k`), a rule that needs no tuning: a teacher of the warm start, not a rule of "
+        "the bar.\n\n"
         "## Prices (one row, context 256, as the features read them)\n\n"
         f"{price_table}\n\n## Summary\n\n{summary_table}\n\n## Every scenario\n\n{table}\n\n"
         f"{page_footer(command, started)}"
@@ -203,6 +214,7 @@ def main() -> None:
         "seeds": args.seeds,
         "held_out": list(HELD_OUT),
         "prices": {profile: prices(known[profile]) for profile in args.profiles},
+        "curve_steps": {profile: curve_steps(known[profile]) for profile in args.profiles},
         "rows": [
             {
                 "profile": row.profile,

@@ -63,6 +63,19 @@ positions pool every row's, lengths are means over rows, and ``batch_size`` coun
  34   verify_token_price      what one more verified token per row adds to a verification of
                               the batch now / that one-token verification, clipped (the prior's
                               before a step; 0 with neither)
+ 35   verify_step_2           what the 2nd token per row adds to a verification of the batch
+                              now over the 1st, / the one-token verification / 0.5, clipped:
+                              the prior's curve (0 without a prior)
+ 36   verify_step_3           the same for the 3rd token over the 2nd
+ 37   verify_step_4           the same for the 4th token over the 3rd
+ 38   verify_step_5           the same for the 5th token over the 4th
+ 39   verify_step_6           the same for the 6th token over the 5th
+ 40   verify_step_7           the same for the 7th token over the 6th
+ 41   verify_step_8           the same for the 8th token over the 7th
+ 42   verify_step_9           the same for the 9th token over the 8th
+ 43   priced_k                the k (0..8) a step's expected tokens per second is highest at,
+                              under these prices and acceptance_prob_short as each draft
+                              token's acceptance, / 16 (0 before a proposing step)
 ====  ======================  =============================================================
 
 **Prices** (33, 34) are what decides k on a machine, as ratios, so they do not depend on its
@@ -84,10 +97,33 @@ last identified line stands while the window's token counts do not vary, and the
 before one. On this project's CPU a 9-token verification costs about twice a 1-token one
 (verify_token_price about 0.12); on a GPU below its knee it is nearly flat (about 0.01).
 
+**The verification's shape** (35-42). A straight line hides what decides k on many machines: a GPU
+pays a step for the second token (matrix-vector kernels give way to matrix-matrix ones) and
+almost nothing for the next ones; this project's Xeon verifies 1-3 tokens at 0.4-0.6 ms a token,
+then steps by 1.7 ms at the 4th, so k = 2 is its best static setting; an EPYC pays most for the
+2nd. These features are the prior's curve, token by token: ``(c(t) - c(t - 1)) / c(1) /``
+:data:`STEP_NORM` for t = 2..9 tokens a row, where ``c(t)`` is the prior's seconds of a
+verification of the batch now fed t tokens a row (beyond the prior's table, its last step
+repeats). The shape is the machine's calibration (the latency model's, in the simulators), not
+the window's fit: a static controller verifies one token count, and single steps' timings are
+too noisy to tell a 5% step from noise. Its level cancels in the ratio, so a machine that runs
+uniformly faster or slower (drift) keeps the same shape.
+
+**What the prices mean for k** (43). A curve of eight numbers is a lot to learn to read from a
+few dozen machines. ``priced_k`` reads it: with ``a`` = acceptance_prob_short, a step drafting k
+tokens is expected to emit ``1 + a + ... + a^k`` tokens per row (each token accepted with
+probability a, independently: Leviathan et al. 2023) in ``draft_price * k + c(k + 1) / c(1)``
+one-token verifications (the prior's curve; without one, the fitted line:
+``1 + verify_token_price * k``), and ``priced_k`` is the k in 0..:data:`PRICED_K_MAX` with the
+most tokens per second (the smallest such k on ties). On this project's Xeon at a = 0.6 it is 2,
+on the EPYC calibrations 4-5: what their best static settings are.
+
 Versions are prefixes: version 1 is the first 19 features (one draft, before the drafter pool),
 version 2 the first 32, version 3 the first 33 (the lookup's match order: a trigram match predicts
 the next tokens far better than a single token's; ``experiments/pool_signals.py`` measures it),
-version 4 all 35 (the prices: a policy that reads the machine's prices, not one machine's). A
+version 4 the first 35 (the prices: a policy that reads the machine's prices, not one machine's),
+version 5 all 44 (the verification's shape, and the k it prices best: the line's two numbers
+told the Xeon and the EPYC calibrations apart too little for a policy to choose k on them). A
 policy records its version and sees the first ``FEATURE_COUNTS[version]`` features, so an older
 policy still runs, on the features it was trained with.
 
@@ -110,13 +146,17 @@ if TYPE_CHECKING:  # annotations only: the engine's decoder imports this module
     from specrl.engine.generation import Generation
     from specrl.engine.types import StepResult
 
-FEATURE_VERSION = 4
+FEATURE_VERSION = 5
 
 # The drafters, each with features of their own, in order: the one list of them (the engine's
 # pool, specrl.engine.drafters.DRAFTERS, is this list; adding a drafter is a new feature version).
 FEATURE_DRAFTERS = ("draft", "draft-mid", "draft-int8", "draft-int4", "ngram", "cascade")
 LOOKUP_DRAFTER = "ngram"  # the n-gram lookup drafter: its search also feeds the lookup features
 Lookup = Callable[[], tuple[float, float]]  # -> (tokens the lookup could propose now, its match order)
+
+SHAPE_TOKENS = 9  # the verification's shape features cover 2..SHAPE_TOKENS tokens a row
+STEP_NORM = 0.5  # the shape features are divided by this (larger steps clip to 1)
+PRICED_K_MAX = SHAPE_TOKENS - 1  # priced_k chooses among k = 0..PRICED_K_MAX (the curve's tokens)
 
 FEATURE_NAMES: tuple[str, ...] = (
     "acceptance_short",
@@ -144,6 +184,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     "lookup_order",
     "draft_price",
     "verify_token_price",
+    *(f"verify_step_{tokens}" for tokens in range(2, SHAPE_TOKENS + 1)),
+    "priced_k",
 )
 N_FEATURES = len(FEATURE_NAMES)
 # The features FeatureTracker.update keeps as the step history (the first 15), each written by name.
@@ -162,7 +204,7 @@ REJECTED_CONFIDENCE = FEATURE_NAMES.index("rejected_confidence")
 ACCEPTED_CONFIDENCE = FEATURE_NAMES.index("accepted_confidence")
 COST_RATIO = FEATURE_NAMES.index("cost_ratio")
 STEPS_SINCE_DRAFT = FEATURE_NAMES.index("steps_since_draft")
-FEATURE_COUNTS = {1: 19, 2: 32, 3: 33, 4: N_FEATURES}  # version -> its features: the first that many
+FEATURE_COUNTS = {1: 19, 2: 32, 3: 33, 4: 35, 5: N_FEATURES}  # version -> its features: the first that many
 FEATURE_LOW = 0.0  # every feature lies in [FEATURE_LOW, FEATURE_HIGH]
 FEATURE_HIGH = 1.0
 
@@ -288,12 +330,14 @@ class _Step(NamedTuple):
 
 class PriceLine(NamedTuple):
     """A machine's prices at a batch size, in seconds: a verification fed ``tokens`` tokens costs
-    ``fixed + per_token * tokens``, a draft forward ``draft_forward``
+    ``fixed + per_token * tokens``, a draft forward ``draft_forward``; ``curve``, when known, is
+    the verification's seconds at 1, 2, ... tokens a row
     (:meth:`specrl.latency.LatencyModel.price_line` gives a latency model's)."""
 
     draft_forward: float
     fixed: float
     per_token: float
+    curve: tuple[float, ...] = ()
 
     def ratios(self, rows: int) -> tuple[float, float]:
         """(draft_price, verify_token_price) at ``rows`` rows: each over a one-token verification."""
@@ -301,6 +345,30 @@ class PriceLine(NamedTuple):
         if one_token <= 0:
             return 0.0, 0.0
         return self.draft_forward / one_token, self.per_token * rows / one_token
+
+    def relative_curve(self, rows: int = 1) -> list[float] | None:
+        """The verification's seconds at 1..:data:`SHAPE_TOKENS` tokens a row over one token's
+        (beyond the curve, its last step repeats); None without a curve."""
+        curve = self.curve
+        if len(curve) < 2 or curve[0] <= 0:
+            return None
+        relative = [1.0]
+        for step in self.shape():
+            relative.append(relative[-1] + step * STEP_NORM)
+        return relative
+
+    def shape(self) -> list[float]:
+        """The verification's shape features (the module doc), unclipped: what each token from the
+        2nd to the :data:`SHAPE_TOKENS`-th a row adds, over one token's seconds / STEP_NORM; 0
+        without a curve."""
+        curve = self.curve
+        if len(curve) < 2 or curve[0] <= 0:
+            return [0.0] * (SHAPE_TOKENS - 1)
+        steps = [later - earlier for earlier, later in zip(curve[:-1], curve[1:], strict=True)][
+            : SHAPE_TOKENS - 1
+        ]
+        steps += [steps[-1]] * (SHAPE_TOKENS - 1 - len(steps))
+        return [step / curve[0] / STEP_NORM for step in steps]
 
 
 Prices = Callable[[int, float], PriceLine]  # (rows, context length) -> the prior there
@@ -419,6 +487,8 @@ class FeatureTracker:
         self.verify_seconds: deque[float] = deque(maxlen=COST_WINDOW)
         self.verify_price = VerifyPrice()
         self.prior: PriceLine | None = None
+        self.shape = [0.0] * (SHAPE_TOKENS - 1)  # the prior's shape features
+        self.curve: list[float] | None = None  # the prior's relative curve, for priced_k
         self.price_line: tuple[float, float] | None = None  # the last fitted (fixed, per_token)
         self._ask_prior()
         self.log_vocab = math.log(max(2, settings.vocab_size))
@@ -442,6 +512,8 @@ class FeatureTracker:
         """The prior price line at the batch now (see the module doc), and the fit under it."""
         if self.prices_at is not None:
             self.prior = self.prices_at(max(1, self.batch_size), self.context_length)
+            self.shape = self.prior.shape()
+            self.curve = self.prior.relative_curve()
             self._fit_prices()
 
     def _fit_prices(self) -> None:
@@ -547,6 +619,22 @@ class FeatureTracker:
         draft_price = prior[0] if per_forward is None else per_forward / one_token
         return draft_price, per_token * rows / one_token
 
+    def priced_k(self, draft_price: float, verify_token_price: float) -> int:
+        """The k a step's expected tokens per second is highest at (the module doc)."""
+        acceptance = self.history[ACCEPTANCE_PROB_SHORT]
+        if acceptance <= 0:
+            return 0
+        curve = self.curve
+        best_k, best_rate, expected, term = 0, 0.0, 0.0, 1.0
+        for k in range(PRICED_K_MAX + 1):
+            expected += term  # 1 + a + ... + a^k
+            term *= acceptance
+            verify = curve[k] if curve is not None else 1 + verify_token_price * k
+            rate = expected / (draft_price * k + verify)
+            if rate > best_rate * (1 + 1e-9):
+                best_k, best_rate = k, rate
+        return best_k
+
     def vector(self) -> np.ndarray:
         """The observation now: float32 array of shape (N_FEATURES,), every entry in [0, 1]."""
         settings = self.settings
@@ -564,6 +652,8 @@ class FeatureTracker:
                 order / ORDER_NORM,
                 draft_price,
                 verify_token_price,
+                *self.shape,
+                self.priced_k(draft_price, verify_token_price) / K_NORM,
             ],
             dtype=np.float32,
         )

@@ -18,13 +18,16 @@ from specrl.engine.timing import DeviceClock
 from specrl.engine.types import Action, StepResult
 from specrl.envs import run_episode
 from specrl.features import (
+    ACCEPTANCE_PROB_SHORT,
     FEATURE_COUNTS,
     FEATURE_DRAFTERS,
     FEATURE_NAMES,
     FEATURE_VERSION,
     N_FEATURES,
+    STEP_NORM,
     FeatureTracker,
     GenerationSettings,
+    PriceLine,
 )
 from specrl.latency import CostModel, LatencyModel
 
@@ -142,6 +145,8 @@ def test_scripted_history_gives_the_documented_values():
         # the verification's line over (tokens verified, seconds): (5, .010), (5, .010), (1, .008), (2, .009)
         "draft_price": (0.010 / 10) / (FIXED + PER_TOKEN),
         "verify_token_price": PER_TOKEN / (FIXED + PER_TOKEN),
+        **{f"verify_step_{t}": 0.0 for t in range(2, 10)},  # no prior: no curve to read
+        "priced_k": PRICED_K / 16,  # at acceptance_prob_short, under the fitted line (no prior)
         **{f"{kind}_{d}": 0.0 for kind in ("acceptance", "drafter") for d in FEATURE_DRAFTERS[1:]},
     }
     assert set(expected) == set(FEATURE_NAMES)
@@ -152,6 +157,9 @@ def test_scripted_history_gives_the_documented_values():
 # least squares of (5, .010), (5, .010), (1, .008), (2, .009) by hand: n = 4, sums 13, .037, 55, .126
 PER_TOKEN = (4 * 0.126 - 13 * 0.037) / (4 * 55 - 13**2)
 FIXED = (0.037 - PER_TOKEN * 13) / 4
+# a = 5.25 / 9, k tokens cost 1 + (draft_price + verify_token_price) k = 1 + 0.176 k one-token
+# verifications: 1.35 tokens per one at k = 1, 1.42 at k = 2, 1.39 at k = 3
+PRICED_K = 2
 
 
 def test_prices_read_the_machine_not_its_speed_and_follow_the_batch():
@@ -196,7 +204,7 @@ def test_a_prior_line_gives_prices_a_constant_k_cannot_and_yields_to_steps_that_
     reads the same ratios); steps that vary their tokens move the line to theirs."""
     model = LatencyModel.from_cost_model(CostModel(0.001, 0.010, 0.002))  # verify .010 + .002 (n - 1)
     prior = model.price_line()
-    assert prior == pytest.approx((0.001, 0.008, 0.002))  # per fed token .002, fixed .010 - .002
+    assert prior[:3] == pytest.approx((0.001, 0.008, 0.002))  # per fed token .002, fixed .010 - .002
     tracker = FeatureTracker(SETTINGS, prompt_length=50, prices=model.price_line)
     assert features(tracker)["verify_token_price"] == pytest.approx(0.002 / 0.010)
     assert features(tracker)["draft_price"] == pytest.approx(0.001 / 0.010)
@@ -209,6 +217,67 @@ def test_a_prior_line_gives_prices_a_constant_k_cannot_and_yields_to_steps_that_
     data = 0.0005 / 0.0085
     assert features(tracker)["verify_token_price"] == pytest.approx(data, rel=0.05)
     assert abs(features(tracker)["verify_token_price"] - data) < 0.1 * abs(0.2 - data)
+
+
+def test_the_shape_features_read_the_priors_curve_token_by_token():
+    """A staircase (the 4th token costs a step) shows in its own feature, where the line's two
+    prices would only see a steeper line; a machine that is the same shape but slower reads the
+    same; without a prior the shape is 0, and a batch reads the curve at its rows."""
+    seconds = [0.010, 0.0105, 0.011, 0.013, 0.0135, 0.014, 0.0145, 0.015, 0.0155]
+    staircase = PriceLine(0.001, 0.0095, 0.0005, tuple(seconds))
+    expected = [0.0005 / 0.010 / STEP_NORM] * 8
+    expected[2] = 0.002 / 0.010 / STEP_NORM
+    assert staircase.shape() == pytest.approx(expected)
+    tracker = FeatureTracker(SETTINGS, prompt_length=50, prices=lambda rows, context: staircase)
+    shape = [features(tracker)[f"verify_step_{t}"] for t in range(2, 10)]
+    assert shape == pytest.approx(expected) and shape[2] > 3 * shape[1]
+    slower = PriceLine(0.003, 0.0285, 0.0015, tuple(3 * s for s in seconds))
+    assert slower.shape() == pytest.approx(staircase.shape())
+    assert PriceLine(0.001, 0.01, 0.001, (0.01, 0.011)).shape() == pytest.approx(
+        [0.1 / STEP_NORM] * 8
+    )  # repeats
+    assert all(
+        features(FeatureTracker(SETTINGS, prompt_length=50))[f"verify_step_{t}"] == 0 for t in range(2, 10)
+    )
+    asked = []
+    model = LatencyModel.from_cost_model(CostModel(0.001, 0.010, 0.002))
+    tracker = FeatureTracker(
+        SETTINGS, prompt_length=50, prices=lambda rows, c: asked.append(rows) or model.price_line(rows, c)
+    )
+    tracker.update([step(2, 2, 1, [0.9, 0.8])] * 3)  # three rows
+    assert asked[-1] == 3
+    assert tracker.shape == pytest.approx(model.price_line(3, tracker.context_length).shape())
+
+
+def test_priced_k_is_the_k_with_the_most_expected_tokens_per_second():
+    """A brute force over k of (1 + a + ... + a^k) / (draft_price k + c(k + 1) / c(1)); a staircase
+    at the 4th token caps k where the line through the same curve's ends does not; no acceptance
+    yet: 0; without a curve, the fitted line prices it."""
+    seconds = [0.010, 0.0105, 0.011, 0.013, 0.0135, 0.014, 0.0145, 0.015, 0.0155]
+    staircase = PriceLine(0.0014, 0.0095, 0.0005, tuple(seconds))
+    tracker = FeatureTracker(SETTINGS, prompt_length=50, prices=lambda rows, context: staircase)
+    assert features(tracker)["priced_k"] == 0.0
+    line = [seconds[0] + (seconds[-1] - seconds[0]) * t / 8 for t in range(9)]
+    for acceptance in (0.5, 0.6, 0.7, 0.8, 0.95):
+        tracker.history[ACCEPTANCE_PROB_SHORT] = acceptance
+        for curve in (seconds, line):
+            tracker.curve = [c / curve[0] for c in curve]
+
+            def rate(k, curve=curve, acceptance=acceptance):
+                return sum(acceptance**i for i in range(k + 1)) / (0.14 * k + curve[k] / curve[0])
+
+            assert tracker.priced_k(0.14, 0.0) == max(range(9), key=rate)
+    tracker.history[ACCEPTANCE_PROB_SHORT] = 0.7
+    tracker.curve = [c / seconds[0] for c in seconds]
+    stepped = tracker.priced_k(0.14, 0.0)
+    tracker.curve = [c / line[0] for c in line]
+    assert stepped == 2 < tracker.priced_k(0.14, 0.0)  # the step at the 4th token: k = 2
+    tracker.curve = None
+    chosen = [tracker.priced_k(0.14, price) for price in (0.0, 0.1, 1.0)]
+    for price, k in zip((0.0, 0.1, 1.0), chosen, strict=True):
+        rates = [sum(0.7**i for i in range(j + 1)) / (0.14 * j + 1 + price * j) for j in range(9)]
+        assert k == rates.index(max(rates))
+    assert chosen == sorted(chosen, reverse=True) and chosen[0] > chosen[-1]  # dearer tokens: shorter drafts
 
 
 def test_pool_features_follow_each_drafter_and_the_lookup():

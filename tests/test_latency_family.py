@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from specrl.envs import CostModel, TraceReplayEnv
+from specrl.features import FEATURE_NAMES, STEP_NORM
 from specrl.latency import HELD_OUT, GpuLike, LatencyError, LatencyFamily, LatencyModel, perturbed
-from specrl.latency.family import profiles_known
+from specrl.latency.family import STEP_HEIGHTS, profiles_known
 from specrl.training.inputs import (
     FAMILY,
     MACHINE,
@@ -31,7 +32,9 @@ def test_the_training_family_holds_out_this_machine_and_a_gpu_and_draws_reproduc
     again = LatencyFamily.training().models
     for mine, theirs in zip(family.models, again, strict=True):
         for a, b in zip(mine, theirs, strict=True):
-            assert a.price_line(1, 256) == pytest.approx(b.price_line(1, 256))  # one seed: one family
+            assert a.price_line(1, 256).curve == pytest.approx(
+                b.price_line(1, 256).curve
+            )  # one seed: one family
     with pytest.raises(LatencyError, match="unknown latency profile"):
         LatencyFamily(("no-such-machine",))
 
@@ -66,6 +69,31 @@ def test_perturbed_scales_the_draft_and_the_verifications_growth():
         perturbed(base, 0.0, 1.0)
 
 
+def test_a_stepped_perturbation_makes_a_staircase_the_features_see():
+    """From ``step_at`` tokens a row on, every verification costs the step more: the tokens before
+    it keep their prices, and the shape features show the step at its token; the family steps
+    every other perturbation, at token counts inside the tables."""
+    base = GpuLike("line", target_ms=10.0, knee=16, jump=0.0, below=0.16, draft_ratio=0.1, kv=0.0).model()
+    model = perturbed(base, 1.0, 1.0, step=0.2, step_at=4)  # base: 10 ms x (1 + 0.01 n), n = 1..9
+    one = base.target_seconds(1, 100)
+    assert [model.target_seconds(n, 100) for n in (1, 3)] == pytest.approx(
+        [base.target_seconds(n, 100) for n in (1, 3)]
+    )
+    assert model.target_seconds(4, 100) == pytest.approx(base.target_seconds(4, 100) + 0.2 * one)
+    assert model.target_seconds(9, 100) - model.target_seconds(4, 100) == pytest.approx(0.0005)
+    shape = model.price_line(1, 100).shape()
+    assert shape[2] == pytest.approx(shape[1] + 0.2 / STEP_NORM) and shape[3] == pytest.approx(shape[1])
+    assert model.measurement["perturbed"] == {"draft": 1.0, "growth": 1.0, "step": 0.2, "step_at": 4}
+    with pytest.raises(ValueError, match="step_at"):
+        perturbed(base, 1.0, 1.0, step=0.2, step_at=1)
+    family = LatencyFamily(("cpu-xeon-2t", "gpu-like-a100"), perturbations=4)
+    for group in family.models:
+        steps = [m.measurement["perturbed"].get("step", 0.0) for m in group[1:]]
+        assert [step > 0 for step in steps] == [False, True, False, True]
+        assert all(STEP_HEIGHTS[0] <= step <= STEP_HEIGHTS[1] for step in steps[1::2])
+        assert all(2 <= m.measurement["perturbed"]["step_at"] <= m.n_max for m in group[2::2])
+
+
 def test_a_gpu_like_verification_steps_once_stays_flat_to_its_knee_then_grows_linearly():
     gpu = GpuLike("test", target_ms=10.0, knee=16, jump=0.1, below=0.05, draft_ratio=0.04, kv=0.0)
     model = gpu.model(batch_sizes=(1, 8))
@@ -87,8 +115,11 @@ def test_an_env_over_a_family_prices_each_episode_by_the_machine_it_draws(shifte
         machine = env.latency
         seen[info["latency_profile"]] = machine
         assert env.reference_tokens_per_s == pytest.approx(machine.plain_throughput())
-        prior = machine.price_line(1, env.features.context_length).ratios(1)
-        assert observation[-2:] == pytest.approx(prior, rel=1e-5)  # the machine's prices, before a step
+        prior = machine.price_line(1, env.features.context_length)
+        prices = observation[FEATURE_NAMES.index("draft_price") :][:2]
+        assert prices == pytest.approx(prior.ratios(1), rel=1e-5)  # the machine's prices, before a step
+        shape = observation[FEATURE_NAMES.index("verify_step_2") :][:8]
+        assert shape == pytest.approx(np.clip(prior.shape(), 0, 1), rel=1e-5, abs=1e-7)  # and its curve
         _, reward, *_ = env.step(env.action_space.sample())
         env.reset(seed=seed)
         assert env.latency is machine  # the same seed draws the same machine

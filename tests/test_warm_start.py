@@ -9,14 +9,25 @@ from stable_baselines3 import PPO
 
 from specrl.acceptance import AcceptancePredictor
 from specrl.controllers import StaticController, TCPController
+from specrl.controllers.priced import PricedController
 from specrl.controllers.stop_rules import AdaEDLController, SpecDecPPController, stop_rule_table
 from specrl.engine.types import Action
 from specrl.envs import VecTraceReplay
 from specrl.envs.actions import to_action_indices, to_engine_action
+from specrl.features import N_FEATURES
 from specrl.trace_evaluation import evaluate_controller
 from specrl.training.comparison import BEST_STATIC, PLAIN, TCP
 from specrl.training.selection import PolicyVsRules
-from specrl.training.warm_start import ActionEncoder, Teacher, clone, demonstrations, parts, teacher
+from specrl.training.warm_start import (
+    CARRY_MARGIN,
+    PRICED,
+    ActionEncoder,
+    Teacher,
+    clone,
+    demonstrations,
+    parts,
+    teacher,
+)
 
 TAUS = (0.0, 0.3, 0.6)
 STOPS = (0.0, 0.4, 0.7)
@@ -61,6 +72,17 @@ def test_the_teacher_of_a_part_is_its_fastest_rule_the_space_can_play():
         chosen.role == BEST_STATIC and chosen.validation_tokens_per_s == 120.0 and chosen.part == "mixed/code"
     )
     assert teacher("mixed/code", rules | {TCP: 125.0}, controllers, encoder, 33).role == TCP
+
+
+def test_the_priced_rule_teaches_unless_a_rule_is_clearly_faster():
+    """A clone of the priced rule carries to other machines, a clone of a rule tuned to this one
+    does not: within CARRY_MARGIN of the fastest, the priced rule teaches."""
+    encoder = ActionEncoder(8, TAUS, STOPS, ("draft",), PREDICTOR)
+    controllers = {TCP: TCPController(), BEST_STATIC: StaticController(4, 0.3), PRICED: PricedController()}
+    close = {TCP: 110.0, BEST_STATIC: 120.0, PRICED: 120.0 / (1 + CARRY_MARGIN) + 0.01}
+    assert teacher("code", close, controllers, encoder, N_FEATURES).role == PRICED
+    far = close | {PRICED: 120.0 / (1 + CARRY_MARGIN) - 0.5}
+    assert teacher("code", far, controllers, encoder, N_FEATURES).role == BEST_STATIC
 
 
 def test_a_scenario_of_several_domains_has_a_part_per_domain(greedy_traces):

@@ -32,8 +32,9 @@ class SpeculativeDecoder:
 
     ``prices``: the prior of the price features (:mod:`specrl.features`), a latency model's
     ``price_line``: pass this machine's calibration
-    (``specrl.latency.calibrated(pair).price_line``) to a policy of feature version 4, which reads
-    the machine's prices; without it they are measured from the steps alone.
+    (``specrl.latency.calibrated(pair).price_line``) to a policy of feature version 4 or later,
+    which reads the machine's prices (version 5 also the calibration's verification curve);
+    without it they are measured from the steps alone, and the curve's features are 0.
     """
 
     def __init__(self, pair: ModelPair, controller: Controller, prices: Prices | None = None) -> None:

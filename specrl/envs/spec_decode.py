@@ -125,7 +125,8 @@ class SpecDecodeEnv(gym.Env):
     - v0: initial version (observation features version 1); the drafter index and features
       version 2 (32 features) came with the drafter pool, version 3 (33: the lookup's match order)
       after it, version 4 (35: the prices of a draft forward and of a verified token, from the
-      measured seconds), same id.
+      measured seconds), version 5 (44: the verification's curve token by token and the k it
+      prices best, from the latency model given as the prior), same id.
     """
 
     metadata = {"render_modes": []}

@@ -184,7 +184,8 @@ class TraceReplayEnv(gym.Env):
       index and features version 2 (32 features) came with the drafter pool, version 3 (33: the
       lookup's match order) after it; batches of requests (the batch simulator's rows) since the
       one replay env; version 4 (35: the prices of a draft forward and of a verified token, from the
-      latency model's seconds), same id.
+      latency model's seconds), version 5 (44: the verification's curve token by token and the k
+      it prices best, from the latency model), same id.
     """
 
     metadata = {"render_modes": []}

@@ -14,20 +14,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specrl.controllers.priced import PricedController
 from specrl.envs import Scenario, cached_traces
 from specrl.export import ExportedPolicy
-from specrl.features import PriceLine
+from specrl.features import STEP_NORM, PriceLine
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 from specrl.rule_tuning import fit_acceptance_predictor
-from specrl.trace_evaluation import evaluate_policy
+from specrl.trace_evaluation import evaluate_controller, evaluate_policy
 from specrl.training.comparison import BAR_RULES, BEST_STATIC, PLAIN, Comparison
 
 
 @dataclass
 class ProfileRow:
     """One scenario under one profile: tokens/s of plain decoding, of its best rule (``best_role``)
-    and of each policy (name -> tokens/s per policy seed)."""
+    and of each policy (name -> tokens/s per policy seed; :data:`PRICED`: the priced rule, which
+    needs no seed)."""
 
     profile: str
     scenario: str
@@ -39,6 +41,9 @@ class ProfileRow:
     def ratios(self, name: str) -> list[float]:
         """Each seed's tokens/s of policy ``name`` over the best rule's."""
         return [value / self.best_rule for value in self.policies[name]]
+
+
+PRICED = "priced rule"  # specrl.controllers.priced: not a rule of the bar, a teacher of the warm start
 
 
 def policy_predict(policy: ExportedPolicy):
@@ -71,6 +76,8 @@ def profile_row(
     roles = [BEST_STATIC, *(role for role in BAR_RULES if role in tokens)]
     best = max(roles, key=tokens.__getitem__)
     row = ProfileRow(profile, scenario.name, tokens[PLAIN], best, tokens[best])
+    priced = evaluate_controller(PricedController(), scenario, test, footing.latency, repeats)
+    row.policies[PRICED] = [priced.tokens_per_s]
     for name, seeds in policies.items():
         row.policies[name] = [
             evaluate_policy(
@@ -91,3 +98,9 @@ def prices(latency: LatencyModel, rows: int = 1, context: int = 256) -> tuple[fl
     """The profile's (draft_price, verify_token_price) as the features read them."""
     line: PriceLine = latency.price_line(rows, context)
     return line.ratios(rows)
+
+
+def curve_steps(latency: LatencyModel, rows: int = 1, context: int = 256) -> list[float]:
+    """What the 2nd..9th token a row adds to a verification, over a one-token one: the shape
+    features before their scale and clip."""
+    return [step * STEP_NORM for step in latency.price_line(rows, context).shape()]

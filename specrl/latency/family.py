@@ -11,8 +11,12 @@ episode priced by a machine drawn from it, and shown the prices (:mod:`specrl.fe
   to a knee, then linear, and a draft at a few percent of a target forward; over batch sizes, the
   knee counts the tokens of every row, so a batch fills the device and speculation stops paying;
 - **perturbations** around each: the draft's price and the verification's growth per token
-  scaled by log-normal factors (:func:`perturbed`), drawn once when the family is built, so that
-  each model keeps its tables' caches across episodes.
+  scaled by log-normal factors, and on every other one a **step** in the verification (from some
+  token count a row on, every verification costs a share of a one-token verification more: the
+  staircase of this project's Xeon, whose 4th token costs 1.7 ms where the others cost 0.4-0.6,
+  or a GPU's jump to matrix-matrix kernels at another token count) (:func:`perturbed`). They are
+  drawn once when the family is built, so that each model keeps its tables' caches across
+  episodes.
 
 :data:`HELD_OUT` names the profiles no shipped policy trains on: two measured calibrations (one of
 them of a CPU kind the family has no other profile of) and one GPU-like profile;
@@ -55,7 +59,8 @@ PROFILES_DIR = Path(__file__).parent / "profiles"
 BATCH_PROFILES_DIR = PROFILES_DIR / "batch"  # calibrations over batch sizes (method "batch")
 GPU_CONTEXTS = (64, 256, 512, 1024)
 SPREAD = 0.25  # sigma of the log-normal perturbations
-PERTURBATIONS = 4  # perturbed models per profile, besides the profile itself
+PERTURBATIONS = 6  # perturbed models per profile, besides the profile itself
+STEP_HEIGHTS = (0.05, 0.35)  # a perturbation's step, as a share of a one-token verification: uniform
 FAMILY_SEED = 0
 
 
@@ -144,26 +149,38 @@ def profiles(batch: bool = False) -> dict[str, LatencyModel]:
     return models
 
 
-def perturbed(model: LatencyModel, draft_factor: float, growth_factor: float) -> LatencyModel:
-    """``model`` with its draft forwards ``draft_factor`` times as dear and its verification's
-    growth over one token ``growth_factor`` times as steep (both modes; scales, prefill and the
-    other drafters' prices kept)."""
-    if not (draft_factor > 0 and growth_factor > 0):
-        raise ValueError(f"the factors must be > 0, got {draft_factor}, {growth_factor}")
+def perturbed(
+    model: LatencyModel, draft_factor: float, growth_factor: float, step: float = 0.0, step_at: int = 2
+) -> LatencyModel:
+    """``model`` with its draft forwards ``draft_factor`` times as dear, its verification's growth
+    over one token ``growth_factor`` times as steep, and from ``step_at`` tokens a row on (2 to its
+    ``n_max``) ``step`` times a one-token verification dearer (every batch size and context; both
+    modes; scales, prefill and the other drafters' prices kept)."""
+    if not (draft_factor > 0 and growth_factor > 0 and step >= 0):
+        raise ValueError(
+            f"the factors must be > 0 and the step >= 0, got {draft_factor}, {growth_factor}, {step}"
+        )
+    if step and not 2 <= step_at <= model.n_max:
+        raise ValueError(f"step_at must be a token count in 2..{model.n_max}, got {step_at}")
     data = model.to_dict()
     for mode, costs in model.costs.items():
         one = costs.target[:, :1, :]
         target = np.maximum(one + growth_factor * (costs.target - one), 1e-9)
+        target[:, step_at - 1 :, :] += step * one
         tables = (target, costs.draft_first * draft_factor, costs.draft_next * draft_factor)
         data[mode] = {key: table.tolist() for key, table in zip(COST_KEYS, tables, strict=True)}
-    data["measurement"] = {**model.measurement, "perturbed": {"draft": draft_factor, "growth": growth_factor}}
+    change = {"draft": draft_factor, "growth": growth_factor}
+    if step:
+        change.update(step=step, step_at=step_at)
+    data["measurement"] = {**model.measurement, "perturbed": change}
     return LatencyModel.from_dict(data, source=f"perturbed {model.device}")
 
 
 @dataclasses.dataclass(frozen=True)
 class LatencyFamily:
     """Machines an episode draws its latency model from, uniformly over profiles, then uniformly
-    over each profile's perturbations (the profile itself among them).
+    over each profile's perturbations (the profile itself among them; every other perturbation
+    has a step, at a uniform token count, of a height uniform in :data:`STEP_HEIGHTS`).
 
     Attributes:
         names: the profiles, in order (see :func:`profiles`).
@@ -199,8 +216,18 @@ class LatencyFamily:
         out = []
         for name in self.names:
             base = everything[name]
-            factors = np.exp(rng.normal(0.0, self.spread, (self.perturbations, 2)))
-            out.append((base, *(perturbed(base, *pair) for pair in factors.tolist())))
+            factors = np.exp(rng.normal(0.0, self.spread, (self.perturbations, 2))).tolist()
+            steps = rng.uniform(*STEP_HEIGHTS, self.perturbations) * (np.arange(self.perturbations) % 2)
+            places = rng.integers(2, base.n_max + 1, self.perturbations)
+            out.append(
+                (
+                    base,
+                    *(
+                        perturbed(base, draft, growth, float(step), int(at))
+                        for (draft, growth), step, at in zip(factors, steps, places, strict=True)
+                    ),
+                )
+            )
         return tuple(out)
 
     def profile(self, name: str) -> LatencyModel:
@@ -220,6 +247,7 @@ class LatencyFamily:
             "profiles": list(self.names),
             "perturbations": self.perturbations,
             "spread": self.spread,
+            "step_heights": list(STEP_HEIGHTS),
             "seed": self.seed,
             "held_out": list(HELD_OUT),
             "batch": self.batch,

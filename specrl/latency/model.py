@@ -463,15 +463,15 @@ class LatencyModel:
     def price_line(self, rows: int = 1, context_length: float = PLAIN_REFERENCE_CONTEXT) -> PriceLine:
         """The prices of a step of ``rows`` rows after ``context_length`` tokens, as the features
         read them (:class:`specrl.features.PriceLine`, the prior of their fit): the verification's
-        line through one and ``n_max`` tokens a row, and the mean of the draft's first and next
-        forwards."""
+        line through one and ``n_max`` tokens a row, its curve (the seconds of 1..``n_max``
+        tokens a row), and the mean of the draft's first and next forwards."""
         context = max(0, round(context_length))
-        one = self.target_seconds(1, context, rows)
-        per_token = max(
-            0.0, (self.target_seconds(self.n_max, context, rows) - one) / ((self.n_max - 1) * rows)
-        )
+        self._check_context(context)
+        curve = self._target(np.arange(1, self.n_max + 1), np.array([context]), rows)[:, 0].tolist()
+        one = curve[0]
+        per_token = max(0.0, (curve[-1] - one) / ((self.n_max - 1) * rows))
         draft = self.draft_seconds(context, 2, rows) / 2
-        return PriceLine(draft, one - per_token * rows, per_token)
+        return PriceLine(draft, one - per_token * rows, per_token, tuple(curve))
 
     def plain_throughput(self, rows: int = 1, context_length: int = PLAIN_REFERENCE_CONTEXT) -> float:
         """Plain decoding's tokens per second: ``rows`` tokens per target forward of one token a

@@ -116,7 +116,7 @@ def add_latency_profile_arguments(parser: argparse.ArgumentParser, batch: bool =
         "--perturbations",
         type=int,
         default=None,
-        help="perturbed models per profile besides the profile itself (default: the family's, 4)",
+        help="perturbed models per profile besides the profile itself (default: the family's, 6)",
     )
 
 

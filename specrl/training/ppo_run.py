@@ -13,11 +13,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from stable_baselines3 import PPO
 from stable_baselines3.common.logger import configure
+from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 
 from specrl.acceptance import AcceptancePredictor
+from specrl.features import FEATURE_NAMES
 from specrl.latency import LatencyModel, latency_path
 from specrl.rule_tuning import fit_acceptance_predictor
 from specrl.traces import TraceSet
@@ -70,6 +73,29 @@ def run_predictor(run_dir: Path, train_traces: Iterable[TraceSet]) -> Acceptance
     predictor = fit_acceptance_predictor(train_traces)
     predictor.save(path)
     return predictor
+
+
+MACHINE_FEATURES = np.arange(FEATURE_NAMES.index("draft_price"), len(FEATURE_NAMES))
+
+
+class MachineStatistics(RunningMeanStd):
+    """Observation statistics whose machine features (the prices, the verification's curve and
+    priced_k: :data:`MACHINE_FEATURES`) stay fixed at mean 0.5 and standard deviation 0.25: a
+    machine's features are the same all episode, and a run sees a few machines in its statistics
+    (the warm start's two), so learned statistics put a held-out machine ten standard deviations
+    away (``experiments/normalizer_reach.py``)."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        super().__init__(shape=shape)
+        self._pin()
+
+    def _pin(self) -> None:
+        self.mean[MACHINE_FEATURES] = 0.5
+        self.var[MACHINE_FEATURES] = 0.25**2
+
+    def update(self, arr: np.ndarray) -> None:
+        super().update(arr)
+        self._pin()
 
 
 class PPORun:
@@ -139,6 +165,7 @@ class PPORun:
             self.venv = VecNormalize(
                 monitored, norm_obs=self.normalize, norm_reward=True, gamma=hyperparameters["gamma"]
             )
+            self.venv.obs_rms = MachineStatistics(self.venv.observation_space.shape)
             self.model = PPO("MlpPolicy", self.venv, seed=seed, device=device, verbose=0, **hyperparameters)
         rule_predictor = self.predictor or fit_acceptance_predictor(inputs.train.values())
 

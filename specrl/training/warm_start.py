@@ -10,7 +10,11 @@ input of the rule is in its observation. So the policy starts as a copy of the r
    CPU is not the one that is best on a GPU, and the clone sees each machine's prices;
 2. :func:`teacher`: per part, the rule that is fastest on its validation traces among those the
    action space can play (the best static setting, TCP, the HF heuristic, the SpecDec++-style
-   rule when its stop is one of the stop dimension's; AdaEDL's stop is not);
+   rule when its stop is one of the stop dimension's; AdaEDL's stop is not; and the priced rule,
+   :class:`~specrl.controllers.priced.PricedController`, which plays the k the machine's prices
+   make fastest: cloned, it carries to machines the run never saw, as the other rules, tuned to
+   one machine, do not; so it teaches unless another rule is more than :data:`CARRY_MARGIN`
+   faster);
 3. :func:`demonstrations`: each teacher decodes its part's *train* traces in the replay
    simulator, and every (observation, action) it takes is recorded as an action index; then, for
    :data:`DAGGER_ROUNDS` rounds (DAgger), the clone decodes them and the teacher labels the
@@ -38,13 +42,14 @@ from tqdm.auto import tqdm
 
 from specrl.acceptance import AcceptancePredictor
 from specrl.controllers.base import Controller
+from specrl.controllers.priced import PricedController
 from specrl.controllers.stop_rules import stop_rule_table
 from specrl.engine.types import Action
 from specrl.envs import Scenario, TraceReplayEnv
 from specrl.envs.actions import to_action_indices, to_engine_action
 from specrl.latency import LatencyModel
 from specrl.rule_tuning import tune_specdecpp
-from specrl.trace_evaluation import episode_seed
+from specrl.trace_evaluation import episode_seed, evaluate_controller
 from specrl.traces import TraceSet
 from specrl.training.comparison import BEST_STATIC, SPECDECPP, Bar, Comparison, Predict
 from specrl.training.inputs import RunInputs
@@ -55,6 +60,8 @@ CLONE_BATCH = 1024
 CLONE_LEARNING_RATE = 1e-3
 DAGGER_ROUNDS = 2  # rounds that label the states the clone reaches (then refit on every row so far)
 DAGGER_EPOCHS = 10  # passes of each round's refit, which starts from the clone so far
+PRICED = "priced"  # the priced rule's role among the teachers (not a rule of the bar)
+CARRY_MARGIN = 0.15  # the priced rule teaches unless another rule is more than this much faster
 
 
 @dataclass
@@ -140,13 +147,18 @@ def teacher(
     observation_size: int,
 ) -> Teacher:
     """The fastest rule of ``part`` on validation (``rules``: tokens/s by role) among its
-    ``controllers`` (by role) that ``encoder`` can play."""
+    ``controllers`` (by role) that ``encoder`` can play; but the priced rule (:data:`PRICED`,
+    when among them) unless the fastest is more than :data:`CARRY_MARGIN` faster: the other rules
+    are tuned to the machine they are scored on, and a clone of them learns that machine; the
+    priced rule reads the prices, and a clone of it carries to other machines."""
     playable = [
         role
         for role, controller in controllers.items()
         if role in rules and encoder.plays(controller, observation_size)
     ]
     role = max(playable, key=rules.__getitem__)
+    if PRICED in playable and rules[role] <= (1 + CARRY_MARGIN) * rules[PRICED]:
+        role = PRICED
     return Teacher(part, role, controllers[role], rules[role])
 
 
@@ -264,7 +276,12 @@ def warm_start(
                     rules, bar = dict(scored[entry][0]), scored[entry][1]
                 else:
                     rules, bar = footing.rules_on(s, validation[domain])
+                    rules = dict(rules)  # the priced rule joins a copy
                 controllers = {**bar.rules(s), BEST_STATIC: bar.best_static.controller()}
+                controllers[PRICED] = PricedController()
+                rules[PRICED] = evaluate_controller(
+                    controllers[PRICED], s, validation[domain], footing.latency, footing.repeats
+                ).tokens_per_s
                 if len(validation) > 1:
                     tuned = tune_specdecpp(
                         footing.rule_predictor, s, validation[domain], footing.latency, footing.repeats

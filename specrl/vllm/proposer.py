@@ -28,7 +28,7 @@ does not report is set as in training and named here:
   rejected one on (the target's law is not given to a proposer);
 - the price features (feature version 4) have no prior here: they are fitted from these
   measured steps alone, 0 until the window's drafts differ in length (vLLM's machine is not the
-  one any shipped calibration measured).
+  one any shipped calibration measured); the verification's curve (version 5) is 0.
 
 vLLM is given no draft probabilities, so it verifies every proposed token as a point mass: the
 output is exact at any temperature, and the draft proposes its most likely token.
