@@ -9,7 +9,8 @@ hindsight: the best of them is "the best rule"), and
   never saw a held-out profile: seed 0 is ``--carried`` (the shipped default) when given, the
   other seeds are trained here;
 - ``alone``: a policy trained on that profile alone (``--latency-profiles P --perturbations 0``),
-  for each profile of ``--alone``: what carrying costs;
+  for each profile of ``--alone`` and each of ``--alone-seeds`` (default: ``--seeds``): what
+  carrying costs;
 - ``--also NAME=FOLDER``: other exported policies, on every profile (``previous``: the default
   shipped before the family, trained on this machine's prices, kept in
   ``results/profiles/previous_default``).
@@ -18,8 +19,8 @@ Each trained run keeps ``policy.pt2``, ``metadata.json`` and ``results.md`` unde
 ``<out>/runs/<arm>/seed<N>/``; a run kept there is not run again (an interrupted call resumes).
 Writes ``<out>/profiles.{json,md,png}``.
 
-    python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 2 \\
-        --also previous=results/profiles/previous_default
+    python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 2 --alone-seeds 0 1 \\
+        --also v4=results/profiles/v4/seed0 previous=results/profiles/previous_default
 """
 
 from __future__ import annotations
@@ -92,6 +93,9 @@ def main() -> None:
     parser.add_argument(
         "--alone", nargs="*", default=list(HELD_OUT), help="profiles that also get a policy of their own"
     )
+    parser.add_argument(
+        "--alone-seeds", type=int, nargs="+", default=None, help="the seeds of those (default: --seeds)"
+    )
     parser.add_argument("--scenarios", nargs="+", default=DEFAULT_SCENARIOS + DEFAULT_EVAL_SCENARIOS)
     parser.add_argument("--also", nargs="*", default=[], metavar="NAME=FOLDER", help="other policies")
     parser.add_argument("--repeats", type=int, default=4, help="acceptance draws per sampled trace")
@@ -104,6 +108,7 @@ def main() -> None:
     if not set(args.alone) <= set(args.profiles):
         parser.error("every --alone profile must be among --profiles")
     also = dict(item.partition("=")[::2] for item in args.also)
+    alone_seeds = args.alone_seeds or args.seeds
     if any(not name or not folder or name in ("carried", "alone") for name, folder in also.items()):
         parser.error(f"--also {args.also}: give NAME=FOLDER, a name other than carried and alone")
     started = time.perf_counter()
@@ -118,7 +123,7 @@ def main() -> None:
             seed: trained(
                 f"alone-{profile}", seed, args.out, ["--latency-profiles", profile, "--perturbations", "0"]
             )
-            for seed in args.seeds
+            for seed in alone_seeds
         }
         for profile in args.alone
     }
@@ -178,7 +183,9 @@ def main() -> None:
             spread(row.ratios("carried")),
         ]
         if "alone" in row.policies:
-            price = [c / a for c, a in zip(row.policies["carried"], row.policies["alone"], strict=True)]
+            carried_at = dict(zip(args.seeds, row.policies["carried"], strict=True))
+            alone_at = dict(zip(alone_seeds, row.policies["alone"], strict=True))
+            price = [carried_at[seed] / alone_at[seed] for seed in alone_seeds if seed in carried_at]
             cells += [spread(row.ratios("alone")), spread(price)]
         else:
             cells += ["-", "-"]
@@ -197,7 +204,8 @@ def main() -> None:
         "Simulator, test traces. Under each profile the rules are re-tuned on validation traces there "
         "(TCP, the HF heuristic, AdaEDL, the SpecDec++-style rule; with the best static setting in "
         "hindsight, the best of them is the best rule), and every controller sees the same acceptance "
-        f"draws. Each cell: the median over seeds {args.seeds}, [min, max]. `carried`: trained over the "
+        f"draws. Each cell: the median over seeds {args.seeds} (`alone`: {alone_seeds}; `carried / alone`: "
+        "the seeds of both, paired), [min, max]. `carried`: trained over the "
         "latency family (`python experiments/train_ppo.py`), which holds out "
         f"{', '.join(HELD_OUT)}; `alone`: trained on that profile alone; `{PRICED}`: the k the "
         "machine's prices make fastest at the recent acceptance (`specrl.controllers.priced`, the "
@@ -212,6 +220,7 @@ def main() -> None:
     record = {
         "command": command,
         "seeds": args.seeds,
+        "alone_seeds": alone_seeds,
         "held_out": list(HELD_OUT),
         "prices": {profile: prices(known[profile]) for profile in args.profiles},
         "curve_steps": {profile: curve_steps(known[profile]) for profile in args.profiles},

@@ -78,20 +78,48 @@ SECTIONS = (
     ),
     Section(
         "PPO policy: on machines it never trained on (latency profiles side by side)",
-        "The shipped default, trained over the latency family, on every profile side by side: the "
-        "held-out ones (this machine's calibration, a GPU-like profile) and two it trained on. Per "
-        "profile the rules are re-tuned on validation traces there; a policy trained on each "
-        "held-out profile alone shows what carrying costs. Test traces, simulator; the prices of "
-        "each profile.",
-        "python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 "
-        "--also previous=results/profiles/previous_default",
+        "The shipped default (feature version 5, trained over the latency family) on every profile "
+        "side by side: the held-out ones (two measured CPU calibrations, a GPU-like profile) and the "
+        "two it selects under. Per profile the rules are re-tuned on validation traces there; a "
+        "policy trained on each held-out profile alone (at feature version 4, kept from before) "
+        "shows what carrying costs; the version-4 default shipped before it (v4) and the one before "
+        "the family (previous) on the same draws. Test traces, simulator; the prices of each profile.",
+        "python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 2 --alone-seeds 0 1 "
+        "--also v4=results/profiles/v4/seed0 previous=results/profiles/previous_default",
         ("results/profiles/profiles.md", "results/profiles/profiles.json", "results/profiles/profiles.png"),
         "results/notes/profiles.md",
     ),
     Section(
+        "PPO policy: the version-4 default on machines it never trained on",
+        "The default shipped on Dec 4-5 (feature version 4: the prices as a line; its seeds 0 and 1 "
+        "kept as results/profiles/v4/seed0 and seed1) on every profile, as the page above, when it "
+        "was the shipped one (its command named it specrl/policies/default).",
+        "python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 "
+        "--also previous=results/profiles/previous_default",
+        (
+            "results/profiles/v4/profiles.md",
+            "results/profiles/v4/profiles.json",
+            "results/profiles/v4/profiles.png",
+        ),
+        "results/notes/profiles_v4.md",
+    ),
+    Section(
+        "PPO policy: what was tried for feature version 5",
+        "The shipped version-5 default's run (f05d1c6) at seeds 0-2, and the version-4 default's seed 0, "
+        "on every profile before the merge, beside the priced rule; then the priced rule with the "
+        "version-4 default's kept runs. train_ppo.py's own reports at the three states tried "
+        "(results/profiles_v5/train_*.md: the priced teacher within 3%, the pinned machine "
+        "statistics, within 15%) are kept beside them.",
+        "python experiments/train_ppo.py (at 4c41c9c, 0d8c8e7, f05d1c6); python experiments/profiles.py "
+        "--carried results/profiles_v5/policy_f05d1c6 --seeds 0 1 2 --alone --out "
+        "results/profiles_v5/f05d1c6 --also shipped=<the version-4 default>",
+        ("results/profiles_v5/f05d1c6/profiles.md", "results/profiles_v5/profiles.md"),
+    ),
+    Section(
         "PPO policy: carried to this machine against one trained here, real loop",
-        "The shipped default (trained over the latency family, which holds this machine's calibration "
-        "out) against every rule of the bar and, alongside, a policy trained on this machine's "
+        "The version-4 default (shipped Dec 4-5, kept as results/profiles/v4/seed0; trained over the "
+        "latency family, which holds this machine's calibration out) against every rule of the bar "
+        "and, alongside, a policy trained on this machine's "
         "calibration alone (experiments/profiles.py's alone-cpu-epyc-2t-dec, seed 0) and the previous "
         "default: test prompts, interleaved repeats, paired, with twice the standard error.",
         "python experiments/real_loop_check.py --policy default --versus "
@@ -101,8 +129,9 @@ SECTIONS = (
     ),
     Section(
         "PPO policy: carried to an Intel Xeon against one trained there, real loop",
-        "The shipped default (trained over the latency family before this machine kind was measured; "
-        "its calibration, cpu-xeon-2t, is held out) on a 2-core Intel Xeon against every rule of the "
+        "The version-4 default (shipped Dec 4-5, kept as results/profiles/v4/seed0; trained over the "
+        "latency family before this machine kind was measured; its calibration, cpu-xeon-2t, is held "
+        "out) on a 2-core Intel Xeon against every rule of the "
         "bar and, alongside, a policy trained on that calibration alone (experiments/profiles.py's "
         "alone-cpu-xeon-2t, seed 0) and the previous default: test prompts, interleaved repeats, "
         "paired, with twice the standard error.",
@@ -110,6 +139,35 @@ SECTIONS = (
         "here=results/profiles/runs/alone-cpu-xeon-2t/seed0 previous=results/profiles/previous_default "
         "--scenarios code prose math mixed --prompts 4 --repeats 4 --out results/real_loop/xeon",
         ("results/real_loop/xeon/real_loop.md", "results/real_loop/xeon/real_loop.json"),
+    ),
+    Section(
+        "PPO policy: the version-5 default carried to an Intel Xeon, real loop",
+        "The shipped default (feature version 5, trained over the latency family, which holds the "
+        "Xeon's calibration cpu-xeon-2t out) on a 2-core Intel Xeon against every rule of the bar "
+        "and, alongside, a policy trained on that calibration alone (experiments/profiles.py's "
+        "alone-cpu-xeon-2t, seed 0) and the version-4 default it replaced: all 8 test prompts per "
+        "domain, interleaved repeats, paired, with twice the standard error.",
+        "python experiments/real_loop_check.py --policy default --versus "
+        "here=results/profiles/runs/alone-cpu-xeon-2t/seed0 v4=results/profiles/v4/seed0 "
+        "--scenarios code prose math mixed --prompts 8 --repeats 4 --out results/real_loop/xeon_v5_8",
+        ("results/real_loop/xeon_v5_8/real_loop.md", "results/real_loop/xeon_v5_8/real_loop.json"),
+    ),
+    Section(
+        "PPO policy: the version-5 default on the Xeon's first 4 test prompts",
+        "The same check on the first 4 test prompts per domain (real loop), and the simulator on all "
+        "8 and on those 4 (experiments/prompt_subsets.py): the 4 prompts rank the two defaults the "
+        "other way, in the simulator as on the clock.",
+        "python experiments/real_loop_check.py --policy default --versus "
+        "here=results/profiles/runs/alone-cpu-xeon-2t/seed0 v4=results/profiles/v4/seed0 "
+        "--scenarios code prose math mixed --prompts 4 --repeats 4 --out results/real_loop/xeon_v5; "
+        "python experiments/prompt_subsets.py default v4=results/profiles/v4/seed0 "
+        "here=results/profiles/runs/alone-cpu-xeon-2t/seed0 --first 4 --out results/real_loop/xeon_v5",
+        (
+            "results/real_loop/xeon_v5/real_loop.md",
+            "results/real_loop/xeon_v5/prompt_subsets.md",
+            "results/real_loop/xeon_v5/real_loop.json",
+            "results/real_loop/xeon_v5/prompt_subsets.json",
+        ),
     ),
     Section(
         "Batch-aware policy: on machines it never trained on (held-out batch profiles)",
