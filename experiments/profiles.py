@@ -42,7 +42,13 @@ from specrl.latency import HELD_OUT
 from specrl.latency.family import profiles as latency_profiles
 from specrl.plots import bar_groups
 from specrl.tables import markdown_table
-from specrl.training.inputs import DEFAULT_EVAL_SCENARIOS, DEFAULT_SCENARIOS, SELECT_PROFILES, load_scenarios
+from specrl.training.inputs import (
+    DEFAULT_EVAL_SCENARIOS,
+    DEFAULT_SCENARIOS,
+    SELECT_PROFILES,
+    load_scenarios,
+    named_policies,
+)
 from specrl.training.kept_runs import kept_run, page_footer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -107,10 +113,8 @@ def main() -> None:
         parser.error(f"unknown profile(s) {unknown}; known: {list(known)}")
     if not set(args.alone) <= set(args.profiles):
         parser.error("every --alone profile must be among --profiles")
-    also = dict(item.partition("=")[::2] for item in args.also)
+    also = named_policies(parser, "--also", args.also, reserved=("carried", "alone"))
     alone_seeds = args.alone_seeds or args.seeds
-    if any(not name or not folder or name in ("carried", "alone") for name, folder in also.items()):
-        parser.error(f"--also {args.also}: give NAME=FOLDER, a name other than carried and alone")
     started = time.perf_counter()
 
     # 1. The policies: carried (trained over the family) and, per --alone profile, its own.

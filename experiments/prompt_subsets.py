@@ -27,7 +27,7 @@ from specrl.latency import calibrated
 from specrl.tables import markdown_table
 from specrl.trace_evaluation import evaluate_policy
 from specrl.traces import TraceSet
-from specrl.training.inputs import load_scenarios
+from specrl.training.inputs import load_scenarios, named_policies
 
 
 def main() -> None:
@@ -41,9 +41,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4, help="acceptance draws per sampled trace")
     parser.add_argument("--out", type=Path, required=True, help="folder of prompt_subsets.{md,json}")
     args = parser.parse_args()
-    others = dict(item.partition("=")[::2] for item in args.others)
-    if any(not name or not folder for name, folder in others.items()) or "policy" in others:
-        parser.error(f"others {args.others}: give NAME=FOLDER, a name other than policy")
+    others = named_policies(parser, "others", args.others, reserved=("policy",))
     started = time.perf_counter()
     policies = {"policy": load_policy(args.policy), **{n: load_policy(f) for n, f in others.items()}}
     scenarios = load_scenarios(args.scenarios, None)

@@ -27,7 +27,7 @@ from specrl.io import write_text_atomic
 from specrl.latency import calibrated
 from specrl.rule_tuning import fit_acceptance_predictor
 from specrl.training.comparison import Comparison
-from specrl.training.inputs import load_scenarios
+from specrl.training.inputs import load_scenarios, named_policies
 
 
 def main() -> None:
@@ -54,12 +54,10 @@ def main() -> None:
     if args.prompts < 1 or args.repeats < 2:
         parser.error("--prompts must be >= 1 and --repeats >= 2 (a standard error needs two repeats)")
     started = time.perf_counter()
-    versus = {}
-    for item in args.versus:
-        name, _, where = item.partition("=")
-        if not name or not where:
-            parser.error(f"--versus {item!r}: give NAME=POLICY (a shipped policy's name or a folder)")
-        versus[name] = LearnedController.load(where)
+    versus = {
+        name: LearnedController.load(where)
+        for name, where in named_policies(parser, "--versus", args.versus).items()
+    }
     policy = LearnedController.load(args.policy)
     scenarios = load_scenarios(args.scenarios, None)
     pair = scenarios[0].pair.load()

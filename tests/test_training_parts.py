@@ -4,6 +4,7 @@ space. The whole run, end to end, is tests/test_train.py's."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from dataclasses import replace
@@ -15,7 +16,7 @@ from specrl.envs import load_scenario
 from specrl.evaluation.real_loop_check import RealLoopRow, real_loop_table
 from specrl.training import RUN_CONFIG, RUN_RECORD, comparison_ratios, envs_per_scenario, new_run_dir
 from specrl.training.comparison import Bar, SimulatorRow, StaticSetting, comparison_table, stored_results
-from specrl.training.inputs import REAL_ENVS, ActionSpace, ActionSpaceError, resolve_config
+from specrl.training.inputs import REAL_ENVS, ActionSpace, ActionSpaceError, named_policies, resolve_config
 from specrl.training.run_folder import read_run_record, resumed_state, write_run_record
 
 
@@ -172,3 +173,14 @@ def test_training_scenarios_must_share_one_action_space():
     with pytest.raises(ActionSpaceError, match="stop_grid"):
         ActionSpace.shared_by([code, replace(code, stop_grid=(0.0, 0.5))], stop=True)
     ActionSpace.shared_by([code, replace(code, stop_grid=(0.0, 0.5))], stop=False)  # no stop dimension
+
+
+def test_named_policies_are_read_by_name_and_bad_ones_refused():
+    parser = argparse.ArgumentParser(prog="check")
+    assert named_policies(parser, "--also", ["v4=results/v4", "here=default"]) == {
+        "v4": "results/v4",
+        "here": "default",
+    }
+    for bad in (["v4"], ["=folder"], ["carried=folder"]):
+        with pytest.raises(SystemExit):
+            named_policies(parser, "--also", bad, reserved=("carried",))

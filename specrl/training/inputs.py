@@ -120,6 +120,21 @@ def add_latency_profile_arguments(parser: argparse.ArgumentParser, batch: bool =
     )
 
 
+def named_policies(
+    parser: argparse.ArgumentParser, flag: str, items: Iterable[str], reserved: Iterable[str] = ()
+) -> dict[str, str]:
+    """``NAME=POLICY`` arguments of ``flag`` (a shipped policy's name or a folder) by name;
+    ``parser.error`` on one without a name or a policy, or with a name of ``reserved``."""
+    reserved, named = set(reserved), {}
+    for item in items:
+        name, _, where = item.partition("=")
+        if not name or not where or name in reserved:
+            other = f", NAME other than {sorted(reserved)}" if reserved else ""
+            parser.error(f"{flag} {item!r}: give NAME=POLICY (a shipped policy's name or a folder){other}")
+        named[name] = where
+    return named
+
+
 def check_latency_profile_arguments(
     parser: argparse.ArgumentParser, args: argparse.Namespace, batch: bool = False
 ) -> None:
