@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
     latency = scenario.latency_model(pair)
     rows = []
     for size in tqdm(args.sizes, desc="batch sizes"):
-        drawn = scenario_requests(scenario, pair, "test", seed=0, count=size + size // 2)
+        drawn = scenario_requests(scenario, pair, "test", seed=0, count=size + size // 2, latency=latency)
         requests = [TimedRequest(request.prompt_ids) for request in drawn]  # all waiting at the start
         for k in args.ks:
             steps = []

@@ -188,8 +188,8 @@ def workloads(pair, split: str, requests: int, seed: int = 0) -> list[dict]:
     from specrl.envs import load_scenario
     from specrl.serving.continuous import scenario_requests
 
-    scenario = load_scenario(ARRIVALS)
-    timed = scenario_requests(scenario, pair, split, seed, requests)
+    scenario = load_scenario(ARRIVALS)  # its load is relative to this machine's plain capacity
+    timed = scenario_requests(scenario, pair, split, seed, requests, scenario.latency_model(pair))
     found = [
         {
             "name": f"{split} {ARRIVALS}",

@@ -233,11 +233,46 @@ def test_under_a_load_the_batch_follows_the_arrivals():
     assert times == sorted(times)
 
 
+def test_a_load_relative_to_the_machine_brings_the_same_requests_on_a_slow_and_a_fast_one():
+    """``load_unit: plain``: durations in plain request times, rates as shares of plain decoding's
+    capacity with the batch full; a machine twice as fast gets the same phases in half the time,
+    and the simulator's batch fills the same way on both."""
+    slow, fast = synthetic_latency(), synthetic_latency(verify_scale=[[0.5] * len(TOKENS)] * len(SIZES))
+    relative = BatchSpec(load=((10.0, 0.1), (5.0, 3.0)), load_unit="plain", max_size=16, requests=40)
+    on_slow, on_fast = relative.seconds_load(slow, 128), relative.seconds_load(fast, 128)
+    unit = 128 / slow.plain_throughput(16)  # seconds plain decoding takes per request with 16 rows
+    assert np.allclose(on_slow, [(10.0 * unit, 0.1 / unit), (5.0 * unit, 3.0 / unit)])
+    assert fast.plain_throughput(16) > 1.5 * slow.plain_throughput(16)
+    for (slow_s, slow_rate), (fast_s, fast_rate) in zip(on_slow, on_fast, strict=True):
+        assert fast_s < slow_s and slow_s * slow_rate == pytest.approx(fast_s * fast_rate)
+    absolute = BatchSpec(load=((10.0, 0.1),))
+    assert absolute.seconds_load(None, 128) == absolute.load  # seconds are seconds everywhere
+    with pytest.raises(ValueError, match=r"load_unit: plain.*pass the latency model"):
+        relative.seconds_load(None, 128)
+    rows = {}
+    for name, latency in (("slow", slow), ("fast", fast)):
+        env = BatchReplayEnv(
+            scenario(load=[[10.0, 0.1], [5.0, 3.0]], load_unit="plain", max_size=16, requests=40),
+            latency=latency,
+            split="validation",
+        )
+        env.reset(seed=3)
+        done, seen = False, []
+        while not done:
+            _, _, done, _, info = env.step(np.array([2, 0]))
+            seen.append(info["batch_size"])
+        rows[name] = seen
+    assert max(rows["slow"]) == max(rows["fast"]) == 16  # the burst fills the batch on both
+    assert abs(np.mean(rows["slow"]) - np.mean(rows["fast"])) < 0.15 * np.mean(rows["slow"])
+
+
 def test_bad_batch_sections_are_refused_by_name():
     with pytest.raises(ScenarioError, match="batch.size must be >= 1"):
         Scenario.from_dict({"batch": {"size": 0}})
     with pytest.raises(ScenarioError, match=r"batch.load.*\[seconds, requests_per_second\]"):
         Scenario.from_dict({"batch": {"load": [60, 1.0]}})
+    with pytest.raises(ScenarioError, match=r"batch.load_unit must be one of \('seconds', 'plain'\)"):
+        Scenario.from_dict({"batch": {"load": [[60, 1.0]], "load_unit": "minutes"}})
     with pytest.raises(ScenarioError, match="every phase has rate 0"):
         Scenario.from_dict({"batch": {"load": [[60, 0.0]]}})
     assert BatchSpec(load=((60.0, 1.0),)).arrivals and not BatchSpec(size=8).arrivals

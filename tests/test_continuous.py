@@ -10,6 +10,7 @@ from conftest import prompts, reference_greedy
 import specrl
 from specrl.controllers.batch_schedule import BatchScheduleController
 from specrl.envs import load_scenario
+from specrl.latency.family import profiles
 from specrl.serving import TimedRequest, scenario_requests, serve_continuous
 
 
@@ -66,10 +67,18 @@ def test_bad_requests_are_refused_by_name(close_pair):
 
 def test_the_arrivals_scenario_draws_requests_over_time_and_a_fixed_batch_at_once(tiny_home):
     _, pair = tiny_home
-    arrivals = scenario_requests(load_scenario("arrivals"), pair, "test", seed=0, count=12)
+    scenario = load_scenario("arrivals")  # its load is relative to the machine's plain capacity
+    slow, fast = (profiles(batch=True)[name] for name in ("cpu-xeon-2t", "gpu-like-h200"))
+    arrivals = scenario_requests(scenario, pair, "test", seed=0, count=12, latency=slow)
     times = [request.arrival for request in arrivals]
     assert times == sorted(times) and len(set(times)) == 12  # one at a time, in order
-    again = scenario_requests(load_scenario("arrivals"), pair, "test", seed=0, count=12)
+    again = scenario_requests(scenario, pair, "test", seed=0, count=12, latency=slow)
     assert [r.prompt_ids for r in again] == [r.prompt_ids for r in arrivals]  # the seed fixes them
+    faster = scenario_requests(scenario, pair, "test", seed=0, count=12, latency=fast)
+    assert [r.prompt_ids for r in faster] == [r.prompt_ids for r in arrivals]
+    speed = fast.plain_throughput(64) / slow.plain_throughput(64)  # the same load, on a faster clock
+    assert [r.arrival * speed for r in faster] == pytest.approx(times)
+    with pytest.raises(ValueError, match="pass the latency model"):
+        scenario_requests(scenario, pair, "test", seed=0, count=12)
     fixed = scenario_requests(load_scenario("batch_4"), pair, "test", seed=0, count=8)
     assert len(fixed) == 8 and all(request.arrival == 0.0 for request in fixed)

@@ -265,7 +265,9 @@ class TraceReplayEnv(gym.Env):
             trace = self.traces.traces[index]
             self.requests.append(Row(request, index, trace, realise_acceptance(trace, rng, self.drafters)))
         self.arrivals = (
-            arrival_times(spec.load, spec.requests, rng) if spec.arrivals else [0.0] * spec.requests
+            arrival_times(spec.seconds_load(self.latency, self.scenario.max_new_tokens), spec.requests, rng)
+            if spec.arrivals
+            else [0.0] * spec.requests
         )
         self.trace_index, self.trace = first, self.requests[0].trace  # the first request's
         self.clock, self.next_request, self.served = 0.0, 0, 0

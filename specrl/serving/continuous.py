@@ -9,13 +9,15 @@ rows; an empty batch waits for the next arrival, idle time that no controller is
 Throughput is every request's tokens over the busy seconds. The features are the batch's, as in
 the simulator: one ``FeatureTracker`` for the whole run, told the batch's rows after every change.
 
-    requests = scenario_requests(load_scenario("arrivals"), pair, split="test", seed=0)
+    scenario = load_scenario("arrivals")  # its load is relative to the machine: priced by its latency
+    requests = scenario_requests(scenario, pair, split="test", seed=0, latency=scenario.latency_model(pair))
     run = serve_continuous(pair, controller, requests, max_batch=64, max_new_tokens=128)
     run.tokens_per_s, run.outputs[i], run.batch_sizes
 
 :func:`scenario_requests` draws a scenario's requests the way the batch simulator draws its traces:
 each request's domain by the scenario's weights, a prompt of that domain's split uniformly, and the
-arrival times of the scenario's ``batch.load`` (all at 0 for a fixed batch).
+arrival times of the scenario's ``batch.load`` (all at 0 for a fixed batch; a load relative to the
+machine, ``load_unit: plain``, is turned into seconds by the serving machine's latency model).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import Step, throughput
 from specrl.envs.scenario import Scenario
 from specrl.envs.trace_replay import arrival_times
+from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 
 
@@ -87,10 +90,17 @@ class ContinuousRun:
 
 
 def scenario_requests(
-    scenario: Scenario, pair: ModelPair, split: str, seed: int, count: int | None = None
+    scenario: Scenario,
+    pair: ModelPair,
+    split: str,
+    seed: int,
+    count: int | None = None,
+    latency: LatencyModel | None = None,
 ) -> list[TimedRequest]:
     """``count`` (default ``batch.requests``) requests of ``scenario``'s ``split`` prompts, in
-    arrival order (see the module doc); the same ``seed`` gives the same requests and arrivals."""
+    arrival order (see the module doc); the same ``seed`` gives the same requests and arrivals.
+    ``latency``, the serving machine's latency model over batch sizes, turns a load relative to
+    the machine (``batch.load_unit: plain``) into seconds (:meth:`BatchSpec.seconds_load`)."""
     rng = np.random.default_rng(seed)
     sets = scenario.with_overrides(split=split).prompt_sets(pair)
     count = count or scenario.batch.requests
@@ -99,7 +109,8 @@ def scenario_requests(
         texts = sets[scenario.prompts.draw_domain(rng)]
         prompts.append(pair.encode(texts[rng.integers(len(texts))]))
     spec = scenario.batch
-    arrivals = arrival_times(spec.load, count, rng) if spec.arrivals else [0.0] * count
+    load = spec.seconds_load(latency, scenario.max_new_tokens) if spec.arrivals else ()
+    arrivals = arrival_times(load, count, rng) if spec.arrivals else [0.0] * count
     return [TimedRequest(prompt, at) for prompt, at in zip(prompts, arrivals, strict=True)]
 
 

@@ -196,11 +196,14 @@ def parse(data: Any, source: str, base_dir: Path) -> Scenario:
         for key in ("size", "max_size", "requests"):
             if key in section:
                 batch[key] = check_leaf(section[key], int, f"batch.{key}", source)
+        if "load_unit" in section:
+            batch["load_unit"] = check_leaf(section["load_unit"], str, "batch.load_unit", source)
         if "load" in section:
             phases = section["load"] or []
             if not isinstance(phases, list) or not all(isinstance(p, list) and len(p) == 2 for p in phases):
                 raise ScenarioError(
-                    f"{source}: 'batch.load' must be a list of [seconds, requests_per_second] phases, "
+                    f"{source}: 'batch.load' must be a list of [seconds, requests_per_second] phases "
+                    f"(with load_unit: plain, [plain request times, share of plain capacity]), "
                     f"e.g. [[60, 0.2], [60, 1.5]], got {phases!r}"
                 )
             batch["load"] = tuple(

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 DEFAULT_TAU_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 DEFAULT_STOP_GRID = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8)
 TIME_MODES = ("wallclock", "modeled")
+LOAD_UNITS = ("seconds", "plain")  # BatchSpec.load_unit
 LATENCY_SOURCES = ("calibrated", "constant")  # or the path of a latency JSON file
 # SPLITS: the disjoint prompt splits train, validation, test (docs/design.md section 4b), defined
 # where the embedded pairs' prompts are cut (specrl.zoo.corpus) and imported here.
@@ -200,16 +201,25 @@ class BatchSpec:
     Attributes:
         size: rows of a fixed batch: a row that finishes is replaced by the next request at once,
             so the batch always holds ``size`` rows (used when ``load`` is empty).
-        load: an arrival load instead, ``[[seconds, requests_per_second], ...]``: requests arrive
-            as a Poisson process whose rate is piecewise constant in modeled time (the phases
-            repeat); a request waits for a free row, so the batch grows and shrinks with the load
-            (continuous batching).
+        load: an arrival load instead, ``[[duration, rate], ...]``: requests arrive as a Poisson
+            process whose rate is piecewise constant in modeled time (the phases repeat); a
+            request waits for a free row, so the batch grows and shrinks with the load
+            (continuous batching). Its unit is ``load_unit``'s.
+        load_unit: "seconds": durations in seconds, rates in requests per second, the same on
+            every machine. "plain": relative to the machine that serves, so that a load means the
+            same on a slow CPU and on a GPU: durations in *plain request times*, rates in requests
+            per plain request time, where a plain request time is the time plain decoding with
+            the batch full (``max_size`` rows) takes per request it serves (``max_new_tokens`` over
+            its throughput there). A rate of 1 is then plain decoding's capacity; a phase's
+            duration times its rate, the requests it brings, does not depend on the machine
+            (:meth:`seconds_load`).
         max_size: the most rows at once under ``load``.
         requests: requests an episode serves (each replays one trace of the scenario).
     """
 
     size: int = 1
     load: tuple[tuple[float, float], ...] = ()
+    load_unit: str = "seconds"
     max_size: int = 64
     requests: int = 1
 
@@ -224,6 +234,27 @@ class BatchSpec:
                 )
         if self.load and not any(rate > 0 for _, rate in self.load):
             raise ValueError("batch.load: every phase has rate 0; no request would ever arrive")
+        if self.load_unit not in LOAD_UNITS:
+            raise ValueError(f"batch.load_unit must be one of {LOAD_UNITS}, got {self.load_unit!r}")
+
+    def seconds_load(
+        self, latency: LatencyModel | None, request_tokens: int
+    ) -> tuple[tuple[float, float], ...]:
+        """``load`` as ``[(seconds, requests_per_second), ...]`` on the machine ``latency`` prices,
+        for requests of ``request_tokens`` tokens (``load_unit``; ``latency`` is needed for "plain").
+
+        Raises:
+            ValueError: a "plain" load and no latency model.
+        """
+        if self.load_unit == "seconds":
+            return self.load
+        if latency is None:
+            raise ValueError(
+                "batch.load is in plain request times (load_unit: plain), which depend on the machine: "
+                "pass the latency model of the machine that serves (Scenario.latency_model(pair))"
+            )
+        unit = request_tokens / latency.plain_throughput(self.max_size)  # seconds per plain request
+        return tuple((duration * unit, rate / unit) for duration, rate in self.load)
 
     @property
     def arrivals(self) -> bool:

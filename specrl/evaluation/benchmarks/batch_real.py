@@ -118,7 +118,7 @@ def scenario_row(
     spec = scenario.batch
     capacity = spec.max_size if spec.arrivals else spec.size
     count = requests or (spec.requests if spec.arrivals else max(8, 2 * spec.size))
-    served = scenario_requests(scenario, pair, "test", seed=0, count=count)
+    served = scenario_requests(scenario, pair, "test", seed=0, count=count, latency=latency)
     sampling = SamplingConfig(scenario.sampling.temperature)
     budget = max_new_tokens or scenario.max_new_tokens
     env = BatchReplayEnv(scenario, latency=latency, split="test", pair=pair, prepare=True)
