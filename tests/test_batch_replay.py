@@ -211,6 +211,16 @@ def test_preview_prices_a_step_without_taking_it():
     assert varied  # the outcomes really depend on k
 
 
+def batch_sizes(env: BatchReplayEnv, seed: int) -> list[int]:
+    """The rows of every step of one episode at k = 2."""
+    env.reset(seed=seed)
+    done, seen = False, []
+    while not done:
+        _, _, done, _, info = env.step(np.array([2, 0]))
+        seen.append(info["batch_size"])
+    return seen
+
+
 def test_under_a_load_the_batch_follows_the_arrivals():
     quiet, busy = [(30.0, 0.05)], [(30.0, 50.0)]
     sizes = {}
@@ -220,12 +230,7 @@ def test_under_a_load_the_batch_follows_the_arrivals():
             latency=synthetic_latency(),
             split="validation",
         )
-        env.reset(seed=1)
-        done, seen = False, []
-        while not done:
-            _, _, done, _, info = env.step(np.array([2, 0]))
-            seen.append(info["batch_size"])
-        sizes[name] = seen
+        sizes[name] = batch_sizes(env, seed=1)
         assert env.served == 48
     assert max(sizes["quiet"]) <= 2 and max(sizes["busy"]) == 16
     times = arrival_times(((10.0, 1.0), (10.0, 0.0)), 200, np.random.default_rng(0))
@@ -256,12 +261,7 @@ def test_a_load_relative_to_the_machine_brings_the_same_requests_on_a_slow_and_a
             latency=latency,
             split="validation",
         )
-        env.reset(seed=3)
-        done, seen = False, []
-        while not done:
-            _, _, done, _, info = env.step(np.array([2, 0]))
-            seen.append(info["batch_size"])
-        rows[name] = seen
+        rows[name] = batch_sizes(env, seed=3)
     assert max(rows["slow"]) == max(rows["fast"]) == 16  # the burst fills the batch on both
     assert abs(np.mean(rows["slow"]) - np.mean(rows["fast"])) < 0.15 * np.mean(rows["slow"])
 
