@@ -171,16 +171,19 @@ SECTIONS = (
     ),
     Section(
         "Batch-aware policy: on machines it never trained on (held-out batch profiles)",
-        "A batch policy trained over the family of batch latency models (a measured CPU batch "
-        "calibration, GPU-like profiles over batch sizes, perturbations; seed 0, a reduced budget, "
-        "not shipped), priced by a held-out profile in the batch simulator: a 2-thread Intel Xeon's "
-        "batch calibration and a GPU-like H200. Per profile the batch-size schedule is re-tuned on "
-        "validation there; test traces. The shipped batch policy, trained on one machine's prices "
-        "(kept as results/profiles/previous_batch), on the pages marked previous.",
-        "python experiments/train_batch.py --imitation-rounds 1 --label-every 4 --timesteps 100000 "
-        "--out results/profiles/runs/batch-family/seed0; python experiments/batch_sim.py "
+        "The shipped batch policy (since Dec 5), trained over the family of batch latency models (a "
+        "measured CPU batch calibration, GPU-like profiles over batch sizes, perturbations) with the "
+        "default budget, seeds 0 (shipped) and 1, priced by a held-out profile in the batch simulator: "
+        "a 2-thread Intel Xeon's batch calibration and a GPU-like H200. The arrivals load is relative "
+        "to the machine (batch.load_unit: plain). Per profile the batch-size schedule is re-tuned on "
+        "validation there; test traces. The batch policy shipped before, trained on one machine's "
+        "prices (kept as results/profiles/previous_batch), on the pages marked previous; seed 1's "
+        "pages under seed1/.",
+        "python experiments/train_batch.py --seed S --out results/profiles/runs/batch-family/seedS "
+        "(S = 0, 1; seed 0 is specrl/policies/batch); python experiments/batch_sim.py "
         "--latency-profile P --policy results/profiles/runs/batch-family/seed0 "
-        "--out results/profiles/batch/P; python experiments/batch_sim.py --latency-profile P "
+        "--out results/profiles/batch/P (seed 1: --out results/profiles/batch/seed1/P); "
+        "python experiments/batch_sim.py --latency-profile P "
         "--policy results/profiles/previous_batch --out results/profiles/batch/P_previous "
         "(P = cpu-xeon-2t, gpu-like-h200)",
         (
@@ -188,10 +191,14 @@ SECTIONS = (
             "results/profiles/batch/cpu-xeon-2t_previous.md",
             "results/profiles/batch/gpu-like-h200.md",
             "results/profiles/batch/gpu-like-h200_previous.md",
+            "results/profiles/batch/seed1/cpu-xeon-2t.md",
+            "results/profiles/batch/seed1/gpu-like-h200.md",
             "results/profiles/batch/cpu-xeon-2t.json",
             "results/profiles/batch/cpu-xeon-2t_previous.json",
             "results/profiles/batch/gpu-like-h200.json",
             "results/profiles/batch/gpu-like-h200_previous.json",
+            "results/profiles/batch/seed1/cpu-xeon-2t.json",
+            "results/profiles/batch/seed1/gpu-like-h200.json",
         ),
         "results/notes/batch_profiles.md",
     ),
