@@ -25,7 +25,7 @@ The keys and the dataclass that holds each section::
     cost_model: {...}                   CostModel (specrl.latency.cost_model): draft_forward_s,
                                         target_forward_s, target_per_token_s
     shift: [...]                        DomainShift per item: {after_tokens, domain}; see SpecDecodeEnv
-    batch: {...}                        BatchSpec: size, load, load_unit, max_size, requests (the batch simulator)
+    batch: {...}                        BatchSpec: size, load, load_unit, max_size, requests (batch simulator)
 
 For example, arithmetic sampled at temperature 1 that turns into prose mid-episode::
 
