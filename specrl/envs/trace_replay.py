@@ -66,6 +66,17 @@ def arrival_times(load: tuple[tuple[float, float], ...], count: int, rng: np.ran
     return times
 
 
+def request_arrivals(
+    scenario: Scenario, latency: LatencyModel | None, count: int, rng: np.random.Generator
+) -> list[float]:
+    """When each of ``count`` requests of ``scenario`` arrives, on the machine ``latency`` prices
+    (needed for a load relative to it, :meth:`BatchSpec.seconds_load`): all at 0 for a fixed batch."""
+    spec = scenario.batch
+    if not spec.arrivals:
+        return [0.0] * count
+    return arrival_times(spec.seconds_load(latency, scenario.max_new_tokens), count, rng)
+
+
 @dataclass
 class Row:
     """One request: its trace, where it is, its acceptance draws (per segment and drafter) and the
@@ -264,11 +275,7 @@ class TraceReplayEnv(gym.Env):
             index = first if request == 0 else self._draw_trace()
             trace = self.traces.traces[index]
             self.requests.append(Row(request, index, trace, realise_acceptance(trace, rng, self.drafters)))
-        self.arrivals = (
-            arrival_times(spec.seconds_load(self.latency, self.scenario.max_new_tokens), spec.requests, rng)
-            if spec.arrivals
-            else [0.0] * spec.requests
-        )
+        self.arrivals = request_arrivals(self.scenario, self.latency, spec.requests, rng)
         self.trace_index, self.trace = first, self.requests[0].trace  # the first request's
         self.clock, self.next_request, self.served = 0.0, 0, 0
         self.busy_seconds, self.tokens = 0.0, 0

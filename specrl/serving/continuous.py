@@ -34,7 +34,7 @@ from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import Step, throughput
 from specrl.envs.scenario import Scenario
-from specrl.envs.trace_replay import arrival_times
+from specrl.envs.trace_replay import request_arrivals
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 
@@ -108,9 +108,7 @@ def scenario_requests(
     for _ in range(count):
         texts = sets[scenario.prompts.draw_domain(rng)]
         prompts.append(pair.encode(texts[rng.integers(len(texts))]))
-    spec = scenario.batch
-    load = spec.seconds_load(latency, scenario.max_new_tokens) if spec.arrivals else ()
-    arrivals = arrival_times(load, count, rng) if spec.arrivals else [0.0] * count
+    arrivals = request_arrivals(scenario, latency, count, rng)
     return [TimedRequest(prompt, at) for prompt, at in zip(prompts, arrivals, strict=True)]
 
 
