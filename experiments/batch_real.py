@@ -24,8 +24,9 @@ same scenario (``batch_sim.py``'s episodes).
     python experiments/batch_real.py --policy runs/batch_seed0 runs/batch_seed1 runs/batch_seed2 \
         --only ppo+cutoff --out results/batch/real_seeds    # training seeds side by side, one run
 
-With several policies (training seeds, say) their rows are ``ppo:FOLDER`` and ``ppo:FOLDER+cutoff``,
-each with its own cut-off; ``--only ppo`` or ``ppo+cutoff`` picks that row of every policy.
+With several policies (training seeds, say) their rows are ``ppo:FOLDER`` and ``ppo:FOLDER+cutoff``
+(``ppo:NAME`` for ``--policy NAME=FOLDER``), each with its own cut-off; ``--only ppo`` or
+``ppo+cutoff`` picks that row of every policy.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import specrl
 from specrl.batch_control import ARRIVALS, FIXED, tune_cutoff, tune_schedule
 from specrl.envs import load_scenario
 from specrl.envs.batch_replay import BatchReplayEnv
-from specrl.evaluation.benchmarks.batch_real import controllers, policy_labels, row_names, scenario_row
+from specrl.evaluation.benchmarks.batch_real import controllers, policy_folders, row_names, scenario_row
 from specrl.evaluation.benchmarks.batch_real_page import markdown, plot
 from specrl.evaluation.machine import result_origin
 from specrl.io import write_report
@@ -69,7 +70,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--episodes", type=int, default=3, help="simulator episodes (tuning and the sim column)"
     )
     parser.add_argument(
-        "--policy", nargs="+", default=[], metavar="FOLDER", help="exported policy folders to compare too"
+        "--policy",
+        nargs="+",
+        default=[],
+        metavar="FOLDER",
+        help="exported policy folders to compare too, each FOLDER or NAME=FOLDER (rows ppo:NAME)",
     )
     parser.add_argument(
         "--static", nargs="*", type=int, default=[], metavar="K", help="static-k rows to add (static:K)"
@@ -104,8 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     best_k, schedule = tune_schedule(validation, args.episodes)
     print(f"schedule tuned on validation (simulator): {schedule}", flush=True)
     policies = {
-        label: specrl.LearnedController.load(folder)
-        for label, folder in zip(policy_labels(args.policy), args.policy, strict=True)
+        label: specrl.LearnedController.load(folder) for label, folder in policy_folders(args.policy).items()
     }
     cutoffs = {label: tune_cutoff(validation, policy, args.episodes) for label, policy in policies.items()}
     roster = controllers(schedule, policies, cutoffs, args.static, args.only)

@@ -21,6 +21,12 @@ controller that sees only the past should come near it.
     python experiments/batch_sim.py --episodes 1 --out /tmp/batch_sim   # quicker
     python experiments/batch_sim.py --latency-profile gpu-like-h200 --policy specrl/policies/batch \\
         --out results/profiles/batch/gpu-like-h200   # under a held-out machine of the family
+    python experiments/batch_sim.py --latency-profile cpu-xeon-2t --policy carried=specrl/policies/batch \\
+        alone=FOLDER --out /tmp/carry   # policies side by side: the carried one over one trained there
+
+Every ratio to the schedule carries twice its standard error over the episodes (each episode's
+own ratio; the same draws for every controller), and with several policies a second table puts
+the first over each other one the same way: a margin within two standard errors is a tie.
 """
 
 from __future__ import annotations
@@ -36,14 +42,16 @@ from specrl.batch_control import (
     FIXED,
     clairvoyant,
     controller_throughput,
+    episode_throughputs,
     tune_cutoff,
     tune_schedule,
-    with_cutoff,
 )
 from specrl.batch_control.schedule import cutoff_sentence
-from specrl.controllers.batch_schedule import BatchScheduleController
 from specrl.envs import load_scenario
 from specrl.envs.batch_replay import BatchReplayEnv
+from specrl.evaluation.benchmarks.batch_real import controllers, policy_folders
+from specrl.evaluation.benchmarks.batch_real_page import policies_side_by_side
+from specrl.evaluation.compare import paired_ratio_two_se
 from specrl.evaluation.machine import origin_line, result_origin
 from specrl.io import write_report
 from specrl.latency.family import profiles as batch_profiles_of
@@ -60,7 +68,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fixed", nargs="+", default=FIXED, help="fixed-batch scenarios (tune the schedule)")
     parser.add_argument("--arrivals", nargs="*", default=ARRIVALS, help="scenarios with a varying load")
     parser.add_argument("--episodes", type=int, default=3, help="episodes (seeds 0..N-1) per controller")
-    parser.add_argument("--policy", help="an exported policy folder to compare too")
+    parser.add_argument(
+        "--policy",
+        nargs="+",
+        default=[],
+        metavar="FOLDER",
+        help="exported policy folders to compare too, each FOLDER or NAME=FOLDER (several: rows "
+        "ppo:NAME, by default the folder's name, and the first over each other one, episode by episode)",
+    )
     parser.add_argument(
         "--latency-profile",
         default=None,
@@ -69,7 +84,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "this machine's batch calibration)",
     )
     parser.add_argument("--out", default=str(REPO / "results" / "batch" / "sim"), help="output stem")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        policy_folders(args.policy)
+    except ValueError as error:
+        parser.error(f"--policy: {error}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -87,36 +107,38 @@ def main(argv: list[str] | None = None) -> dict:
         for split in ("validation", "test")
     }
     best_k, schedule = tune_schedule({name: envs[(name, "validation")] for name in args.fixed}, args.episodes)
-    controllers = {
-        "plain": specrl.StaticController(0),
-        "schedule": BatchScheduleController(schedule),
-        "tcp": specrl.TCPController(),
-        "hf-heuristic": specrl.HFHeuristicController(),
-    }
-    cutoff = None
-    if args.policy:
-        controllers["ppo"] = specrl.LearnedController.load(args.policy)
-        fixed = {name: envs[(name, "validation")] for name in args.fixed}
-        cutoff = tune_cutoff(fixed, controllers["ppo"], args.episodes)
-        controllers = with_cutoff(controllers, cutoff)
+    folders = policy_folders(args.policy)
+    policies = {label: specrl.LearnedController.load(folder) for label, folder in folders.items()}
+    fixed = {name: envs[(name, "validation")] for name in args.fixed}
+    cutoffs = {label: tune_cutoff(fixed, policy, args.episodes) for label, policy in policies.items()}
+    roster = controllers(schedule, policies, cutoffs)
     rows = {}
     for name in tqdm([*args.fixed, *args.arrivals], desc="test"):
         env = envs[(name, "test")]
         static = {k: controller_throughput(env, specrl.StaticController(k), args.episodes) for k in ks}
-        measured = {label: controller_throughput(env, c, args.episodes) for label, c in controllers.items()}
+        runs = {label: episode_throughputs(env, c, args.episodes) for label, c in roster.items()}
+        per_episode = {label: episodes for label, (_, episodes) in runs.items()}
         rows[name] = {
-            "controllers": measured,
+            "controllers": {label: pooled for label, (pooled, _) in runs.items()},
+            "per_episode": per_episode,
+            "two_se_vs_schedule": {
+                label: paired_ratio_two_se(values, per_episode["schedule"])
+                for label, values in per_episode.items()
+                if label != "schedule"
+            },
             "static": {str(k): v for k, v in static.items()},
             "best_static_k": max(static, key=static.get),
-            "clairvoyant": clairvoyant(env, controllers["schedule"], args.episodes),
+            "clairvoyant": clairvoyant(env, roster["schedule"], args.episodes),
         }
     report = {
         "rows": rows,
         "best_k_validation": best_k,
         "schedule": schedule,
-        "cutoff": cutoff,
+        "cutoff": cutoffs.get("ppo"),
+        "cutoffs": {label: cutoff for label, cutoff in cutoffs.items() if cutoff is not None},
         "episodes": args.episodes,
-        "policy": args.policy,
+        "policy": folders.get("ppo"),
+        "policies": folders,
         "latency": {
             "device": latency.device,
             "profile": args.latency_profile,
@@ -128,6 +150,13 @@ def main(argv: list[str] | None = None) -> dict:
     write_report(out, report, markdown(report))
     print(markdown(report))
     return report
+
+
+def _two_se(row: dict, label: str) -> str:
+    """`` ± 0.012``: twice the standard error of the per-episode ratio to the schedule; empty in
+    reports from before it was kept, or with one episode."""
+    two_se = row.get("two_se_vs_schedule", {}).get(label)
+    return "" if two_se is None else f" ± {two_se:.3f}"
 
 
 def priced_by(report: dict) -> str:
@@ -143,7 +172,9 @@ def markdown(report: dict) -> str:
         "# Batch-aware control in the batch simulator (test traces)",
         "",
         f"Tokens per busy second over {report['episodes']} episodes per scenario (the same requests, "
-        f"arrivals and draws for every controller), modeled with {priced_by(report)}. The "
+        f"arrivals and draws for every controller; ± twice the standard error of the ratio to the "
+        f"schedule episode by episode, a margin within it a tie), modeled with "
+        f"{priced_by(report)}. The "
         f"schedule was tuned on validation: best k per batch size {report['best_k_validation']} -> "
         f"`{report['schedule']}` (k up to each batch size, 0 above the last).{cutoff_sentence(report)}",
         "",
@@ -154,7 +185,8 @@ def markdown(report: dict) -> str:
         *labels,
         "best static (k)",
         "clairvoyant",
-        *[f"{label} / schedule" for label in [*others, "clairvoyant"]],
+        *[f"{label} / schedule ± 2 SE" for label in others],
+        "clairvoyant / schedule",
     ]
     table = []
     for name, row in report["rows"].items():
@@ -166,11 +198,15 @@ def markdown(report: dict) -> str:
                 *[f"{c[label]:.0f}" for label in labels],
                 f"{best:.0f} ({row['best_static_k']})",
                 f"{row['clairvoyant']:.0f}",
-                *[f"{c[label] / c['schedule']:.3f}" for label in others],
+                *[f"{c[label] / c['schedule']:.3f}{_two_se(row, label)}" for label in others],
                 f"{row['clairvoyant'] / c['schedule']:.3f}",
             ]
         )
     lines += [markdown_table(header, table), ""]
+    if "per_episode" in next(iter(report["rows"].values())):
+        lines += policies_side_by_side(
+            {name: row["per_episode"] for name, row in report["rows"].items()}, "episode"
+        )
     lines += [
         origin_line(report),
         "",

@@ -325,6 +325,21 @@ def test_the_one_step_oracle_takes_the_k_of_least_regret_and_beats_every_static_
     assert batch_control.clairvoyant(env, specrl.StaticController(best), 2) > static[best]
 
 
+def test_throughput_episode_by_episode_pairs_controllers_on_the_same_draws():
+    """batch_sim.py's standard errors: each episode's own throughput, from the same run as the
+    pooled one; episodes differ (other requests), a replay of the same seed does not."""
+    from specrl.evaluation.compare import paired_ratio_two_se
+
+    env = BatchReplayEnv(scenario(size=4, requests=8), latency=synthetic_latency(), split="validation")
+    pooled, episodes = batch_control.episode_throughputs(env, specrl.StaticController(3), 3)
+    assert pooled == pytest.approx(batch_control.controller_throughput(env, specrl.StaticController(3), 3))
+    assert len(episodes) == 3 and len(set(episodes)) == 3 and min(episodes) <= pooled <= max(episodes)
+    again = batch_control.episode_throughputs(env, specrl.StaticController(3), 3)[1]
+    assert again == episodes and paired_ratio_two_se(again, episodes) == 0.0
+    plain = batch_control.episode_throughputs(env, specrl.StaticController(0), 3)[1]
+    assert paired_ratio_two_se(episodes, plain) > 0
+
+
 def test_checkpoint_selection_puts_the_plain_floor_before_the_score():
     """train_batch.py keeps a checkpoint slower than plain decoding at some fixed batch size only if
     no checkpoint keeps the floor, however well it scores against the schedule."""

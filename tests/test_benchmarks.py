@@ -121,13 +121,22 @@ def test_batch_benchmark_is_lossless_and_a_prompt_accepts_the_same_at_every_batc
 def test_batch_real_roster_puts_several_policies_side_by_side_each_with_its_own_cutoff():
     """--policy A B: rows ppo:A, ppo:A+cutoff, ppo:B (no cut-off: never slower than plain), and
     --only ppo+cutoff picks every policy's switched row; one policy keeps the row name ppo; folders
-    of the same name are refused (they label the rows)."""
+    of the same name are refused (they label the rows), NAME=FOLDER names them."""
     from specrl import StaticController
 
     assert batch_real.policy_labels(["specrl/policies/batch"]) == ["ppo"]
     assert batch_real.policy_labels(["runs/seed0", "runs/seed1"]) == ["ppo:seed0", "ppo:seed1"]
     with pytest.raises(ValueError, match="must differ"):
         batch_real.policy_labels(["a/seed", "b/seed"])
+    # NAME=FOLDER names a row (two seed0 folders of different runs, or one policy by name)
+    assert batch_real.policy_folders(["carried=a/seed0", "alone=b/seed0"]) == {
+        "ppo:carried": "a/seed0",
+        "ppo:alone": "b/seed0",
+    }
+    assert batch_real.policy_folders(["carried=a/seed0"]) == {"ppo:carried": "a/seed0"}
+    for bad in (["=a/seed0"], ["carried="]):
+        with pytest.raises(ValueError, match="NAME=FOLDER"):
+            batch_real.policy_folders(bad)
     assert "ppo:y+cutoff" in batch_real.row_names([], ["a/x", "b/y"]) and "static:2" in batch_real.row_names(
         [2], []
     )
@@ -179,3 +188,25 @@ def test_batch_real_page_names_each_kind_of_repeats_and_every_policys_cutoff():
         {"cutoffs": {"ppo": 32}}
     )
     assert cutoff_sentence({"cutoff": None}) == ""
+
+
+def test_policies_side_by_side_pairs_the_first_policy_with_each_other_one_within_a_repeat():
+    """batch_real.py's and batch_sim.py's table of policies: the first over each other one, the
+    median of the ratios within a repeat and twice its standard error; none with one policy (the
+    `+cutoff` rows are not policies of their own)."""
+    values = {
+        "arrivals": {
+            "plain": [100.0, 80.0, 90.0],
+            "ppo:carried": [110.0, 88.0, 108.0],
+            "ppo:alone": [100.0, 80.0, 100.0],
+            "ppo:alone+cutoff": [1.0, 1.0, 1.0],
+        }
+    }
+    lines = batch_real_page.policies_side_by_side(values, "a repeat")
+    header, _, row = lines[2].split("\n")
+    assert "ppo:carried / ppo:alone ± 2 SE" in header and "alone+cutoff" not in header
+    # ratios 1.10, 1.10, 1.08: median 1.10, 2 SE = 2 x 0.01155 / sqrt(3)
+    assert row == "| arrivals | 1.100 ± 0.013 |"
+    assert "within a repeat" in lines[0]
+    one = {"arrivals": {"plain": [1.0, 2.0], "ppo:carried": [1.0, 2.0], "ppo:carried+cutoff": [1.0, 1.0]}}
+    assert batch_real_page.policies_side_by_side(one, "a repeat") == []

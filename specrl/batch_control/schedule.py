@@ -25,28 +25,50 @@ FIXED = ["batch_1", "batch_4", "batch_16", "batch_64"]
 ARRIVALS = ["arrivals"]
 
 
+def _episode_totals(
+    env: BatchReplayEnv, controller, seed: int, prefill: bool
+) -> tuple[dict[int, float], dict[int, float]]:
+    """(tokens, seconds) by batch size (key 0: over all) of one episode with ``seed``."""
+    tokens: dict[int, float] = {}
+    seconds: dict[int, float] = {}
+    observation, _ = env.reset(seed=seed)
+    controller.reset()
+    done = False
+    while not done:
+        observation, _, done, _, info = env.step(controller.act(observation))
+        controller.observe(info["step_result"])
+        spent = info["seconds"] - (0.0 if prefill else info["prefill_seconds"])
+        for size in (0, info["batch_size"]):
+            tokens[size] = tokens.get(size, 0.0) + info["tokens"]
+            seconds[size] = seconds.get(size, 0.0) + spent
+    return tokens, seconds
+
+
 def rates_by_batch(env: BatchReplayEnv, controller, episodes: int, prefill: bool = True) -> dict[int, float]:
     """Tokens over seconds at each batch size a controller's episodes met (key 0: over all); the
     seconds of the steps alone if not ``prefill``."""
     tokens: dict[int, float] = {}
     seconds: dict[int, float] = {}
     for seed in range(episodes):
-        observation, _ = env.reset(seed=seed)
-        controller.reset()
-        done = False
-        while not done:
-            observation, _, done, _, info = env.step(controller.act(observation))
-            controller.observe(info["step_result"])
-            spent = info["seconds"] - (0.0 if prefill else info["prefill_seconds"])
-            for size in (0, info["batch_size"]):
-                tokens[size] = tokens.get(size, 0.0) + info["tokens"]
-                seconds[size] = seconds.get(size, 0.0) + spent
+        episode_tokens, episode_seconds = _episode_totals(env, controller, seed, prefill)
+        for size, value in episode_tokens.items():
+            tokens[size] = tokens.get(size, 0.0) + value
+            seconds[size] = seconds.get(size, 0.0) + episode_seconds[size]
     return {size: throughput(tokens[size], seconds[size]) for size in tokens}
 
 
 def controller_throughput(env: BatchReplayEnv, controller, episodes: int) -> float:
     """Tokens over busy seconds, summed over episodes with seeds 0..episodes-1."""
     return rates_by_batch(env, controller, episodes)[0]
+
+
+def episode_throughputs(env: BatchReplayEnv, controller, episodes: int) -> tuple[float, list[float]]:
+    """(:func:`controller_throughput`, each episode's own tokens over busy seconds), from one run
+    of the episodes with seeds 0..episodes-1: the second pairs controllers episode by episode
+    (:func:`specrl.evaluation.compare.paired_ratio_two_se`)."""
+    totals = [_episode_totals(env, controller, seed, prefill=True) for seed in range(episodes)]
+    pooled = throughput(sum(t[0] for t, _ in totals), sum(s[0] for _, s in totals))
+    return pooled, [throughput(t[0], s[0]) for t, s in totals]
 
 
 def batch_of(name: str) -> int:

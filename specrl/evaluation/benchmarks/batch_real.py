@@ -45,18 +45,32 @@ from specrl.serving import ContinuousRun, scenario_requests, serve_continuous
 REFERENCES = ("plain", "schedule")
 
 
-def policy_labels(folders: Sequence[str]) -> list[str]:
-    """Row labels of the policies: ``ppo`` for one, ``ppo:FOLDER`` (its folder's name) for several.
+def policy_folders(items: Sequence[str]) -> dict[str, str]:
+    """The policies to compare by row label: an item is a folder, or ``NAME=FOLDER``; its label is
+    ``ppo`` for one folder given alone, else ``ppo:NAME``, the name given or the folder's own.
 
     Raises:
-        ValueError: two folders of the same name (they label the rows).
+        ValueError: an item with an empty name or folder, or two items of the same name (they
+            label the rows).
     """
-    names = [Path(folder).name for folder in folders]
+    named = []
+    for item in items:
+        name, equals, folder = item.rpartition("=") if "=" in item else ("", "", item)
+        name = name if equals else Path(folder).name
+        if not name or not folder:
+            raise ValueError(f"{item!r}: give a policy folder, or NAME=FOLDER")
+        named.append((name, folder, bool(equals)))
+    names = [name for name, _, _ in named]
     if len(set(names)) < len(names):
-        raise ValueError(f"the folders' names label the rows, so they must differ: {names}")
-    if len(folders) == 1:
-        return ["ppo"]
-    return [f"ppo:{name}" for name in names]
+        raise ValueError(f"the policies' names label the rows, so they must differ (NAME=FOLDER): {names}")
+    if len(named) == 1 and not named[0][2]:
+        return {"ppo": named[0][1]}
+    return {f"ppo:{name}": folder for name, folder, _ in named}
+
+
+def policy_labels(items: Sequence[str]) -> list[str]:
+    """The row labels of :func:`policy_folders`."""
+    return list(policy_folders(items))
 
 
 def row_names(statics: Sequence[int], folders: Sequence[str]) -> set[str]:

@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 from specrl.batch_control.schedule import cutoff_sentence
+from specrl.evaluation.compare import paired_ratio, paired_ratio_two_se
 from specrl.evaluation.machine import origin_line
 from specrl.tables import markdown_table
 
@@ -22,7 +23,8 @@ def markdown(report: dict, picture: str) -> str:
         f"Tokens per busy second, median over {repeats_phrase(report)} interleaved repeats (every other one "
         "runs the controllers in reverse order), with the embedded pair's real decoding loop; requests "
         "arrive on the batch's own clock (its measured work, prefill included) and join the batch when "
-        "a row is free. Ratios are medians of the ratios within a repeat; `sim` is the batch simulator "
+        "a row is free. Ratios are medians of the ratios within a repeat, ± twice their standard error "
+        "(a margin within it is a tie); `sim` is the batch simulator "
         "on the same scenario's test traces. The schedule was tuned on validation "
         f"in the simulator: best k per batch size {report['best_k_validation']} -> "
         f"`{report['schedule']}`.{cutoff_sentence(report)}",
@@ -32,7 +34,7 @@ def markdown(report: dict, picture: str) -> str:
         "scenario",
         "rows",
         *labels,
-        *[f"{label} / schedule (sim)" for label in others],
+        *[f"{label} / schedule ± 2 SE (sim)" for label in others],
         *[f"{label} / plain" for label in labels if label != "plain"],
         "outputs equal",
     ]
@@ -47,7 +49,8 @@ def markdown(report: dict, picture: str) -> str:
                 f"{rows_text} ({batch['requests']} requests)",
                 *[f"{row['median_tokens_per_s'][label]:.0f}" for label in labels],
                 *[
-                    f"{row['ratio_vs_schedule'][label]:.3f} ({row['sim_ratio_vs_schedule'][label]:.3f})"
+                    f"{row['ratio_vs_schedule'][label]:.3f}{plus_minus(row, 'ratio_vs_schedule', label)} "
+                    f"({row['sim_ratio_vs_schedule'][label]:.3f})"
                     for label in others
                 ],
                 *[_ratio(row, "ratio_vs_plain", label) for label in labels if label != "plain"],
@@ -55,6 +58,9 @@ def markdown(report: dict, picture: str) -> str:
             ]
         )
     lines += [markdown_table(header, table), "", f"![ratios and k by batch size]({picture})", ""]
+    lines += policies_side_by_side(
+        {name: row["tokens_per_s"] for name, row in report["rows"].items()}, "repeat"
+    )
     lines += [
         origin_line(report),
         "",
@@ -78,6 +84,38 @@ def repeats_phrase(report: dict) -> str:
         return str(every.pop())
     arriving, fixed = ("/".join(map(str, sorted(by_kind[kind]))) for kind in (True, False))
     return f"{arriving} (arrivals) and {fixed} (fixed batches)"
+
+
+def plus_minus(row: dict, key: str, label: str) -> str:
+    """`` ± 0.012``: twice the standard error of a row's paired ratio ``key``; empty in reports
+    written before it was kept, or of one repeat."""
+    two_se = row.get(f"{key}_two_se", {}).get(label)
+    return "" if two_se is None else f" ± {two_se:.3f}"
+
+
+def policies_side_by_side(values: dict[str, dict[str, list[float]]], unit: str) -> list[str]:
+    """With several policies (rows ``ppo:NAME``): a table of the first over each other one per
+    scenario, the median of the ratios within ``unit`` ("a repeat", "an episode") ± twice its standard
+    error. ``values``: scenario -> label -> tokens/s per ``unit``. Nothing with fewer than two."""
+    labels = [label for label in next(iter(values.values())) if label.startswith("ppo:")]
+    labels = [label for label in labels if not label.endswith("+cutoff")]
+    if len(labels) < 2:
+        return []
+    first, others = labels[0], labels[1:]
+    table = []
+    for name, each in values.items():
+        cells = []
+        for other in others:
+            two_se = paired_ratio_two_se(each[first], each[other])
+            spread = "" if two_se is None else f" ± {two_se:.3f}"
+            cells.append(f"{paired_ratio(each[first], each[other]):.3f}{spread}")
+        table.append([name, *cells])
+    header = ["scenario", *[f"{first} / {other} ± 2 SE" for other in others]]
+    title = (
+        f"The policies side by side: `{first}` over each other one, the median of the ratios within "
+        f"{unit}, ± twice its standard error (a margin within it is a tie)."
+    )
+    return [title, "", markdown_table(header, table), ""]
 
 
 def _ratio(row: dict, key: str, label: str) -> str:
