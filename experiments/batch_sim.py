@@ -26,12 +26,15 @@ controller that sees only the past should come near it.
 
 Every ratio to the schedule carries twice its standard error over the episodes (each episode's
 own ratio; the same draws for every controller), and with several policies a second table puts
-the first over each other one the same way: a margin within two standard errors is a tie.
+the first over each other one the same way: a margin within two standard errors is a tie. A
+last table says what each controller chose: its mean k, and how often it did not speculate, in
+each band of batch sizes.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -42,7 +45,8 @@ from specrl.batch_control import (
     FIXED,
     clairvoyant,
     controller_throughput,
-    episode_throughputs,
+    play_episodes,
+    pooled_throughput,
     tune_cutoff,
     tune_schedule,
 )
@@ -116,10 +120,10 @@ def main(argv: list[str] | None = None) -> dict:
     for name in tqdm([*args.fixed, *args.arrivals], desc="test"):
         env = envs[(name, "test")]
         static = {k: controller_throughput(env, specrl.StaticController(k), args.episodes) for k in ks}
-        runs = {label: episode_throughputs(env, c, args.episodes) for label, c in roster.items()}
-        per_episode = {label: episodes for label, (_, episodes) in runs.items()}
+        tallies = {label: play_episodes(env, c, args.episodes) for label, c in roster.items()}
+        per_episode = {label: [t.throughput for t in each] for label, each in tallies.items()}
         rows[name] = {
-            "controllers": {label: pooled for label, (pooled, _) in runs.items()},
+            "controllers": {label: pooled_throughput(each) for label, each in tallies.items()},
             "per_episode": per_episode,
             "two_se_vs_schedule": {
                 label: paired_ratio_two_se(values, per_episode["schedule"])
@@ -129,6 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
             "static": {str(k): v for k, v in static.items()},
             "best_static_k": max(static, key=static.get),
             "clairvoyant": clairvoyant(env, roster["schedule"], args.episodes),
+            "steps": {label: steps_by_batch(each) for label, each in tallies.items()},
         }
     report = {
         "rows": rows,
@@ -150,6 +155,44 @@ def main(argv: list[str] | None = None) -> dict:
     write_report(out, report, markdown(report))
     print(markdown(report))
     return report
+
+
+def steps_by_batch(tallies: list) -> list[list[int]]:
+    """[batch size, k, steps] over the episodes of ``tallies``, in order."""
+    steps = sum((tally.steps for tally in tallies), Counter())
+    return sorted([size, k, n] for (size, k), n in steps.items())
+
+
+BANDS = ((1, 2), (3, 8), (9, 32), (33, 64))  # the rows the schedule's sizes 1, 4, 16, 64 stand for
+
+
+def k_by_batch(report: dict) -> list[str]:
+    """What each controller that varies k chose, by batch size: the mean k and the share of steps
+    at k = 0 in each band of :data:`BANDS`, per scenario (none in reports from before)."""
+    first = next(iter(report["rows"].values()))
+    if "steps" not in first:
+        return []
+    labels = [label for label in first["steps"] if label != "plain"]
+    table = []
+    for name, row in report["rows"].items():
+        for low, high in BANDS:
+            cells = []
+            for label in labels:
+                inside = [(k, n) for size, k, n in row["steps"][label] if low <= size <= high]
+                steps = sum(n for _, n in inside)
+                if not steps:
+                    cells.append("-")
+                    continue
+                mean = sum(k * n for k, n in inside) / steps
+                off = sum(n for k, n in inside if k == 0) / steps
+                cells.append(f"{mean:.1f} ({off:.0%})")
+            if any(cell != "-" for cell in cells):
+                table.append([name, f"{low}-{high}", *cells])
+    title = (
+        "The k each controller chose, by the rows in the batch: the mean k over the steps there "
+        "(in brackets the share of them at k = 0, no speculation)."
+    )
+    return [title, "", markdown_table(["scenario", "rows", *labels], table), ""]
 
 
 def _two_se(row: dict, label: str) -> str:
@@ -205,8 +248,9 @@ def markdown(report: dict) -> str:
     lines += [markdown_table(header, table), ""]
     if "per_episode" in next(iter(report["rows"].values())):
         lines += policies_side_by_side(
-            {name: row["per_episode"] for name, row in report["rows"].items()}, "episode"
+            {name: row["per_episode"] for name, row in report["rows"].items()}, "an episode"
         )
+    lines += k_by_batch(report)
     lines += [
         origin_line(report),
         "",

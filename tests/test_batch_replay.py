@@ -325,19 +325,25 @@ def test_the_one_step_oracle_takes_the_k_of_least_regret_and_beats_every_static_
     assert batch_control.clairvoyant(env, specrl.StaticController(best), 2) > static[best]
 
 
-def test_throughput_episode_by_episode_pairs_controllers_on_the_same_draws():
-    """batch_sim.py's standard errors: each episode's own throughput, from the same run as the
-    pooled one; episodes differ (other requests), a replay of the same seed does not."""
+def test_episodes_tallied_one_by_one_pair_controllers_on_the_same_draws():
+    """batch_sim.py's standard errors and its k by batch size: each episode tallied on its own, the
+    same as the pooled run; episodes differ (other requests), a replay of the same seed does not;
+    every step is counted at its batch size and k."""
     from specrl.evaluation.compare import paired_ratio_two_se
 
     env = BatchReplayEnv(scenario(size=4, requests=8), latency=synthetic_latency(), split="validation")
-    pooled, episodes = batch_control.episode_throughputs(env, specrl.StaticController(3), 3)
+    tallies = batch_control.play_episodes(env, specrl.StaticController(3), 3)
+    pooled = batch_control.pooled_throughput(tallies)
     assert pooled == pytest.approx(batch_control.controller_throughput(env, specrl.StaticController(3), 3))
-    assert len(episodes) == 3 and len(set(episodes)) == 3 and min(episodes) <= pooled <= max(episodes)
-    again = batch_control.episode_throughputs(env, specrl.StaticController(3), 3)[1]
+    episodes = [t.throughput for t in tallies]
+    assert len(set(episodes)) == 3 and min(episodes) <= pooled <= max(episodes)
+    again = [t.throughput for t in batch_control.play_episodes(env, specrl.StaticController(3), 3)]
     assert again == episodes and paired_ratio_two_se(again, episodes) == 0.0
-    plain = batch_control.episode_throughputs(env, specrl.StaticController(0), 3)[1]
+    plain = [t.throughput for t in batch_control.play_episodes(env, specrl.StaticController(0), 3)]
     assert paired_ratio_two_se(episodes, plain) > 0
+    for tally in tallies:
+        assert {k for _, k in tally.steps} == {3} and {size for size, _ in tally.steps} <= set(range(1, 5))
+        assert (4, 3) in tally.steps
 
 
 def test_checkpoint_selection_puts_the_plain_floor_before_the_score():
@@ -586,7 +592,14 @@ def test_batch_sim_prices_the_comparison_with_a_profile_of_the_family(tmp_path):
         flags = ["--fixed", "batch_1", "--arrivals", "--episodes", "1", "--latency-profile", name]
         report = script.main([*flags, "--out", str(out)])
         assert report["latency"]["profile"] == name and report["latency"]["verify_scale"] is None
-        assert list(report["rows"]) == ["batch_1"] and f"`{name}`" in out.with_suffix(".md").read_text()
+        page = out.with_suffix(".md").read_text()
+        assert list(report["rows"]) == ["batch_1"] and f"`{name}`" in page
+        row = report["rows"]["batch_1"]
+        assert row["two_se_vs_schedule"]["plain"] is None  # one episode: no standard error
+        # every step of the schedule is counted at one row, at the schedule's k there
+        (_, k, steps), *others = row["steps"]["schedule"]
+        assert not others and steps > 0 and k == report["schedule"][min(report["schedule"])]
+        assert f"| batch_1 | 1-2 | {k}.0 (" in page
         plain[name] = report["rows"]["batch_1"]["controllers"]["plain"]
     models = profiles(batch=True)
     modeled = models["gpu-like-h200"].plain_throughput(1) / models["gpu-like-a100"].plain_throughput(1)

@@ -10,6 +10,8 @@ tune and score with these, so the schedule and the cut-off mean the same thing i
 from __future__ import annotations
 
 import math
+from collections import Counter
+from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
@@ -25,12 +27,24 @@ FIXED = ["batch_1", "batch_4", "batch_16", "batch_64"]
 ARRIVALS = ["arrivals"]
 
 
-def _episode_totals(
-    env: BatchReplayEnv, controller, seed: int, prefill: bool
-) -> tuple[dict[int, float], dict[int, float]]:
-    """(tokens, seconds) by batch size (key 0: over all) of one episode with ``seed``."""
-    tokens: dict[int, float] = {}
-    seconds: dict[int, float] = {}
+@dataclass
+class EpisodeTally:
+    """One episode's tokens and seconds by batch size (key 0: over all), and the steps at each
+    (batch size, k)."""
+
+    tokens: dict[int, float] = field(default_factory=dict)
+    seconds: dict[int, float] = field(default_factory=dict)
+    steps: Counter = field(default_factory=Counter)
+
+    @property
+    def throughput(self) -> float:
+        """Tokens over seconds, over the whole episode."""
+        return throughput(self.tokens[0], self.seconds[0])
+
+
+def play_episode(env: BatchReplayEnv, controller, seed: int, prefill: bool = True) -> EpisodeTally:
+    """``controller``'s episode with ``seed``; the seconds of the steps alone if not ``prefill``."""
+    tally = EpisodeTally()
     observation, _ = env.reset(seed=seed)
     controller.reset()
     done = False
@@ -39,9 +53,10 @@ def _episode_totals(
         controller.observe(info["step_result"])
         spent = info["seconds"] - (0.0 if prefill else info["prefill_seconds"])
         for size in (0, info["batch_size"]):
-            tokens[size] = tokens.get(size, 0.0) + info["tokens"]
-            seconds[size] = seconds.get(size, 0.0) + spent
-    return tokens, seconds
+            tally.tokens[size] = tally.tokens.get(size, 0.0) + info["tokens"]
+            tally.seconds[size] = tally.seconds.get(size, 0.0) + spent
+        tally.steps[(info["batch_size"], info["k"])] += 1
+    return tally
 
 
 def rates_by_batch(env: BatchReplayEnv, controller, episodes: int, prefill: bool = True) -> dict[int, float]:
@@ -50,10 +65,10 @@ def rates_by_batch(env: BatchReplayEnv, controller, episodes: int, prefill: bool
     tokens: dict[int, float] = {}
     seconds: dict[int, float] = {}
     for seed in range(episodes):
-        episode_tokens, episode_seconds = _episode_totals(env, controller, seed, prefill)
-        for size, value in episode_tokens.items():
+        tally = play_episode(env, controller, seed, prefill)
+        for size, value in tally.tokens.items():
             tokens[size] = tokens.get(size, 0.0) + value
-            seconds[size] = seconds.get(size, 0.0) + episode_seconds[size]
+            seconds[size] = seconds.get(size, 0.0) + tally.seconds[size]
     return {size: throughput(tokens[size], seconds[size]) for size in tokens}
 
 
@@ -62,13 +77,16 @@ def controller_throughput(env: BatchReplayEnv, controller, episodes: int) -> flo
     return rates_by_batch(env, controller, episodes)[0]
 
 
-def episode_throughputs(env: BatchReplayEnv, controller, episodes: int) -> tuple[float, list[float]]:
-    """(:func:`controller_throughput`, each episode's own tokens over busy seconds), from one run
-    of the episodes with seeds 0..episodes-1: the second pairs controllers episode by episode
-    (:func:`specrl.evaluation.compare.paired_ratio_two_se`)."""
-    totals = [_episode_totals(env, controller, seed, prefill=True) for seed in range(episodes)]
-    pooled = throughput(sum(t[0] for t, _ in totals), sum(s[0] for _, s in totals))
-    return pooled, [throughput(t[0], s[0]) for t, s in totals]
+def play_episodes(env: BatchReplayEnv, controller, episodes: int) -> list[EpisodeTally]:
+    """The episodes with seeds 0..episodes-1, each tallied on its own: each episode's throughput
+    pairs controllers episode by episode (:func:`specrl.evaluation.compare.paired_ratio_two_se`);
+    pooled, they give :func:`controller_throughput`."""
+    return [play_episode(env, controller, seed) for seed in range(episodes)]
+
+
+def pooled_throughput(tallies: list[EpisodeTally]) -> float:
+    """Tokens over busy seconds over every episode of ``tallies``."""
+    return throughput(sum(t.tokens[0] for t in tallies), sum(t.seconds[0] for t in tallies))
 
 
 def batch_of(name: str) -> int:

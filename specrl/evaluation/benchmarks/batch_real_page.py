@@ -59,7 +59,7 @@ def markdown(report: dict, picture: str) -> str:
         )
     lines += [markdown_table(header, table), "", f"![ratios and k by batch size]({picture})", ""]
     lines += policies_side_by_side(
-        {name: row["tokens_per_s"] for name, row in report["rows"].items()}, "repeat"
+        {name: row["tokens_per_s"] for name, row in report["rows"].items()}, "a repeat"
     )
     lines += [
         origin_line(report),
