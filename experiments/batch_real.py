@@ -66,9 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="repeats of the fixed-batch scenarios (default: --repeats); they run in seconds, so more "
         "repeats buy them a steadier median cheaply",
     )
-    parser.add_argument(
-        "--episodes", type=int, default=3, help="simulator episodes (tuning and the sim column)"
-    )
+    parser.add_argument("--episodes", type=int, default=6, help="simulator episodes (tuning, sim column)")
     parser.add_argument(
         "--policy",
         nargs="+",

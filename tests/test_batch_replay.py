@@ -580,6 +580,25 @@ def test_train_batch_over_a_family_tunes_a_schedule_per_machine_and_selects_unde
 
 
 @pytest.mark.slow
+def test_schedule_episodes_tunes_on_the_first_n_episodes_as_a_run_of_n_does(tmp_path):
+    """schedule_episodes.py: the schedule of N episodes is the one batch_sim.py --episodes N tunes,
+    from the same speeds."""
+    from specrl.latency.family import profiles
+
+    script = load_script("schedule_episodes")
+    flags = ["--profiles", "gpu-like-h200", "--fixed", "batch_1", "--episodes", "1", "2"]
+    report = script.main([*flags, "--out", str(tmp_path / "episodes")])
+    assert [row["episodes"] for row in report["rows"]] == [1, 2]
+    env = BatchReplayEnv("batch_1", latency=profiles(batch=True)["gpu-like-h200"], split="validation")
+    for row in report["rows"]:
+        best_k, schedule = batch_control.tune_schedule({"batch_1": env}, row["episodes"])
+        assert row["best_k"] == {"1": best_k[1]} and row["schedule"] == str(schedule)
+        speed = batch_control.controller_throughput(env, specrl.StaticController(best_k[1]), row["episodes"])
+        assert row["speeds"]["1"][str(best_k[1])] == pytest.approx(speed)
+    assert "| gpu-like-h200 | 2 | " in (tmp_path / "episodes.md").read_text()
+
+
+@pytest.mark.slow
 def test_batch_sim_prices_the_comparison_with_a_profile_of_the_family(tmp_path):
     """batch_sim.py --latency-profile: the schedule is tuned and every controller runs under that
     profile's batch model (GPU-like ones here, which have no calibration scales), and the page says so."""

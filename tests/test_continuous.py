@@ -4,6 +4,7 @@ charges the batch's own work and skips idle waits; bad input is refused by name.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from conftest import prompts, reference_greedy
 
@@ -53,6 +54,36 @@ def test_a_request_arriving_later_joins_a_running_batch(close_pair):
     assert (joined.rows, joined.slots) == (1, 2) and joined.prompt_lengths == [5]  # 2 tokens cached
     assert start.seconds + joined.seconds == pytest.approx(run.prefill_seconds)
     assert run.finished_at[1] > run.finished_at[0]  # it started a step later, with the same budget
+
+
+class Recording(specrl.StaticController):
+    """k = 1, keeping every observation it was given."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.seen = []
+
+    def act(self, observation):
+        self.seen.append(observation.copy())
+        return super().act(observation)
+
+
+def test_the_policy_sees_the_machines_prices_as_in_the_batch_simulator(close_pair):
+    """With ``prices`` (the machine's batched latency model) the verification's curve features are
+    its curve at the batch's rows, as the batch simulator shows them; without, a flat curve (0)."""
+    from specrl.features import FEATURE_NAMES
+
+    model = profiles(batch=True)["cpu-xeon-2t"]
+    shape = [FEATURE_NAMES.index(f"verify_step_{tokens}") for tokens in range(2, 10)]
+    served = requests(close_pair.vocab_size, [0.0, 0.0, 0.0])
+    seen = {}
+    for label, prices in (("priced", model.price_line), ("none", None)):
+        controller = Recording()
+        serve_continuous(close_pair, controller, served, 3, 6, stop_at_eos=False, prices=prices)
+        seen[label] = controller.seen[0][shape]
+    assert not seen["none"].any()
+    expected = np.clip(model.price_line(3, 5).shape(), 0.0, 1.0)  # 3 rows of 2, 5 and 8 tokens: 5
+    assert expected.any() and seen["priced"] == pytest.approx(expected, abs=1e-6)
 
 
 def test_bad_requests_are_refused_by_name(close_pair):

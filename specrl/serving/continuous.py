@@ -10,8 +10,9 @@ Throughput is every request's tokens over the busy seconds. The features are the
 the simulator: one ``FeatureTracker`` for the whole run, told the batch's rows after every change.
 
     scenario = load_scenario("arrivals")  # its load is relative to the machine: priced by its latency
-    requests = scenario_requests(scenario, pair, split="test", seed=0, latency=scenario.latency_model(pair))
-    run = serve_continuous(pair, controller, requests, max_batch=64, max_new_tokens=128)
+    latency = scenario.latency_model(pair)  # the machine's batch calibration
+    requests = scenario_requests(scenario, pair, split="test", seed=0, latency=latency)
+    run = serve_continuous(pair, controller, requests, 64, 128, prices=latency.price_line)
     run.tokens_per_s, run.outputs[i], run.batch_sizes
 
 :func:`scenario_requests` draws a scenario's requests the way the batch simulator draws its traces:
@@ -35,6 +36,7 @@ from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import Step, throughput
 from specrl.envs.scenario import Scenario
 from specrl.envs.trace_replay import request_arrivals
+from specrl.features import Prices
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 
@@ -123,9 +125,13 @@ def serve_continuous(
     stop_at_eos: bool = True,
     progress: bool = False,
     on_step: Callable[[Generation, Step], None] | None = None,
+    prices: Prices | None = None,
 ) -> ContinuousRun:
     """Serve ``requests`` (in arrival order) with continuous batching; see the module doc.
-    ``on_step(generation, step)``, if given, sees every batched step as it ends."""
+    ``on_step(generation, step)``, if given, sees every batched step as it ends. ``prices``: the
+    prior of the price features (:mod:`specrl.features`), the machine's batched latency model's
+    ``price_line``, as the batch simulator gives it; a policy of feature version 5 reads the
+    verification's curve from it, and without one sees a flat curve (a GPU's)."""
     if not requests:
         raise ValueError("no requests to serve: give at least one TimedRequest")
     if max_batch < 1:
@@ -158,7 +164,7 @@ def serve_continuous(
             if generation is None:
                 generation = Generation(pair, prompts, max_new_tokens, sampling, seed, stop_at_eos)
                 rows = list(range(len(prompts)))
-                loop = ControlLoop(generation, controller)
+                loop = ControlLoop(generation, controller, prices)
             else:
                 rows = generation.add(prompts)
             row_of.update(zip(rows, admitted, strict=True))

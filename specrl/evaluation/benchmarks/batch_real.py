@@ -139,7 +139,7 @@ def scenario_row(
     simulated = {label: controller_throughput(env, c, episodes) for label, c in roster.items()}
     players = {
         label: lambda stream, seed, c=controller: serve_continuous(
-            pair, c, stream, capacity, budget, sampling, seed=seed
+            pair, c, stream, capacity, budget, sampling, seed=seed, prices=latency.price_line
         )
         for label, controller in roster.items()
     }

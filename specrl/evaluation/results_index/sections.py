@@ -173,34 +173,53 @@ SECTIONS = (
         "Batch-aware policy: on machines it never trained on (held-out batch profiles)",
         "The shipped batch policy (since Dec 5), trained over the family of batch latency models (a "
         "measured CPU batch calibration, GPU-like profiles over batch sizes, perturbations) with the "
-        "default budget, seeds 0 (shipped) and 1, priced by a held-out profile in the batch simulator: "
-        "a 2-thread Intel Xeon's batch calibration and a GPU-like H200. The arrivals load is relative "
-        "to the machine (batch.load_unit: plain). Per profile the batch-size schedule is re-tuned on "
-        "validation there; test traces. The batch policy shipped before, trained on one machine's "
-        "prices (kept as results/profiles/previous_batch), on the pages marked previous; seed 1's "
-        "pages under seed1/.",
+        "default budget, priced by a held-out profile in the batch simulator: a 2-thread Intel Xeon's "
+        "batch calibration and a GPU-like H200. Side by side on one page per profile: `carried` "
+        "(seed 0, shipped), `carried-seed1`, `alone` (trained on that profile alone, one state in 8 "
+        "labelled) and `previous` (the batch policy shipped before, trained on one machine's prices). "
+        "The arrivals load is relative to the machine (batch.load_unit: plain). Per profile the "
+        "batch-size schedule is re-tuned on 6 validation episodes there; 6 test episodes, each ratio "
+        "with twice its paired standard error.",
         "python experiments/train_batch.py --seed S --out results/profiles/runs/batch-family/seedS "
-        "(S = 0, 1; seed 0 is specrl/policies/batch); python experiments/batch_sim.py "
-        "--latency-profile P --policy results/profiles/runs/batch-family/seed0 "
-        "--out results/profiles/batch/P (seed 1: --out results/profiles/batch/seed1/P); "
-        "python experiments/batch_sim.py --latency-profile P "
-        "--policy results/profiles/previous_batch --out results/profiles/batch/P_previous "
-        "(P = cpu-xeon-2t, gpu-like-h200)",
+        "(S = 0, 1; seed 0 is specrl/policies/batch); python experiments/train_batch.py "
+        "--latency-profiles P --perturbations 0 --label-every 8 --seed 0 "
+        "--out results/profiles/runs/batch-alone-P/seed0; python experiments/batch_sim.py "
+        "--latency-profile P --policy carried=specrl/policies/batch "
+        "carried-seed1=results/profiles/runs/batch-family/seed1 "
+        "alone=results/profiles/runs/batch-alone-P/seed0 previous=results/profiles/previous_batch "
+        "--out results/profiles/batch/P (P = cpu-xeon-2t, gpu-like-h200)",
         (
             "results/profiles/batch/cpu-xeon-2t.md",
-            "results/profiles/batch/cpu-xeon-2t_previous.md",
             "results/profiles/batch/gpu-like-h200.md",
-            "results/profiles/batch/gpu-like-h200_previous.md",
-            "results/profiles/batch/seed1/cpu-xeon-2t.md",
-            "results/profiles/batch/seed1/gpu-like-h200.md",
             "results/profiles/batch/cpu-xeon-2t.json",
-            "results/profiles/batch/cpu-xeon-2t_previous.json",
             "results/profiles/batch/gpu-like-h200.json",
-            "results/profiles/batch/gpu-like-h200_previous.json",
-            "results/profiles/batch/seed1/cpu-xeon-2t.json",
-            "results/profiles/batch/seed1/gpu-like-h200.json",
         ),
         "results/notes/batch_profiles.md",
+    ),
+    Section(
+        "Batch-size schedule: how many validation episodes it needs",
+        "The batch-size schedule tuned on the first 3, 6 and 12 validation episodes of each fixed "
+        "batch size under the two held-out batch profiles: the best static k at each size and how "
+        "close the next one is. batch_sim.py and batch_real.py tune on 6 since Dec 5's third session.",
+        "python experiments/schedule_episodes.py",
+        ("results/batch/schedule_episodes.md", "results/batch/schedule_episodes.json"),
+    ),
+    Section(
+        "Batch-aware policy: carried to this Xeon against one trained on its calibration (real loop)",
+        "Continuous batching in the real loop on the 2-thread Intel Xeon whose batch calibration the "
+        "shipped batch policy never trained on: the shipped policy (`carried`) against one trained on "
+        "that calibration alone (`here`, results/profiles/runs/batch-alone-cpu-xeon-2t/seed0), the "
+        "schedule tuned on validation in the simulator and plain decoding; test prompts, interleaved "
+        "repeats, paired ratios with twice their standard error.",
+        "python experiments/batch_real.py --policy carried=specrl/policies/batch "
+        "here=results/profiles/runs/batch-alone-cpu-xeon-2t/seed0 --only plain schedule ppo "
+        "--repeats 3 --out results/profiles/batch/real_xeon",
+        (
+            "results/profiles/batch/real_xeon.md",
+            "results/profiles/batch/real_xeon.json",
+            "results/profiles/batch/real_xeon.png",
+        ),
+        "results/notes/batch_profiles_real.md",
     ),
     Section(
         "PPO policy: what the warm start and PPO each give",
