@@ -35,7 +35,7 @@ def markdown(report: dict, picture: str) -> str:
         "rows",
         *labels,
         *[f"{label} / schedule ± 2 SE (sim)" for label in others],
-        *[f"{label} / plain" for label in labels if label != "plain"],
+        *[f"{label} / plain ± 2 SE" for label in labels if label != "plain"],
         "outputs equal",
     ]
     table = []
@@ -53,7 +53,11 @@ def markdown(report: dict, picture: str) -> str:
                     f"({row['sim_ratio_vs_schedule'][label]:.3f})"
                     for label in others
                 ],
-                *[_ratio(row, "ratio_vs_plain", label) for label in labels if label != "plain"],
+                *[
+                    _ratio(row, "ratio_vs_plain", label) + plus_minus(row, "ratio_vs_plain", label)
+                    for label in labels
+                    if label != "plain"
+                ],
                 "-" if same is None else ("yes" if same else "**no**"),
             ]
         )
