@@ -64,8 +64,9 @@ from specrl.tables import markdown_table
 
 REPO = Path(__file__).resolve().parent.parent
 # Tuned on 3 episodes, the k of batch_64 under gpu-like-h200 was 0 by 0.2% over k = 1, and on 6
-# and 12 it is 1 by 0.7-1.1%: a schedule off above 32 rows, which arrivals spends most of its
-# time at, made the schedule 1-4% weaker there. 6 episodes tune the same schedule as 12 there.
+# and 12 it is 1 by 0.7-1.1%: a schedule off above 32 rows, where arrivals spends most of its
+# time, made every controller look about 4 points better against it there. 6 episodes tune the
+# same schedule as 12 there (experiments/schedule_episodes.py).
 EPISODES = 6
 
 
