@@ -59,13 +59,24 @@ def play_episode(env: BatchReplayEnv, controller, seed: int, prefill: bool = Tru
     return tally
 
 
+def play_episodes(env: BatchReplayEnv, controller, episodes: int, prefill: bool = True) -> list[EpisodeTally]:
+    """The episodes with seeds 0..episodes-1, each tallied on its own: each episode's throughput
+    pairs controllers episode by episode (:func:`specrl.evaluation.compare.paired_ratio_two_se`);
+    pooled, they give :func:`controller_throughput`."""
+    return [play_episode(env, controller, seed, prefill) for seed in range(episodes)]
+
+
+def pooled_throughput(tallies: list[EpisodeTally]) -> float:
+    """Tokens over busy seconds over every episode of ``tallies``."""
+    return throughput(sum(t.tokens[0] for t in tallies), sum(t.seconds[0] for t in tallies))
+
+
 def rates_by_batch(env: BatchReplayEnv, controller, episodes: int, prefill: bool = True) -> dict[int, float]:
     """Tokens over seconds at each batch size a controller's episodes met (key 0: over all); the
     seconds of the steps alone if not ``prefill``."""
     tokens: dict[int, float] = {}
     seconds: dict[int, float] = {}
-    for seed in range(episodes):
-        tally = play_episode(env, controller, seed, prefill)
+    for tally in play_episodes(env, controller, episodes, prefill):
         for size, value in tally.tokens.items():
             tokens[size] = tokens.get(size, 0.0) + value
             seconds[size] = seconds.get(size, 0.0) + tally.seconds[size]
@@ -75,18 +86,6 @@ def rates_by_batch(env: BatchReplayEnv, controller, episodes: int, prefill: bool
 def controller_throughput(env: BatchReplayEnv, controller, episodes: int) -> float:
     """Tokens over busy seconds, summed over episodes with seeds 0..episodes-1."""
     return rates_by_batch(env, controller, episodes)[0]
-
-
-def play_episodes(env: BatchReplayEnv, controller, episodes: int) -> list[EpisodeTally]:
-    """The episodes with seeds 0..episodes-1, each tallied on its own: each episode's throughput
-    pairs controllers episode by episode (:func:`specrl.evaluation.compare.paired_ratio_two_se`);
-    pooled, they give :func:`controller_throughput`."""
-    return [play_episode(env, controller, seed) for seed in range(episodes)]
-
-
-def pooled_throughput(tallies: list[EpisodeTally]) -> float:
-    """Tokens over busy seconds over every episode of ``tallies``."""
-    return throughput(sum(t.tokens[0] for t in tallies), sum(t.seconds[0] for t in tallies))
 
 
 def batch_of(name: str) -> int:
