@@ -87,7 +87,9 @@ verification of B rows is ``fixed + per_token * B``.
 A line needs steps that verified different token counts, and a controller that never changes k
 (a static rule, a deterministic policy without a tau stop) never gives them. So the fit leans on
 a **prior**, :class:`PriceLine`: the latency model's (the simulators price with it; the engine
-takes the machine's calibration, ``SpeculativeDecoder(..., prices=model.price_line)``). The
+takes the machine's calibration, ``SpeculativeDecoder(..., prices=model.price_line)``; a loop
+given none takes this machine's cached calibrations, :func:`specrl.latency.calibration.machine_prices`,
+for a controller that reads prices). The
 slope is a ridge regression toward the prior's *relative* slope (``per_token / fixed``, which
 does not depend on the machine's speed either), worth :data:`PRIOR_STEPS` steps one token a row
 away from the window's mean: steps that vary their tokens outweigh it within a few steps, and
@@ -205,6 +207,7 @@ ACCEPTED_CONFIDENCE = FEATURE_NAMES.index("accepted_confidence")
 COST_RATIO = FEATURE_NAMES.index("cost_ratio")
 STEPS_SINCE_DRAFT = FEATURE_NAMES.index("steps_since_draft")
 FEATURE_COUNTS = {1: 19, 2: 32, 3: 33, 4: 35, 5: N_FEATURES}  # version -> its features: the first that many
+PRICED_VERSION = 4  # the first feature version that reads the machine's prices (a prior helps it)
 FEATURE_LOW = 0.0  # every feature lies in [FEATURE_LOW, FEATURE_HIGH]
 FEATURE_HIGH = 1.0
 

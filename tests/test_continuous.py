@@ -11,6 +11,7 @@ from conftest import prompts, reference_greedy
 import specrl
 from specrl.controllers.batch_schedule import BatchScheduleController
 from specrl.envs import load_scenario
+from specrl.latency.calibration import machine_prices
 from specrl.latency.family import profiles
 from specrl.serving import TimedRequest, scenario_requests, serve_continuous
 
@@ -84,6 +85,48 @@ def test_the_policy_sees_the_machines_prices_as_in_the_batch_simulator(close_pai
     assert not seen["none"].any()
     expected = np.clip(model.price_line(3, 5).shape(), 0.0, 1.0)  # 3 rows of 2, 5 and 8 tokens: 5
     assert expected.any() and seen["priced"] == pytest.approx(expected, abs=1e-6)
+
+
+class PriceReading(Recording):
+    """A :class:`Recording` that, like a policy of feature version 4 or later, brings this
+    machine's prices when the loop is given none."""
+
+    def machine_prices(self, pair):
+        return machine_prices(pair, "PriceReading")
+
+
+def test_a_loop_given_no_prices_takes_this_machines_cached_calibrations(close_pair, tmp_path, monkeypatch):
+    """No calibration cached: a policy that reads prices warns once (naming the fix) and runs
+    without a prior; an older policy neither warns nor looks. Once this machine's batch calibration
+    is cached, a loop given no ``prices`` shows its curve at the batch's rows; a step of one row is
+    priced by the single-sequence calibration when that is cached too."""
+    import warnings
+
+    from specrl.features import FEATURE_NAMES
+    from specrl.latency.store import latency_path
+
+    monkeypatch.setenv("SPECRL_HOME", str(tmp_path))
+    shipped, older = specrl.LearnedController.load("default"), specrl.LearnedController.load("pool")
+    with pytest.warns(UserWarning, match="no calibration .* is cached.*calibrated"):
+        assert shipped.machine_prices(close_pair) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert shipped.machine_prices(close_pair) is None  # once per process and pair
+        assert older.machine_prices(close_pair) is None  # version 3 reads no prices
+
+    batch, loop = profiles(batch=True)["cpu-xeon-2t"], profiles()["gpu-like-h200"]
+    batch.save(latency_path(close_pair, "batch"))
+    shape = [FEATURE_NAMES.index(f"verify_step_{tokens}") for tokens in range(2, 10)]
+    controller = PriceReading()
+    serve_continuous(
+        close_pair, controller, requests(close_pair.vocab_size, [0.0] * 3), 3, 6, stop_at_eos=False
+    )
+    expected = np.clip(batch.price_line(3, 5).shape(), 0.0, 1.0)
+    assert expected.any() and controller.seen[0][shape] == pytest.approx(expected, abs=1e-6)
+
+    loop.save(latency_path(close_pair))
+    prices = shipped.machine_prices(close_pair)
+    assert prices(1, 100) == loop.price_line(1, 100) and prices(3, 100) == batch.price_line(3, 100)
 
 
 def test_bad_requests_are_refused_by_name(close_pair):

@@ -13,7 +13,8 @@ from specrl.controllers.stop_rules import stop_rule_table
 from specrl.engine.types import Action, StepResult
 from specrl.export import ExportedPolicy, load_policy
 from specrl.export.layout import action_sizes
-from specrl.features import N_FEATURES
+from specrl.features import FEATURE_COUNTS, N_FEATURES, PRICED_VERSION, Prices
+from specrl.latency.calibration import machine_prices
 
 
 class LearnedController:
@@ -96,6 +97,16 @@ class LearnedController:
     def name(self) -> str:
         """Short label for tables: ``learned:<folder name>``."""
         return f"learned:{self.policy.folder.name}"
+
+    def machine_prices(self, pair: Any) -> Prices | None:
+        """The prior of the price features when a loop is given none
+        (:func:`specrl.engine.decoder.default_prices`): for a policy that reads the machine's prices
+        (feature version 4 or later), this machine's cached calibrations of ``pair``
+        (:func:`specrl.latency.calibration.machine_prices`, which warns when there are none);
+        None for an older policy."""
+        if self.n_features < FEATURE_COUNTS[PRICED_VERSION]:
+            return None
+        return machine_prices(pair, f"policy {self.policy.folder}")
 
     def pair_warning(self, pair_name: str) -> str | None:
         """A warning when the policy was trained on another pair than ``pair_name``, else None."""

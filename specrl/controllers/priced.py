@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from specrl.engine.types import Action, StepResult
-from specrl.features import FEATURE_NAMES, K_NORM
+from specrl.features import FEATURE_NAMES, K_NORM, Prices
+from specrl.latency.calibration import machine_prices
 
 PRICED_K = FEATURE_NAMES.index("priced_k")
 STEPS_SINCE_DRAFT = FEATURE_NAMES.index("steps_since_draft")
@@ -44,6 +45,11 @@ class PricedController:
 
     def observe(self, result: StepResult) -> None:
         """The features hold what it needs."""
+
+    def machine_prices(self, pair: Any) -> Prices | None:
+        """This machine's cached calibrations of ``pair`` as the prices' prior when a loop is given
+        none (:func:`specrl.latency.calibration.machine_prices`)."""
+        return machine_prices(pair, "PricedController")
 
     def __repr__(self) -> str:
         return "PricedController()"

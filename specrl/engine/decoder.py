@@ -31,10 +31,10 @@ class SpeculativeDecoder:
         print(out.text, out.stats.tokens_per_s)
 
     ``prices``: the prior of the price features (:mod:`specrl.features`), a latency model's
-    ``price_line``: pass this machine's calibration
-    (``specrl.latency.calibrated(pair).price_line``) to a policy of feature version 4 or later,
-    which reads the machine's prices (version 5 also the calibration's verification curve);
-    without it they are measured from the steps alone, and the curve's features are 0.
+    ``price_line``. A policy of feature version 4 or later reads the machine's prices (version 5
+    also the calibration's verification curve); given none, it takes this machine's cached
+    calibrations of the pair (:func:`default_prices`), and where none is cached (a warning says
+    so) they are measured from the steps alone and the curve's features are 0.
     """
 
     def __init__(self, pair: ModelPair, controller: Controller, prices: Prices | None = None) -> None:
@@ -125,6 +125,8 @@ class ControlLoop:
 
     def __init__(self, generation: Generation, controller: Controller, prices: Prices | None = None) -> None:
         self.generation, self.controller = generation, controller
+        if prices is None:
+            prices = default_prices(controller, generation.pair)
         drafters = getattr(controller, "drafters", (DEFAULT_DRAFTER,))
         prompt_length = round(sum(generation.prompt_lengths) / len(generation.prompt_lengths))
         self.features = FeatureTracker(
@@ -151,6 +153,14 @@ class ControlLoop:
             context_length=sum(len(generation.tokens[r]) for r in rows) / len(rows),
             generated=sum(len(generation.output_ids(r)) for r in rows) / len(rows),
         )
+
+
+def default_prices(controller: Controller, pair: ModelPair) -> Prices | None:
+    """The prior a controller that reads the machine's prices brings when none is given: its
+    ``machine_prices(pair)`` (a learned policy of feature version 4 or later and the priced rule:
+    this machine's cached calibrations), else None."""
+    lookup = getattr(controller, "machine_prices", None)
+    return None if lookup is None else lookup(pair)
 
 
 def drive(

@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from specrl.features import PriceLine
 from specrl.latency.batch import measure_batch_latency
 from specrl.latency.drafters import measure_drafter_costs, with_drafter_costs
 from specrl.latency.fileformat import LatencyError
@@ -80,3 +81,50 @@ def calibrated(
         model = with_drafter_costs(model, measure_drafter_costs(pair, unpriced, progress=progress))
         model.save(path)
     return model
+
+
+class MachinePrices:
+    """The price features' prior on this machine (:data:`specrl.features.Prices`), from its cached
+    calibrations: a step of one row is priced by the single-sequence calibration (``loop``) when
+    one is cached, else by the batch calibration; a step of more rows by the batch calibration
+    when one is cached, else by the single-sequence one (which prices every batch size as one
+    row)."""
+
+    def __init__(self, loop: LatencyModel | None, batch: LatencyModel | None) -> None:
+        if loop is None and batch is None:
+            raise ValueError("MachinePrices needs a cached calibration: a single-sequence or a batch one")
+        self.loop, self.batch = loop, batch
+
+    def __call__(self, rows: int, context_length: float) -> PriceLine:
+        one_row = self.loop if rows == 1 else self.batch
+        model = one_row if one_row is not None else (self.batch if rows == 1 else self.loop)
+        return model.price_line(rows, context_length)
+
+
+_WARNED: set[str] = set()
+_READ: dict[tuple, MachinePrices | None] = {}
+
+
+def machine_prices(pair: Any, reader: str = "the controller") -> MachinePrices | None:
+    """This machine's prices for ``pair`` from its cached calibrations (:class:`MachinePrices`), or
+    None when neither is cached: then a warning, once per process and pair, names ``reader`` (what
+    reads the prices) and how to calibrate. Nothing is measured here."""
+    paths = (latency_path(pair), latency_path(pair, "batch"))
+    key = tuple((str(path), path.stat().st_mtime_ns if path.is_file() else 0) for path in paths)
+    if key not in _READ:  # a loop per generation: read each file once while it is unchanged
+        loop, batch = cached_calibration(pair), cached_calibration(pair, method="batch")
+        _READ[key] = None if loop is None and batch is None else MachinePrices(loop, batch)
+    if _READ[key] is not None:
+        return _READ[key]
+    path = paths[0]
+    if str(path) not in _WARNED:
+        _WARNED.add(str(path))
+        warnings.warn(
+            f"{reader} reads this machine's prices, but no calibration of pair {pair.name!r} is cached "
+            f"here ({path}): its price features are measured from the steps alone and its verification "
+            "curve reads flat. Calibrate once: specrl.latency.calibrated(pair) (or, from a clone, "
+            "python experiments/calibrate.py; add --method batch for batches), or pass "
+            "prices=<a latency model>.price_line",
+            stacklevel=3,
+        )
+    return None

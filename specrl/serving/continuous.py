@@ -131,7 +131,9 @@ def serve_continuous(
     ``on_step(generation, step)``, if given, sees every batched step as it ends. ``prices``: the
     prior of the price features (:mod:`specrl.features`), the machine's batched latency model's
     ``price_line``, as the batch simulator gives it; a policy of feature version 5 reads the
-    verification's curve from it, and without one sees a flat curve (a GPU's)."""
+    verification's curve from it. Given none, a policy that reads prices takes this machine's
+    cached calibrations (:func:`specrl.engine.decoder.default_prices`); with none cached (a
+    warning says so) it sees a flat curve (a GPU's)."""
     if not requests:
         raise ValueError("no requests to serve: give at least one TimedRequest")
     if max_batch < 1:
