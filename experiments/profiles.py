@@ -19,8 +19,17 @@ Each trained run keeps ``policy.pt2``, ``metadata.json`` and ``results.md`` unde
 ``<out>/runs/<arm>/seed<N>/``; a run kept there is not run again (an interrupted call resumes).
 Writes ``<out>/profiles.{json,md,png}``.
 
+``--train="FLAGS"`` adds flags to every trained arm's ``train_ppo.py`` (the pool's scenarios, say;
+with ``=``, since they begin with ``--``), and ``--scenarios`` names the scenarios compared.
+
     python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 2 --alone-seeds 0 1 \\
         --also v4=results/profiles/v4/seed0 previous=results/profiles/previous_default
+    python experiments/profiles.py --carried specrl/policies/pool --seeds 0 1 --alone-seeds 0 \\
+        --profiles cpu-xeon-2t gpu-like-h200 cpu-epyc-2t-dec --alone cpu-xeon-2t gpu-like-h200 \\
+        --scenarios mixed_pool code_pool prose_pool math_pool --out results/profiles/pool \\
+        --also previous=results/profiles/previous_pool --train="--scenarios mixed_pool \\
+        --select-scenarios code_pool prose_pool math_pool \\
+        --eval-scenarios code_pool prose_pool math_pool --no-stop"
 """
 
 from __future__ import annotations
@@ -60,6 +69,11 @@ def trained(arm: str, seed: int, out: Path, flags: list[str]) -> Path:
     return kept_run(arm, seed, out / "runs" / arm / f"seed{seed}", flags, KEPT)
 
 
+def mixed_of(names: list[str]) -> str:
+    """The scenario the summary's "on mixed" column reads: ``mixed``, else the first ``mixed*``."""
+    return "mixed" if "mixed" in names else next((n for n in names if n.startswith("mixed")), "mixed")
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} [{min(values):.3f}, {max(values):.3f}]"
 
@@ -76,7 +90,8 @@ def summary_cells(rows: list, names: list[str]) -> list[str]:
             cells += ["-", "-"]
             continue
         worst = min(mine, key=lambda row: statistics.median(row.ratios(name)))
-        mixed = next((row for row in mine if row.scenario == "mixed"), None)
+        mixed_name = mixed_of([row.scenario for row in rows])
+        mixed = next((row for row in mine if row.scenario == mixed_name), None)
         cells += [
             f"{statistics.median(worst.ratios(name)):.3f} ({worst.scenario})",
             "-" if mixed is None else spread(mixed.ratios(name)),
@@ -104,6 +119,12 @@ def main() -> None:
     )
     parser.add_argument("--scenarios", nargs="+", default=DEFAULT_SCENARIOS + DEFAULT_EVAL_SCENARIOS)
     parser.add_argument("--also", nargs="*", default=[], metavar="NAME=FOLDER", help="other policies")
+    parser.add_argument(
+        "--train",
+        default="",
+        metavar="FLAGS",
+        help='flags every trained arm adds to train_ppo.py: --train="--scenarios ..."',
+    )
     parser.add_argument("--repeats", type=int, default=4, help="acceptance draws per sampled trace")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "profiles")
     args = parser.parse_args()
@@ -115,17 +136,21 @@ def main() -> None:
         parser.error("every --alone profile must be among --profiles")
     also = named_policies(parser, "--also", args.also, reserved=("carried", "alone"))
     alone_seeds = args.alone_seeds or args.seeds
+    train = shlex.split(args.train)
     started = time.perf_counter()
 
     # 1. The policies: carried (trained over the family) and, per --alone profile, its own.
     carried = {}
     for seed in args.seeds:
         use_given = seed == 0 and args.carried is not None
-        carried[seed] = args.carried if use_given else trained("carried", seed, args.out, [])
+        carried[seed] = args.carried if use_given else trained("carried", seed, args.out, train)
     alone = {
         profile: {
             seed: trained(
-                f"alone-{profile}", seed, args.out, ["--latency-profiles", profile, "--perturbations", "0"]
+                f"alone-{profile}",
+                seed,
+                args.out,
+                [*train, "--latency-profiles", profile, "--perturbations", "0"],
             )
             for seed in alone_seeds
         }
@@ -210,7 +235,7 @@ def main() -> None:
         "hindsight, the best of them is the best rule), and every controller sees the same acceptance "
         f"draws. Each cell: the median over seeds {args.seeds} (`alone`: {alone_seeds}; `carried / alone`: "
         "the seeds of both, paired), [min, max]. `carried`: trained over the "
-        "latency family (`python experiments/train_ppo.py`), which holds out "
+        f"latency family (`python {shlex.join(['experiments/train_ppo.py', *train])}`), which holds out "
         f"{', '.join(HELD_OUT)}; `alone`: trained on that profile alone; `{PRICED}`: the k the "
         "machine's prices make fastest at the recent acceptance (`specrl.controllers.priced`, the "
         "feature `priced_k`), a rule that needs no tuning: a teacher of the warm start, not a rule of "

@@ -66,6 +66,8 @@ from specrl.training.inputs import (
 from specrl.training.ppo_run import PPORun, interrupt_on_signals
 from specrl.training.selection import selection_section
 
+SELECT_DEFAULT = ["code", "prose", "math", "code_t1", "prose_t1", "math_t1"]  # --select-scenarios
+
 
 def parse_args() -> argparse.Namespace:
     """The command line (every flag documented by ``--help``)."""
@@ -118,7 +120,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--select-scenarios",
         nargs="*",
-        default=["code", "prose", "math", "code_t1", "prose_t1", "math_t1"],
+        default=SELECT_DEFAULT,
         help="scenarios checkpoint selection also scores on, on their validation traces (the training "
         "ones always); the kept checkpoint has the highest worst ratio to the best rule over them all",
     )
@@ -209,7 +211,16 @@ def main() -> None:
             profiles=args.latency_profiles,
             perturbations=args.perturbations,
         )
-    except (ActionSpaceError, ValueError) as error:
+    except ActionSpaceError as error:
+        hint = ""
+        if args.select_scenarios == SELECT_DEFAULT:
+            hint = (
+                f"; --select-scenarios defaults to {' '.join(SELECT_DEFAULT)}: give scenarios of the "
+                "training ones' action space "
+                "(for mixed_pool: --select-scenarios code_pool prose_pool math_pool)"
+            )
+        raise SystemExit(f"{error}{hint}") from None
+    except ValueError as error:
         raise SystemExit(str(error)) from None
     print(inputs.describe())
 

@@ -8,7 +8,8 @@ import pytest
 from specrl.envs import CostModel, TraceReplayEnv
 from specrl.features import FEATURE_NAMES, STEP_NORM
 from specrl.latency import HELD_OUT, GpuLike, LatencyError, LatencyFamily, LatencyModel, perturbed
-from specrl.latency.family import STEP_HEIGHTS, profiles_known
+from specrl.latency.cost_model import CONSTANT_DRAFTER_COSTS
+from specrl.latency.family import PROFILES_DIR, STEP_HEIGHTS, profiles, profiles_known
 from specrl.training.inputs import (
     FAMILY,
     MACHINE,
@@ -147,5 +148,22 @@ def test_training_machines_name_this_machine_the_family_or_profiles():
     assert len(alone.models[0]) == 1
     with pytest.raises(ValueError, match="not"):
         training_machines([MACHINE, FAMILY], latency)
-    with pytest.raises(ValueError, match=r"do not all price the drafters \['draft-mid'\].*profiles machine"):
-        training_machines([FAMILY], latency, drafters=("draft", "draft-mid"))
+    with pytest.raises(ValueError, match=r"do not all price the drafters \['draft-fp8'\].*profiles machine"):
+        training_machines([FAMILY], latency, drafters=("draft", "draft-mid", "draft-fp8"))
+
+
+def test_every_profile_prices_the_pool_measured_prices_first():
+    """The pool trains over the family: every profile prices every drafter. A calibration's own
+    measured prices stand (the Xeon's; the EPYC Dec calibration's lookup); the rest are the EPYC
+    measurement of Dec 1, and the model says which it filled in."""
+    every = profiles()
+    for name, model in every.items():
+        assert not model.unpriced(list(CONSTANT_DRAFTER_COSTS)), name
+    xeon, epyc = every["cpu-xeon-2t"], every["cpu-epyc-2t-dec"]
+    assert "drafter_costs_from" not in xeon.measurement
+    assert xeon.drafter_costs["draft-int8"] != CONSTANT_DRAFTER_COSTS["draft-int8"]  # measured there
+    assert epyc.drafter_costs["ngram"] != CONSTANT_DRAFTER_COSTS["ngram"]  # its own, kept
+    assert epyc.drafter_costs["draft-int4"] == CONSTANT_DRAFTER_COSTS["draft-int4"]
+    (filled,) = epyc.measurement["drafter_costs_from"].values()
+    assert "ngram" not in filled and "draft-int4" in filled
+    assert epyc.mode == LatencyModel.load(PROFILES_DIR / "cpu-epyc-2t-dec.json").mode

@@ -170,6 +170,8 @@ def test_training_scenarios_must_share_one_action_space():
     assert ActionSpace.shared_by([code], stop=False).stop_grid is None
     with pytest.raises(ActionSpaceError, match="k_max, tau_grid and drafters"):
         ActionSpace.shared_by([code, replace(code, k_max=code.k_max - 1)], stop=False)
+    with pytest.raises(ActionSpaceError, match=r"'code' has .* drafters \['draft'\], but 'mixed_pool' has"):
+        ActionSpace.shared_by([code, load_scenario("mixed_pool")], stop=False)  # names both, and how
     with pytest.raises(ActionSpaceError, match="stop_grid"):
         ActionSpace.shared_by([code, replace(code, stop_grid=(0.0, 0.5))], stop=True)
     ActionSpace.shared_by([code, replace(code, stop_grid=(0.0, 0.5))], stop=False)  # no stop dimension

@@ -52,6 +52,7 @@ import numpy as np
 
 from specrl.latency.batch import DEFAULT_BATCH_SIZES
 from specrl.latency.cost_model import CONSTANT_DRAFTER_COSTS
+from specrl.latency.drafters import with_drafter_costs
 from specrl.latency.fileformat import COST_KEYS, LatencyError
 from specrl.latency.model import LatencyModel
 
@@ -136,12 +137,27 @@ def _measured(batch: bool) -> list[Path]:
     return sorted((BATCH_PROFILES_DIR if batch else PROFILES_DIR).glob("*.json"))
 
 
+def with_pool_prices(model: LatencyModel) -> LatencyModel:
+    """``model``, pricing every drafter of the pool: a drafter it has not measured at
+    :data:`~specrl.latency.cost_model.CONSTANT_DRAFTER_COSTS`, the small pair's prices measured on
+    2 AMD EPYC cores (Dec 1, ``results/drafters/drafters.md``), which the EPYC calibrations lack
+    (the Xeon's are its own: 1.87, 1.44, 4.05, 0.05 and 2.49 for draft-mid, -int8, -int4, ngram
+    and cascade, against 1.86, 1.27, 3.85, 0.05 and 2.35). ``measurement["drafter_costs_from"]``
+    names the drafters filled in."""
+    missing = {d: cost for d, cost in CONSTANT_DRAFTER_COSTS.items() if d not in model.drafter_costs}
+    if not missing:
+        return model
+    filled = with_drafter_costs(model, missing)
+    filled.measurement["drafter_costs_from"] = {"results/drafters/drafters.md (EPYC, Dec 1)": sorted(missing)}
+    return filled
+
+
 def profiles(batch: bool = False) -> dict[str, LatencyModel]:
     """Every profile of the family by name, measured (the shipped calibrations, by file name) and
     GPU-like; each model's ``measurement["profile"]`` is its name. ``batch``: the models over
     batch sizes the batch simulator prices with (the measured ones of ``profiles/batch/``, the
     GPU-like ones over :data:`~specrl.latency.batch.DEFAULT_BATCH_SIZES`)."""
-    models = {path.stem: LatencyModel.load(path) for path in _measured(batch)}
+    models = {path.stem: with_pool_prices(LatencyModel.load(path)) for path in _measured(batch)}
     sizes = DEFAULT_BATCH_SIZES if batch else (1,)
     models.update({f"gpu-like-{gpu.name}": gpu.model(batch_sizes=sizes) for gpu in GPU_LIKE})
     for name, model in models.items():

@@ -93,7 +93,10 @@ class ActionSpace:
         for s in scenarios:
             if s.k_max != space.k_max or tuple(s.tau_grid) != space.tau_grid or s.drafters != space.drafters:
                 raise ActionSpaceError(
-                    "all training scenarios must share k_max, tau_grid and drafters (one action space)"
+                    "the scenarios a policy trains and is selected on must share k_max, tau_grid and "
+                    f"drafters (one action space): {first.name!r} has k_max {first.k_max}, drafters "
+                    f"{list(first.drafters)}, but {s.name!r} has k_max {s.k_max}, drafters {list(s.drafters)}"
+                    f"{'' if tuple(s.tau_grid) == space.tau_grid else ' and another tau_grid'}"
                 )
             if stop and tuple(s.stop_grid) != space.stop_grid:
                 raise ActionSpaceError("all training scenarios must share stop_grid (one action space)")
@@ -194,8 +197,8 @@ def training_machines(
     (``batch``: the family of models over batch sizes, scored under
     :data:`SELECT_BATCH_PROFILES`); profile names: a family of them (``perturbations`` around
     each, the family's default if None), scored under each of them. A family must price every
-    one of ``drafters`` on every profile (the shipped profiles price the draft; the pool's
-    drafters only some of them)."""
+    one of ``drafters`` on every profile (the shipped profiles price every drafter of the pool:
+    :func:`specrl.latency.family.with_pool_prices`)."""
     names = list(names)
     if names == [MACHINE]:
         return Machines(None, {MACHINE: latency})
