@@ -69,6 +69,29 @@ def trained(arm: str, seed: int, out: Path, flags: list[str]) -> Path:
     return kept_run(arm, seed, out / "runs" / arm / f"seed{seed}", flags, KEPT)
 
 
+def choices_section(rows: list, names: list[str]) -> str:
+    """What each policy's first seed drafts with, per profile and scenario: the share of its steps
+    that were plain and that drafted with each drafter, and its mean k; empty when every scenario
+    has the draft alone."""
+    if all(set(row.choices.get(names[0], {})) <= {"plain", "draft", "mean_k"} for row in rows):
+        return ""
+
+    def cell(choice: dict[str, float]) -> str:
+        shares = ", ".join(f"{name} {share:.2f}" for name, share in choice.items() if name != "mean_k")
+        return f"{shares}; k {choice['mean_k']:.1f}"
+
+    lines = [
+        [row.profile, row.scenario, *(cell(row.choices[n]) if n in row.choices else "-" for n in names)]
+        for row in rows
+    ]
+    return (
+        "## What each policy drafts with\n\n"
+        "The first seed of each policy: the share of its steps that were plain (k = 0) and that "
+        "drafted with each drafter, and its mean k over every step.\n\n"
+        f"{markdown_table(['profile', 'scenario', *names], lines)}\n\n"
+    )
+
+
 def mixed_of(names: list[str]) -> str:
     """The scenario the summary's "on mixed" column reads: ``mixed``, else the first ``mixed*``."""
     return "mixed" if "mixed" in names else next((n for n in names if n.startswith("mixed")), "mixed")
@@ -242,6 +265,7 @@ def main() -> None:
         "the bar.\n\n"
         "## Prices (one row, context 256, as the features read them)\n\n"
         f"{price_table}\n\n## Summary\n\n{summary_table}\n\n## Every scenario\n\n{table}\n\n"
+        f"{choices_section(rows, [n for n in names if n != PRICED])}"
         f"{page_footer(command, started)}"
     )
     args.out.mkdir(parents=True, exist_ok=True)
@@ -261,6 +285,7 @@ def main() -> None:
                 "best_role": row.best_role,
                 "best_rule": row.best_rule,
                 "policies": row.policies,
+                "choices": row.choices,
             }
             for row in rows
         ],

@@ -58,10 +58,12 @@ def evaluate_policy(
     repeats: int = 1,
     seed: int = 0,
     predictor: AcceptancePredictor | None = None,
+    record: Callable[[np.ndarray], None] | None = None,
 ) -> EpisodeSummary:
     """A batch policy (observations (N, 19) -> actions (N, 2), or (N, 3) with the per-token stop
     dimension, applied with ``predictor``) over every trace at once, on the acceptance draws
-    :func:`evaluate_controller` uses for the same ``seed``."""
+    :func:`evaluate_controller` uses for the same ``seed``. ``record``, if given, sees the actions
+    of the traces still being decoded at every step."""
     result = EpisodeSummary()
     for repeat in range(1 if traces.greedy else repeats):
         env = VecTraceReplay(scenario, traces, latency, num_envs=len(traces), predictor=predictor)
@@ -69,7 +71,10 @@ def evaluate_policy(
         observations = env.start_traces(range(len(traces)), seeds=seeds)
         live = np.ones(len(traces), dtype=bool)
         while live.any():
-            observations, _, dones, infos = env.step(predict(observations))
+            actions = predict(observations)
+            if record is not None:
+                record(np.asarray(actions)[live])
+            observations, _, dones, infos = env.step(actions)
             for row in np.flatnonzero(dones & live):
                 result.add(infos[row][EPISODE_SUMMARY])
             live &= ~dones

@@ -9,6 +9,7 @@ to the best rule. ``experiments/profiles.py`` writes the page of every profile s
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -29,7 +30,7 @@ from specrl.training.comparison import BAR_RULES, BEST_STATIC, PLAIN, Comparison
 class ProfileRow:
     """One scenario under one profile: tokens/s of plain decoding, of its best rule (``best_role``)
     and of each policy (name -> tokens/s per policy seed; :data:`PRICED`: the priced rule, which
-    needs no seed)."""
+    needs no seed), and what each policy's first seed chose (:meth:`ChoiceTally.summary`)."""
 
     profile: str
     scenario: str
@@ -37,6 +38,7 @@ class ProfileRow:
     best_role: str
     best_rule: float
     policies: dict[str, list[float]] = field(default_factory=dict)
+    choices: dict[str, dict[str, float]] = field(default_factory=dict)  # name -> its first seed's
 
     def ratios(self, name: str) -> list[float]:
         """Each seed's tokens/s of policy ``name`` over the best rule's."""
@@ -44,6 +46,31 @@ class ProfileRow:
 
 
 PRICED = "priced rule"  # specrl.controllers.priced: not a rule of the bar, a teacher of the warm start
+
+
+class ChoiceTally:
+    """A policy's actions on traces (``evaluate_policy``'s ``record``): how many steps were plain
+    (k = 0), how many drafted with each drafter, and their k."""
+
+    def __init__(self, drafters: Sequence[str]) -> None:
+        self.drafters = tuple(drafters)
+        self.steps: Counter[str] = Counter()
+        self.k = 0
+
+    def __call__(self, actions: np.ndarray) -> None:
+        ks = actions[:, 0].astype(int)
+        self.k += int(ks.sum())
+        self.steps["plain"] += int((ks == 0).sum())
+        drafting = actions[ks > 0]
+        which = drafting[:, -1].astype(int) if len(self.drafters) > 1 else np.zeros(len(drafting), int)
+        self.steps.update(self.drafters[i] for i in which)
+
+    def summary(self) -> dict[str, float]:
+        """The share of steps that were plain and that drafted with each drafter (most first), and
+        the mean k over every step."""
+        total = sum(self.steps.values()) or 1
+        shares = {name: count / total for name, count in self.steps.most_common() if count}
+        return {**shares, "mean_k": self.k / total}
 
 
 def policy_predict(policy: ExportedPolicy):
@@ -79,12 +106,20 @@ def profile_row(
     priced = evaluate_controller(PricedController(), scenario, test, footing.latency, repeats)
     row.policies[PRICED] = [priced.tokens_per_s]
     for name, seeds in policies.items():
+        tally = ChoiceTally(seeds[0].drafters)
         row.policies[name] = [
             evaluate_policy(
-                policy_predict(policy), scenario, test, footing.latency, repeats, predictor=policy.predictor
+                policy_predict(policy),
+                scenario,
+                test,
+                footing.latency,
+                repeats,
+                predictor=policy.predictor,
+                record=tally if seed == 0 else None,
             ).tokens_per_s
-            for policy in seeds
+            for seed, policy in enumerate(seeds)
         ]
+        row.choices[name] = tally.summary()
     return row
 
 

@@ -90,6 +90,25 @@ SECTIONS = (
         "results/notes/profiles.md",
     ),
     Section(
+        "Pool policy: on machines it never trained on (latency profiles side by side)",
+        "The shipped pool policy (PPO over all six drafters, feature version 5, trained over the "
+        "latency family without the warm start) on the held-out profiles and the two it selects "
+        "under, against the rules re-tuned there (the best static (k, tau, drafter) among them), a "
+        "pool policy trained on each held-out profile alone, and the pool policy shipped before "
+        "(feature version 3, trained on one EPYC's prices). Test traces, simulator.",
+        "python experiments/profiles.py --carried specrl/policies/pool --seeds 0 1 2 --alone-seeds 0 "
+        "--scenarios mixed_pool code_pool prose_pool math_pool --out results/profiles/pool "
+        "--also previous=results/profiles/previous_pool --train='--scenarios mixed_pool "
+        "--select-scenarios code_pool prose_pool math_pool --eval-scenarios code_pool prose_pool "
+        "math_pool --no-stop --no-warm-start'",
+        (
+            "results/profiles/pool/profiles.md",
+            "results/profiles/pool/profiles.json",
+            "results/profiles/pool/profiles.png",
+        ),
+        "results/notes/pool_profiles.md",
+    ),
+    Section(
         "PPO policy: the version-4 default on machines it never trained on",
         "The default shipped on Dec 4-5 (feature version 4: the prices as a line; its seeds 0 and 1 "
         "kept as results/profiles/v4/seed0 and seed1) on every profile, as the page above, when it "
@@ -377,9 +396,9 @@ SECTIONS = (
         "(k, tau, drafter) on test traces (simulator) and in the real loop, as train_ppo.py wrote it "
         "next to the policy; what a table policy over the text's own signals (the lookup's n-gram "
         "order, a copy run, a short match) takes of the clairvoyant room; the decision overhead.",
-        "python experiments/train_ppo.py --scenarios mixed_pool --eval-scenarios code_pool prose_pool "
-        "math_pool --validate-scenarios mixed_pool code_pool prose_pool math_pool --no-stop "
-        "--policy-name pool; "
+        "python experiments/train_ppo.py --scenarios mixed_pool --select-scenarios code_pool prose_pool "
+        "math_pool --eval-scenarios code_pool prose_pool math_pool --validate-scenarios mixed_pool "
+        "code_pool prose_pool math_pool --no-stop --no-warm-start --policy-name pool; "
         "python experiments/policy_overhead.py specrl/policies/pool --calls 5000 --warmup 500 "
         "--json results/pool/policy_overhead.json --markdown results/pool/policy_overhead.md; "
         "python experiments/pool_signals.py",
