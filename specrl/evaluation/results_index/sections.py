@@ -94,17 +94,24 @@ SECTIONS = (
         "The shipped pool policy (PPO over all six drafters, feature version 5, trained over the "
         "latency family without the warm start) on the held-out profiles and the two it selects "
         "under, against the rules re-tuned there (the best static (k, tau, drafter) among them), a "
-        "pool policy trained on each held-out profile alone, and the pool policy shipped before "
-        "(feature version 3, trained on one EPYC's prices). Test traces, simulator.",
+        "pool policy trained on each held-out profile alone, the pool policy shipped before "
+        "(feature version 3, trained on one EPYC's prices) and the same run with the warm start; "
+        "what each drafts with. Test traces, simulator; then the shipped and the replaced pool "
+        "policies side by side in the real loop on this Xeon.",
         "python experiments/profiles.py --carried specrl/policies/pool --seeds 0 1 2 --alone-seeds 0 "
         "--scenarios mixed_pool code_pool prose_pool math_pool --out results/profiles/pool "
-        "--also previous=results/profiles/previous_pool --train='--scenarios mixed_pool "
-        "--select-scenarios code_pool prose_pool math_pool --eval-scenarios code_pool prose_pool "
-        "math_pool --no-stop --no-warm-start'",
+        "--also previous=results/profiles/previous_pool warm-start=results/profiles/pool/warm_start "
+        "'--train=--scenarios mixed_pool --select-scenarios code_pool prose_pool math_pool "
+        "--eval-scenarios code_pool prose_pool math_pool --no-stop --no-warm-start'; "
+        "python experiments/real_loop_check.py --policy pool --versus "
+        "previous=results/profiles/previous_pool --scenarios mixed_pool code_pool prose_pool math_pool "
+        "--prompts 4 --repeats 3 --out results/profiles/pool/real_xeon",
         (
             "results/profiles/pool/profiles.md",
             "results/profiles/pool/profiles.json",
             "results/profiles/pool/profiles.png",
+            "results/profiles/pool/real_xeon/real_loop.md",
+            "results/profiles/pool/real_xeon/real_loop.json",
         ),
         "results/notes/pool_profiles.md",
     ),
