@@ -102,17 +102,17 @@ def test_a_loop_given_no_prices_takes_this_machines_cached_calibrations(close_pa
     priced by the single-sequence calibration when that is cached too."""
     import warnings
 
-    from specrl.features import FEATURE_NAMES
+    from specrl.features import FEATURE_COUNTS, FEATURE_NAMES
     from specrl.latency.store import latency_path
 
     monkeypatch.setenv("SPECRL_HOME", str(tmp_path))
-    shipped, older = specrl.LearnedController.load("default"), specrl.LearnedController.load("pool")
+    shipped, older = specrl.LearnedController.load("default"), specrl.LearnedController.load("default")
+    older.n_features = FEATURE_COUNTS[3]  # as a policy of feature version 3 reads
     with pytest.warns(UserWarning, match="no calibration .* is cached.*calibrated"):
         assert shipped.machine_prices(close_pair) is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert shipped.machine_prices(close_pair) is None  # once per process and pair
-        assert older.machine_prices(close_pair) is None  # version 3 reads no prices
 
     batch, loop = profiles(batch=True)["cpu-xeon-2t"], profiles()["gpu-like-h200"]
     batch.save(latency_path(close_pair, "batch"))
@@ -124,6 +124,7 @@ def test_a_loop_given_no_prices_takes_this_machines_cached_calibrations(close_pa
     expected = np.clip(batch.price_line(3, 5).shape(), 0.0, 1.0)
     assert expected.any() and controller.seen[0][shape] == pytest.approx(expected, abs=1e-6)
 
+    assert older.machine_prices(close_pair) is None  # version 3 reads no prices: it never looks
     loop.save(latency_path(close_pair))
     prices = shipped.machine_prices(close_pair)
     assert prices(1, 100) == loop.price_line(1, 100) and prices(3, 100) == batch.price_line(3, 100)
