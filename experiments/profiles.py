@@ -24,12 +24,11 @@ with ``=``, since they begin with ``--``), and ``--scenarios`` names the scenari
 
     python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 2 --alone-seeds 0 1 \\
         --also v4=results/profiles/v4/seed0 previous=results/profiles/previous_default
-    python experiments/profiles.py --carried specrl/policies/pool --seeds 0 1 --alone-seeds 0 \\
-        --profiles cpu-xeon-2t gpu-like-h200 cpu-epyc-2t-dec --alone cpu-xeon-2t gpu-like-h200 \\
+    python experiments/profiles.py --carried specrl/policies/pool --seeds 0 1 2 --alone-seeds 0 \\
         --scenarios mixed_pool code_pool prose_pool math_pool --out results/profiles/pool \\
-        --also previous=results/profiles/previous_pool --train="--scenarios mixed_pool \\
-        --select-scenarios code_pool prose_pool math_pool \\
-        --eval-scenarios code_pool prose_pool math_pool --no-stop"
+        --also previous=results/profiles/previous_pool warm-start=results/profiles/pool/warm_start \\
+        --train="--scenarios mixed_pool --select-scenarios code_pool prose_pool math_pool \\
+        --eval-scenarios code_pool prose_pool math_pool --no-stop --no-warm-start"
 """
 
 from __future__ import annotations
@@ -107,13 +106,13 @@ WHAT = ("worst scenario (median over seeds)", "on mixed")
 def summary_cells(rows: list, names: list[str]) -> list[str]:
     """Per policy: its worst scenario's median ratio to the best rule, and its ratio on mixed."""
     cells = []
+    mixed_name = mixed_of([row.scenario for row in rows])
     for name in names:
         mine = [row for row in rows if name in row.policies]
         if not mine:
             cells += ["-", "-"]
             continue
         worst = min(mine, key=lambda row: statistics.median(row.ratios(name)))
-        mixed_name = mixed_of([row.scenario for row in rows])
         mixed = next((row for row in mine if row.scenario == mixed_name), None)
         cells += [
             f"{statistics.median(worst.ratios(name)):.3f} ({worst.scenario})",
