@@ -90,6 +90,19 @@ SECTIONS = (
         "results/notes/profiles.md",
     ),
     Section(
+        "Room on the held-out profiles: what knowing the prompt, or every outcome, buys",
+        "Under each held-out profile and on every scenario of the default's page, the best rule "
+        "re-tuned there (the bar), the best static setting for the whole scenario, the best static "
+        "setting of each prompt on its own (a controller that knew it from the first step) and the "
+        "clairvoyant per step (every outcome known). Test traces, simulator, 4 acceptance draws per "
+        "trace. It says where the issue's bars lie beyond what telling prompts apart can reach.",
+        "python experiments/headroom.py --scenarios mixed c_header perl code_to_math mixed_t1 c_header_t1 "
+        "perl_t1 code_to_math_t1 code prose math code_t1 prose_t1 math_t1 license license_t1 --profiles "
+        "cpu-xeon-2t gpu-like-h200 cpu-epyc-2t-dec --out results/profiles/headroom",
+        ("results/profiles/headroom.md", "results/profiles/headroom.json"),
+        "results/notes/profiles.md",
+    ),
+    Section(
         "Pool policy: on machines it never trained on (latency profiles side by side)",
         "The shipped pool policy (PPO over all six drafters, feature version 5, trained over the "
         "latency family without the warm start) on the held-out profiles and the two it selects "
