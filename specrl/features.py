@@ -223,14 +223,8 @@ REJECTED_CONFIDENCE = FEATURE_NAMES.index("rejected_confidence")
 ACCEPTED_CONFIDENCE = FEATURE_NAMES.index("accepted_confidence")
 COST_RATIO = FEATURE_NAMES.index("cost_ratio")
 STEPS_SINCE_DRAFT = FEATURE_NAMES.index("steps_since_draft")
-FEATURE_COUNTS = {
-    1: 19,
-    2: 32,
-    3: 33,
-    4: 35,
-    5: 44,
-    6: N_FEATURES,
-}  # version -> its features: the first that many
+# version -> its features: the first that many
+FEATURE_COUNTS = {1: 19, 2: 32, 3: 33, 4: 35, 5: 44, 6: N_FEATURES}
 PRICED_VERSION = 4  # the first feature version that reads the machine's prices (a prior helps it)
 FEATURE_LOW = 0.0  # every feature lies in [FEATURE_LOW, FEATURE_HIGH]
 FEATURE_HIGH = 1.0
