@@ -76,10 +76,6 @@ positions pool every row's, lengths are means over rows, and ``batch_size`` coun
  43   priced_k                the k (0..8) a step's expected tokens per second is highest at,
                               under these prices and acceptance_prob_short as each draft
                               token's acceptance, / 16 (0 before a proposing step)
- 44   priced_k_runs           the same k with each draft position's acceptance measured: of
-                              the rows whose drafts reached position i over the last 32
-                              proposing steps, the share accepted there / 16 (0 before a
-                              proposing step)
 ====  ======================  =============================================================
 
 **Prices** (33, 34) are what decides k on a machine, as ratios, so they do not depend on its
@@ -124,24 +120,12 @@ one-token verifications (the prior's curve; without one, the fitted line:
 most tokens per second (the smallest such k on ties). On this project's Xeon at a = 0.6 it is 2,
 on the EPYC calibrations 4-5: what their best static settings are.
 
-**The k the recent drafts price** (44). ``priced_k`` reads acceptance over the last 4 proposing
-steps as every token's, independently. At temperature 1 that window is noisy: on the Xeon's
-calibration the priced rule ran plain or drafted one token on 41% of code_to_math_t1's steps, where
-the best static setting drafts two. ``priced_k_runs`` prices k the same way with each position's
-acceptance measured over the last :data:`LONG_WINDOW` proposing steps (:class:`AcceptedRuns`): of
-the rows whose drafts reached position i (proposed at least i tokens, the first i - 1 accepted),
-the share whose i-th token was accepted. Each position leans on the one before it (the first on
-acceptance_prob_short) with the weight of :data:`RUNS_PRIOR` rows, so a position that few drafts
-reached takes its neighbour's value: positions beyond the longest recent drafts take the last
-measured one's.
-
 Versions are prefixes: version 1 is the first 19 features (one draft, before the drafter pool),
 version 2 the first 32, version 3 the first 33 (the lookup's match order: a trigram match predicts
 the next tokens far better than a single token's; ``experiments/pool_signals.py`` measures it),
 version 4 the first 35 (the prices: a policy that reads the machine's prices, not one machine's),
-version 5 the first 44 (the verification's shape, and the k it prices best: the line's two numbers
-told the Xeon and the EPYC calibrations apart too little for a policy to choose k on them),
-version 6 all 45 (``priced_k_runs``, below). A
+version 5 all 44 (the verification's shape, and the k it prices best: the line's two numbers
+told the Xeon and the EPYC calibrations apart too little for a policy to choose k on them). A
 policy records its version and sees the first ``FEATURE_COUNTS[version]`` features, so an older
 policy still runs, on the features it was trained with.
 
@@ -164,7 +148,7 @@ if TYPE_CHECKING:  # annotations only: the engine's decoder imports this module
     from specrl.engine.generation import Generation
     from specrl.engine.types import StepResult
 
-FEATURE_VERSION = 6
+FEATURE_VERSION = 5
 
 # The drafters, each with features of their own, in order: the one list of them (the engine's
 # pool, specrl.engine.drafters.DRAFTERS, is this list; adding a drafter is a new feature version).
@@ -204,7 +188,6 @@ FEATURE_NAMES: tuple[str, ...] = (
     "verify_token_price",
     *(f"verify_step_{tokens}" for tokens in range(2, SHAPE_TOKENS + 1)),
     "priced_k",
-    "priced_k_runs",
 )
 N_FEATURES = len(FEATURE_NAMES)
 # The features FeatureTracker.update keeps as the step history (the first 15), each written by name.
@@ -223,8 +206,7 @@ REJECTED_CONFIDENCE = FEATURE_NAMES.index("rejected_confidence")
 ACCEPTED_CONFIDENCE = FEATURE_NAMES.index("accepted_confidence")
 COST_RATIO = FEATURE_NAMES.index("cost_ratio")
 STEPS_SINCE_DRAFT = FEATURE_NAMES.index("steps_since_draft")
-# version -> its features: the first that many
-FEATURE_COUNTS = {1: 19, 2: 32, 3: 33, 4: 35, 5: 44, 6: N_FEATURES}
+FEATURE_COUNTS = {1: 19, 2: 32, 3: 33, 4: 35, 5: N_FEATURES}  # version -> its features: the first that many
 PRICED_VERSION = 4  # the first feature version that reads the machine's prices (a prior helps it)
 FEATURE_LOW = 0.0  # every feature lies in [FEATURE_LOW, FEATURE_HIGH]
 FEATURE_HIGH = 1.0
@@ -239,7 +221,6 @@ K_NORM = 16  # token counts and k are divided by this (larger values clip to 1)
 TEMPERATURE_NORM = 2.0
 BATCH_LOG2_NORM = 8.0
 ORDER_NORM = 3  # the n-gram drafter's longest n-gram
-RUNS_PRIOR = 8  # priced_k_runs: a position's acceptance leans on the one before it, worth this many rows
 
 
 @dataclass(frozen=True)
@@ -306,7 +287,6 @@ class _Step(NamedTuple):
     accepted_confidence_sum: float
     stopped: int  # rows whose drafting ended early
     fed: int  # tokens the verification was fed: rows x (the longest row's proposals + 1)
-    runs: list[tuple[int, int]]  # per row: (proposed, accepted)
 
     @classmethod
     def of(cls, results: Sequence[StepResult]) -> _Step:
@@ -316,9 +296,7 @@ class _Step(NamedTuple):
         confidences: list[float] = []
         entropies: list[float] = []
         rejected: list[float] = []
-        runs: list[tuple[int, int]] = []
         for r in results:
-            runs.append((r.proposed, r.accepted))
             proposed += r.proposed
             longest = max(longest, r.proposed)
             accepted += r.accepted
@@ -350,69 +328,7 @@ class _Step(NamedTuple):
             accepted_confidence,
             stopped,
             len(results) * (longest + 1),
-            runs,
         )
-
-
-class AcceptedRuns:
-    """Each draft position's acceptance, from how far the last :data:`LONG_WINDOW` proposing
-    steps' drafts were accepted (``priced_k_runs``): position i was *reached* by a row that
-    proposed at least i tokens and had its first i - 1 accepted, and *passed* when its i-th was
-    accepted too. Running sums over the window keep :meth:`acceptance` to a few operations."""
-
-    def __init__(self) -> None:
-        self.steps: deque[tuple[list[int], list[int]]] = deque()
-        self.reached = [0] * PRICED_K_MAX
-        self.passed = [0] * PRICED_K_MAX
-
-    def add(self, runs: Sequence[tuple[int, int]]) -> None:
-        """One proposing step's rows: (proposed, accepted) each."""
-        # how many rows reached (passed) exactly their first j positions, then suffix sums
-        reached_to, passed_to = [0] * (PRICED_K_MAX + 1), [0] * (PRICED_K_MAX + 1)
-        for proposed, accepted in runs:
-            reached_to[min(proposed, accepted + 1, PRICED_K_MAX)] += 1
-            passed_to[min(accepted, PRICED_K_MAX)] += 1
-        reached, passed = [0] * PRICED_K_MAX, [0] * PRICED_K_MAX
-        beyond_reached = beyond_passed = 0
-        for i in range(PRICED_K_MAX, 0, -1):  # position i (1-based) counts rows that got to i or more
-            beyond_reached += reached_to[i]
-            beyond_passed += passed_to[i]
-            reached[i - 1], passed[i - 1] = beyond_reached, beyond_passed
-        self._sum(reached, passed, 1)
-        self.steps.append((reached, passed))
-        if len(self.steps) > LONG_WINDOW:
-            self._sum(*self.steps.popleft(), -1)
-
-    def _sum(self, reached: list[int], passed: list[int], sign: int) -> None:
-        for i in range(PRICED_K_MAX):
-            self.reached[i] += sign * reached[i]
-            self.passed[i] += sign * passed[i]
-
-    def acceptance(self, first: float) -> list[float]:
-        """Positions 1..:data:`PRICED_K_MAX`'s acceptance: passed / reached, each leaning on the
-        position before it (the first on ``first``) with the weight of :data:`RUNS_PRIOR` rows,
-        so a position few drafts reached takes its neighbour's."""
-        acceptance, before = [], first
-        for reached, passed in zip(self.reached, self.passed, strict=True):
-            before = (passed + RUNS_PRIOR * before) / (reached + RUNS_PRIOR)
-            acceptance.append(before)
-        return acceptance
-
-
-def best_k(acceptance: Sequence[float], draft_price: float, verify: Callable[[int], float]) -> int:
-    """The k in 0..len(acceptance) with the most expected tokens per one-token verification's
-    time: drafting k emits ``1 + a1 + a1 a2 + ... + a1...ak`` tokens (``acceptance``: each
-    position's, given the ones before it were accepted) in ``draft_price * k + verify(k)``; the
-    smallest such k on ties."""
-    best, best_rate, expected, reach = 0, 0.0, 0.0, 1.0
-    for k in range(len(acceptance) + 1):
-        if k:
-            reach *= acceptance[k - 1]
-        expected += reach
-        rate = expected / (draft_price * k + verify(k))
-        if rate > best_rate * (1 + 1e-9):
-            best, best_rate = k, rate
-    return best
 
 
 class PriceLine(NamedTuple):
@@ -564,7 +480,6 @@ class FeatureTracker:
         self.proposing_accepted: deque[int] = deque(maxlen=LONG_WINDOW)
         self.proposing_proposed: deque[int] = deque(maxlen=LONG_WINDOW)
         self.proposing_probs: deque[float] = deque(maxlen=LONG_WINDOW)
-        self.runs = AcceptedRuns()
         self.rejected_confidences: deque[float] = deque(maxlen=CONFIDENCE_WINDOW)
         # per step with acceptances: sum of accepted confidences, accepted count
         self.accepted_confidence_sums: deque[float] = deque(maxlen=CONFIDENCE_WINDOW)
@@ -641,7 +556,6 @@ class FeatureTracker:
             self.proposing_accepted.append(accepted)
             self.proposing_proposed.append(proposed)
             self.proposing_probs.append(step.acceptance_prob_sum)
-            self.runs.add(step.runs)
             short_proposed = list(self.proposing_proposed)[-SHORT_WINDOW:]
             history[ACCEPTANCE_SHORT] = _rate(list(self.proposing_accepted)[-SHORT_WINDOW:], short_proposed)
             history[ACCEPTANCE_LONG] = _rate(self.proposing_accepted, self.proposing_proposed)
@@ -708,29 +622,21 @@ class FeatureTracker:
         draft_price = prior[0] if per_forward is None else per_forward / one_token
         return draft_price, per_token * rows / one_token
 
-    def _verify(self, verify_token_price: float) -> Callable[[int], float]:
-        """A verification of k + 1 tokens a row over a one-token one: the prior's curve, else the
-        fitted line."""
-        curve = self.curve
-        if curve is not None:
-            return curve.__getitem__
-        return lambda k: 1 + verify_token_price * k
-
     def priced_k(self, draft_price: float, verify_token_price: float) -> int:
-        """The k a step's expected tokens per second is highest at, each draft token accepted with
-        probability acceptance_prob_short, independently (the module doc)."""
+        """The k a step's expected tokens per second is highest at (the module doc)."""
         acceptance = self.history[ACCEPTANCE_PROB_SHORT]
         if acceptance <= 0:
             return 0
-        return best_k([acceptance] * PRICED_K_MAX, draft_price, self._verify(verify_token_price))
-
-    def priced_k_runs(self, draft_price: float, verify_token_price: float) -> int:
-        """The same k with each draft position's acceptance read off the recent drafts' accepted
-        runs (:class:`AcceptedRuns`, the module doc)."""
-        acceptance = self.history[ACCEPTANCE_PROB_SHORT]
-        if acceptance <= 0:
-            return 0
-        return best_k(self.runs.acceptance(acceptance), draft_price, self._verify(verify_token_price))
+        curve = self.curve
+        best_k, best_rate, expected, term = 0, 0.0, 0.0, 1.0
+        for k in range(PRICED_K_MAX + 1):
+            expected += term  # 1 + a + ... + a^k
+            term *= acceptance
+            verify = curve[k] if curve is not None else 1 + verify_token_price * k
+            rate = expected / (draft_price * k + verify)
+            if rate > best_rate * (1 + 1e-9):
+                best_k, best_rate = k, rate
+        return best_k
 
     def vector(self) -> np.ndarray:
         """The observation now: float32 array of shape (N_FEATURES,), every entry in [0, 1]."""
@@ -751,7 +657,6 @@ class FeatureTracker:
                 verify_token_price,
                 *self.shape,
                 self.priced_k(draft_price, verify_token_price) / K_NORM,
-                self.priced_k_runs(draft_price, verify_token_price) / K_NORM,
             ],
             dtype=np.float32,
         )

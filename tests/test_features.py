@@ -23,12 +23,8 @@ from specrl.features import (
     FEATURE_DRAFTERS,
     FEATURE_NAMES,
     FEATURE_VERSION,
-    LONG_WINDOW,
     N_FEATURES,
-    PRICED_K_MAX,
-    RUNS_PRIOR,
     STEP_NORM,
-    AcceptedRuns,
     FeatureTracker,
     GenerationSettings,
     PriceLine,
@@ -151,7 +147,6 @@ def test_scripted_history_gives_the_documented_values():
         "verify_token_price": PER_TOKEN / (FIXED + PER_TOKEN),
         **{f"verify_step_{t}": 0.0 for t in range(2, 10)},  # no prior: no curve to read
         "priced_k": PRICED_K / 16,  # at acceptance_prob_short, under the fitted line (no prior)
-        "priced_k_runs": PRICED_K / 16,  # the runs (4 of 4, 1 of 4, 0 of 1) price the same k here
         **{f"{kind}_{d}": 0.0 for kind in ("acceptance", "drafter") for d in FEATURE_DRAFTERS[1:]},
     }
     assert set(expected) == set(FEATURE_NAMES)
@@ -283,41 +278,6 @@ def test_priced_k_is_the_k_with_the_most_expected_tokens_per_second():
         rates = [sum(0.7**i for i in range(j + 1)) / (0.14 * j + 1 + price * j) for j in range(9)]
         assert k == rates.index(max(rates))
     assert chosen == sorted(chosen, reverse=True) and chosen[0] > chosen[-1]  # dearer tokens: shorter drafts
-
-
-def test_accepted_runs_count_each_position_reached_and_passed_over_the_window():
-    runs = AcceptedRuns()
-    runs.add([(4, 4), (4, 1), (1, 0), (0, 0)])  # a batched step: four rows (the last one did not draft)
-    assert runs.reached == [3, 2, 1, 1, 0, 0, 0, 0] and runs.passed == [2, 1, 1, 1, 0, 0, 0, 0]
-    a1 = (2 + RUNS_PRIOR * 0.5) / (3 + RUNS_PRIOR)
-    a2 = (1 + RUNS_PRIOR * a1) / (2 + RUNS_PRIOR)
-    a3 = (1 + RUNS_PRIOR * a2) / (1 + RUNS_PRIOR)
-    a4 = (1 + RUNS_PRIOR * a3) / (1 + RUNS_PRIOR)
-    assert runs.acceptance(0.5) == pytest.approx([a1, a2, a3, a4, a4, a4, a4, a4])
-    for _ in range(LONG_WINDOW):  # the first step leaves the window
-        runs.add([(9, 9)])  # positions past PRICED_K_MAX are not counted
-    assert runs.reached == runs.passed == [LONG_WINDOW] * PRICED_K_MAX
-
-
-def test_priced_k_runs_reads_where_the_drafts_stop_being_accepted():
-    """Every draft's first token is accepted and its second rejected: at the same mean acceptance
-    priced_k, which takes it for every position, drafts long; priced_k_runs drafts one token."""
-    line = PriceLine(0.001, 0.0095, 0.0005, tuple(0.010 + 0.0005 * t for t in range(9)))
-    tracker = FeatureTracker(SETTINGS, prompt_length=50, prices=lambda rows, context: line)
-    for _ in range(LONG_WINDOW):
-        tracker.update([step(4, 4, 1, [0.9] * 4, probs=[1.0, 0.8, 0.8, 0.8], draft_s=0.008)])
-    values = features(tracker)
-    acceptance = tracker.runs.acceptance(values["acceptance_prob_short"])
-    assert acceptance[0] > 0.95 and acceptance[1] < 0.25  # position 2: 0 of 32, leaning on position 1
-
-    def rate(k, each):
-        reach = np.cumprod([1.0, *each[:k]])
-        return reach.sum() / (values["draft_price"] * k + tracker.curve[k])
-
-    runs_k = max(range(9), key=lambda k: rate(k, acceptance))
-    independent_k = max(range(9), key=lambda k: rate(k, [values["acceptance_prob_short"]] * 8))
-    assert values["priced_k_runs"] == runs_k / 16 and values["priced_k"] == independent_k / 16
-    assert runs_k == 1 < independent_k
 
 
 def test_pool_features_follow_each_drafter_and_the_lookup():

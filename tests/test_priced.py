@@ -1,5 +1,4 @@
-"""The priced rule: the k the machine's prices make fastest (the feature priced_k_runs, or
-priced_k), with a probe."""
+"""The priced rule: the k the machine's prices make fastest (the feature priced_k), with a probe."""
 
 from __future__ import annotations
 
@@ -19,24 +18,13 @@ def observation(**values: float) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize(("feature", "other"), [("priced_k_runs", "priced_k"), ("priced_k", "priced_k_runs")])
-def test_it_plays_its_feature_and_probes_after_plain_steps(feature, other):
-    rule = PricedController(feature)
-    played = rule.act(observation(**{feature: 3 / 16, other: 5 / 16}))
-    assert played.k == 3 and played.tau == 0.0
-    assert rule.act(observation(**{feature: 0.0, "steps_since_draft": (PROBE_AFTER - 1) / 16})).k == 0
-    assert rule.act(observation(**{feature: 0.0, "steps_since_draft": PROBE_AFTER / 16})).k == 1  # a probe
-
-
-def test_it_names_the_feature_version_it_needs():
-    assert PricedController().feature == "priced_k_runs"
-    with pytest.raises(ValueError, match="priced_k_runs, feature version 6"):
-        PricedController().act(np.zeros(FEATURE_COUNTS[5], dtype=np.float32))
-    assert PricedController("priced_k").act(np.zeros(FEATURE_COUNTS[5], dtype=np.float32)).k == 0
+def test_it_plays_priced_k_and_probes_after_plain_steps():
+    rule = PricedController()
+    assert rule.act(observation(priced_k=3 / 16)).k == 3 and rule.act(observation(priced_k=3 / 16)).tau == 0.0
+    assert rule.act(observation(priced_k=0.0, steps_since_draft=(PROBE_AFTER - 1) / 16)).k == 0
+    assert rule.act(observation(priced_k=0.0, steps_since_draft=PROBE_AFTER / 16)).k == 1  # a probe
     with pytest.raises(ValueError, match="priced_k, feature version 5"):
-        PricedController("priced_k").act(np.zeros(FEATURE_COUNTS[4], dtype=np.float32))
-    with pytest.raises(ValueError, match="one of"):
-        PricedController("acceptance_short")
+        rule.act(np.zeros(FEATURE_COUNTS[4], dtype=np.float32))
 
 
 def test_on_a_staircase_it_drafts_shorter_than_on_a_gpu(shifted, greedy_traces):

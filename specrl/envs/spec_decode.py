@@ -126,8 +126,7 @@ class SpecDecodeEnv(gym.Env):
       version 2 (32 features) came with the drafter pool, version 3 (33: the lookup's match order)
       after it, version 4 (35: the prices of a draft forward and of a verified token, from the
       measured seconds), version 5 (44: the verification's curve token by token and the k it
-      prices best, from the latency model given as the prior), version 6 (45: the k the recent
-      drafts' accepted runs price), same id.
+      prices best, from the latency model given as the prior), same id.
     """
 
     metadata = {"render_modes": []}

@@ -196,8 +196,7 @@ class TraceReplayEnv(gym.Env):
       lookup's match order) after it; batches of requests (the batch simulator's rows) since the
       one replay env; version 4 (35: the prices of a draft forward and of a verified token, from the
       latency model's seconds), version 5 (44: the verification's curve token by token and the k
-      it prices best, from the latency model), version 6 (45: the k the recent drafts' accepted
-      runs price), same id.
+      it prices best, from the latency model), same id.
     """
 
     metadata = {"render_modes": []}

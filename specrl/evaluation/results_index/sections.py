@@ -78,29 +78,32 @@ SECTIONS = (
     ),
     Section(
         "PPO policy: on machines it never trained on (latency profiles side by side)",
-        "The shipped default (feature version 6, trained over the latency family) on every profile "
+        "The shipped default (feature version 5, trained over the latency family) on every profile "
         "side by side: the held-out ones (two measured CPU calibrations, a GPU-like profile) and the "
         "two it selects under. Per profile the rules are re-tuned on validation traces there; a "
         "policy trained on each held-out profile alone (at feature version 4, kept from before) "
-        "shows what carrying costs; the version-5 default it replaces (v5) and the version-4 one "
-        "before it (v4) on the same draws; what each policy's first seed drafts. Test traces, "
-        "simulator; the prices of each profile.",
+        "shows what carrying costs; the version-4 default shipped before it (v4) and the one before "
+        "the family (previous) on the same draws. Test traces, simulator; the prices of each profile.",
         "python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 2 --alone-seeds 0 1 "
-        "--also v5=results/profiles/v5/seed0 v4=results/profiles/v4/seed0",
+        "--also v4=results/profiles/v4/seed0 previous=results/profiles/previous_default",
         ("results/profiles/profiles.md", "results/profiles/profiles.json", "results/profiles/profiles.png"),
         "results/notes/profiles.md",
     ),
     Section(
-        "PPO policy: the version-5 default on machines it never trained on",
-        "The default shipped on Dec 5 before version 6 (its seeds 0-2 kept as "
-        "results/profiles/v5/seed0..2) on every profile, as the page above, when it was the shipped "
-        "one (its command named it specrl/policies/default and its seeds results/profiles/runs/carried).",
-        "python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 2 --alone-seeds 0 1 "
-        "--also v4=results/profiles/v4/seed0 previous=results/profiles/previous_default",
+        "PPO policy: feature version 6 tried (the k the recent drafts' accepted runs price)",
+        "A default trained at feature version 6 (the branch v6-priced-runs: the feature "
+        "priced_k_runs, which the priced rule plays) at seeds 0 and 1, on every profile beside the "
+        "shipped version-5 default (v5) and the version-4 one (v4), and the version-6 priced rule. "
+        "Not shipped: on the held-out Xeon its worst scenario is 0.860x and 0.938x the best rule "
+        "(seeds 0, 1), version 5's 0.933-0.944x. Test traces, simulator; what each policy's first "
+        "seed drafts.",
+        "python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 --alone-seeds 0 1 "
+        "--also v5=results/profiles/v5/seed0 v4=results/profiles/v4/seed0 (on the branch v6-priced-runs, "
+        "at 00a869c, where the version-6 seed 0 is specrl/policies/default)",
         (
-            "results/profiles/v5/profiles.md",
-            "results/profiles/v5/profiles.json",
-            "results/profiles/v5/profiles.png",
+            "results/profiles_v6/profiles.md",
+            "results/profiles_v6/profiles.json",
+            "results/profiles_v6/profiles.png",
         ),
         "results/notes/profiles.md",
     ),
