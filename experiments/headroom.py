@@ -38,10 +38,15 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from specrl.envs import cached_traces, load_scenario
+from specrl.evaluation.profiles import rule_predictor_of
 from specrl.io import write_text_atomic
 from specrl.latency import calibrated
+from specrl.latency.family import profiles as family
 from specrl.oracle import best_static, best_static_per_trace, clairvoyant_bound
 from specrl.tables import markdown_table
+from specrl.training.comparison import PLAIN, Comparison
+from specrl.training.inputs import DEFAULT_SCENARIOS as TRAIN_SCENARIOS
+from specrl.training.inputs import load_scenarios
 
 DEFAULT_SCENARIOS = ["code", "prose", "math", "mixed", "code_t1", "prose_t1", "license", "license_t1"]
 
@@ -72,8 +77,6 @@ def best_rule(scenario, pair, latency, traces, count: int, rule_predictor) -> tu
     """The fastest rule of the bar re-tuned under ``latency`` (on validation traces, as
     ``experiments/profiles.py`` does) and its tokens/s on ``traces``; the best static setting in
     hindsight counts among them."""
-    from specrl.training.comparison import PLAIN, Comparison
-
     footing = Comparison(
         pair,
         latency,
@@ -92,11 +95,6 @@ def main() -> None:
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     started = time.perf_counter()
     if args.profiles:
-        from specrl.evaluation.profiles import rule_predictor_of
-        from specrl.latency.family import profiles as family
-        from specrl.training.inputs import DEFAULT_SCENARIOS as TRAIN_SCENARIOS
-        from specrl.training.inputs import load_scenarios
-
         known = family()
         unknown = [p for p in args.profiles if p not in known]
         if unknown:
