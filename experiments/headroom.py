@@ -44,7 +44,7 @@ from specrl.latency import calibrated
 from specrl.latency.family import profiles as family
 from specrl.oracle import best_static, best_static_per_trace, clairvoyant_bound
 from specrl.tables import markdown_table
-from specrl.training.comparison import PLAIN, Comparison
+from specrl.training.comparison import Comparison, best_rule_role
 from specrl.training.inputs import DEFAULT_SCENARIOS as TRAIN_SCENARIOS
 from specrl.training.inputs import load_scenarios
 
@@ -86,7 +86,7 @@ def best_rule(scenario, pair, latency, traces, count: int, rule_predictor) -> tu
         rule_predictor=rule_predictor,
     )
     tokens, _ = footing.rules_on(scenario, traces)
-    role = max((r for r in tokens if r != PLAIN), key=tokens.__getitem__)
+    role = best_rule_role(tokens)
     return role, tokens[role]
 
 

@@ -23,7 +23,7 @@ from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 from specrl.rule_tuning import fit_acceptance_predictor
 from specrl.trace_evaluation import evaluate_controller, evaluate_policy
-from specrl.training.comparison import BAR_RULES, BEST_STATIC, PLAIN, Comparison
+from specrl.training.comparison import PLAIN, Comparison, best_rule_role
 
 
 @dataclass
@@ -100,8 +100,7 @@ def profile_row(
     )
     test = cached_traces(scenario, "test", pair)
     tokens, _ = footing.rules_on(scenario, test)
-    roles = [BEST_STATIC, *(role for role in BAR_RULES if role in tokens)]
-    best = max(roles, key=tokens.__getitem__)
+    best = best_rule_role(tokens)
     row = ProfileRow(profile, scenario.name, tokens[PLAIN], best, tokens[best])
     priced = evaluate_controller(PricedController(), scenario, test, footing.latency, repeats)
     row.policies[PRICED] = [priced.tokens_per_s]

@@ -23,12 +23,12 @@ from specrl.envs import Scenario
 from specrl.tables import markdown_table
 from specrl.traces import TraceSet
 from specrl.training.comparison import (
-    BAR_RULES,
     BEST_STATIC,
     TCP,
     Bar,
     Comparison,
     Predict,
+    best_rule_role,
     geometric_mean,
 )
 
@@ -78,8 +78,7 @@ class PolicyVsRules:
         """The role of the fastest rule of ``scenario`` (the best static setting included) and its
         tokens/s."""
         tokens = self.rules[scenario]
-        roles = [BEST_STATIC] + [role for role in BAR_RULES if role in tokens]
-        role = max(roles, key=tokens.__getitem__)
+        role = best_rule_role(tokens)
         return role, tokens[role]
 
     def score(self, tokens_per_s: dict[str, float]) -> dict[str, Any]:
