@@ -70,24 +70,30 @@ def trained(arm: str, seed: int, out: Path, flags: list[str]) -> Path:
 
 def choices_section(rows: list, names: list[str]) -> str:
     """What each policy's first seed drafts with, per profile and scenario: the share of its steps
-    that were plain and that drafted with each drafter, and its mean k; empty when every scenario
-    has the draft alone."""
-    if all(set(row.choices.get(names[0], {})) <= {"plain", "draft", "mean_k"} for row in rows):
-        return ""
+    that were plain and that drafted with each drafter (with one drafter, the plain share alone),
+    and its mean k; beside the best static setting in hindsight there."""
+    pool = any(set(row.choices.get(names[0], {})) - {"plain", "draft", "mean_k"} for row in rows)
 
     def cell(choice: dict[str, float]) -> str:
-        shares = ", ".join(f"{name} {share:.2f}" for name, share in choice.items() if name != "mean_k")
+        shown = [n for n in choice if n != "mean_k" and (pool or n == "plain")]
+        shares = ", ".join(f"{name} {choice[name]:.2f}" for name in shown) or "plain 0.00"
         return f"{shares}; k {choice['mean_k']:.1f}"
 
     lines = [
-        [row.profile, row.scenario, *(cell(row.choices[n]) if n in row.choices else "-" for n in names)]
+        [
+            row.profile,
+            row.scenario,
+            row.best_static,
+            *(cell(row.choices[n]) if n in row.choices else "-" for n in names),
+        ]
         for row in rows
     ]
     return (
         "## What each policy drafts with\n\n"
-        "The first seed of each policy: the share of its steps that were plain (k = 0) and that "
-        "drafted with each drafter, and its mean k over every step.\n\n"
-        f"{markdown_table(['profile', 'scenario', *names], lines)}\n\n"
+        "The first seed of each policy: the share of its steps that were plain (k = 0)"
+        f"{' and that drafted with each drafter' if pool else ''}, and its mean k over every step; "
+        "beside it the best static setting in hindsight on the same traces.\n\n"
+        f"{markdown_table(['profile', 'scenario', 'best static', *names], lines)}\n\n"
     )
 
 
@@ -285,6 +291,7 @@ def main() -> None:
                 "best_rule": row.best_rule,
                 "policies": row.policies,
                 "choices": row.choices,
+                "best_static": row.best_static,
             }
             for row in rows
         ],

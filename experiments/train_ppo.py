@@ -99,6 +99,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--eval-freq", type=int, default=None, help="env steps between evaluations on validation traces"
     )
+    parser.add_argument(
+        "--kl-to-clone",
+        type=float,
+        default=None,
+        help="penalty on each step's (normalised) reward per nat of KL divergence from the warm "
+        "start's clone (default: the YAML's kl_to_clone, or 0: none)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of PPO and of the simulators")
     parser.add_argument("--device", default="cpu", help="device of the PPO networks (the MLP is tiny: cpu)")
     parser.add_argument("--exp-name", default="ppo", help="experiment name in the run folder's name")
@@ -170,6 +177,10 @@ def parse_args() -> argparse.Namespace:
         parser.error("--subproc runs real-loop envs in processes: give it with --train-on real")
     if args.total_timesteps is not None and args.total_timesteps < 0:
         parser.error(f"--total-timesteps must be >= 0 (0: the warm start alone), got {args.total_timesteps}")
+    if args.kl_to_clone is not None and args.kl_to_clone < 0:
+        parser.error(f"--kl-to-clone must be >= 0 (0: no penalty), got {args.kl_to_clone}")
+    if args.kl_to_clone and not args.warm_start:
+        parser.error("--kl-to-clone keeps PPO near the warm start's clone: drop --no-warm-start")
     if args.total_timesteps == 0 and not args.warm_start:
         parser.error("--total-timesteps 0 with --no-warm-start would export an untrained policy")
     for flag in (
@@ -196,7 +207,7 @@ def main() -> None:
     interrupt_on_signals()
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     real_loop = args.train_on == "real"
-    overrides = {key: getattr(args, key) for key in ("total_timesteps", "n_envs", "eval_freq")}
+    overrides = {key: getattr(args, key) for key in ("total_timesteps", "n_envs", "eval_freq", "kl_to_clone")}
     hyper, budget = resolve_config(args.config, real_loop=real_loop, overrides=overrides)
     torch.manual_seed(args.seed)
 

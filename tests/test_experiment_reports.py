@@ -91,3 +91,21 @@ def test_markdown_table_writes_header_rule_and_rows():
         markdown_table(["a", "b", "c"], [["x", "y"]])
     with pytest.raises(ValueError, match="unknown alignment"):
         markdown_table(["a"], [], align=["middle"])
+
+
+def test_the_choices_table_puts_each_policy_beside_the_best_static_setting():
+    from specrl.evaluation.profiles import ProfileRow
+
+    script = load_script("profiles")
+    row = ProfileRow("cpu-xeon-2t", "code_t1", 100.0, "static", 150.0, best_static="(k=2, tau=0.0)")
+    row.choices = {
+        "carried": {"draft": 0.9, "plain": 0.1, "mean_k": 2.76},
+        "alone": {"draft": 1.0, "mean_k": 2.0},
+    }
+    text = script.choices_section([row], ["carried", "alone"])
+    assert "| profile | scenario | best static | carried | alone |" in text
+    assert "| cpu-xeon-2t | code_t1 | (k=2, tau=0.0) | plain 0.10; k 2.8 | plain 0.00; k 2.0 |" in text
+    pool = ProfileRow("gpu-like-h200", "mixed_pool", 100.0, "pool", 120.0, best_static="(k=3, tau=0.0, big)")
+    pool.choices = {"carried": {"big": 0.6, "draft": 0.3, "plain": 0.1, "mean_k": 3.0}}
+    text = script.choices_section([pool], ["carried"])
+    assert "each drafter" in text and "| big 0.60, draft 0.30, plain 0.10; k 3.0 |" in text

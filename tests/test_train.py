@@ -159,6 +159,8 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
 def test_an_interrupted_run_saves_a_checkpoint_and_resumes_the_step_count(tiny_home, tmp_path, stop):
     # this machine's prices alone: the checkpoint's mechanics do not depend on the machines trained over
     machine = ("--latency-profiles", "machine")
+    # one of the two runs keeps PPO near its clone: the clone saved at the start is the one resumed with
+    machine += ("--kl-to-clone", "0.1") if stop == signal.SIGTERM else ()
     process = train(
         tiny_home, tmp_path, "--total-timesteps", "100000000", "--validate-scenarios", *machine, wait=False
     )
@@ -200,6 +202,8 @@ def test_an_interrupted_run_saves_a_checkpoint_and_resumes_the_step_count(tiny_h
         if line.split(",")[header_index("time/total_timesteps", run_dir)]
     ]
     assert steps == sorted(steps) and steps[-1] > interrupted_at  # the count continued, not restarted
+    if stop == signal.SIGTERM:
+        assert (run_dir / "clone_policy.pt").is_file() and "specdec/kl_to_clone" in scalar_tags(run_dir)
 
 
 def header_index(name: str, run_dir: Path) -> int:
@@ -207,7 +211,15 @@ def header_index(name: str, run_dir: Path) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("bad", [["--total-timesteps", "-5"], ["--total-timesteps", "0", "--no-warm-start"]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--total-timesteps", "-5"],
+        ["--total-timesteps", "0", "--no-warm-start"],
+        ["--kl-to-clone", "-1"],
+        ["--kl-to-clone", "0.1", "--no-warm-start"],
+    ],
+)
 def test_a_negative_budget_is_refused(tiny_home, tmp_path, bad):
     done = train(tiny_home, tmp_path, *bad, "--validate-scenarios")
-    assert done.returncode != 0 and "--total-timesteps" in (done.stdout + done.stderr)
+    assert done.returncode != 0 and bad[0] in (done.stdout + done.stderr)

@@ -30,7 +30,8 @@ from specrl.training.comparison import PLAIN, Comparison, best_rule_role
 class ProfileRow:
     """One scenario under one profile: tokens/s of plain decoding, of its best rule (``best_role``)
     and of each policy (name -> tokens/s per policy seed; :data:`PRICED`: the priced rule, which
-    needs no seed), and what each policy's first seed chose (:meth:`ChoiceTally.summary`)."""
+    needs no seed), what each policy's first seed chose (:meth:`ChoiceTally.summary`), and the
+    best static setting in hindsight (``best_static``, its label)."""
 
     profile: str
     scenario: str
@@ -39,6 +40,7 @@ class ProfileRow:
     best_rule: float
     policies: dict[str, list[float]] = field(default_factory=dict)
     choices: dict[str, dict[str, float]] = field(default_factory=dict)  # name -> its first seed's
+    best_static: str = ""
 
     def ratios(self, name: str) -> list[float]:
         """Each seed's tokens/s of policy ``name`` over the best rule's."""
@@ -99,9 +101,10 @@ def profile_row(
         rule_predictor=rule_predictor,
     )
     test = cached_traces(scenario, "test", pair)
-    tokens, _ = footing.rules_on(scenario, test)
+    tokens, bar = footing.rules_on(scenario, test)
     best = best_rule_role(tokens)
     row = ProfileRow(profile, scenario.name, tokens[PLAIN], best, tokens[best])
+    row.best_static = bar.best_static.label()
     priced = evaluate_controller(PricedController(), scenario, test, footing.latency, repeats)
     row.policies[PRICED] = [priced.tokens_per_s]
     for name, seeds in policies.items():

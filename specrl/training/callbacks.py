@@ -1,6 +1,6 @@
 """SB3 callbacks of a training run: ``specdec/`` scalars and histograms, checkpoint selection on
-validation, a function every N steps, a progress bar; and the hyperparameter table of
-TensorBoard's text tab."""
+validation, a penalty for leaving the warm start's clone, a function every N steps, a progress
+bar; and the hyperparameter table of TensorBoard's text tab."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback, EveryNTimesteps
 from stable_baselines3.common.logger import TensorBoardOutputFormat
 from tqdm.auto import tqdm
@@ -118,6 +119,64 @@ class ValidationEvaluation(BaseCallback):
             self.save_best()
         self.logger.dump(self.num_timesteps)
         return worst
+
+
+class KLToClone(BaseCallback):
+    """Keeps PPO near the warm start's clone, as RLHF's PPO keeps a model near its reference:
+    after each rollout, every step's reward (as PPO sees it, normalised) loses ``coef`` times the
+    log-ratio of the action taken, ``log pi(a|s) - log clone(a|s)`` (the policy's at sampling time;
+    its expectation over the action is the KL divergence from the clone in that state), and the
+    advantages and returns are computed again from the penalised rewards. The penalty has to be
+    the action's: the divergence of the state alone does not depend on the action taken there, so
+    it would only blame the actions before it. PPO leaves its teacher where the reward it gains
+    pays for the divergence.
+
+    ``specdec/kl_to_clone``: the rollout's mean divergence (exact, summed over the action
+    dimensions), in nats; ``specdec/kl_penalty_share``: the mean absolute penalty over the mean
+    absolute reward before it."""
+
+    def __init__(self, clone: Any, coef: float) -> None:
+        super().__init__()
+        if coef <= 0:
+            raise ValueError(f"kl_to_clone must be positive (0 trains without the penalty), got {coef}")
+        self.clone, self.coef = clone, coef
+        self.clone.set_training_mode(False)
+
+    def _on_step(self) -> bool:
+        return True
+
+    def distributions(self, observations: np.ndarray) -> tuple[Any, Any]:
+        """The policy's and the clone's action distributions in ``observations`` (as the policy
+        sees them)."""
+        states = torch.as_tensor(observations, device=self.model.device)
+        return self.model.policy.get_distribution(states), self.clone.get_distribution(states)
+
+    def divergence(self, observations: np.ndarray) -> np.ndarray:
+        """KL(policy || clone) in each state of ``observations``."""
+        with torch.no_grad():
+            policy, clone = (d.distribution for d in self.distributions(observations))
+            pairs = zip(policy, clone, strict=True) if isinstance(policy, list) else [(policy, clone)]
+            total = sum(torch.distributions.kl_divergence(p, q) for p, q in pairs)
+        return total.cpu().numpy()
+
+    def clone_log_prob(self, observations: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """log clone(a|s) of each (state, action) pair."""
+        with torch.no_grad():
+            _, clone = self.distributions(observations)
+            return clone.log_prob(torch.as_tensor(actions, device=self.model.device)).cpu().numpy()
+
+    def _on_rollout_end(self) -> None:
+        buffer = self.model.rollout_buffer
+        steps, envs = buffer.rewards.shape
+        observations = buffer.observations.reshape(steps * envs, -1)
+        actions = buffer.actions.reshape(steps * envs, -1)
+        log_ratio = buffer.log_probs - self.clone_log_prob(observations, actions).reshape(steps, envs)
+        penalty = (self.coef * log_ratio).astype(buffer.rewards.dtype)
+        scale = float(np.abs(buffer.rewards).mean())
+        buffer.rewards -= penalty
+        buffer.compute_returns_and_advantage(last_values=self.locals["values"], dones=self.locals["dones"])
+        self.logger.record("specdec/kl_to_clone", float(self.divergence(observations).mean()))
+        self.logger.record("specdec/kl_penalty_share", float(np.abs(penalty).mean()) / max(scale, 1e-12))
 
 
 def every(steps: int, callback: BaseCallback | Callable[[], None]) -> EveryNTimesteps:

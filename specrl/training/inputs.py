@@ -58,7 +58,7 @@ def load_scenarios(names: Iterable[str], preset: str | None) -> list[Scenario]:
 
 
 def resolve_config(
-    path: str | Path, *, real_loop: bool, overrides: dict[str, int | None]
+    path: str | Path, *, real_loop: bool, overrides: dict[str, int | float | None]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The PPO hyperparameters and the budget of the YAML at ``path`` (its ``ppo`` and ``train``),
     the budget with the command line's ``overrides`` (None: the YAML's). In the real loop the

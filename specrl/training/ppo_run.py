@@ -8,6 +8,7 @@ checkpoint in the folder, which :meth:`PPORun.best` loads.
 
 from __future__ import annotations
 
+import copy
 import signal
 from collections.abc import Iterable
 from pathlib import Path
@@ -25,6 +26,7 @@ from specrl.latency import LatencyModel, latency_path
 from specrl.rule_tuning import fit_acceptance_predictor
 from specrl.traces import TraceSet
 from specrl.training.callbacks import (
+    KLToClone,
     Progress,
     SpecdecMetrics,
     ValidationEvaluation,
@@ -41,11 +43,13 @@ from specrl.training.run_folder import (
     PREDICTOR,
     export_best,
     load_best,
+    load_clone,
     new_run_dir,
     resumed_state,
     run_record,
     save_best,
     save_checkpoint,
+    save_clone,
     write_run_record,
 )
 from specrl.training.selection import PolicyVsRules, Predict, policy_predict
@@ -261,6 +265,22 @@ class PPORun:
         )
         return self.state["warm_start"]
 
+    def clone(self) -> Any:
+        """The warm start's policy, frozen, which ``kl_to_clone`` keeps PPO near: saved in the run
+        folder when the run starts, loaded from it when it resumes."""
+        if not self.warm:
+            raise ValueError(
+                "kl_to_clone keeps PPO near the warm start's clone: drop --no-warm-start, or set "
+                "kl_to_clone to 0 in the config"
+            )
+        clone = copy.deepcopy(self.model.policy)
+        if self.resumed:
+            load_clone(self.run_dir, clone)
+        else:
+            save_clone(self.run_dir, clone)
+        clone.requires_grad_(False)
+        return clone
+
     def train(self, settings: dict[str, Any]) -> bool:
         """Train the rest of the budget, logging to the run folder (SB3's CSV and TensorBoard,
         ``specdec/`` scalars, ``settings`` as the hyperparameter text), evaluating every
@@ -286,6 +306,8 @@ class PPORun:
                 selection.init_callback(self.model)
                 selection.run()
                 self.save_checkpoint()
+            if self.budget.get("kl_to_clone"):
+                callbacks.append(KLToClone(self.clone(), self.budget["kl_to_clone"]))
             if self.remaining > 0:
                 self.model.learn(
                     total_timesteps=self.remaining, callback=callbacks, reset_num_timesteps=not self.resumed

@@ -8,18 +8,21 @@ checkpoint as a policy folder whose provenance is ``run.json``.
         best.zip, best_vecnormalize.pkl    the checkpoint selection kept
         checkpoint.zip, vecnormalize.pkl, state.json    the last checkpoint (``--resume``)
         acceptance_predictor.json      the per-token stop dimension's predictor (train_ppo.py)
+        clone_policy.pt                the warm start's clone, which ``kl_to_clone`` keeps PPO near
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
@@ -34,6 +37,7 @@ BEST_MODEL, BEST_NORMALIZER = "best.zip", "best_vecnormalize.pkl"
 CHECKPOINT, NORMALIZER, STATE = "checkpoint.zip", "vecnormalize.pkl", "state.json"
 PREDICTOR = "acceptance_predictor.json"  # the per-token stop dimension's, fitted on train traces
 PROGRESS = "progress.csv"  # SB3's CSV output
+CLONE = "clone_policy.pt"  # the warm start's policy weights (train_ppo.py with kl_to_clone)
 
 
 def new_run_dir(
@@ -114,6 +118,30 @@ def save_checkpoint(run_dir: Path, model: PPO, venv: VecNormalize, state: dict[s
     model.save(run_dir / CHECKPOINT)
     venv.save(str(run_dir / NORMALIZER))
     save_state(run_dir / STATE, {**state, "timesteps": model.num_timesteps})
+
+
+def save_clone(run_dir: Path, policy: torch.nn.Module) -> None:
+    """The warm start's policy weights, written atomically (a resumed run penalises the distance
+    to this same clone)."""
+    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f".{CLONE}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(policy.state_dict(), tmp)
+        os.replace(tmp, run_dir / CLONE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_clone(run_dir: Path, policy: torch.nn.Module) -> None:
+    """Load the weights :func:`save_clone` wrote into ``policy`` (a module of the same shape)."""
+    path = run_dir / CLONE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: no warm-start clone in this run folder; it was trained without kl_to_clone, "
+            "so resume it with the config it started with"
+        )
+    policy.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
 
 
 def save_best(run_dir: Path, model: PPO, venv: VecNormalize) -> None:
