@@ -208,7 +208,10 @@ def main() -> None:
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     real_loop = args.train_on == "real"
     overrides = {key: getattr(args, key) for key in ("total_timesteps", "n_envs", "eval_freq", "kl_to_clone")}
-    hyper, budget = resolve_config(args.config, real_loop=real_loop, overrides=overrides)
+    try:
+        hyper, budget = resolve_config(args.config, real_loop=real_loop, overrides=overrides)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     torch.manual_seed(args.seed)
 
     # 1. The pair, its latency on this machine, the traces.

@@ -150,11 +150,31 @@ def test_the_config_takes_the_command_lines_overrides_and_one_env_per_core_in_th
     path.write_text(yaml.safe_dump(config))
     overrides = {"total_timesteps": 64, "n_envs": None, "eval_freq": None}
     hyper, budget = resolve_config(path, real_loop=False, overrides=overrides)
-    assert hyper == {"gamma": 0.99} and budget == {"total_timesteps": 64, "n_envs": 128, "eval_freq": 500}
+    assert hyper == {"gamma": 0.99} and budget == {
+        "total_timesteps": 64,
+        "n_envs": 128,
+        "eval_freq": 500,
+        "demonstrations": "selection",  # the defaults of the keys a config may leave out
+        "kl_to_clone": 0.0,
+    }
     _, real = resolve_config(path, real_loop=True, overrides=overrides)
     assert real["n_envs"] == min(REAL_ENVS, os.cpu_count() or 1)
     _, forced = resolve_config(path, real_loop=True, overrides={"n_envs": 3})
     assert forced["n_envs"] == 3  # the command line wins
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"demonstrations": "everywhere"}, "train.demonstrations must be one of"),
+        ({"kl_to_clone": -0.5}, ">= 0"),
+    ],
+)
+def test_a_config_with_a_bad_warm_start_setting_is_refused(tmp_path, bad, message):
+    path = tmp_path / "ppo.yaml"
+    path.write_text(yaml.safe_dump({"ppo": {"gamma": 0.99}, "train": {"total_timesteps": 1, **bad}}))
+    with pytest.raises(ValueError, match=message):
+        resolve_config(path, real_loop=False, overrides={})
 
 
 def test_envs_are_split_over_the_scenarios_as_evenly_as_possible():

@@ -14,7 +14,9 @@ from specrl.controllers.stop_rules import AdaEDLController, SpecDecPPController,
 from specrl.engine.types import Action
 from specrl.envs import VecTraceReplay
 from specrl.envs.actions import to_action_indices, to_engine_action
-from specrl.features import N_FEATURES
+from specrl.evaluation.profiles import prices
+from specrl.features import FEATURE_NAMES, N_FEATURES
+from specrl.latency.family import LatencyFamily
 from specrl.trace_evaluation import evaluate_controller
 from specrl.training.comparison import BEST_STATIC, PLAIN, TCP
 from specrl.training.selection import PolicyVsRules
@@ -110,6 +112,24 @@ def test_a_policy_cloned_from_a_rule_plays_the_rule(shifted, greedy_traces, late
     after = model.predict(shown.observations, deterministic=True)[0]
     assert (before != [3, 1]).any(axis=1).mean() > 0.5  # a random policy does not play it ...
     assert agreement == 1.0 and (after == [3, 1]).all()  # ... the clone does
+
+
+def test_the_priced_rule_demonstrates_under_machines_drawn_from_a_family(shifted, greedy_traces):
+    encoder = ActionEncoder(greedy_traces.k_max, shifted.tau_grid, None, ("draft",), None)
+    rule = Teacher("words", PRICED, PricedController(), 1.0)
+    family = LatencyFamily(("cpu-epyc-2t-nov", "gpu-like-a100"), perturbations=0)
+    shown = demonstrations(rule, shifted, greedy_traces, family, encoder, 1, seed=0)
+    price = shown.observations[:, FEATURE_NAMES.index("draft_price")]
+    cpu, gpu = (prices(family.profile(name))[0] for name in family.names)
+    assert gpu < cpu / 2
+    cheap = price < (cpu + gpu) / 2  # the GPU-like machine's draft is the cheaper: its episodes
+    assert 0.2 < cheap.mean() < 0.8  # the episodes ran on both machines
+    # the rule reads those prices: it drafts longer where drafting is cheap
+    assert shown.actions[cheap, 0].mean() > shown.actions[~cheap, 0].mean()
+    again = demonstrations(rule, shifted, greedy_traces, family, encoder, 1, seed=0)
+    assert np.array_equal(again.observations, shown.observations)  # the draws follow the seed
+    other = demonstrations(rule, shifted, greedy_traces, family, encoder, 1, seed=1000)
+    assert not np.array_equal(other.observations, shown.observations)  # another part's draws differ
 
 
 def test_dagger_labels_the_states_a_driver_reaches_with_the_teachers_actions(shifted, greedy_traces, latency):

@@ -57,6 +57,9 @@ def load_scenarios(names: Iterable[str], preset: str | None) -> list[Scenario]:
     return [load_scenario(name).with_overrides(time="modeled", preset=preset) for name in names]
 
 
+DEMONSTRATIONS = ("selection", "family")  # where the priced rule teaches (warm_start.py's ``family``)
+
+
 def resolve_config(
     path: str | Path, *, real_loop: bool, overrides: dict[str, int | float | None]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -68,6 +71,15 @@ def resolve_config(
     if real_loop:
         budget["n_envs"] = min(REAL_ENVS, os.cpu_count() or 1)
     budget.update({key: value for key, value in overrides.items() if value is not None})
+    if budget.setdefault("demonstrations", "selection") not in DEMONSTRATIONS:
+        raise ValueError(
+            f"{path}: train.demonstrations must be one of {list(DEMONSTRATIONS)}, got "
+            f"{budget['demonstrations']!r}"
+        )
+    if budget.setdefault("kl_to_clone", 0.0) < 0:
+        raise ValueError(
+            f"{path}: train.kl_to_clone must be >= 0 (0: no penalty), got {budget['kl_to_clone']}"
+        )
     return hyper, budget
 
 

@@ -16,7 +16,10 @@ input of the rule is in its observation. So the policy starts as a copy of the r
    one machine, do not; so it teaches unless another rule is more than :data:`CARRY_MARGIN`
    faster);
 3. :func:`demonstrations`: each teacher decodes its part's *train* traces in the replay
-   simulator, and every (observation, action) it takes is recorded as an action index; then, for
+   simulator, and every (observation, action) it takes is recorded as an action index (with
+   ``family``, the priced rule decodes each episode on a machine drawn from the training family:
+   it needs no tuning, so it can teach under every machine, and its clone sees how the k it plays
+   moves with the prices, not two machines' answers); then, for
    :data:`DAGGER_ROUNDS` rounds (DAgger), the clone decodes them and the teacher labels the
    states the clone reaches;
 4. :func:`clone`: the policy's action distribution is fitted to those actions by maximum
@@ -48,6 +51,7 @@ from specrl.engine.types import Action
 from specrl.envs import Scenario, TraceReplayEnv
 from specrl.envs.actions import to_action_indices, to_engine_action
 from specrl.latency import LatencyModel
+from specrl.latency.family import LatencyFamily
 from specrl.rule_tuning import tune_specdecpp
 from specrl.trace_evaluation import episode_seed, evaluate_controller
 from specrl.traces import TraceSet
@@ -62,6 +66,7 @@ DAGGER_ROUNDS = 2  # rounds that label the states the clone reaches (then refit 
 DAGGER_EPOCHS = 10  # passes of each round's refit, which starts from the clone so far
 PRICED = "priced"  # the priced rule's role among the teachers (not a rule of the bar)
 CARRY_MARGIN = 0.15  # the priced rule teaches unless another rule is more than this much faster
+FAMILY_SEEDS = 1000  # seeds apart of two parts' draws of the family (more than the DAgger rounds)
 
 
 @dataclass
@@ -166,17 +171,18 @@ def demonstrations(
     teacher: Teacher,
     scenario: Scenario,
     traces: TraceSet,
-    latency: LatencyModel,
+    latency: LatencyModel | LatencyFamily,
     encoder: ActionEncoder,
     repeats: int,
     seed: int = 0,
     driver: Predict | None = None,
 ) -> Demonstrations:
     """Every trace (``repeats`` acceptance draws each when sampled) decoded in the replay
-    simulator; at each step the teacher's action is a row with the observation. The teacher's
-    actions are played, or with ``driver`` (a policy's batch of actions) the driver's: DAgger's
-    rounds label the states the clone itself reaches, which the teacher alone never shows (a
-    teacher that never drafts never shows a state where the draft was just rejected)."""
+    simulator (under ``latency``, or a machine of a family drawn per episode); at each step the
+    teacher's action is a row with the observation. The teacher's actions are played, or with
+    ``driver`` (a policy's batch of actions) the driver's: DAgger's rounds label the states the
+    clone itself reaches, which the teacher alone never shows (a teacher that never drafts never
+    shows a state where the draft was just rejected)."""
     env = TraceReplayEnv(scenario, traces=traces, latency=latency)
     controller = teacher.controller
     observations, actions = [], []
@@ -253,6 +259,7 @@ def warm_start(
     observation_size: int,
     seed: int,
     scored: Mapping[str, tuple[Mapping[str, float], Bar]] | None = None,
+    family: LatencyFamily | None = None,
 ) -> dict[str, Any]:
     """The warm start of a run (the module doc): per footing (a machine: profile name ->
     :class:`Comparison`), training scenario and domain (:func:`parts`) its :func:`teacher` among
@@ -261,8 +268,10 @@ def warm_start(
     traces under that machine's prices, :func:`clone` and :data:`DAGGER_ROUNDS` rounds of DAgger.
     ``scored``: the rules' tokens/s and bar already measured on a scenario's whole validation
     traces (checkpoint selection's, by entry: :func:`~specrl.training.selection.entry_name`), used
-    as they are for a scenario of one part. Returns the record of what was cloned (teachers by
-    part, ``<scenario>[/<domain>][@<profile>]``, rows, agreement)."""
+    as they are for a scenario of one part. ``family``: the machines the priced rule's parts are
+    demonstrated under, one drawn per episode, each part with its own draws (None: the footing's
+    machine, as every other teacher). Returns the record of what was cloned (teachers by part,
+    ``<scenario>[/<domain>][@<profile>]``, rows, agreement)."""
     space = inputs.space
     encoder = ActionEncoder(space.k_max, space.tau_grid, space.stop_grid, space.drafters, predictor)
     chosen, sources = {}, []
@@ -288,17 +297,23 @@ def warm_start(
                     )
                     rules[SPECDECPP], controllers[SPECDECPP] = tuned.tokens_per_s, tuned.controller
                 chosen[name] = teacher(name, rules, controllers, encoder, observation_size)
-                sources.append((chosen[name], s, train[domain], footing))
+                t = chosen[name]
+                if family is not None and t.role == PRICED:  # its own draws of the family's machines
+                    sources.append(
+                        (t, s, train[domain], family, footing.repeats, seed + FAMILY_SEEDS * len(sources))
+                    )
+                else:
+                    sources.append((t, s, train[domain], footing.latency, footing.repeats, seed))
     shown = [
-        demonstrations(t, s, traces, footing.latency, encoder, footing.repeats, seed)
-        for t, s, traces, footing in sources
+        demonstrations(t, s, traces, machines, encoder, repeats, base)
+        for t, s, traces, machines, repeats, base in sources
     ]
     agreement = clone(model, normalizer, Demonstrations.concatenate(shown), seed)
     for round_ in range(DAGGER_ROUNDS):
         driver = policy_predict(model, normalizer)
         shown += [
-            demonstrations(t, s, traces, footing.latency, encoder, footing.repeats, seed + 1 + round_, driver)
-            for t, s, traces, footing in sources
+            demonstrations(t, s, traces, machines, encoder, repeats, base + 1 + round_, driver)
+            for t, s, traces, machines, repeats, base in sources
         ]
         everything = Demonstrations.concatenate(shown)
         agreement = clone(model, normalizer, everything, seed, DAGGER_EPOCHS, statistics=False)
