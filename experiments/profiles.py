@@ -21,6 +21,8 @@ Writes ``<out>/profiles.{json,md,png}``.
 
 ``--train="FLAGS"`` adds flags to every trained arm's ``train_ppo.py`` (the pool's scenarios, say;
 with ``=``, since they begin with ``--``), and ``--scenarios`` names the scenarios compared.
+``--split validation`` compares on validation traces instead: to choose between policies under a
+profile held out of their training (a validation machine) without looking at the test traces.
 
     python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 2 --alone-seeds 0 1 \\
         --also v4=results/profiles/v4/seed0 previous=results/profiles/previous_default
@@ -154,6 +156,12 @@ def main() -> None:
         help='flags every trained arm adds to train_ppo.py: --train="--scenarios ..."',
     )
     parser.add_argument("--repeats", type=int, default=4, help="acceptance draws per sampled trace")
+    parser.add_argument(
+        "--split",
+        choices=("test", "validation"),
+        default="test",
+        help="the traces compared on: test (the report), or validation (to choose between policies)",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "results" / "profiles")
     args = parser.parse_args()
     known = latency_profiles()
@@ -206,6 +214,7 @@ def main() -> None:
                 policies,
                 repeats=args.repeats,
                 rule_predictor=rule_predictor,
+                split=args.split,
             )
         )
 
@@ -258,11 +267,11 @@ def main() -> None:
     command = "python " + shlex.join(sys.argv)
     text = (
         "# Policies on machines they never trained on: every latency profile side by side\n\n"
-        "Simulator, test traces. Under each profile the rules are re-tuned on validation traces there "
-        "(TCP, the HF heuristic, AdaEDL, the SpecDec++-style rule; with the best static setting in "
-        "hindsight, the best of them is the best rule), and every controller sees the same acceptance "
-        f"draws. Each cell: the median over seeds {args.seeds} (`alone`: {alone_seeds}; `carried / alone`: "
-        "the seeds of both, paired), [min, max]. `carried`: trained over the "
+        f"Simulator, {args.split} traces. Under each profile the rules are re-tuned on validation "
+        "traces there (TCP, the HF heuristic, AdaEDL, the SpecDec++-style rule; with the best static "
+        "setting in hindsight, the best of them is the best rule), and every controller sees the same "
+        f"acceptance draws. Each cell: the median over seeds {args.seeds} (`alone`: {alone_seeds}; "
+        "`carried / alone`: the seeds of both, paired), [min, max]. `carried`: trained over the "
         f"latency family (`python {shlex.join(['experiments/train_ppo.py', *train])}`), which holds out "
         f"{', '.join(HELD_OUT)}; `alone`: trained on that profile alone; `{PRICED}`: the k the "
         "machine's prices make fastest at the recent acceptance (`specrl.controllers.priced`, the "
@@ -277,6 +286,7 @@ def main() -> None:
     write_text_atomic(args.out / "profiles.md", text)
     record = {
         "command": command,
+        "split": args.split,
         "seeds": args.seeds,
         "alone_seeds": alone_seeds,
         "held_out": list(HELD_OUT),
@@ -311,7 +321,7 @@ def main() -> None:
             for profile in args.profiles
         },
         "carried policy / best rule re-tuned there",
-        "Test traces, simulator: the family-trained policy on each machine",
+        f"{args.split.capitalize()} traces, simulator: the family-trained policy on each machine",
         reference=1.0,
     )
     print(text)

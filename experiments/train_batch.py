@@ -136,7 +136,9 @@ def main(argv: list[str] | None = None) -> None:
         ),
     )
 
-    machines = training_machines(args.latency_profiles, latency, args.perturbations, batch=True)
+    machines = training_machines(
+        args.latency_profiles, latency, args.perturbations, batch=True, select=args.select_profiles
+    )
     print(machines.line(), flush=True)
 
     def env(name: str, split: str, priced_by=machines.family or latency) -> BatchReplayEnv:

@@ -224,6 +224,7 @@ def main() -> None:
             select=selected,
             profiles=args.latency_profiles,
             perturbations=args.perturbations,
+            select_profiles=args.select_profiles,
         )
     except ActionSpaceError as error:
         hint = ""

@@ -152,6 +152,33 @@ def test_training_machines_name_this_machine_the_family_or_profiles():
         training_machines([FAMILY], latency, drafters=("draft", "draft-mid", "draft-fp8"))
 
 
+def test_a_family_can_be_scored_under_profiles_of_its_own_chosen_apart():
+    import argparse
+
+    from specrl.training.inputs import add_latency_profile_arguments, check_latency_profile_arguments
+
+    latency = LatencyModel.from_cost_model()
+    names = ["cpu-epyc-2t-nov", "cpu-epyc-2t-profiled", "gpu-like-a100", "gpu-like-h100"]
+    machines = training_machines(names, latency, select=SELECT_PROFILES)
+    assert machines.family.names == tuple(names) and list(machines.select) == list(SELECT_PROFILES)
+    assert machines.describe()["selected_under"] == list(SELECT_PROFILES)
+    parser = argparse.ArgumentParser()
+    add_latency_profile_arguments(parser)
+
+    def check(line: str) -> None:
+        check_latency_profile_arguments(parser, parser.parse_args(line.split()))
+
+    check(f"--latency-profiles {' '.join(names)} --select-profiles gpu-like-a100")
+    check("--select-profiles cpu-epyc-2t-nov")  # one of the shipped family's
+    for bad in (
+        f"--latency-profiles {' '.join(names)} --select-profiles gpu-like-l4",  # not trained over
+        "--select-profiles cpu-xeon-2t",  # held out of the shipped family
+        "--latency-profiles machine --select-profiles cpu-epyc-2t-nov",
+    ):
+        with pytest.raises(SystemExit):
+            check(bad)
+
+
 def test_every_profile_prices_the_pool_measured_prices_first():
     """The pool trains over the family: every profile prices every drafter. A calibration's own
     measured prices stand (the Xeon's; the EPYC Dec calibration's lookup); the rest are the EPYC

@@ -89,8 +89,10 @@ def profile_row(
     *,
     repeats: int,
     rule_predictor,
+    split: str = "test",
 ) -> ProfileRow:
-    """The scenario's rules re-tuned under ``latency`` and every policy's seeds on its test traces."""
+    """The scenario's rules re-tuned under ``latency`` and every policy's seeds on its test traces
+    (``split``: or its validation traces, to choose between policies without the test ones)."""
     first = next(p for seeds in policies.values() for p in seeds)
     footing = Comparison(
         pair,
@@ -100,7 +102,7 @@ def profile_row(
         predictor=first.predictor,
         rule_predictor=rule_predictor,
     )
-    test = cached_traces(scenario, "test", pair)
+    test = cached_traces(scenario, split, pair)
     tokens, bar = footing.rules_on(scenario, test)
     best = best_rule_role(tokens)
     row = ProfileRow(profile, scenario.name, tokens[PLAIN], best, tokens[best])

@@ -133,6 +133,14 @@ def add_latency_profile_arguments(parser: argparse.ArgumentParser, batch: bool =
         default=None,
         help="perturbed models per profile besides the profile itself (default: the family's, 6)",
     )
+    parser.add_argument(
+        "--select-profiles",
+        nargs="+",
+        default=None,
+        metavar="PROFILE",
+        help="the profiles checkpoint selection and the warm start score under, among those trained "
+        "over (default: the family's selection profiles, or every named profile)",
+    )
 
 
 def named_policies(
@@ -160,6 +168,15 @@ def check_latency_profile_arguments(
         parser.error(f"--latency-profiles: unknown {unknown}; known: {known}")
     if args.perturbations is not None and args.perturbations < 0:
         parser.error(f"--perturbations must be >= 0, got {args.perturbations}")
+    if args.select_profiles is not None:
+        family = list(LatencyFamily.training(batch).names) if args.latency_profiles == [FAMILY] else None
+        trained = family if family is not None else args.latency_profiles
+        outside = [name for name in args.select_profiles if name not in trained]
+        if MACHINE in args.latency_profiles or outside:
+            parser.error(
+                f"--select-profiles {outside or args.select_profiles}: give profiles trained over "
+                f"({', '.join(n for n in trained if n != MACHINE)})"
+            )
 
 
 @dataclass(frozen=True)
@@ -203,6 +220,7 @@ def training_machines(
     perturbations: int | None = None,
     drafters: Sequence[str] = (),
     batch: bool = False,
+    select: Sequence[str] | None = None,
 ) -> Machines:
     """What ``--latency-profiles`` names (:class:`Machines`). ``[MACHINE]``: this machine's
     ``latency``; ``[FAMILY]``: the shipped family, scored under :data:`SELECT_PROFILES`
@@ -210,7 +228,8 @@ def training_machines(
     :data:`SELECT_BATCH_PROFILES`); profile names: a family of them (``perturbations`` around
     each, the family's default if None), scored under each of them. A family must price every
     one of ``drafters`` on every profile (the shipped profiles price every drafter of the pool:
-    :func:`specrl.latency.family.with_pool_prices`)."""
+    :func:`specrl.latency.family.with_pool_prices`). ``select``: the profiles to score under
+    instead (each one of the family's)."""
     names = list(names)
     if names == [MACHINE]:
         return Machines(None, {MACHINE: latency})
@@ -225,9 +244,10 @@ def training_machines(
             f"the latency profiles {list(family.names)} do not all price the drafters {unpriced}; "
             f"train these scenarios on this machine's prices: --latency-profiles {MACHINE}"
         )
-    select = family.names
-    if names == [FAMILY]:
-        select = SELECT_BATCH_PROFILES if batch else SELECT_PROFILES
+    if select is None:
+        select = family.names
+        if names == [FAMILY]:
+            select = SELECT_BATCH_PROFILES if batch else SELECT_PROFILES
     return Machines(family, {name: family.profile(name) for name in select})
 
 
@@ -259,18 +279,20 @@ class RunInputs:
         select: Sequence[Scenario] = (),
         profiles: Sequence[str] = (MACHINE,),
         perturbations: int | None = None,
+        select_profiles: Sequence[str] | None = None,
     ) -> RunInputs:
         """The pair (built if missing), its latency model (calibrated and cached if missing) and
         the traces (shipped, cached or collected now); ``stop``: with the per-token stop dimension;
         ``select``: scenarios checkpoint selection scores on besides the training ones (their
         validation traces only; they must share the action space); ``profiles`` and
-        ``perturbations``: the machines (:func:`training_machines`)."""
+        ``perturbations``: the machines, ``select_profiles`` those scored under
+        (:func:`training_machines`)."""
         names = {s.name for s in scenarios}
         selected_on = list(scenarios) + [s for s in select if s.name not in names]
         space = ActionSpace.shared_by(selected_on, stop)
         pair = scenarios[0].pair.load()
         latency = calibrated(pair, k_max=space.k_max, drafters=space.drafters)
-        machines = training_machines(profiles, latency, perturbations, space.drafters)
+        machines = training_machines(profiles, latency, perturbations, space.drafters, select=select_profiles)
         train = {s.name: cached_traces(s, "train", pair) for s in scenarios}
         validation = {s.name: cached_traces(s, "validation", pair) for s in selected_on}
         return cls(
