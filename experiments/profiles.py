@@ -52,6 +52,7 @@ from specrl.latency import HELD_OUT
 from specrl.latency.family import profiles as latency_profiles
 from specrl.plots import bar_groups
 from specrl.tables import markdown_table
+from specrl.training.comparison import geometric_mean
 from specrl.training.inputs import (
     DEFAULT_EVAL_SCENARIOS,
     DEFAULT_SCENARIOS,
@@ -127,6 +128,26 @@ def summary_cells(rows: list, names: list[str]) -> list[str]:
             "-" if mixed is None else spread(mixed.ratios(name)),
         ]
     return cells
+
+
+def overall_section(rows: list, names: list[str]) -> str:
+    """Per policy and seed, over every (profile, scenario) cell of the page: the worst ratio to the
+    best rule and the geometric mean of the ratios (what one number per seed says of a policy
+    across machines; choosing between policies under validation machines reads it)."""
+    lines = []
+    for name in names:
+        mine = [row for row in rows if name in row.policies]
+        if not mine:
+            continue
+        for seed in range(len(mine[0].policies[name])):
+            ratios = [row.ratios(name)[seed] for row in mine]
+            lines.append([name, seed, f"{min(ratios):.3f}", f"{geometric_mean(ratios):.3f}", len(ratios)])
+    return (
+        "## Over every profile and scenario\n\n"
+        "Each policy's seeds in the order given (`--also` policies: one): the worst ratio to the best "
+        "rule over every cell of the page, and the geometric mean of those ratios.\n\n"
+        f"{markdown_table(['policy', 'seed', 'worst', 'geometric mean', 'cells'], lines)}\n\n"
+    )
 
 
 def main() -> None:
@@ -278,7 +299,8 @@ def main() -> None:
         "feature `priced_k`), a rule that needs no tuning: a teacher of the warm start, not a rule of "
         "the bar.\n\n"
         "## Prices (one row, context 256, as the features read them)\n\n"
-        f"{price_table}\n\n## Summary\n\n{summary_table}\n\n## Every scenario\n\n{table}\n\n"
+        f"{price_table}\n\n## Summary\n\n{summary_table}\n\n{overall_section(rows, names)}"
+        f"## Every scenario\n\n{table}\n\n"
         f"{choices_section(rows, [n for n in names if n != PRICED])}"
         f"{page_footer(command, started)}"
     )

@@ -109,3 +109,16 @@ def test_the_choices_table_puts_each_policy_beside_the_best_static_setting():
     pool.choices = {"carried": {"big": 0.6, "draft": 0.3, "plain": 0.1, "mean_k": 3.0}}
     text = script.choices_section([pool], ["carried"])
     assert "each drafter" in text and "| big 0.60, draft 0.30, plain 0.10; k 3.0 |" in text
+
+
+def test_the_overall_table_gives_each_seed_its_worst_cell_and_geometric_mean_over_every_profile():
+    from specrl.evaluation.profiles import ProfileRow
+
+    script = load_script("profiles")
+    rows = [ProfileRow(p, "code", 50.0, "static", 100.0) for p in ("cpu-a", "gpu-b")]
+    rows[0].policies = {"carried": [90.0, 110.0], "other": [100.0]}
+    rows[1].policies = {"carried": [100.0, 121.0], "other": [81.0]}
+    text = script.overall_section(rows, ["carried", "alone", "other"])
+    assert "| carried | 0 | 0.900 | 0.949 | 2 |" in text  # sqrt(0.9 * 1.0)
+    assert "| carried | 1 | 1.100 | 1.154 | 2 |" in text  # sqrt(1.1 * 1.21) = 1.1537
+    assert "| other | 0 | 0.810 | 0.900 | 2 |" in text and "| alone |" not in text
