@@ -45,6 +45,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from specrl.envs import ScenarioError, cached_traces
 from specrl.evaluation.profiles import PRICED, curve_steps, prices, profile_row, rule_predictor_of
 from specrl.export import load_policy
 from specrl.io import write_text_atomic
@@ -217,6 +218,11 @@ def main() -> None:
     # 2. Every scenario under every profile, the rules re-tuned there, on the same draws.
     scenarios = load_scenarios(args.scenarios, None)
     pair = scenarios[0].pair.load()
+    for scenario in scenarios if args.split != "test" else ():
+        try:
+            cached_traces(scenario, args.split, pair)
+        except ScenarioError as error:
+            parser.error(f"--split {args.split}: {error}; leave that scenario out of --scenarios")
     rule_predictor = rule_predictor_of(load_scenarios(DEFAULT_SCENARIOS, None), pair)
     carried_policies = [load_policy(folder) for folder in carried.values()]
     others = {name: [load_policy(folder)] for name, folder in also.items()}
