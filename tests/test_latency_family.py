@@ -146,6 +146,10 @@ def test_training_machines_name_this_machine_the_family_or_profiles():
     assert alone.names == ("gpu-like-h200",) and alone.perturbations == 0
     assert list(machines.select) == ["gpu-like-h200"]
     assert len(alone.models[0]) == 1
+    # the metadata's held_out: every profile not trained over (the shipped family's: HELD_OUT)
+    assert set(training_machines([FAMILY], latency).describe()["held_out"]) == set(HELD_OUT)
+    never = machines.describe()["held_out"]
+    assert "gpu-like-h200" not in never and {"cpu-xeon-2t", "gpu-like-a100"} <= set(never)
     with pytest.raises(ValueError, match="not"):
         training_machines([MACHINE, FAMILY], latency)
     with pytest.raises(ValueError, match=r"do not all price the drafters \['draft-fp8'\].*profiles machine"):

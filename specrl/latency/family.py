@@ -258,14 +258,15 @@ class LatencyFamily:
         return group[int(rng.integers(len(group)))]
 
     def describe(self) -> dict:
-        """What a policy's metadata records as ``latency_profiles``."""
+        """What a policy's metadata records as ``latency_profiles`` (``held_out``: every known
+        profile it was not trained over; for the shipped family, :data:`HELD_OUT`)."""
         return {
             "profiles": list(self.names),
             "perturbations": self.perturbations,
             "spread": self.spread,
             "step_heights": list(STEP_HEIGHTS),
             "seed": self.seed,
-            "held_out": list(HELD_OUT),
+            "held_out": [name for name in profiles_known(self.batch) if name not in self.names],
             "batch": self.batch,
         }
 
