@@ -5,22 +5,29 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename."""
+def write_atomic(path: str | Path, write: Callable[[str], None]) -> None:
+    """Have ``write`` fill a temporary file in ``path``'s directory (it gets the file's name), then
+    rename it to ``path``: readers see the old file or the new one, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        write(tmp)
         os.chmod(tmp, 0o644)  # mkstemp makes it private
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same directory and a rename."""
+    write_atomic(path, lambda tmp: Path(tmp).write_text(text))
 
 
 def write_report(stem: str | Path, report: dict, markdown: str) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import tempfile
 import time
 from collections.abc import Sequence
@@ -29,7 +28,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from specrl.envs import Scenario
 from specrl.export import export_policy
-from specrl.io import write_text_atomic
+from specrl.io import write_atomic, write_text_atomic
 from specrl.provenance import git_commit
 
 RUN_RECORD, RUN_CONFIG = "run.json", "config.yaml"
@@ -123,14 +122,7 @@ def save_checkpoint(run_dir: Path, model: PPO, venv: VecNormalize, state: dict[s
 def save_clone(run_dir: Path, policy: torch.nn.Module) -> None:
     """The warm start's policy weights, written atomically (a resumed run penalises the distance
     to this same clone)."""
-    fd, tmp = tempfile.mkstemp(dir=run_dir, prefix=f".{CLONE}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(policy.state_dict(), tmp)
-        os.replace(tmp, run_dir / CLONE)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(run_dir / CLONE, lambda tmp: torch.save(policy.state_dict(), tmp))
 
 
 def load_clone(run_dir: Path, policy: torch.nn.Module) -> None:
