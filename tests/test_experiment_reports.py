@@ -122,3 +122,32 @@ def test_the_overall_table_gives_each_seed_its_worst_cell_and_geometric_mean_ove
     assert "| carried | 0 | 0.900 | 0.949 | 2 |" in text  # sqrt(0.9 * 1.0)
     assert "| carried | 1 | 1.100 | 1.154 | 2 |" in text  # sqrt(1.1 * 1.21) = 1.1537
     assert "| other | 0 | 0.810 | 0.900 | 2 |" in text and "| alone |" not in text
+
+
+@pytest.mark.slow
+def test_headroom_under_profiles_orders_its_bounds_and_names_each_profiles_best_rule(
+    tmp_path, monkeypatch, capsys
+):
+    script = load_script("headroom")
+    out = tmp_path / "headroom"
+    argv = ["headroom.py", "--profiles", "gpu-like-h200", "cpu-xeon-2t", "--scenarios", "code_t1"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--count", "1", "--out", str(out)])
+    script.main()
+    results = json.loads(out.with_suffix(".json").read_text())
+    rows = {row["profile"]: row for row in results["rows"]}
+    assert set(rows) == {"gpu-like-h200", "cpu-xeon-2t"} and results["priced_by"] == argv[2:4]
+    for row in rows.values():
+        static = row["per_scenario_static"]["tokens_per_s"]
+        # the per-prompt choice includes the per-scenario one; knowing outcomes can only add
+        assert static <= row["per_prompt_static"] * (1 + 1e-9) <= row["clairvoyant"] * (1 + 1e-6)
+        assert row["best_rule"]["role"] in {"tcp", "hf-heuristic", "adaedl", "specdec++", "static"}
+        assert row["best_rule"]["tokens_per_s"] > 0
+    # the profiles price differently: a nearly flat verification lets the H200-like one draft longer
+    k = {profile: row["per_scenario_static"]["k"] for profile, row in rows.items()}
+    assert k["gpu-like-h200"] >= k["cpu-xeon-2t"]
+    text = out.with_suffix(".md").read_text()
+    assert "| best rule | per prompt / best rule | clairvoyant / best rule |" in text
+    assert text in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", ["headroom.py", "--profiles", "cpu-nowhere", "--out", str(out)])
+    with pytest.raises(SystemExit, match="unknown profile"):
+        script.main()
