@@ -52,6 +52,7 @@ from specrl.latency import (
     profile,
     record_loop,
 )
+from specrl.latency.calibration import current_load, warn_if_contended
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -172,8 +173,10 @@ def main(argv: list[str] | None = None) -> LatencyModel:
         except LatencyError as error:
             print(f"{error}\nmeasuring again")
     if model is None:
+        load_before = current_load()
         model = measure(pair, args, path)
         model.save(path)
+        warn_if_contended(pair, path, args.method, [load_before, current_load()])
     markdown = model.to_markdown()
     write_text_atomic(path.with_suffix(".md"), markdown)
     print(markdown)

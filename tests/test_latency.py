@@ -6,11 +6,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from conftest import prompts, scenario
 
 import specrl
@@ -29,6 +31,7 @@ from specrl.envs import (
 )
 from specrl.latency import (
     LATENCY_FORMAT_VERSION,
+    CalibrationWarning,
     LatencyError,
     LatencyModel,
     StepRecords,
@@ -597,6 +600,28 @@ def test_calibrated_learns_once_then_reads_the_cache(pair, tmp_path, monkeypatch
         calibrated(pair, k_max=4, progress=False)
     assert calls == [2, 4, 4, 4]
     assert LatencyModel.load(path).n_max == 5
+
+
+def test_a_calibration_measured_on_shared_cores_warns_and_names_the_fix(pair, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECRL_HOME", str(tmp_path))
+    monkeypatch.setattr(calibration.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(calibration.torch, "get_num_threads", lambda: 1)
+    monkeypatch.setattr(calibration, "learn", quick_learn([]))
+    loads = iter([0.3, 3.9])  # quiet at the start, busy by the end: processes started together
+    monkeypatch.setattr(calibration, "current_load", lambda: next(loads))
+    with pytest.warns(
+        CalibrationWarning,
+        match=r"other work shared the CPU \(load 3.9 on 2 CPUs, torch on 1 thread\).*"
+        r"calibrate.py --force",
+    ):
+        calibrated(pair, k_max=2, progress=False)
+    assert latency_path(pair).is_file()  # cached all the same: the warning says how to replace it
+    monkeypatch.setattr(calibration, "current_load", lambda: 1.4)  # one core busy, one for torch
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CalibrationWarning)
+        calibrated(pair, k_max=2, recalibrate=True, progress=False)
+    assert calibration.cpu_contention(torch.device("cpu"), load=1.6) is not None
+    assert calibration.cpu_contention(torch.device("cuda"), load=9.0) is None  # a GPU's own clock
 
 
 def test_calibrated_replaces_an_old_format_file_with_a_warning(pair, tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ from transformers.utils import is_sklearn_available
 
 import specrl
 from specrl.hf_assisted import confidence_threshold_variant
+from specrl.latency.calibration import cpu_contention
 from specrl.models import ModelPair
 from specrl.provenance import git_output
 
@@ -23,14 +24,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 def warn_if_busy(pair: ModelPair) -> None:
     """Oversubscribed CPU threads (torch's pool spinning next to other jobs) slow small models 10-100x."""
-    if pair.device.type != "cpu" or not hasattr(os, "getloadavg"):
-        return
-    load, cpus, threads = os.getloadavg()[0], os.cpu_count() or 1, torch.get_num_threads()
-    if threads > 1 and load + threads > cpus + 0.5:
+    busy = cpu_contention(pair.device)
+    if busy and torch.get_num_threads() > 1:
         print(
-            f"WARNING: the machine is busy (load {load:.1f} on {cpus} CPUs) and torch uses {threads} "
-            "threads; oversubscribed threads can make small models 10-100x slower and the numbers "
-            "meaningless. Consider --threads 1.",
+            f"WARNING: the machine is busy ({busy}); oversubscribed threads can make small models "
+            "10-100x slower and the numbers meaningless. Consider --threads 1.",
             file=sys.stderr,
         )
 
@@ -45,6 +43,7 @@ def git_state() -> dict:
 
 
 def loadavg() -> list[float] | None:
+    """The load averages over 1, 5 and 15 minutes, None where the platform has none."""
     return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
 
 

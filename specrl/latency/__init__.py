@@ -41,7 +41,7 @@ The package, one concern per module; each imports only the ones above it in this
 """
 
 from specrl.latency.batch import measure_batch_latency
-from specrl.latency.calibration import METHODS, cached_calibration, calibrated
+from specrl.latency.calibration import METHODS, CalibrationWarning, cached_calibration, calibrated
 from specrl.latency.cost_model import CostModel
 from specrl.latency.drafters import measure_drafter_costs, with_drafter_costs
 from specrl.latency.family import HELD_OUT, GpuLike, LatencyFamily, perturbed
@@ -74,6 +74,7 @@ from specrl.latency.store import device_key, latency_path
 __all__ = [
     "measure_batch_latency",
     "measure_drafter_costs",
+    "CalibrationWarning",
     "cached_calibration",
     "step_shape",
     "with_drafter_costs",

@@ -6,9 +6,13 @@ use; the cache lives at :func:`~specrl.latency.store.latency_path`.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+import torch
 
 from specrl.features import PriceLine
 from specrl.latency.batch import measure_batch_latency
@@ -25,6 +29,45 @@ METHODS = (
     "profile",
     "batch",
 )  # how calibrated() measures: learn(), profile(), measure_batch_latency()
+
+
+class CalibrationWarning(UserWarning):
+    """A calibration was measured on CPU cores other work shared: it prices that contention."""
+
+
+def cpu_contention(device: torch.device, load: float | None = None) -> str | None:
+    """What shares the cores with torch's CPU threads here, when the last minute's load average
+    (``load``, read now if not given) plus those threads exceeds the CPUs: "load 3.9 on 2 CPUs,
+    torch on 2 threads"; None on a GPU, a quiet machine, or where the load is not readable."""
+    load = current_load() if load is None else load
+    if device.type != "cpu" or load is None:
+        return None
+    cpus, threads = os.cpu_count() or 1, torch.get_num_threads()
+    if load + threads <= cpus + 0.5:
+        return None
+    return f"load {load:.1f} on {cpus} CPUs, torch on {threads} thread{'s' if threads > 1 else ''}"
+
+
+def warn_if_contended(pair: ModelPair, path: Path, method: str, loads: Sequence[float | None]) -> None:
+    """Warn (:class:`CalibrationWarning`) when the calibration just saved at ``path`` shared its
+    cores, by the load at its start or its end (the load average lags by a minute: processes
+    started together show only at the end). The model stays cached; the warning says how to
+    measure it again."""
+    contended = [cpu_contention(pair.device, load) for load in loads if load is not None]
+    if any(contended):
+        flags = "--force" if method == "loop" else f"--method {method} --force"
+        warnings.warn(
+            f"{path.name} was measured while other work shared the CPU "
+            f"({[c for c in contended if c][-1]}): it prices that contention, not the machine. "
+            f"Measure it again on a quiet machine: python experiments/calibrate.py {flags}",
+            CalibrationWarning,
+            stacklevel=3,
+        )
+
+
+def current_load() -> float | None:
+    """The last minute's load average, None where the platform has none."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 def cached_calibration(pair: Any, *, k_max: int = 8, method: str = "loop") -> LatencyModel | None:
@@ -69,6 +112,7 @@ def calibrated(
     path = latency_path(pair, method)
     model = None if recalibrate else cached_calibration(pair, k_max=k_max, method=method)
     if model is None:
+        load_before = current_load()
         if method == "loop":
             model = learn(pair, k_max=k_max, progress=progress)
         elif method == "profile":
@@ -76,6 +120,7 @@ def calibrated(
         else:
             model = measure_batch_latency(pair, k_max=k_max, prompts=prompts, progress=progress)
         model.save(path)
+        warn_if_contended(pair, path, method, [load_before, current_load()])
     unpriced = model.unpriced(drafters)
     if unpriced:
         model = with_drafter_costs(model, measure_drafter_costs(pair, unpriced, progress=progress))
