@@ -319,3 +319,35 @@ def test_a_draft_is_loaded_against_the_targets_tokenizer_and_a_different_one_ref
     assert vocab == 64 and model.config.vocab_size == 64
     with pytest.raises(PairError, match="tokenizers differ"):
         load_draft(other, target, device="cpu")
+
+
+def test_a_price_prior_names_a_profile_or_a_file_and_the_curve_reads_it(tmp_path, monkeypatch):
+    from specrl.features import FEATURE_NAMES
+    from specrl.latency.family import profiles
+    from specrl.vllm import PRICES_VARIABLE
+
+    curve = [FEATURE_NAMES.index(f"verify_step_{n}") for n in range(2, 10)]
+
+    def features(proposer: Proposer) -> np.ndarray:
+        run(proposer, steps=6)
+        return np.array([r.tracker.vector() for filed in proposer.requests.values() for r in filed])
+
+    def static(**kwargs) -> Proposer:
+        return Proposer(
+            controller=lambda: StaticController(k=4), k_max=6, context_window=WIDTH, vocab_size=64, **kwargs
+        )
+
+    monkeypatch.delenv(PRICES_VARIABLE, raising=False)
+    flat = features(static())
+    assert np.all(flat[:, curve] == 0)  # no prior, and a static k never shows the verification's curve
+    h100 = features(static(prices="gpu-like-h100"))
+    # the profile's verification jumps at the second token and is flat after it, as the curve reads
+    assert np.all(h100[:, curve[0]] > 0.1)
+    assert np.allclose(h100[:, curve[1:]], 0, atol=0.05)
+    path = tmp_path / "serving-gpu.json"
+    profiles()["gpu-like-h100"].save(path)
+    monkeypatch.setenv(PRICES_VARIABLE, str(path))  # as vLLM builds it: from the environment
+    assert np.allclose(features(static())[:, curve], h100[:, curve])
+    monkeypatch.setenv(PRICES_VARIABLE, "gpu-like-b300")
+    with pytest.raises(ValueError, match=r"neither a latency profile \(.*gpu-like-h100.*calibrate.py --out"):
+        static()

@@ -26,9 +26,11 @@ does not report is set as in training and named here:
   the rows, as the engine's verify seconds are); drafting time is the proposer's own;
 - acceptance probabilities are those of point masses: 1 for accepted tokens, 0 from the first
   rejected one on (the target's law is not given to a proposer);
-- the price features (feature version 4) have no prior here: they are fitted from these
-  measured steps alone, 0 until the window's drafts differ in length (vLLM's machine is not the
-  one any shipped calibration measured); the verification's curve (version 5) is 0.
+- the price features are fitted from these measured steps, with a prior when one is given
+  (``prices=`` or ``$SPECRL_VLLM_PRICES``: a profile of the latency family such as
+  ``gpu-like-h100``, or a latency model file of the serving machine, ``calibrate.py --out``).
+  Without one they are 0 until the window's drafts differ in length, and the verification's
+  curve (feature version 5) reads flat: vLLM's machine is not one any cached calibration measured.
 
 vLLM is given no draft probabilities, so it verifies every proposed token as a point mass: the
 output is exact at any temperature, and the draft proposes its most likely token.
@@ -59,8 +61,11 @@ import numpy as np
 
 from specrl.controllers.base import Controller
 from specrl.engine.drafters.ngram import NGramIndex, lookup_proposal
+from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import Action, Outcome, StepResult
-from specrl.features import LOOKUP_DRAFTER, FeatureTracker, GenerationSettings
+from specrl.features import LOOKUP_DRAFTER, FeatureTracker, GenerationSettings, Prices
+from specrl.latency.family import profiles as latency_profiles
+from specrl.latency.model import LatencyModel
 from specrl.vllm.draft import DRAFT, DraftRows
 
 logger = logging.getLogger(__name__)
@@ -77,6 +82,10 @@ MAX_BATCH_VARIABLE = "SPECRL_VLLM_MAX_BATCH"
 #: The environment variable that names the draft model (a folder or Hugging Face id); unset: the
 #: n-gram lookup drafts for every action.
 DRAFT_VARIABLE = "SPECRL_VLLM_DRAFT"
+#: The environment variable that names the price features' prior (:func:`proposer_prices`): a
+#: profile of the latency family (``gpu-like-h100``, ...) or a latency model's JSON file; unset:
+#: no prior, the prices are measured from vLLM's steps alone.
+PRICES_VARIABLE = "SPECRL_VLLM_PRICES"
 FINGERPRINT = 16  # a request is recognised by this many first tokens (and its length)
 FORGET_AFTER = 256  # calls a request may go unseen (preempted, prefilling) before it is forgotten
 DEFAULT_MAX_NEW_TOKENS = 256  # the generated-tokens feature's scale when vLLM's budget is unknown
@@ -87,6 +96,28 @@ LIVE: weakref.WeakSet = weakref.WeakSet()
 
 class PolicyMismatchError(ValueError):
     """A policy that chooses drafters this proposer does not run."""
+
+
+def proposer_prices(prices: str | LatencyModel | Prices | None, temperature: float) -> Prices | None:
+    """The price features' prior from ``prices``: a profile name of the latency family
+    (:func:`specrl.latency.family.profiles`), a latency model's JSON file, a
+    :class:`~specrl.latency.LatencyModel` (each priced as it prices steps at ``temperature``), or
+    already a :data:`~specrl.features.Prices`; None for none."""
+    if prices is None or (callable(prices) and not isinstance(prices, LatencyModel)):
+        return prices
+    if isinstance(prices, str):
+        known = latency_profiles()
+        if prices in known:
+            prices = known[prices]
+        elif prices.endswith(".json") and os.path.isfile(prices):
+            prices = LatencyModel.load(prices)
+        else:
+            raise ValueError(
+                f"prices={prices!r} is neither a latency profile ({', '.join(known)}) nor a latency "
+                "model's JSON file: name the profile nearest the serving GPU, or calibrate that "
+                "machine (python experiments/calibrate.py --out FILE.json) and give the file"
+            )
+    return prices.for_sampling(SamplingConfig(temperature=temperature)).price_line
 
 
 @dataclass(eq=False)
@@ -173,6 +204,9 @@ class Proposer:
             ``$SPECRL_VLLM_MAX_BATCH``, else always).
         temperature: the temperature the features are told (vLLM does not tell a proposer).
         max_new_tokens: the scale of the generated-tokens feature.
+        prices: the price features' prior (:func:`proposer_prices`): a latency profile's name
+            (the one nearest the serving GPU), a latency model's JSON file, a model, or a
+            ``Prices`` function (default: ``$SPECRL_VLLM_PRICES``, else none).
     """
 
     def __init__(
@@ -189,8 +223,10 @@ class Proposer:
         max_batch: int | None = None,
         max_ngram: int = 3,
         min_ngram: int = 1,
+        prices: str | LatencyModel | Prices | None = None,
     ) -> None:
         draft = draft or os.environ.get(DRAFT_VARIABLE) or None
+        self.prices = proposer_prices(prices or os.environ.get(PRICES_VARIABLE) or None, temperature)
         target, device, dtype = None, None, None
         if vllm_config is not None:
             from specrl.vllm.compat import require_vllm
@@ -401,7 +437,7 @@ class Proposer:
             found = _Request(
                 prefix=b"",
                 length=before,
-                tracker=FeatureTracker(self.settings, length),
+                tracker=FeatureTracker(self.settings, length, prices=self.prices),
                 controller=controller,
                 index=NGramIndex(self.max_ngram, self.min_ngram),
             )
