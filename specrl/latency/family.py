@@ -18,9 +18,9 @@ episode priced by a machine drawn from it, and shown the prices (:mod:`specrl.fe
   drawn once when the family is built, so that each model keeps its tables' caches across
   episodes.
 
-:data:`HELD_OUT` names the profiles no shipped policy trains on: two measured calibrations (one of
-them of a CPU kind the family has no other profile of) and one GPU-like profile;
-``experiments/profiles.py`` evaluates there.
+:data:`HELD_OUT` names the profiles no shipped policy trains on: three measured calibrations (one of
+them of a CPU kind the family has no other profile of, one measured after the shipped policies
+were trained) and one GPU-like profile; ``experiments/profiles.py`` evaluates there.
 
 Where the GPU-like numbers come from (:data:`GPU_LIKE`; they are models of machines, not
 measurements: a GPU's own calibration, ``specrl.latency.calibrated`` there, replaces them):
@@ -129,8 +129,9 @@ GPU_LIKE = (
 )
 # The profiles no shipped policy trains on: the calibration of the EPYC machine the default was
 # trained on (Dec 4), one of an Intel Xeon (2 threads, Dec 5: a CPU kind the family holds no other
-# profile of) and one GPU-like profile.
-HELD_OUT = ("cpu-epyc-2t-dec", "cpu-xeon-2t", "gpu-like-h200")
+# profile of), one GPU-like profile, and the calibration of an EPYC machine measured after the
+# shipped policies were trained (Dec 6).
+HELD_OUT = ("cpu-epyc-2t-dec", "cpu-xeon-2t", "gpu-like-h200", "cpu-epyc-2t-dec6")
 
 
 def _measured(batch: bool) -> list[Path]:
