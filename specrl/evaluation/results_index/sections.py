@@ -257,6 +257,17 @@ SECTIONS = (
         ("results/real_loop/xeon_v5_8/real_loop.md", "results/real_loop/xeon_v5_8/real_loop.json"),
     ),
     Section(
+        "PPO policy: the version-5 default carried to a second AMD EPYC (Dec 6), real loop",
+        "The shipped default on the 2-core AMD EPYC of Dec 6, whose calibration (cpu-epyc-2t-dec6) "
+        "was measured after every shipped policy was trained, against every rule of the bar and, "
+        "alongside, a policy trained on that calibration alone (seed 0): all 8 test prompts per "
+        "domain, interleaved repeats, paired, with twice the standard error.",
+        "python experiments/real_loop_check.py --policy default --versus "
+        "here=results/profiles_alone_v5/runs/alone-cpu-epyc-2t-dec6/seed0 "
+        "--scenarios code prose math mixed --prompts 8 --repeats 4 --out results/real_loop/epyc_v5",
+        ("results/real_loop/epyc_v5/real_loop.md", "results/real_loop/epyc_v5/real_loop.json"),
+    ),
+    Section(
         "PPO policy: the version-5 default on the Xeon's first 4 test prompts",
         "The same check on the first 4 test prompts per domain (real loop), and the simulator on all "
         "8 and on those 4 (experiments/prompt_subsets.py): the 4 prompts rank the two defaults the "
