@@ -85,9 +85,31 @@ SECTIONS = (
         "shows what carrying costs; the version-4 default shipped before it (v4) and the one before "
         "the family (previous) on the same draws. Test traces, simulator; the prices of each profile.",
         "python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 2 --alone-seeds 0 1 "
-        "--also v4=results/profiles/v4/seed0 previous=results/profiles/previous_default",
+        "--also v4=results/profiles/v4/seed0 previous=results/profiles/previous_default (run before "
+        "cpu-epyc-2t-dec6 was held out; today add --profiles cpu-epyc-2t-dec cpu-xeon-2t gpu-like-h200 "
+        "cpu-epyc-2t-nov gpu-like-a100 --alone cpu-epyc-2t-dec cpu-xeon-2t gpu-like-h200)",
         ("results/profiles/profiles.md", "results/profiles/profiles.json", "results/profiles/profiles.png"),
         "results/notes/profiles.md",
+    ),
+    Section(
+        "PPO policy: on held-out machines beside policies trained there alone at feature version 5",
+        "The shipped default on the four held-out profiles, now with the calibration of the Dec 6 "
+        "EPYC (cpu-epyc-2t-dec6, measured after it was trained), beside a policy trained on each "
+        "profile alone at its own feature version (5; seeds 0, 1; the page before compared with "
+        "version-4 ones), the priced rule and the version-4 default. Test traces, simulator; the "
+        "room on the Dec 6 EPYC (headroom.md); what each policy's first seed drafts.",
+        "python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 2 --alone-seeds 0 1 "
+        "--also v4=results/profiles/v4/seed0 --out results/profiles_alone_v5; python experiments/headroom.py "
+        "--scenarios mixed c_header perl code_to_math mixed_t1 c_header_t1 perl_t1 code_to_math_t1 code "
+        "prose math code_t1 prose_t1 math_t1 license license_t1 --profiles cpu-epyc-2t-dec6 "
+        "--out results/profiles_alone_v5/headroom",
+        (
+            "results/profiles_alone_v5/profiles.md",
+            "results/profiles_alone_v5/headroom.md",
+            "results/profiles_alone_v5/profiles.json",
+            "results/profiles_alone_v5/profiles.png",
+            "results/profiles_alone_v5/headroom.json",
+        ),
     ),
     Section(
         "PPO policy: feature version 6 tried (the k the recent drafts' accepted runs price)",
