@@ -39,8 +39,10 @@ def cpu_contention(device: torch.device, load: float | None = None) -> str | Non
     """What shares the cores with torch's CPU threads here, when the last minute's load average
     (``load``, read now if not given) plus those threads exceeds the CPUs: "load 3.9 on 2 CPUs,
     torch on 2 threads"; None on a GPU, a quiet machine, or where the load is not readable."""
+    if device.type != "cpu":
+        return None
     load = current_load() if load is None else load
-    if device.type != "cpu" or load is None:
+    if load is None:
         return None
     cpus, threads = os.cpu_count() or 1, torch.get_num_threads()
     if load + threads <= cpus + 0.5:
@@ -53,12 +55,12 @@ def warn_if_contended(pair: ModelPair, path: Path, method: str, loads: Sequence[
     cores, by the load at its start or its end (the load average lags by a minute: processes
     started together show only at the end). The model stays cached; the warning says how to
     measure it again."""
-    contended = [cpu_contention(pair.device, load) for load in loads if load is not None]
-    if any(contended):
+    contended = [c for c in (cpu_contention(pair.device, load) for load in loads if load is not None) if c]
+    if contended:
         flags = "--force" if method == "loop" else f"--method {method} --force"
         warnings.warn(
             f"{path.name} was measured while other work shared the CPU "
-            f"({[c for c in contended if c][-1]}): it prices that contention, not the machine. "
+            f"({contended[-1]}): it prices that contention, not the machine. "
             f"Measure it again on a quiet machine: python experiments/calibrate.py {flags}",
             CalibrationWarning,
             stacklevel=3,
