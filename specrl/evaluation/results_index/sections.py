@@ -97,15 +97,22 @@ SECTIONS = (
         "EPYC (cpu-epyc-2t-dec6, measured after it was trained), beside a policy trained on each "
         "profile alone at its own feature version (5; seeds 0, 1; the page before compared with "
         "version-4 ones), the priced rule and the version-4 default. Test traces, simulator; the "
-        "room on the Dec 6 EPYC (headroom.md); what each policy's first seed drafts.",
+        "room on the Dec 6 EPYC (headroom.md); what each policy's first seed drafts. Then the "
+        "README's main command rerun on that EPYC (readme_epyc: 9.3 minutes, calibration cached) beside "
+        "the shipped seed 0: what a fresh machine reproduces.",
         "python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 2 --alone-seeds 0 1 "
         "--also v4=results/profiles/v4/seed0 --out results/profiles_alone_v5; python experiments/headroom.py "
         "--scenarios mixed c_header perl code_to_math mixed_t1 c_header_t1 perl_t1 code_to_math_t1 code "
         "prose math code_t1 prose_t1 math_t1 license license_t1 --profiles cpu-epyc-2t-dec6 "
-        "--out results/profiles_alone_v5/headroom",
+        "--out results/profiles_alone_v5/headroom; python experiments/train_ppo.py (its policy copied to "
+        "results/profiles_alone_v5/readme_epyc); python experiments/profiles.py --carried "
+        "specrl/policies/default --seeds 0 --alone --profiles cpu-epyc-2t-dec cpu-xeon-2t gpu-like-h200 "
+        "cpu-epyc-2t-dec6 --also readme-epyc=results/profiles_alone_v5/readme_epyc "
+        "--out results/profiles_alone_v5/readme_epyc",
         (
             "results/profiles_alone_v5/profiles.md",
             "results/profiles_alone_v5/headroom.md",
+            "results/profiles_alone_v5/readme_epyc/profiles.md",
             "results/profiles_alone_v5/profiles.json",
             "results/profiles_alone_v5/profiles.png",
             "results/profiles_alone_v5/headroom.json",
