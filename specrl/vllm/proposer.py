@@ -103,7 +103,7 @@ def proposer_prices(prices: str | LatencyModel | Prices | None, temperature: flo
     (:func:`specrl.latency.family.profiles`), a latency model's JSON file, a
     :class:`~specrl.latency.LatencyModel` (each priced as it prices steps at ``temperature``), or
     already a :data:`~specrl.features.Prices`; None for none."""
-    if prices is None or (callable(prices) and not isinstance(prices, LatencyModel)):
+    if prices is None or callable(prices):  # none, or already a Prices function (a model is not callable)
         return prices
     if isinstance(prices, str):
         known = latency_profiles()
