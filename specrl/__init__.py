@@ -7,49 +7,64 @@ Usage::
     out = dec.generate("def fib(n):", max_new_tokens=64)
     outs = dec.generate(["def fib(n):", "The river"], max_new_tokens=64)   # a batch: one output each
     specrl.StaticController(k=4, tau=0.0, drafter="ngram")   # drafter: specrl.engine.drafters
-    env = gymnasium.make("specrl/SpecDecode-v0", scenario="envs/code.yaml")   # registered on import
-    ctrl = specrl.LearnedController.load("policies/default")   # an exported PPO policy
+    env = gymnasium.make("specrl/SpecDecode-v0", scenario="code")   # registered on import
+    ctrl = specrl.LearnedController.load("default")   # an exported PPO policy, by name or folder
+
+The names below load on first use (PEP 562), so ``import specrl`` and the ``specrl`` command's
+``--help`` do not pay for torch and transformers.
 """
 
-from specrl import quiet as quiet  # first: transformers' import, without its optional packages' noise
+from __future__ import annotations
 
-# isort: split
-from specrl import hf as hf  # specrl.hf.speculative_generate, for HF generate
-from specrl.controllers import (
-    BatchCutoffController,
-    BatchScheduleController,
-    Controller,
-    HFConfidenceController,
-    HFHeuristicController,
-    LearnedController,
-    PoolRuleController,
-    StaticController,
-    TCPController,
-)
-from specrl.engine import (
-    Action,
-    DrafterError,
-    Generation,
-    GenerationOutput,
-    GenerationStats,
-    SamplingConfig,
-    SpeculativeDecoder,
-    StepResult,
-)
-from specrl.envs import Scenario, ScenarioError, SpecDecodeEnv, load_scenario
-from specrl.features import FEATURE_NAMES, FEATURE_VERSION, FeatureTracker
-from specrl.models import ModelPair, PairError, load_pair
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from specrl import registration as registration  # the Gymnasium ids: cheap, and there on import
 
 __version__ = "0.1.0"
 
+#: Public name -> the module that defines it.
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "BatchCutoffController",
+            "BatchScheduleController",
+            "Controller",
+            "HFConfidenceController",
+            "HFHeuristicController",
+            "LearnedController",
+            "PoolRuleController",
+            "StaticController",
+            "TCPController",
+        ),
+        "specrl.controllers",
+    ),
+    **dict.fromkeys(
+        (
+            "Action",
+            "DrafterError",
+            "Generation",
+            "GenerationOutput",
+            "GenerationStats",
+            "SamplingConfig",
+            "SpeculativeDecoder",
+            "StepResult",
+        ),
+        "specrl.engine",
+    ),
+    **dict.fromkeys(("Scenario", "ScenarioError", "SpecDecodeEnv", "load_scenario"), "specrl.envs"),
+    **dict.fromkeys(("FEATURE_NAMES", "FEATURE_VERSION", "FeatureTracker"), "specrl.features"),
+    **dict.fromkeys(("ModelPair", "PairError", "load_pair"), "specrl.models"),
+}
+
 __all__ = [
+    "Action",
     "BatchCutoffController",
     "BatchScheduleController",
-    "FEATURE_NAMES",
-    "FEATURE_VERSION",
-    "Action",
     "Controller",
     "DrafterError",
+    "FEATURE_NAMES",
+    "FEATURE_VERSION",
     "FeatureTracker",
     "Generation",
     "GenerationOutput",
@@ -71,3 +86,46 @@ __all__ = [
     "load_pair",
     "load_scenario",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "hf":  # specrl.hf.speculative_generate, for HF generate
+        return importlib.import_module("specrl.hf")
+    if name not in _LAZY:
+        raise AttributeError(f"module 'specrl' has no attribute {name!r}")
+    importlib.import_module("specrl.quiet")  # first: transformers' import, without its optional noise
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY, "hf"])
+
+
+if TYPE_CHECKING:
+    from specrl import hf as hf
+    from specrl.controllers import (
+        BatchCutoffController,
+        BatchScheduleController,
+        Controller,
+        HFConfidenceController,
+        HFHeuristicController,
+        LearnedController,
+        PoolRuleController,
+        StaticController,
+        TCPController,
+    )
+    from specrl.engine import (
+        Action,
+        DrafterError,
+        Generation,
+        GenerationOutput,
+        GenerationStats,
+        SamplingConfig,
+        SpeculativeDecoder,
+        StepResult,
+    )
+    from specrl.envs import Scenario, ScenarioError, SpecDecodeEnv, load_scenario
+    from specrl.features import FEATURE_NAMES, FEATURE_VERSION, FeatureTracker
+    from specrl.models import ModelPair, PairError, load_pair

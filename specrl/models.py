@@ -6,6 +6,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specrl import quiet as quiet  # first: transformers' import, without its optional noise
+
+# isort: split
 import torch
 from transformers import (
     AutoModelForCausalLM,

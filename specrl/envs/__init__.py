@@ -5,8 +5,6 @@ env = gymnasium.make("specrl/TraceReplay-v0", scenario="envs/code.yaml")    # re
 env = gymnasium.make("specrl/BatchReplay-v0", scenario="arrivals")           # a batch of requests
 """
 
-from gymnasium.envs.registration import register, registry
-
 from specrl.envs.actions import InvalidActionError, to_engine_action
 from specrl.envs.recording import cached_traces, collect_traces, record_episode
 from specrl.envs.reward import step_reward
@@ -25,21 +23,7 @@ from specrl.envs.scenario import (
 from specrl.envs.spec_decode import SpecDecodeEnv
 from specrl.envs.trace_replay import TraceReplayEnv
 from specrl.latency import CostModel
-
-SPEC_DECODE_ID = "specrl/SpecDecode-v0"
-TRACE_REPLAY_ID = "specrl/TraceReplay-v0"
-BATCH_REPLAY_ID = "specrl/BatchReplay-v0"
-
-if SPEC_DECODE_ID not in registry:  # importing twice (reload) must not re-register
-    # Wall-clock time varies from run to run, so the env as registered is nondeterministic;
-    # with time="modeled" a seeded episode is reproducible.
-    register(id=SPEC_DECODE_ID, entry_point="specrl.envs.spec_decode:SpecDecodeEnv", nondeterministic=True)
-if TRACE_REPLAY_ID not in registry:
-    # Modeled time and seeded acceptance draws: a seeded episode is reproducible.
-    register(id=TRACE_REPLAY_ID, entry_point="specrl.envs.trace_replay:TraceReplayEnv")
-if BATCH_REPLAY_ID not in registry:
-    # The batch simulator: modeled time, seeded traces, draws and arrivals.
-    register(id=BATCH_REPLAY_ID, entry_point="specrl.envs.batch_replay:BatchReplayEnv")
+from specrl.registration import BATCH_REPLAY_ID, SPEC_DECODE_ID, TRACE_REPLAY_ID
 
 __all__ = [
     "BATCH_REPLAY_ID",

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from specrl.features import FEATURE_DRAFTERS
+from specrl.home import user_policies_dir
 
 FORMAT_NAME = "specrl-policy"
 #: Version of the folder layout and metadata schema; the loader refuses others. Version 1 held a
@@ -27,7 +28,7 @@ UPGRADE_COMMAND = "python -m specrl.export.upgrade"
 
 
 #: The policies shipped as package data (``specrl/policies/<name>/``): ``LearnedController.load("default")``
-#: reads ``default`` here, and ``experiments/train_ppo.py`` exports there by default.
+#: reads ``default`` here unless the user exported a policy of that name (:func:`policy_folder`).
 SHIPPED_POLICY_DIR = Path(__file__).resolve().parents[1] / "policies"
 #: Where they lived before they became package data: ``policies/default`` still names the shipped one.
 LEGACY_POLICY_FOLDER = "policies"
@@ -38,18 +39,29 @@ def shipped_policies() -> list[str]:
     return sorted(p.name for p in SHIPPED_POLICY_DIR.iterdir() if (p / METADATA_FILE).is_file())
 
 
+def user_policies() -> list[str]:
+    """Names of the policies the user exported (``specrl train --export-as NAME``)."""
+    folder = user_policies_dir()
+    return sorted(p.name for p in folder.iterdir() if (p / METADATA_FILE).is_file()) if folder.is_dir() else []
+
+
 def policy_folder(name: str | Path) -> Path:
     """The folder a policy name stands for: an existing folder as given; else a bare name such as
-    "default" is the shipped policy (from any working directory), and so is "policies/<name>",
-    the path it had in the repository before it became package data. Anything else comes back
-    as given, for the reader's "does not exist" error (which lists the shipped names)."""
+    "default" is the user's exported policy of that name (``$SPECRL_HOME/policies/<name>``), then
+    the shipped one (from any working directory); "policies/<name>", the path the shipped ones had
+    in the repository, names the shipped one. Anything else comes back as given, for the reader's
+    "does not exist" error (which lists the known names)."""
     path = Path(name).expanduser()
     if path.is_dir() or path.is_absolute():
         return path
+    candidates = []
+    if len(path.parts) == 1:
+        candidates.append(user_policies_dir() / path.name)
     if len(path.parts) == 1 or (len(path.parts) == 2 and path.parts[0] == LEGACY_POLICY_FOLDER):
-        shipped = SHIPPED_POLICY_DIR / path.name
-        if (shipped / METADATA_FILE).is_file():
-            return shipped
+        candidates.append(SHIPPED_POLICY_DIR / path.name)
+    for folder in candidates:
+        if (folder / METADATA_FILE).is_file():
+            return folder
     return path
 
 

@@ -27,8 +27,10 @@ from specrl.export.layout import (
     policy_folder,
     sha256,
     shipped_policies,
+    user_policies,
 )
 from specrl.features import FEATURE_COUNTS, FEATURE_NAMES, FEATURE_VERSION
+from specrl.home import user_policies_dir
 
 #: Batch sizes the loader probes the program with (the online controller calls it with 1).
 _PROBE_BATCHES = (1, 3)
@@ -80,8 +82,9 @@ def read_metadata(folder: Path) -> dict[str, Any]:
     """
     if not folder.is_dir():
         raise PolicyError(
-            f"policy folder {folder} does not exist; pass a folder written by specrl.export.export_policy "
-            "(experiments/train_ppo.py writes specrl/policies/<name>) or the name of a shipped policy: "
+            f"policy folder {folder} does not exist; pass a policy folder (`specrl train` writes one "
+            "into its run folder, <run>/policy) or a policy's name: yours (`specrl train --export-as "
+            f"NAME`, in {user_policies_dir()}): {', '.join(user_policies()) or 'none'}; shipped: "
             f"{', '.join(shipped_policies()) or 'none'}"
         )
     path = folder / METADATA_FILE

@@ -60,7 +60,7 @@ def latency_path(pair: ModelPair, method: str = "loop") -> Path:
     ``...__static`` or ``...__static-compiled`` before ``.json`` for a pair with a static KV
     cache (the forwards cost otherwise), ``...__profiled.json`` for ``method`` "profile",
     ``...__batch.json`` for "batch"."""
-    from specrl.zoo.build import specrl_home  # the zoo is only needed for its home folder
+    from specrl.home import specrl_home
 
     cache = getattr(pair, "cache", None)
     suffix = "" if cache is None or cache.kind == "dynamic" else f"__{cache.kind}"

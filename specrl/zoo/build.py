@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from specrl.home import specrl_home
 from specrl.zoo.corpus import DOMAINS, build_corpus
 from specrl.zoo.presets import PRESETS, training_flops
 from specrl.zoo.train import encode_streams, evaluate, make_model, train, train_tokenizer
@@ -34,14 +35,6 @@ from specrl.zoo.train import encode_streams, evaluate, make_model, train, train_
 CARD = "card.json"
 PROMPTS = "prompts.json"
 MID = "draft-mid"
-
-
-def specrl_home() -> Path:
-    """``$SPECRL_HOME``, else ``$XDG_CACHE_HOME/specrl``, else ``~/.cache/specrl``."""
-    if os.environ.get("SPECRL_HOME"):
-        return Path(os.environ["SPECRL_HOME"]).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "specrl"
 
 
 def shipped_dir(preset: str) -> Path:
