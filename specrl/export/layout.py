@@ -42,7 +42,9 @@ def shipped_policies() -> list[str]:
 def user_policies() -> list[str]:
     """Names of the policies the user exported (``specrl train --export-as NAME``)."""
     folder = user_policies_dir()
-    return sorted(p.name for p in folder.iterdir() if (p / METADATA_FILE).is_file()) if folder.is_dir() else []
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir() if (p / METADATA_FILE).is_file())
 
 
 def policy_folder(name: str | Path) -> Path:
