@@ -67,13 +67,13 @@ from specrl.envs.batch_replay import BatchReplayEnv
 from specrl.evaluation.machine import command_line
 from specrl.export.write import PARITY_OBSERVATIONS
 from specrl.latency import latency_path
-from specrl.training import export_best, load_best, new_run_dir, run_record, write_run_record
 from specrl.training.inputs import (
     MACHINE,
     add_latency_profile_arguments,
     check_latency_profile_arguments,
     training_machines,
 )
+from specrl.training.run_folder import export_best, load_best, new_run_dir, run_record, write_run_record
 
 REPO = Path(__file__).resolve().parent.parent
 HYPERPARAMETERS = REPO / "specrl" / "policies" / "ppo.yaml"

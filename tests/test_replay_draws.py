@@ -10,7 +10,7 @@ import pytest
 
 from specrl.controllers import StaticController
 from specrl.envs import TraceReplayEnv, VecTraceReplay, collect_traces
-from specrl.training import evaluate_controller, evaluate_policy
+from specrl.trace_evaluation import evaluate_controller, evaluate_policy
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,26 @@ import pytest
 import yaml
 
 from specrl.envs import load_scenario
+from specrl.evaluation.intervals import RatioInterval
 from specrl.evaluation.real_loop_check import RealLoopRow, real_loop_table
-from specrl.training import RUN_CONFIG, RUN_RECORD, comparison_ratios, envs_per_scenario, new_run_dir
-from specrl.training.comparison import Bar, SimulatorRow, StaticSetting, comparison_table, stored_results
+from specrl.training.comparison import (
+    Bar,
+    SimulatorRow,
+    StaticSetting,
+    comparison_ratios,
+    comparison_table,
+    stored_results,
+)
 from specrl.training.inputs import REAL_ENVS, ActionSpace, ActionSpaceError, named_policies, resolve_config
-from specrl.training.run_folder import read_run_record, resumed_state, write_run_record
+from specrl.training.mix import envs_per_scenario
+from specrl.training.run_folder import (
+    RUN_CONFIG,
+    RUN_RECORD,
+    new_run_dir,
+    read_run_record,
+    resumed_state,
+    write_run_record,
+)
 
 
 def bar(k: int = 4, tau: float = 0.0, drafter: str = "draft", tuned: dict | None = None) -> Bar:
@@ -99,20 +114,26 @@ def test_the_real_loop_table_names_the_best_rule_and_shows_paired_ratios():
         | {"ppo": 85.0},
         {"plain": 1.7, "tcp": 1.06, "hf-heuristic": 1.4, "adaedl": 1.2, "specdec++": 1.1, "static": 0.95},
         StaticSetting(5, 0.0),
-        {"plain": 0.2, "tcp": 0.03, "hf-heuristic": 0.1, "adaedl": 0.1, "specdec++": 0.1, "static": 0.012},
+        {
+            "plain": RatioInterval(1.7, 1.5, 1.9, 4),
+            "tcp": RatioInterval(1.06, 1.01, 1.09, 4),
+            "static": RatioInterval(0.95, 0.94, 0.961, 4),
+        },
     )
     fast_tcp = replace(fast_static, tokens_per_s=fast_static.tokens_per_s | {"tcp": 95.0})
-    one_repeat = replace(fast_static, two_se=dict.fromkeys(fast_static.two_se))
+    one_repeat = replace(fast_static, intervals={"static": RatioInterval(0.95, None, None, 1)})
     assert fast_static.best_rule() == "static" and fast_tcp.best_rule() == "tcp"
     table = real_loop_table({"code": fast_static, "prose": fast_tcp, "math": one_repeat})
     header, _, first, second, third = table.splitlines()
     assert header == (
         "| scenario | plain | tcp | hf-heuristic | adaedl | specdec++ | best static | PPO | PPO / plain "
-        "| PPO / TCP | PPO / best static | PPO / best rule (which) | 2 SE |"
+        "| PPO / TCP | PPO / best static | PPO / best rule (which) | its 95% interval |"
     )
-    assert first.endswith("| 90.0 (k=5, tau=0.0) | 85.0 | 1.700 | 1.060 | 0.950 | 0.950 (static) | 0.012 |")
-    assert second.endswith("| 1.060 (tcp) | 0.030 |")  # twice the SE of the ratio to the best rule
-    assert third.endswith("| 0.950 (static) | - |")  # one repeat: no standard error
+    assert first.endswith(
+        "| 90.0 (k=5, tau=0.0) | 85.0 | 1.700 | 1.060 | 0.950 | 0.950 (static) | [0.940, 0.961] n=4 |"
+    )
+    assert second.endswith("| 1.060 (tcp) | [1.010, 1.090] n=4 |")  # the best rule's
+    assert third.endswith("| 0.950 (static) | [-] n=1 |")  # one repeat: no interval
 
 
 def test_run_folders_are_named_like_cleanrls_runs_and_unique_ones_do_not_collide(tmp_path):

@@ -13,7 +13,7 @@ from stable_baselines3 import PPO
 from specrl.envs import load_scenario
 from specrl.envs.vec_real import real_loop_vec_env
 from specrl.latency import LatencyModel
-from specrl.training import SpecdecMetrics
+from specrl.training.callbacks import SpecdecMetrics
 
 
 def tiny_scenarios():

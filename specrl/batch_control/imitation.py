@@ -20,7 +20,7 @@ from specrl.batch_control.oracles import RolloutOracle
 from specrl.batch_control.schedule import FIXED, batch_of, controller_throughput, cutoff_from, rates_by_batch
 from specrl.controllers.batch_schedule import BatchCutoffController, BatchScheduleController
 from specrl.controllers.static import StaticController
-from specrl.training import BEST_MODEL, BEST_NORMALIZER
+from specrl.training.run_folder import BEST_MODEL, BEST_NORMALIZER
 
 # the cuts the imitation stage labels: none. With (0.0, 0.3, 0.5, 0.7) the imitated policy did worse on
 # validation (0.963 of the schedule against 0.992, 4 rounds of 4 episodes): the past predicts a cut's

@@ -7,6 +7,7 @@ and validation traces."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -20,32 +21,21 @@ from specrl.latency import LatencyFamily, LatencyModel, calibrated
 from specrl.latency.family import profiles_known
 from specrl.models import ModelPair
 from specrl.traces import TraceSet
+from specrl.training.options import (  # noqa: F401  (re-exported: where runs read them)
+    DEFAULT_EVAL_SCENARIOS,
+    DEFAULT_SCENARIOS,
+    FAMILY,
+    MACHINE,
+    REAL_ENVS,
+    OptionError,
+)
 
-REAL_ENVS = 4  # the env count of training in the real loop (at most the CPU count)
-MACHINE = "machine"  # --latency-profiles: this machine's calibration alone
-FAMILY = "family"  # --latency-profiles: the shipped family (LatencyFamily.training())
 # The profiles a run over the family selects checkpoints and clones rules under: a measured CPU
 # and a GPU-like one, both in the training family (never a held-out profile).
 SELECT_PROFILES = ("cpu-epyc-2t-nov", "gpu-like-a100")
 # The batch policy's (train_batch.py over the family of batch models): a measured CPU batch
 # calibration and a GPU-like profile, both in its training family.
 SELECT_BATCH_PROFILES = ("cpu-xeon-1t", "gpu-like-a100")
-
-# Eight parts, as many as before C headers and Perl joined: each part of the ScenarioMix costs
-# a vectorised step of its own, so code, prose and math train together in "mixed" (one domain
-# per episode) and the default run keeps its time budget.
-DEFAULT_SCENARIOS = [
-    "mixed",
-    "c_header",
-    "perl",
-    "code_to_math",
-    "mixed_t1",
-    "c_header_t1",
-    "perl_t1",
-    "code_to_math_t1",
-]
-# Reported on test besides the training scenarios: each domain alone, and the unseen one.
-DEFAULT_EVAL_SCENARIOS = ["code", "prose", "math", "code_t1", "prose_t1", "math_t1", "license", "license_t1"]
 
 
 class ActionSpaceError(ValueError):
@@ -57,27 +47,77 @@ def load_scenarios(names: Iterable[str], preset: str | None) -> list[Scenario]:
     return [load_scenario(name).with_overrides(time="modeled", preset=preset) for name in names]
 
 
+#: The budget keys a run reads from ``train:`` (besides those the YAML sets).
+TRAIN_KEYS = (
+    "total_timesteps",
+    "n_envs",
+    "eval_freq",
+    "checkpoint_freq",
+    "normalize_observations",
+    "kl_to_clone",
+    "demonstrations",
+)
+#: Keyword arguments of stable_baselines3.PPO that ``-p`` may set though the YAML leaves them out.
+PPO_KEYS = (
+    "n_steps",
+    "batch_size",
+    "n_epochs",
+    "learning_rate",
+    "gamma",
+    "gae_lambda",
+    "clip_range",
+    "clip_range_vf",
+    "normalize_advantage",
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+    "use_sde",
+    "sde_sample_freq",
+    "target_kl",
+    "policy_kwargs",
+)
 DEMONSTRATIONS = ("selection", "family")  # where the priced rule teaches (warm_start.py's ``family``)
 
 
 def resolve_config(
-    path: str | Path, *, real_loop: bool, overrides: dict[str, int | float | None]
+    path: str | Path,
+    *,
+    real_loop: bool,
+    overrides: dict[str, int | float | None],
+    hyperparameters: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The PPO hyperparameters and the budget of the YAML at ``path`` (its ``ppo`` and ``train``),
-    the budget with the command line's ``overrides`` (None: the YAML's). In the real loop the
-    YAML's env count (the replay's, hundreds) becomes one per core, at most :data:`REAL_ENVS`."""
+    """The PPO hyperparameters and the budget of the YAML at ``path`` (its ``ppo`` and ``train``).
+
+    ``hyperparameters`` (``-p key:value``) replace a key of either section; ``overrides`` (the
+    command line's own flags; None: the YAML's) replace budget keys last. In the real loop the
+    YAML's env count (the replay's, hundreds) becomes one per core, at most :data:`REAL_ENVS`.
+
+    Raises:
+        OptionError: a key of ``hyperparameters`` in neither section (the nearest key named), or a
+            ``train:`` value out of range.
+    """
     config = yaml.safe_load(Path(path).read_text())
     hyper, budget = dict(config["ppo"]), dict(config["train"])
     if real_loop:
         budget["n_envs"] = min(REAL_ENVS, os.cpu_count() or 1)
+    for key, value in (hyperparameters or {}).items():
+        if key in budget or key in TRAIN_KEYS:
+            budget[key] = value
+        elif key in hyper or key in PPO_KEYS:
+            hyper[key] = value
+        else:
+            known = sorted({*budget, *hyper, *TRAIN_KEYS, *PPO_KEYS})
+            near = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; known: {', '.join(known)}"
+            raise OptionError(f"-p {key}: not a key of {path}'s ppo: or train: sections{hint}")
     budget.update({key: value for key, value in overrides.items() if value is not None})
     if budget.setdefault("demonstrations", "selection") not in DEMONSTRATIONS:
-        raise ValueError(
+        raise OptionError(
             f"{path}: train.demonstrations must be one of {list(DEMONSTRATIONS)}, got "
             f"{budget['demonstrations']!r}"
         )
     if budget.setdefault("kl_to_clone", 0.0) < 0:
-        raise ValueError(
+        raise OptionError(
             f"{path}: train.kl_to_clone must be >= 0 (0: no penalty), got {budget['kl_to_clone']}"
         )
     return hyper, budget

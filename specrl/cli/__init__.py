@@ -1,0 +1,67 @@
+"""The ``specrl`` command: one subcommand per thing a user does, each a thin call of the library.
+
+    specrl train       train a PPO policy (specrl.training.job.train)
+    specrl evaluate    every controller side by side on test prompts: simulator and real loop
+    specrl calibrate   measure a pair's latency model on this machine
+    specrl collect     record the acceptance traces the simulator replays
+    specrl compare     run controllers in the real loop and compare them (the quick look)
+    specrl generate    decode one prompt speculatively and print the statistics
+    specrl check       is the engine lossless on this device?
+
+Each subcommand's module imports only ``argparse`` at the top: ``--help`` and the argument checks
+answer before torch loads; the work's modules load in its ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: Subcommand -> its module (``add_arguments(parser)``, ``run(args, parser) -> int | None``, ``HELP``).
+COMMANDS = {
+    "train": "specrl.cli.train",
+    "evaluate": "specrl.cli.evaluate",
+    "calibrate": "specrl.cli.calibrate",
+    "collect": "specrl.cli.collect",
+    "compare": "specrl.cli.compare",
+    "generate": "specrl.cli.generate",
+    "check": "specrl.cli.check",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: the top level and one sub-parser per command."""
+    parser = argparse.ArgumentParser(
+        prog="specrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        sub = commands.add_parser(
+            name,
+            help=module.HELP,
+            description=module.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run, parser=sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: the process's) and run the subcommand; its exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args, args.parser) or 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _version() -> str:
+    from specrl import __version__
+
+    return __version__
