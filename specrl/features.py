@@ -122,7 +122,7 @@ on the EPYC calibrations 4-5: what their best static settings are.
 
 Versions are prefixes: version 1 is the first 19 features (one draft, before the drafter pool),
 version 2 the first 32, version 3 the first 33 (the lookup's match order: a trigram match predicts
-the next tokens far better than a single token's; ``experiments/pool_signals.py`` measures it),
+the next tokens far better than a single token's; ``results/pool/signals.md`` measures it),
 version 4 the first 35 (the prices: a policy that reads the machine's prices, not one machine's),
 version 5 all 44 (the verification's shape, and the k it prices best: the line's two numbers
 told the Xeon and the EPYC calibrations apart too little for a policy to choose k on them). A

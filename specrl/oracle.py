@@ -215,22 +215,3 @@ def best_static(
         table[setting] = sum((per_setting[setting] for per_setting in runs), Bound(0, 0.0)).tokens_per_s
     (k, tau, drafter), best = max(table.items(), key=lambda item: item[1])
     return StaticBound(k=k, tau=tau, tokens_per_s=best, table=table, drafter=drafter)
-
-
-def best_static_per_trace(
-    traces: TraceSet,
-    latency: LatencyModel,
-    tau_grid: Sequence[float],
-    *,
-    count: int = 4,
-    seed: int = 0,
-    drafters: tuple[str, ...] = (DEFAULT_DRAFTER,),
-) -> Bound:
-    """Each trace decoded with its own fastest static (k, tau), summed: the bound of a controller
-    that knows at the first step which setting suits the prompt (the same draws as
-    :func:`best_static` for the same ``count`` and ``seed``). It lies between :func:`best_static`
-    and :func:`clairvoyant_bound`."""
-    runs = static_runs(traces, latency, tau_grid, count, seed, drafters)
-    return sum(
-        (min(per_setting.values(), key=lambda run: run.seconds) for per_setting in runs), Bound(0, 0.0)
-    )

@@ -329,7 +329,7 @@ def test_episodes_tallied_one_by_one_pair_controllers_on_the_same_draws():
     """batch_sim.py's standard errors and its k by batch size: each episode tallied on its own, the
     same as the pooled run; episodes differ (other requests), a replay of the same seed does not;
     every step is counted at its batch size and k."""
-    from specrl.evaluation.compare import paired_ratio_two_se
+    from specrl.evaluation.intervals import paired_ratio_interval
 
     env = BatchReplayEnv(scenario(size=4, requests=8), latency=synthetic_latency(), split="validation")
     tallies = batch_control.play_episodes(env, specrl.StaticController(3), 3)
@@ -338,9 +338,11 @@ def test_episodes_tallied_one_by_one_pair_controllers_on_the_same_draws():
     episodes = [t.throughput for t in tallies]
     assert len(set(episodes)) == 3 and min(episodes) <= pooled <= max(episodes)
     again = [t.throughput for t in batch_control.play_episodes(env, specrl.StaticController(3), 3)]
-    assert again == episodes and paired_ratio_two_se(again, episodes) == 0.0
+    same = paired_ratio_interval(again, episodes)
+    assert again == episodes and (same.low, same.high, same.n) == (1.0, 1.0, 3)
     plain = [t.throughput for t in batch_control.play_episodes(env, specrl.StaticController(0), 3)]
-    assert paired_ratio_two_se(episodes, plain) > 0
+    spread = paired_ratio_interval(episodes, plain)
+    assert spread.low < spread.high
     for tally in tallies:
         assert {k for _, k in tally.steps} == {3} and {size for size, _ in tally.steps} <= set(range(1, 5))
         assert (4, 3) in tally.steps
@@ -580,46 +582,23 @@ def test_train_batch_over_a_family_tunes_a_schedule_per_machine_and_selects_unde
 
 
 @pytest.mark.slow
-def test_schedule_episodes_tunes_on_the_first_n_episodes_as_a_run_of_n_does(tmp_path):
-    """schedule_episodes.py: the schedule of N episodes is the one batch_sim.py --episodes N tunes,
-    from the same speeds."""
+def test_the_batch_simulator_prices_a_comparison_with_a_profile_of_the_family():
+    """A batch replay priced by a profile of the family (GPU-like ones here, which have no
+    calibration scales): the schedule is tuned under that profile's batch model, plays its k at every
+    step, and plain decoding's throughput follows the profile's model."""
     from specrl.latency.family import profiles
 
-    script = load_script("schedule_episodes")
-    flags = ["--profiles", "gpu-like-h200", "--fixed", "batch_1", "--episodes", "1", "2"]
-    report = script.main([*flags, "--out", str(tmp_path / "episodes")])
-    assert [row["episodes"] for row in report["rows"]] == [1, 2]
-    env = BatchReplayEnv("batch_1", latency=profiles(batch=True)["gpu-like-h200"], split="validation")
-    for row in report["rows"]:
-        best_k, schedule = batch_control.tune_schedule({"batch_1": env}, row["episodes"])
-        assert row["best_k"] == {"1": best_k[1]} and row["schedule"] == str(schedule)
-        speed = batch_control.controller_throughput(env, specrl.StaticController(best_k[1]), row["episodes"])
-        assert row["speeds"]["1"][str(best_k[1])] == pytest.approx(speed)
-    assert "| gpu-like-h200 | 2 | " in (tmp_path / "episodes.md").read_text()
-
-
-@pytest.mark.slow
-def test_batch_sim_prices_the_comparison_with_a_profile_of_the_family(tmp_path):
-    """batch_sim.py --latency-profile: the schedule is tuned and every controller runs under that
-    profile's batch model (GPU-like ones here, which have no calibration scales), and the page says so."""
-    from specrl.latency.family import profiles
-
-    script = load_script("batch_sim")
+    models = profiles(batch=True)
     plain = {}
     for name in ("gpu-like-h200", "gpu-like-a100"):
-        out = tmp_path / name
-        flags = ["--fixed", "batch_1", "--arrivals", "--episodes", "1", "--latency-profile", name]
-        report = script.main([*flags, "--out", str(out)])
-        assert report["latency"]["profile"] == name and report["latency"]["verify_scale"] is None
-        page = out.with_suffix(".md").read_text()
-        assert list(report["rows"]) == ["batch_1"] and f"`{name}`" in page
-        row = report["rows"]["batch_1"]
-        assert row["two_se_vs_schedule"]["plain"] is None  # one episode: no standard error
-        # every step of the schedule is counted at one row, at the schedule's k there
-        (_, k, steps), *others = row["steps"]["schedule"]
-        assert not others and steps > 0 and k == report["schedule"][min(report["schedule"])]
-        assert f"| batch_1 | 1-2 | {k}.0 (" in page
-        plain[name] = report["rows"]["batch_1"]["controllers"]["plain"]
-    models = profiles(batch=True)
+        latency = models[name]
+        assert latency.verify_scale is None
+        validation = BatchReplayEnv("batch_1", latency=latency, split="validation")
+        test = BatchReplayEnv("batch_1", latency=latency, split="test")
+        best_k, schedule = batch_control.tune_schedule({"batch_1": validation}, 1)
+        (scheduled,) = batch_control.play_episodes(test, specrl.BatchScheduleController(schedule), 1)
+        (size, k), *others = scheduled.steps
+        assert not others and size == 1 and k == schedule[min(schedule)] == best_k[1]
+        plain[name] = batch_control.controller_throughput(test, specrl.StaticController(0), 1)
     modeled = models["gpu-like-h200"].plain_throughput(1) / models["gpu-like-a100"].plain_throughput(1)
     assert plain["gpu-like-h200"] / plain["gpu-like-a100"] == pytest.approx(modeled, rel=0.1)

@@ -559,35 +559,11 @@ def test_cli_generates_with_a_policy_and_prints_its_stats(raw_policy, tiny_home)
 
 
 def test_cli_refuses_policy_with_k_or_tau():
-    from specrl.__main__ import main
+    from specrl.cli import main
 
     for fixed in (["--k", "4"], ["--tau", "0.0"]):
         with pytest.raises(SystemExit):
             main(["generate", "--policy", "x", "--prompt", "a", *fixed])
-
-
-def test_overhead_reports_decision_time_and_share(raw_policy, tiny_home):
-    from specrl.evaluation.benchmarks.policy_overhead import measure
-    from specrl.evaluation.benchmarks.policy_overhead_page import markdown
-
-    controller = LearnedController.load(raw_policy)
-    pair = specrl.load_pair(preset="tiny", device="cpu")
-    result = measure(controller, pair, prompts_per_domain=1, max_new_tokens=8, calls=200, warmup=20)
-    assert result["alone_us_median"] > 0 and result["mean_iteration_ms"] > 0 and result["steps"] >= 3
-    assert result["alone_calls"] == 200
-    assert result["share_of_iteration"] == pytest.approx(
-        result["in_decode_us_median"] / 1e3 / result["mean_iteration_ms"]
-    )
-    assert result["stop_us_mean"] == 0  # a policy without the stop dimension makes no stop calls
-    described = {
-        "policy": str(raw_policy),
-        "policy_pair": controller.pair,
-        "pair": pair.name,
-        "device": "cpu",
-    }
-    page = markdown({**described, **result, "command": "policy_overhead.py", "date": "today"})
-    assert page.startswith("# Policy decision overhead") and "| decision / iteration |" in page
-    assert f"| pair | {pair.name} on cpu |" in page
 
 
 def test_parity_forgives_only_actions_the_model_itself_ties():

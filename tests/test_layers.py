@@ -60,7 +60,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # bottom up; a new package or module mu
     ("quiet", "io", "tables", "plots", "provenance", "features", "acceptance"),  # no model, no engine
     ("zoo", "models"),
     ("engine", "export"),
-    ("controllers", "traces", "latency", "hf_assisted", "selfcheck", "hf", "acceptance_head"),
+    ("controllers", "traces", "latency", "hf_assisted", "selfcheck", "hf"),
     ("envs",),
     ("oracle", "trace_evaluation", "training", "rule_tuning", "batch_control", "evaluation", "serving"),
     ("distributed", "vllm"),

@@ -12,7 +12,7 @@ from test_replay import random_actions
 from specrl.controllers import StaticController, TCPController
 from specrl.envs import TraceReplayEnv, collect_traces, run_episode
 from specrl.envs.replay import replay_step
-from specrl.oracle import best_static, best_static_per_trace, clairvoyant, clairvoyant_bound, realisations
+from specrl.oracle import best_static, clairvoyant, clairvoyant_bound, realisations
 from specrl.traces import Segment, Trace
 
 
@@ -110,21 +110,3 @@ def test_best_static_is_the_best_of_an_exhaustive_search_in_the_env(shifted, gre
     assert (bound.k, bound.tau, bound.drafter) == max(measured, key=measured.get)
     assert bound.tokens_per_s == pytest.approx(max(measured.values()))
     assert clairvoyant_bound(greedy_traces, latency).tokens_per_s >= bound.tokens_per_s
-
-
-def test_the_per_trace_bound_picks_each_traces_fastest_setting_in_the_env(shifted, greedy_traces, latency):
-    grid = (0.0, 0.5)
-    env = TraceReplayEnv(shifted, traces=greedy_traces, latency=latency)
-    tokens, seconds = 0, 0.0
-    for i in range(len(greedy_traces)):
-        runs = [
-            run_episode(env, StaticController(k, tau), seed=0, options={"trace_index": i})
-            for k, tau in itertools.product(range(greedy_traces.k_max + 1), grid)
-            if k or tau == 0.0
-        ]
-        fastest = min(runs, key=lambda run: run.seconds)
-        tokens, seconds = tokens + fastest.tokens, seconds + fastest.seconds
-    bound = best_static_per_trace(greedy_traces, latency, grid)
-    assert (bound.tokens, bound.seconds) == (tokens, pytest.approx(seconds))
-    assert best_static(greedy_traces, latency, grid).tokens_per_s <= bound.tokens_per_s
-    assert bound.tokens_per_s <= clairvoyant_bound(greedy_traces, latency).tokens_per_s

@@ -372,9 +372,7 @@ adaptation: {every: 3, window: 8, steps: 2, batch_size: 4, adapt_below: 1.0}
 
 
 @pytest.mark.slow
-def test_serve_stream_and_tune_adaptation_write_their_pages(tiny_home, tmp_path, monkeypatch):
-    from test_experiment_reports import load_script
-
+def test_serve_stream_writes_its_pages(tiny_home, tmp_path, monkeypatch):
     from specrl.controllers import LearnedController, TCPController
     from specrl.evaluation.benchmarks.stream import seeds_with_different_outputs, serve_seed
     from specrl.evaluation.benchmarks.stream_page import render, spread_markdown, write_seed
@@ -413,14 +411,3 @@ def test_serve_stream_and_tune_adaptation_write_their_pages(tiny_home, tmp_path,
         path.write_text("stale")
     render(out)  # the pages again, from the JSON
     assert {path: path.read_text() for path in pages} == pages
-
-    tune = load_script("tune_adaptation")
-    with pytest.raises(SystemExit, match="validation"):
-        tune.main(["--stream", str(stream_file), "--split", "test"])
-    grid = ["--lr", "1e-3", "--steps", "2", "--every", "3", "--adapt-below", "1.0,0.0"]
-    report = tune.main(["--stream", str(stream_file), *grid, "--out", str(tmp_path / "tune")])
-    frozen, always, never = report["rows"]
-    assert frozen["setting"] == "frozen" and frozen["seconds"] == 0
-    assert always["adaptations"] == 2 and always["seconds"] > 0
-    assert never["swaps"] == 0 and never["overall"] == pytest.approx(frozen["overall"])  # all skipped
-    assert "| frozen |" in (tmp_path / "tune" / "tuning.md").read_text()

@@ -389,35 +389,3 @@ def test_a_policy_with_a_stop_dimension_exports_loads_and_runs_both_decisions(
     (folder / "metadata.json").write_text(json.dumps(metadata))
     with pytest.raises(PolicyError, match="stop_grid must start at 0"):
         LearnedController.load(folder)
-
-
-def test_the_overhead_script_times_the_per_token_stop_calls(
-    tmp_path, shifted, greedy_traces, latency, predictor, tiny_home
-):
-    from specrl.evaluation.benchmarks.policy_overhead import measure
-
-    vec = VecTraceReplay(shifted, greedy_traces, latency, num_envs=4, seed=0, predictor=predictor)
-    model = PPO("MlpPolicy", vec, n_steps=32, batch_size=64, n_epochs=1, seed=0, device="cpu")
-    with torch.no_grad():  # every step asks for the most drafting and the lowest non-zero stop threshold
-        model.policy.action_net.bias.copy_(torch.zeros_like(model.policy.action_net.bias))
-        model.policy.action_net.bias[8] = 50.0  # k = 8
-        model.policy.action_net.bias[9] = 50.0  # tau index 0
-        model.policy.action_net.bias[9 + 10 + 1] = 50.0  # stop index 1
-    folder = tmp_path / "stopper"
-    export_policy(
-        model,
-        folder,
-        k_max=8,
-        tau_grid=shifted.tau_grid,
-        stop_grid=shifted.stop_grid,
-        predictor=predictor,
-        scenarios=["words"],
-        pair="test",
-    )
-    pair = specrl.load_pair(preset="tiny", device="cpu")
-    result = measure(LearnedController.load(folder), pair, 1, max_new_tokens=16, calls=100, warmup=10)
-    assert result["stop_us_mean"] > 0  # the stop rule ran inside the draft loop, and was timed
-    assert result["decision_us_median"] >= result["in_decode_us_median"]
-    assert result["share_of_iteration"] == pytest.approx(
-        result["decision_us_median"] / 1e3 / result["mean_iteration_ms"]
-    )

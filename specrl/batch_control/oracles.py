@@ -1,7 +1,7 @@
 """Clairvoyant labels for batch control in the batch simulator: what knowing a step's outcome (the
 one-step oracle, ``BatchReplayEnv.preview``) or the run that follows a step (a rollout on a fork,
-``BatchReplayEnv.fork``) is worth. ``experiments/batch_sim.py`` reports the one-step oracle as a
-bound; ``train_batch.py`` imitates the rollout oracle's labels (:mod:`specrl.batch_control.imitation`).
+``BatchReplayEnv.fork``) is worth. :func:`clairvoyant` is the one-step oracle as a bound;
+``train_batch.py`` imitates the rollout oracle's labels (:mod:`specrl.batch_control.imitation`).
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ class RolloutOracle:
     of the rows that accepted less (``specrl.engine.grid``), and rows that no longer finish
     together join the batch one admission at a time, each copying the whole grid. At 64 rows,
     one step of k = 1 amid plain decoding gains more than plain over the step itself, and loses
-    several plain steps' worth by the episode's end (``results/batch/labels.md``, by
-    ``experiments/label_horizon.py``). The one-step oracle never sees that. ``continuation``
-    must act on the observation alone (a static k, a schedule, a policy), as every fork shares it."""
+    several plain steps' worth by the episode's end (``results/batch/labels.md``). The one-step
+    oracle never sees that. ``continuation`` must act on the observation alone (a static k, a
+    schedule, a policy), as every fork shares it."""
 
     def __init__(self, env: BatchReplayEnv, lam: dict[int, float], continuation, horizon: int) -> None:
         if horizon < 1:

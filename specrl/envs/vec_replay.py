@@ -11,8 +11,7 @@ It replaces a numpy re-implementation of the replay over arrays of episodes, whi
 from the single env twice and ran faster only at widths the training run does not use: the
 default run steps eight scenario parts of 16 rows, where this env steps 1.1-1.6x faster than
 the numpy one did (two alternating runs with random actions on this machine: 14.1k -> 23.1k
-and 15.8k -> 18.1k steps/s), and PPO's time per step is unchanged.
-``experiments/bench_replay.py`` measures it against the single env.
+and 15.8k -> 18.1k steps/s), and PPO's time per step is unchanged (``results/bench_replay/``).
 """
 
 from __future__ import annotations

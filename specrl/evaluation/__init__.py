@@ -14,13 +14,9 @@
   run with the command line's overrides, and every one of them into one record and its files;
 - :mod:`~specrl.evaluation.machine`: where and how a run ran;
 - :mod:`~specrl.evaluation.benchmarks`: what the benchmark scripts measure and write (decoding,
-  batches, drafters, HF ``generate``, continuous batching, a policy's decision overhead, a
-  shifting request stream);
+  batches, drafters, HF ``generate``, continuous batching, a shifting request stream);
 - :mod:`~specrl.evaluation.sim_vs_real`: the simulator against the real loop (``sim_vs_real.py``);
-- :mod:`~specrl.evaluation.pool_signals`: what text signals buy a drafter-pool controller
-  (``pool_signals.py``);
-- :mod:`~specrl.evaluation.gpu_check`: the stages of ``gpu_check.py``;
-- :mod:`~specrl.evaluation.results_index`: ``results/README.md`` (``results_index.py``).
+- :mod:`~specrl.evaluation.gpu_check`: the stages of ``gpu_check.py``.
 """
 
 from specrl.evaluation.harness import Settings, evaluate_scenario, load_policies

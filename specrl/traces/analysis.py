@@ -17,7 +17,7 @@ from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig, entropy
 from specrl.engine.types import DEFAULT_DRAFTER, Action
 from specrl.models import ModelPair
-from specrl.traces.format import LOOKUP_DRAFTER, Segment, Trace, TraceError, analysed_drafters
+from specrl.traces.format import LOOKUP_DRAFTER, analysed_drafters
 
 
 class _Verifier:
@@ -196,24 +196,3 @@ def extend_past_eos(
     while not generation.done:
         generation.step(Action(0))
     return generation.output_ids(0)
-
-
-def rebuilt_prompt(trace: Trace, prompts: dict[str, list[str]], pair: ModelPair) -> tuple[Segment, list[int]]:
-    """The one segment of ``trace`` and its prompt's token ids, encoded again from ``prompts``
-    (domain -> prompt texts of the trace's split). Raises :class:`TraceError` for a trace with a
-    domain shift (the prompts after a shift were drawn at random and are not stored) or a prompt
-    whose length is not the segment's (another split, other prompts, or another pair's tokenizer)."""
-    if len(trace.segments) != 1:
-        raise TraceError(
-            f"trace {trace.domain}#{trace.prompt_index} has {len(trace.segments)} segments: only "
-            "one-segment traces can be rebuilt (the prompts after a domain shift are not stored)"
-        )
-    segment = trace.segments[0]
-    prompt = pair.encode(prompts[trace.domain][trace.prompt_index])
-    if len(prompt) != segment.prompt_length:
-        raise TraceError(
-            f"trace {trace.domain}#{trace.prompt_index}: its prompt encodes to {len(prompt)} tokens, the "
-            f"trace says {segment.prompt_length}: the traces are not of these prompts (split) or this pair; "
-            "recollect them or pass the prompts of their split"
-        )
-    return segment, prompt

@@ -2,7 +2,7 @@
 scripts stay thin (parse the arguments, call this, write the page). Every benchmark that compares
 configurations plays them through the one comparison loop, :func:`specrl.evaluation.compare.compare`
 (but the request stream, whose setups take turns per request in
-:func:`specrl.serving.serve_stream`; the policy overhead times one policy).
+:func:`specrl.serving.serve_stream`).
 
 Shared by all of them:
 
@@ -20,8 +20,6 @@ One module per benchmark (its players and summary) and one for its page:
   ``generate``;
 - :mod:`.batch_real`, :mod:`.batch_real_page`: ``batch_real.py``, batch-aware control under
   continuous batching;
-- :mod:`.policy_overhead`, :mod:`.timed_policy`, :mod:`.policy_overhead_page`:
-  ``policy_overhead.py``, the decision overhead of an exported policy (timed alone and in a decode);
 - :mod:`.stream`, :mod:`.stream_page`: ``serve_stream.py``, a shifting request stream served with
   the draft frozen and adapted online.
 """
