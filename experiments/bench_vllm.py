@@ -361,7 +361,8 @@ def summarise(runs, own, chosen, schedule, args) -> dict:
     outputs with it (greedy: they must be equal)."""
     from statistics import median
 
-    from specrl.evaluation.compare import paired_ratio, paired_ratio_two_se
+    from specrl.evaluation.compare import paired_ratio
+    from specrl.evaluation.intervals import paired_ratio_interval
 
     names = [ARRIVALS, *(f"B={rows}" for rows in FIXED)]
     plain = runs["no speculation"]
@@ -376,7 +377,7 @@ def summarise(runs, own, chosen, schedule, args) -> dict:
             rows[label][name] = {
                 "tokens_per_s": median(ours),
                 "vs_plain": paired_ratio(ours, theirs),
-                "vs_plain_two_se": paired_ratio_two_se(ours, theirs),
+                **paired_ratio_interval(ours, theirs).as_json("vs_plain"),
                 "tpot_p50": median(r["tpot_p50"] for r in mine),
                 "tpot_p99": median(r["tpot_p99"] for r in mine if r["tpot_p99"] is not None)
                 if any(r["tpot_p99"] is not None for r in mine)

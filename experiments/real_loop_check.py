@@ -1,5 +1,5 @@
 """An exported policy against the bar in the real loop, powered: as many test prompts and repeats
-as asked, with twice the standard error of each paired ratio.
+as asked, with the 95% interval of each paired ratio.
 
 The same check ``train_ppo.py`` ends with (:mod:`specrl.evaluation.real_loop_check`): every rule of
 each scenario's bar (the rules tuned on validation traces, the best static setting in hindsight on
@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--policy", default="default", help="a shipped policy's name or a policy folder")
     parser.add_argument("--scenarios", nargs="+", default=["code", "prose", "math"])
     parser.add_argument("--prompts", type=int, default=8, help="test prompts per domain")
-    parser.add_argument("--repeats", type=int, default=4, help="interleaved repeats (at least 2 for a 2 SE)")
+    parser.add_argument("--repeats", type=int, default=4, help="interleaved repeats (>= 2 for an interval)")
     parser.add_argument(
         "--sim-repeats", type=int, default=4, help="acceptance draws per trace when tuning rules"
     )
@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder of real_loop.md and real_loop.json")
     args = parser.parse_args()
     if args.prompts < 1 or args.repeats < 2:
-        parser.error("--prompts must be >= 1 and --repeats >= 2 (a standard error needs two repeats)")
+        parser.error("--prompts must be >= 1 and --repeats >= 2 (an interval needs two repeats)")
     started = time.perf_counter()
     versus = {
         name: LearnedController.load(where)
@@ -102,7 +102,8 @@ def main() -> None:
             name: {
                 "tokens_per_s": row.tokens_per_s,
                 "paired": row.paired,
-                "two_se": row.two_se,
+                "ci95": {role: interval.ci95() for role, interval in row.intervals.items()},
+                "n": args.repeats,
                 "best_rule": row.best_rule(),
             }
             for name, row in rows.items()

@@ -13,7 +13,8 @@ from specrl.evaluation.benchmarks import batch, batch_page, batch_real, batch_re
 from specrl.evaluation.benchmarks.decode_page import render_markdown
 from specrl.evaluation.benchmarks.decode_summary import summarize
 from specrl.evaluation.benchmarks.forward_costs import measure_forward_costs
-from specrl.evaluation.compare import alternating, compare, paired_ratio_two_se, repeat_seed, unseeded
+from specrl.evaluation.compare import alternating, compare, repeat_seed, unseeded
+from specrl.evaluation.intervals import paired_ratio_interval
 from specrl.evaluation.machine import machine_info, pair_info, result_origin
 
 
@@ -31,16 +32,22 @@ def test_compare_alternates_the_order_reseeds_each_repeat_and_warms_up_on_a_chea
     assert compare(players, [], repeats=2) == []  # no warm-up asked: no episode needed
 
 
-def test_speedups_pair_speeds_within_a_repeat_and_give_twice_their_standard_error():
+def test_speedups_pair_speeds_within_a_repeat_and_give_their_95_percent_interval():
     # the machine is twice as fast in repeat 1; within each repeat ours is 1.1x and then 1.3x
     ours = [{"repeat": 0, "tokens": 11, "seconds": 1.0}, {"repeat": 1, "tokens": 26, "seconds": 1.0}]
     ours.append({"repeat": 1, "tokens": 0, "seconds": 1.0})  # a second episode of repeat 1: 26 / 2
     theirs = [{"repeat": 0, "tokens": 10, "seconds": 1.0}, {"repeat": 1, "tokens": 10, "seconds": 1.0}]
     assert records.speed_per_repeat(ours) == {0: 11.0, 1: 13.0}
     assert records.speedup(ours, theirs) == pytest.approx(1.2)  # the median of 1.1 and 1.3
-    assert records.speedup_two_se(ours, theirs) == pytest.approx(0.2)  # 2 * 0.1414 / sqrt(2)
-    assert records.speedup_two_se(ours[:1], theirs[:1]) is None  # one repeat: no error bar
-    assert paired_ratio_two_se([2.0, 4.0], [1.0, 2.0]) == 0.0  # the drift cancels within a repeat
+    interval = paired_ratio_interval(*records.paired_speeds(ours, theirs))
+    # ratios 1.1, 1.3: SE 0.1, t with 1 degree of freedom 12.706
+    assert (interval.low, interval.high, interval.n) == pytest.approx(
+        (1.2 - 1.2706, 1.2 + 1.2706, 2), abs=1e-4
+    )
+    one = paired_ratio_interval(*records.paired_speeds(ours[:1], theirs[:1]))
+    assert one.low is None and one.n == 1  # one repeat: no interval
+    drift = paired_ratio_interval([2.0, 4.0], [1.0, 2.0])  # the drift cancels within a repeat
+    assert (drift.ratio, drift.low, drift.high, drift.verdict) == (2.0, 2.0, 2.0, "win")
     accepted = [
         {"proposed": 4, "accepted": 3},
         {"proposed": 4, "accepted": 1},
@@ -82,7 +89,8 @@ def test_decode_benchmark_interleaves_every_configuration_and_ours_equals_plain_
     assert (
         spec["matches_plain"] is True and spec["domains"]["all"]["acceptance_rate"] > 0.5
     )  # the twin agrees
-    assert spec["domains"]["all"]["ratio_vs_plain_two_se"] is not None  # two repeats: an error bar
+    assert spec["domains"]["all"]["ratio_vs_plain_ci95"] is not None  # two repeats: an interval
+    assert spec["domains"]["all"]["ratio_vs_plain_n"] == 2
     plain = next(row for row in rows if row["key"] == "ours-plain" and row["temperature"] == 0)
     assert plain["domains"]["code"]["ratio_vs_plain_paired_median"] == 1.0
     costs = measure_forward_costs(twin_pair, ids, [2], context=16, reps=1)
@@ -101,7 +109,8 @@ def test_batch_benchmark_is_lossless_and_a_prompt_accepts_the_same_at_every_batc
     assert sorted((r["repeat"], r["batch"], r["k"]) for r in runs) == every  # each (B, k) once a pass
     table = batch.summarise(runs, [1, 3], [0, 2])
     assert all(table[b]["ks"]["2"]["lossless"] for b in ("1", "3"))
-    assert table["3"]["ks"]["2"]["speedup_two_se"] is not None and table["3"]["ks"]["0"]["speedup"] == 1.0
+    assert table["3"]["ks"]["2"]["speedup_ci95"] is not None and table["3"]["ks"]["0"]["speedup"] == 1.0
+    assert table["3"]["ks"]["2"]["speedup_n"] == 2
     assert batch.same_prompt_spread(runs, [0, 2]) == {"2": 0.0}  # greedy: batching changes no acceptance
     config = {"batch_sizes": [1, 3], "ks": [0, 2], "max_new_tokens": 6, "repeats": 2, "seed": 0}
     report = {
@@ -192,7 +201,7 @@ def test_batch_real_page_names_each_kind_of_repeats_and_every_policys_cutoff():
 
 def test_policies_side_by_side_pairs_the_first_policy_with_each_other_one_within_a_repeat():
     """batch_real.py's and batch_sim.py's table of policies: the first over each other one, the
-    median of the ratios within a repeat and twice its standard error; none with one policy (the
+    median of the ratios within a repeat and its 95% interval; none with one policy (the
     `+cutoff` rows are not policies of their own)."""
     values = {
         "arrivals": {
@@ -204,9 +213,9 @@ def test_policies_side_by_side_pairs_the_first_policy_with_each_other_one_within
     }
     lines = batch_real_page.policies_side_by_side(values, "a repeat")
     header, _, row = lines[2].split("\n")
-    assert "ppo:carried / ppo:alone ± 2 SE" in header and "alone+cutoff" not in header
-    # ratios 1.10, 1.10, 1.08: median 1.10, 2 SE = 2 x 0.01155 / sqrt(3)
-    assert row == "| arrivals | 1.100 ± 0.013 |"
+    assert "ppo:carried / ppo:alone [95% interval] n" in header and "alone+cutoff" not in header
+    # ratios 1.10, 1.10, 1.08: median 1.10; mean 1.0933 +- 4.303 x 0.01155 / sqrt(3)
+    assert row == "| arrivals | 1.100 [1.065, 1.122] n=3 |"
     assert "within a repeat" in lines[0]
     one = {"arrivals": {"plain": [1.0, 2.0], "ppo:carried": [1.0, 2.0], "ppo:carried+cutoff": [1.0, 1.0]}}
     assert batch_real_page.policies_side_by_side(one, "a repeat") == []

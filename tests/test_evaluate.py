@@ -281,16 +281,19 @@ def test_compare_plays_every_player_on_each_episode_with_one_seed_in_a_fresh_ord
 
 
 def test_the_real_loop_section_sets_the_policy_against_the_policies_run_alongside():
+    from specrl.evaluation.intervals import paired_ratio_interval
     from specrl.evaluation.real_loop_check import RealLoopRow, real_loop_section
     from specrl.training.comparison import BEST_STATIC, PLAIN, PPO, TCP, StaticSetting
 
     tokens = {PLAIN: 70.0, TCP: 90.0, BEST_STATIC: 100.0, PPO: 104.0, "here": 102.0}
+    per_repeat = {PLAIN: [70.0, 70.0], TCP: [90.0, 90.0], BEST_STATIC: [100.0, 100.0], "here": [104.0, 100.0]}
     row = RealLoopRow(
         tokens,
         {PLAIN: 1.49, TCP: 1.16, BEST_STATIC: 1.04, PPO: 1.0, "here": 1.02},
         StaticSetting(5, 0.0),
-        {PLAIN: 0.01, TCP: 0.02, BEST_STATIC: 0.03, PPO: 0.0, "here": 0.015},
+        {role: paired_ratio_interval([104.0, 104.0], v) for role, v in per_repeat.items()},
     )
     text = real_loop_section({"code": row}, prompts=2, repeats=2, versus=["here"])
-    assert "| code | here | 104.0 | 102.0 | 1.020 | 0.015 |" in text
+    # ratios 1.0 and 1.04: mean 1.02, SE 0.02, t(1 df) = 12.706
+    assert "| code | here | 104.0 | 102.0 | 1.020 [0.766, 1.274] n=2 |" in text
     assert "policies run alongside" not in real_loop_section({"code": row}, prompts=2, repeats=2)

@@ -305,5 +305,6 @@ def test_bench_hf_generate_quick_run_writes_json_and_markdown(pair, tmp_path):
     assert "hf plain" in names and any(name.startswith("specrl") for name in names)
     assert all(row["identical_to_plain"] for row in data["rows"])
     assert len(data["runs"]) == 2 * 2 * len(names)  # every row on every prompt in every pass
-    assert all(row["ratio_vs_plain_two_se"] is not None for row in data["rows"])  # paired, two passes
+    assert all(row["ratio_vs_plain_ci95"] is not None for row in data["rows"])  # paired, two passes
+    assert all(row["ratio_vs_plain_n"] == 2 for row in data["rows"])
     assert "tokens/s" in (tmp_path / "hf_generate.md").read_text()

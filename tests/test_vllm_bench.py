@@ -39,7 +39,8 @@ def row(rate: float, equal: bool = True) -> dict:
     cell = {
         "tokens_per_s": rate,
         "vs_plain": rate / 100,
-        "vs_plain_two_se": 0.01,
+        "vs_plain_ci95": None,
+        "vs_plain_n": 1,
         "tpot_p50": 0.01,
         "tpot_p99": 0.02,
         "mean_batch": 3.0,
@@ -88,7 +89,7 @@ def test_the_page_compares_with_the_best_of_vllms_chosen_settings_and_flags_uneq
     assert "vLLM ngram k=4" not in shown(page)
     text = markdown(page, "bench.png")
     line = next(line for line in text.splitlines() if line.startswith("| specrl default |"))
-    assert "| 1.050 |" in line and line.endswith("| yes |")  # 126 / 120
+    assert "| 1.050 [-] n=1 |" in line and line.endswith("| yes |")  # 126 / 120, one repeat: no interval
     unequal = markdown(report(specrl_equal=False), "bench.png")
     assert "**no**" in next(line for line in unequal.splitlines() if line.startswith("| specrl default |"))
 
@@ -98,12 +99,14 @@ def test_the_ratio_to_vllms_best_is_paired_within_repeats_when_the_report_has_th
     for label, rates in (("vLLM draft_model k=2", [120, 100, 110]), ("specrl default", [132, 99, 121])):
         for workload in WORKLOADS:
             page["rows"][label][workload]["per_repeat"] = rates
-    ratio, two_se = versus(page, "specrl default", "vLLM draft_model k=2")
-    assert ratio == pytest.approx(1.1)  # within repeats: 1.1, 0.99, 1.1
-    assert two_se == pytest.approx(2 * statistics.stdev([1.1, 0.99, 1.1]) / 3**0.5)
+    paired = versus(page, "specrl default", "vLLM draft_model k=2")
+    assert paired.ratio == pytest.approx(1.1) and paired.n == 3  # within repeats: 1.1, 0.99, 1.1
+    half = 4.303 * statistics.stdev([1.1, 0.99, 1.1]) / 3**0.5  # t with 2 degrees of freedom
+    assert (paired.low, paired.high) == pytest.approx((1.0633 - half, 1.0633 + half), abs=1e-3)
+    assert paired.verdict == "tie"  # 1.1x over 3 repeats, one of them below 1
     text = markdown(page, "x.png")
     line = next(line for line in text.splitlines() if line.startswith("| specrl default |"))
-    assert f"| 1.100 ± {two_se:.3f} |" in line
+    assert f"| {paired.cell()} |" in line and "| 1.100 [0.906, 1.221] n=3 |" in line
 
 
 def test_every_engine_starts_once_a_repeat_in_a_new_order_and_its_runs_accumulate(monkeypatch):

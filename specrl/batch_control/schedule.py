@@ -61,7 +61,8 @@ def play_episode(env: BatchReplayEnv, controller, seed: int, prefill: bool = Tru
 
 def play_episodes(env: BatchReplayEnv, controller, episodes: int, prefill: bool = True) -> list[EpisodeTally]:
     """The episodes with seeds 0..episodes-1, each tallied on its own: each episode's throughput
-    pairs controllers episode by episode (:func:`specrl.evaluation.compare.paired_ratio_two_se`);
+    pairs controllers episode by episode
+    (:func:`specrl.evaluation.intervals.paired_ratio_interval`);
     pooled, they give :func:`controller_throughput`."""
     return [play_episode(env, controller, seed, prefill) for seed in range(episodes)]
 

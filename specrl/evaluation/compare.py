@@ -2,8 +2,8 @@
 on every episode, repeated, in an order that spreads the machine's slow and fast phases over
 all of them alike, each player of an episode on the same random draws (the same reset seed).
 
-Used by the evaluation harness, ``experiments/train_ppo.py`` (its real-loop check),
-``experiments/run_controller.py``, :mod:`specrl.evaluation.sim_vs_real` and the benchmarks
+Used by the evaluation harness, ``specrl train`` (its real-loop check),
+``specrl compare``, :mod:`specrl.evaluation.sim_vs_real` and the benchmarks
 (:mod:`specrl.evaluation.benchmarks`); each keeps its own protocol by choosing the order, the
 seeds and the warm-up:
 
@@ -16,13 +16,12 @@ seeds and the warm-up:
 - warm-up: untimed passes over the first episode, or over a cheaper one (``warmup_episode``).
 
 Paired ratios (:func:`paired_ratio`) compare two players within each repeat, so drift of the
-machine between repeats cancels; :func:`paired_ratio_two_se` says how far from 1 a ratio must be
-to be more than noise.
+machine between repeats cancels; :func:`specrl.evaluation.intervals.paired_ratio_interval` gives
+a ratio's 95% interval (a ratio whose interval holds 1 is a tie).
 """
 
 from __future__ import annotations
 
-import math
 import random
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -165,12 +164,3 @@ def paired_ratio(ours: Sequence[float], theirs: Sequence[float]) -> float:
 def paired_ratios(per_repeat: Mapping[str, Sequence[float]], ours: str) -> dict[str, float]:
     """``ours``'s :func:`paired_ratio` to every player (itself included: 1)."""
     return {name: paired_ratio(per_repeat[ours], values) for name, values in per_repeat.items()}
-
-
-def paired_ratio_two_se(ours: Sequence[float], theirs: Sequence[float]) -> float | None:
-    """Twice the standard error of ours / theirs within the same repeat (over repeats; None with
-    fewer than two): a :func:`paired_ratio` closer to 1 than this is a tie."""
-    ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
-    if len(ratios) < 2:
-        return None
-    return 2 * statistics.stdev(ratios) / math.sqrt(len(ratios))

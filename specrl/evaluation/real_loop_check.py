@@ -1,5 +1,5 @@
 """A trained policy against the bar in the real loop (wall clock) on test prompts: the check, after
-``experiments/train_ppo.py``'s comparison on test traces (:mod:`specrl.training.comparison`), that
+``specrl train``'s comparison on test traces (:mod:`specrl.training.comparison`), that
 the simulator's ranking holds on the machine.
 
 Every role of a scenario's :class:`~specrl.training.comparison.Bar` and the exported policy run
@@ -9,7 +9,8 @@ machine's slow and fast phases hit them alike, after one untimed pass of plain d
 first prompt (it warms the models' caches and kernels for every controller).
 Tokens/s is the median over repeats; PPO's ratios are paired (the median over repeats of PPO's
 throughput over the other controller's in the same repeat: the machine's drift between repeats
-cancels).
+cancels), each with its 95% interval over repeats
+(:func:`~specrl.evaluation.intervals.paired_ratio_interval`; a ratio whose interval holds 1 is a tie).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from dataclasses import dataclass
 
 from specrl.controllers import LearnedController
 from specrl.envs import Scenario, SpecDecodeEnv, cached_traces, load_scenario
-from specrl.evaluation.compare import paired_ratio_two_se, paired_ratios
+from specrl.evaluation.compare import paired_ratios
 from specrl.evaluation.harness import Settings, run_real_loop
+from specrl.evaluation.intervals import RatioInterval, paired_ratio_interval
 from specrl.evaluation.roster import episode_plan
 from specrl.evaluation.runs import aggregate
 from specrl.latency import LatencyModel
@@ -43,13 +45,13 @@ from specrl.training.comparison import (
 @dataclass
 class RealLoopRow:
     """One scenario in the real loop: the median tokens/s by role, PPO's paired ratio to each
-    role and twice its standard error over repeats (None with one repeat), and the best static
-    setting that ran."""
+    role and that ratio with its 95% interval over repeats (no interval with one repeat), and the
+    best static setting that ran."""
 
     tokens_per_s: dict[str, float]
     paired: dict[str, float]
     best_static: StaticSetting
-    two_se: dict[str, float | None]
+    intervals: dict[str, RatioInterval]
 
     def best_rule(self) -> str:
         """The role of the :data:`~specrl.training.comparison.BAR_RULES` and the best static
@@ -92,7 +94,7 @@ def in_real_loop(
         {role: row["tokens_per_s"] for role, row in rows.items()},
         paired_ratios(per_repeat, PPO),
         bar.best_static,
-        {role: paired_ratio_two_se(per_repeat[PPO], values) for role, values in per_repeat.items()},
+        {role: paired_ratio_interval(per_repeat[PPO], values) for role, values in per_repeat.items()},
     )
 
 
@@ -150,30 +152,30 @@ def real_loop_table(rows: dict[str, RealLoopRow]) -> str:
             f"{paired[TCP]:.3f}",
             f"{paired[BEST_STATIC]:.3f}",
             f"{paired[best_rule]:.3f} ({best_rule})",
-            "-" if row.two_se[best_rule] is None else f"{row.two_se[best_rule]:.3f}",
+            f"{row.intervals[best_rule].interval()} n={row.intervals[best_rule].n}",
         ]
         lines.append([scenario, *cells])
     header = ["scenario", *rules, "best static", "PPO"]
-    header += ["PPO / plain", "PPO / TCP", "PPO / best static", "PPO / best rule (which)", "2 SE"]
+    header += ["PPO / plain", "PPO / TCP", "PPO / best static", "PPO / best rule (which)", "its 95% interval"]
     return markdown_table(header, lines)
 
 
 def versus_table(rows: dict[str, RealLoopRow], versus: Sequence[str]) -> str:
     """Markdown: a row per scenario and policy run alongside, the medians of both and PPO's paired
-    ratio to it, with twice its standard error."""
+    ratio to it, with its 95% interval and n."""
     lines = [
         [
             scenario,
             name,
             f"{row.tokens_per_s[PPO]:.1f}",
             f"{row.tokens_per_s[name]:.1f}",
-            f"{row.paired[name]:.3f}",
-            "-" if row.two_se[name] is None else f"{row.two_se[name]:.3f}",
+            row.intervals[name].cell(),
         ]
         for scenario, row in rows.items()
         for name in versus
     ]
-    return markdown_table(["scenario", "policy alongside", "PPO", "it", "PPO / it", "2 SE"], lines)
+    header = ["scenario", "policy alongside", "PPO", "it", "PPO / it [95% interval] n"]
+    return markdown_table(header, lines)
 
 
 def real_loop_section(
@@ -191,7 +193,8 @@ def real_loop_section(
         f"\n#### Real loop on test prompts (wall clock), tokens/s\n\n{prompts} test "
         f"prompts per domain, every controller on each in a random order, {repeats} "
         "repeats; tokens/s: the median over repeats; PPO's ratios: the median over repeats of the "
-        f"ratio within a repeat (paired, so drift of the machine between repeats cancels); 2 SE: twice "
-        "the standard error over repeats of PPO's ratio to the best rule (a margin below it is a tie).\n\n"
+        f"ratio within a repeat (paired, so drift of the machine between repeats cancels); its 95% "
+        "interval: the t interval over the n repeats of PPO's ratio to the best rule (one that holds 1 "
+        "is a tie).\n\n"
         f"{real_loop_table(rows)}\n{alongside}"
     )

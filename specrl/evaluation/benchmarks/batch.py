@@ -21,8 +21,9 @@ from tqdm.auto import tqdm
 from specrl.controllers import StaticController
 from specrl.engine import SpeculativeDecoder
 from specrl.evaluation.benchmarks.prompts import DOMAINS, first_prompts, interleaved
-from specrl.evaluation.benchmarks.records import median_speed, outputs_equal, speedup, speedup_two_se
+from specrl.evaluation.benchmarks.records import median_speed, outputs_equal, paired_speeds, speedup
 from specrl.evaluation.compare import Trial, compare, shuffled, unseeded
+from specrl.evaluation.intervals import paired_ratio_interval
 from specrl.models import ModelPair
 
 
@@ -99,7 +100,7 @@ def measure(
 
 
 def summarise(runs: list[dict], batch_sizes: Sequence[int], ks: Sequence[int]) -> dict:
-    """Per (B, k): median tokens/s, the paired speed-up over plain at the same B (and its 2 SE),
+    """Per (B, k): median tokens/s, the paired speed-up over plain at the same B (and its 95% interval and n),
     per-row acceptance, verification ms per step, the lossless check; per B the best k."""
     table: dict[str, dict] = {}
     for b in batch_sizes:
@@ -111,7 +112,11 @@ def summarise(runs: list[dict], batch_sizes: Sequence[int], ks: Sequence[int]) -
             row[str(k)] = {
                 "tokens_per_s": median_speed(mine),
                 "speedup": speedup(mine, plain) if plain else None,
-                "speedup_two_se": speedup_two_se(mine, plain) if plain else None,
+                **(
+                    paired_ratio_interval(*paired_speeds(mine, plain)).as_json("speedup")
+                    if plain
+                    else {"speedup_ci95": None, "speedup_n": None}
+                ),
                 "row_acceptance_mean": statistics.mean(acceptance) if acceptance else None,
                 "row_acceptance_min": min(acceptance) if acceptance else None,
                 "row_acceptance_max": max(acceptance) if acceptance else None,

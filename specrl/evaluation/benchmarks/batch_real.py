@@ -34,9 +34,9 @@ from specrl.evaluation.compare import (
     alternating,
     compare,
     paired_ratio,
-    paired_ratio_two_se,
     repeat_seed,
 )
+from specrl.evaluation.intervals import paired_ratio_interval
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 from specrl.serving import ContinuousRun, scenario_requests, serve_continuous
@@ -177,11 +177,12 @@ def scenario_row(
 
 
 def _paired(measured: Mapping[str, list[float]], reference: str) -> dict[str, dict]:
-    """``ratio_vs_REFERENCE`` (paired, per controller) and its ``ratio_vs_REFERENCE_two_se``."""
+    """``ratio_vs_REFERENCE`` (paired, per controller), its 95% interval ``ratio_vs_REFERENCE_ci95``
+    (``[low, high]``, None with one repeat) and the repeats behind it, ``ratio_vs_REFERENCE_n``."""
     base = measured[reference]
+    intervals = {label: paired_ratio_interval(values, base) for label, values in measured.items()}
     return {
         f"ratio_vs_{reference}": {label: paired_ratio(values, base) for label, values in measured.items()},
-        f"ratio_vs_{reference}_two_se": {
-            label: paired_ratio_two_se(v, base) for label, v in measured.items()
-        },
+        f"ratio_vs_{reference}_ci95": {label: interval.ci95() for label, interval in intervals.items()},
+        f"ratio_vs_{reference}_n": {label: interval.n for label, interval in intervals.items()},
     }

@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 from specrl.batch_control.schedule import cutoff_sentence
-from specrl.evaluation.compare import paired_ratio, paired_ratio_two_se
+from specrl.evaluation.intervals import paired_ratio_interval
 from specrl.evaluation.machine import origin_line
 from specrl.tables import markdown_table
 
@@ -23,8 +23,9 @@ def markdown(report: dict, picture: str) -> str:
         f"Tokens per busy second, median over {repeats_phrase(report)} interleaved repeats (every other one "
         "runs the controllers in reverse order), with the embedded pair's real decoding loop; requests "
         "arrive on the batch's own clock (its measured work, prefill included) and join the batch when "
-        "a row is free. Ratios are medians of the ratios within a repeat, ± twice their standard error "
-        "(a margin within it is a tie); `sim` is the batch simulator "
+        "a row is free. Ratios are medians of the ratios within a repeat, with their 95% interval over "
+        "the n repeats (t with n - 1 degrees of freedom; a ratio whose interval holds 1 is a tie); `sim` "
+        "is the batch simulator "
         "on the same scenario's test traces. The schedule was tuned on validation "
         f"in the simulator: best k per batch size {report['best_k_validation']} -> "
         f"`{report['schedule']}`.{cutoff_sentence(report)}",
@@ -34,8 +35,8 @@ def markdown(report: dict, picture: str) -> str:
         "scenario",
         "rows",
         *labels,
-        *[f"{label} / schedule ± 2 SE (sim)" for label in others],
-        *[f"{label} / plain ± 2 SE" for label in labels if label != "plain"],
+        *[f"{label} / schedule [95% interval] n (sim)" for label in others],
+        *[f"{label} / plain [95% interval] n" for label in labels if label != "plain"],
         "outputs equal",
     ]
     table = []
@@ -49,15 +50,10 @@ def markdown(report: dict, picture: str) -> str:
                 f"{rows_text} ({batch['requests']} requests)",
                 *[f"{row['median_tokens_per_s'][label]:.0f}" for label in labels],
                 *[
-                    f"{row['ratio_vs_schedule'][label]:.3f}{plus_minus(row, 'ratio_vs_schedule', label)} "
-                    f"({row['sim_ratio_vs_schedule'][label]:.3f})"
+                    f"{_ratio(row, 'schedule', label)} ({row['sim_ratio_vs_schedule'][label]:.3f})"
                     for label in others
                 ],
-                *[
-                    _ratio(row, "ratio_vs_plain", label) + plus_minus(row, "ratio_vs_plain", label)
-                    for label in labels
-                    if label != "plain"
-                ],
+                *[_ratio(row, "plain", label) for label in labels if label != "plain"],
                 "-" if same is None else ("yes" if same else "**no**"),
             ]
         )
@@ -90,17 +86,10 @@ def repeats_phrase(report: dict) -> str:
     return f"{arriving} (arrivals) and {fixed} (fixed batches)"
 
 
-def plus_minus(row: dict, key: str, label: str) -> str:
-    """`` ± 0.012``: twice the standard error of a row's paired ratio ``key``; empty in reports
-    written before it was kept, or of one repeat."""
-    two_se = row.get(f"{key}_two_se", {}).get(label)
-    return "" if two_se is None else f" ± {two_se:.3f}"
-
-
 def policies_side_by_side(values: dict[str, dict[str, list[float]]], unit: str) -> list[str]:
     """With several policies (rows ``ppo:NAME``): a table of the first over each other one per
-    scenario, the median of the ratios within ``unit`` ("a repeat", "an episode") ± twice its standard
-    error. ``values``: scenario -> label -> tokens/s per ``unit``. Nothing with fewer than two."""
+    scenario, the median of the ratios within ``unit`` ("a repeat", "an episode") with its 95% interval
+    and n. ``values``: scenario -> label -> tokens/s per ``unit``. Nothing with fewer than two."""
     labels = [label for label in next(iter(values.values())) if label.startswith("ppo:")]
     labels = [label for label in labels if not label.endswith("+cutoff")]
     if len(labels) < 2:
@@ -108,24 +97,23 @@ def policies_side_by_side(values: dict[str, dict[str, list[float]]], unit: str) 
     first, others = labels[0], labels[1:]
     table = []
     for name, each in values.items():
-        cells = []
-        for other in others:
-            two_se = paired_ratio_two_se(each[first], each[other])
-            spread = "" if two_se is None else f" ± {two_se:.3f}"
-            cells.append(f"{paired_ratio(each[first], each[other]):.3f}{spread}")
-        table.append([name, *cells])
-    header = ["scenario", *[f"{first} / {other} ± 2 SE" for other in others]]
+        table.append([name, *[paired_ratio_interval(each[first], each[other]).cell() for other in others]])
+    header = ["scenario", *[f"{first} / {other} [95% interval] n" for other in others]]
     title = (
         f"The policies side by side: `{first}` over each other one, the median of the ratios within "
-        f"{unit}, ± twice its standard error (a margin within it is a tie)."
+        f"{unit}, with its 95% interval over the n of them (an interval that holds 1 is a tie)."
     )
     return [title, "", markdown_table(header, table), ""]
 
 
-def _ratio(row: dict, key: str, label: str) -> str:
-    """A paired ratio of the table, or "-" in a report written before it was kept."""
-    value = row.get(key, {}).get(label)
-    return "-" if value is None else f"{value:.3f}"
+def _ratio(row: dict, reference: str, label: str) -> str:
+    """``label``'s paired ratio to ``reference`` with its 95% interval and n, from the row's
+    tokens/s per repeat (so a report written with another error bar renders alike), or "-" in a
+    report written before that ratio was kept."""
+    if row.get(f"ratio_vs_{reference}", {}).get(label) is None:
+        return "-"
+    speeds = row["tokens_per_s"]
+    return paired_ratio_interval(speeds[label], speeds[reference]).cell()
 
 
 def plot(report: dict, path: Path) -> None:

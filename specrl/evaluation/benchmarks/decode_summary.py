@@ -1,5 +1,5 @@
 """``experiments/bench_decode.py``'s table rows: per configuration and domain, tokens/s (median over
-repeats of the domain's tokens over its seconds), the paired ratio to ours plain with its 2 SE,
+repeats of the domain's tokens over its seconds), the paired ratio to ours plain with its 95% interval and n,
 acceptance, tokens per verification, and whether greedy outputs equal ours plain's."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from specrl.evaluation.benchmarks.decode import Config
 from specrl.evaluation.benchmarks.records import (
     acceptance_rate,
     median_speed,
+    paired_speeds,
     speed_per_repeat,
     speedup,
-    speedup_two_se,
 )
+from specrl.evaluation.intervals import paired_ratio_interval
 from specrl.hf_assisted import resolved_assistant_settings
 
 TOKENS = "new_tokens"  # the records' token count
@@ -29,7 +30,7 @@ def summarize_cell(records: list[dict], plain: list[dict]) -> dict:
         "tokens_per_s_repeats": list(speed_per_repeat(records, TOKENS).values()),
         "ratio_vs_plain": median / plain_median if plain_median else None,
         "ratio_vs_plain_paired_median": speedup(records, plain, TOKENS),
-        "ratio_vs_plain_two_se": speedup_two_se(records, plain, TOKENS),
+        **paired_ratio_interval(*paired_speeds(records, plain, TOKENS)).as_json("ratio_vs_plain"),
         "tokens_per_verify": tokens / max(1, sum(r["verifies"] for r in records)),
         "draft_forwards_per_token": sum(r["draft_forwards"] for r in records) / max(1, tokens),
         "runs": len(records),

@@ -23,10 +23,11 @@ from specrl.evaluation.benchmarks.records import (
     acceptance_rate,
     median_speed,
     outputs_equal,
+    paired_speeds,
     speedup,
-    speedup_two_se,
 )
 from specrl.evaluation.compare import Trial, compare, shuffled, unseeded
+from specrl.evaluation.intervals import paired_ratio_interval
 from specrl.models import ModelPair
 
 SPLITS = ("validation", "test")
@@ -152,7 +153,9 @@ def summarise(runs: list[dict], drafters: Sequence[str], domains: Sequence[str],
                 "speedup_by_k": by_k,
                 "best_k": best_k,
                 "speedup": by_k["test"][str(best_k)],
-                "speedup_two_se": speedup_two_se(select("test", domain, drafter, best_k), plain["test"]),
+                **paired_ratio_interval(
+                    *paired_speeds(select("test", domain, drafter, best_k), plain["test"])
+                ).as_json("speedup"),
                 "acceptance": acceptance_rate(select("test", domain, drafter, best_k)),
                 "acceptance_by_k": {str(k): acceptance_rate(select("test", domain, drafter, k)) for k in ks},
                 "cost": cost(select("test", domain, drafter)),

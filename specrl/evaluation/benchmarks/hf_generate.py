@@ -25,10 +25,11 @@ from specrl.evaluation.benchmarks.records import (
     acceptance_rate,
     median_speed,
     outputs_equal,
+    paired_speeds,
     speedup,
-    speedup_two_se,
 )
 from specrl.evaluation.compare import compare, shuffled, unseeded
+from specrl.evaluation.intervals import paired_ratio_interval
 from specrl.hf import speculative_generate
 from specrl.hf_assisted import (
     ForwardCounter,
@@ -171,7 +172,7 @@ def run(
 
 def summarise(rows: Sequence[Row], runs: list[dict], domains: Sequence[str]) -> list[dict]:
     """Per row: tokens/s (median over passes, per domain and over all), the ratio of that to
-    ``hf plain``'s and the paired ratio with its 2 SE, tokens per target forward, acceptance
+    ``hf plain``'s and the paired ratio with its 95% interval and n, tokens per target forward, acceptance
     (specrl rows), and whether every output equals ``hf plain``'s on the same prompt and pass."""
     counted = [{**r, "tokens": len(r["ids"])} for r in runs]
     reference = [r for r in counted if r["row"] == REFERENCE]
@@ -186,7 +187,7 @@ def summarise(rows: Sequence[Row], runs: list[dict], domains: Sequence[str]) -> 
             / sum(r["target_forwards"] for r in mine),
             "identical_to_plain": outputs_equal(mine, reference, key=lambda r: (r["repeat"], r["prompt"])),
             "paired_ratio_vs_plain": speedup(mine, reference),
-            "ratio_vs_plain_two_se": speedup_two_se(mine, reference),
+            **paired_ratio_interval(*paired_speeds(mine, reference)).as_json("ratio_vs_plain"),
         }
         if row.specrl:
             summary["acceptance_rate"] = acceptance_rate(mine)

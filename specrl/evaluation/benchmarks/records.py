@@ -6,7 +6,8 @@ The definitions every benchmark page uses (docs/design.md section 6):
 - speed of a repeat: the tokens of its runs over their seconds (not a mean of rates);
 - a configuration's speed: the median over repeats;
 - a speed-up: the paired ratio, the median over repeats of the ratio within the same repeat, with
-  twice its standard error (:func:`~specrl.evaluation.compare.paired_ratio_two_se`);
+  its 95% interval and n (:func:`~specrl.evaluation.intervals.paired_ratio_interval` of
+  :func:`paired_speeds`; a speed-up whose interval holds 1 is a tie);
 - acceptance: accepted / proposed over every run.
 """
 
@@ -16,7 +17,7 @@ import statistics
 from collections.abc import Callable, Hashable, Sequence
 
 from specrl.engine.types import throughput
-from specrl.evaluation.compare import paired_ratio, paired_ratio_two_se
+from specrl.evaluation.compare import paired_ratio
 
 
 def speed_per_repeat(runs: Sequence[dict], tokens: str = "tokens") -> dict[int, float]:
@@ -47,11 +48,6 @@ def speedup(runs: Sequence[dict], reference: Sequence[dict], tokens: str = "toke
     """The paired ratio of ``runs``'s speed to ``reference``'s: the median over repeats of the
     ratio within a repeat."""
     return paired_ratio(*paired_speeds(runs, reference, tokens))
-
-
-def speedup_two_se(runs: Sequence[dict], reference: Sequence[dict], tokens: str = "tokens") -> float | None:
-    """Twice the standard error of :func:`speedup` (None with one repeat)."""
-    return paired_ratio_two_se(*paired_speeds(runs, reference, tokens))
 
 
 def acceptance_rate(runs: Sequence[dict]) -> float:

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrl.evaluation.compare import paired_ratio, paired_ratio_two_se
+from specrl.evaluation.intervals import RatioInterval, paired_ratio_interval
 from specrl.evaluation.machine import origin_line
 from specrl.tables import markdown_table
 
 ARRIVALS = "arrivals"
+#: The row every ``vs_plain`` ratio is over.
+PLAIN = "no speculation"
 
 
 def vllm_best(report: dict, workload: str = ARRIVALS) -> str:
@@ -42,19 +44,24 @@ def _pairing(settings: dict) -> str:
     return "engines ran one after another, so a drift of the machine between them is in the ratio"
 
 
-def versus(report: dict, label: str, other: str, workload: str = ARRIVALS) -> tuple[float, float | None]:
-    """``label``'s paired ratio to ``other`` on ``workload`` (within repeats) and its 2 SE; the ratio
-    of medians for a report without per-repeat rates."""
+def versus(report: dict, label: str, other: str, workload: str = ARRIVALS) -> RatioInterval:
+    """``label``'s paired ratio to ``other`` on ``workload`` (within repeats) with its 95% interval;
+    the ratio of medians, without an interval, for a report without per-repeat rates."""
     mine, theirs = report["rows"][label][workload], report["rows"][other][workload]
-    if "per_repeat" not in mine:
-        return mine["tokens_per_s"] / theirs["tokens_per_s"], None
-    return paired_ratio(mine["per_repeat"], theirs["per_repeat"]), paired_ratio_two_se(
-        mine["per_repeat"], theirs["per_repeat"]
-    )
+    if "per_repeat" not in mine or "per_repeat" not in theirs:
+        ratio = mine["tokens_per_s"] / theirs["tokens_per_s"]
+        return RatioInterval(ratio, None, None, report["settings"].get("repeats", 1))
+    return paired_ratio_interval(mine["per_repeat"], theirs["per_repeat"])
 
 
-def _ratio(value: float, two_se: float | None) -> str:
-    return f"{value:.3f}" + (f" ± {two_se:.3f}" if two_se is not None else "")
+def vs_plain(report: dict, label: str, workload: str) -> RatioInterval:
+    """``label``'s paired ratio to no speculation on ``workload`` with its 95% interval, from the
+    per-repeat rates (so a report written with another error bar renders alike); the stored ratio,
+    without an interval, for a report without them."""
+    row = report["rows"][label][workload]
+    if PLAIN in report["rows"] and "per_repeat" in row and "per_repeat" in report["rows"][PLAIN][workload]:
+        return versus(report, label, PLAIN, workload)
+    return RatioInterval(row["vs_plain"], None, None, report["settings"].get("repeats", 1))
 
 
 def _number(value: float | None, fmt: str) -> str:
@@ -73,8 +80,9 @@ def markdown(report: dict, picture: str) -> str:
         f"{settings['max_new_tokens']} new tokens a request). Workloads are test requests: `arrivals` "
         f"({settings['requests']} requests of the arrivals scenario: a quiet phase, then a burst, on a busy "
         "clock) and fixed batches of B rows kept full. Tokens per busy second are medians over "
-        f"{settings['repeats']} repeats; ratios are medians of the ratio within a repeat ± twice their "
-        f"standard error ({_pairing(settings)}). vLLM's static k was chosen on validation arrivals "
+        f"{settings['repeats']} repeats; ratios are medians of the ratio within a repeat, with their 95% "
+        "interval over the n repeats (t with n - 1 degrees of freedom; a ratio whose interval holds 1 "
+        f"is a tie; {_pairing(settings)}). vLLM's static k was chosen on validation arrivals "
         f"({report['chosen_static_k']}); its dynamic schedule by batch size on validation fixed batches: "
         f"`{report['dynamic_schedule']}`. specrl's proposer drafts with the embedded draft model and the "
         f"n-gram lookup, k_max = {settings['k_max']}; a cut-off row speculates only up to its cut-off, "
@@ -92,12 +100,12 @@ def markdown(report: dict, picture: str) -> str:
     table = []
     for label in shown(report):
         row = rows[label]
-        versus_best = _ratio(*versus(report, label, best))
+        versus_best = versus(report, label, best).cell()
         table.append(
             [
                 label,
                 *[f"{row[w]['tokens_per_s']:.1f}" for w in workloads],
-                *[_ratio(row[w]["vs_plain"], row[w]["vs_plain_two_se"]) for w in workloads],
+                *[vs_plain(report, label, w).cell() for w in workloads],
                 versus_best,
                 "yes" if all(row[w]["outputs_equal_plain"] for w in workloads) else "**no**",
             ]
