@@ -63,7 +63,7 @@ try:
     replay("code")
     sys.exit("smoke: the trace-replay simulator calibrated without being asked")
 except SetupError as error:
-    assert "experiments/calibrate.py" in str(error) and "prepare=True" in str(error), error
+    assert "specrl calibrate" in str(error) and "prepare=True" in str(error), error
 replay("code", prepare=True)
 
 # The real loop on the embedded pair, whose weights are package data too.

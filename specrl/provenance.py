@@ -1,6 +1,6 @@
 """Where a run or an exported policy came from: the git commit of the specrl checkout.
 
-Training (``experiments/train_ppo.py``) and the policy writer (:func:`specrl.export.export_policy`)
+Training (``specrl train``) and the policy writer (:func:`specrl.export.export_policy`)
 record it beside the config, the seed and the latency file, as rl-baselines3-zoo does for its run
 folders. Only the standard library: importing this never pulls in torch.
 """

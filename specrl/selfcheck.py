@@ -1,7 +1,7 @@
 """Is the engine lossless on this device? A self-check to run on your own GPU (or CPU).
 
-    python -m specrl.selfcheck --device cuda                   # the three checks below
-    python -m specrl.selfcheck --device cpu --samples 300 --json selfcheck.json
+    specrl check --device cuda                   # the three checks below
+    specrl check --device cpu --samples 300 --json selfcheck.json
 
 It needs no download and no build: the models are small random Llamas made in memory on the
 device (the same ones the test suite uses on the CPU).
@@ -27,12 +27,9 @@ The building blocks (:func:`reference_greedy`, :func:`exact_two_token_law`,
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import itertools
-import json
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 
@@ -43,7 +40,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from specrl.controllers import StaticController
 from specrl.engine.decoder import SpeculativeDecoder, drive
 from specrl.engine.sampling import SamplingConfig
-from specrl.models import CacheSettings, ModelPair, PairError, check_device
+from specrl.models import CacheSettings, ModelPair, check_device
 
 P_VALUE_FLOOR = 1e-3  # chi-square p-values below this fail the sampling check
 BF16_WHY = (
@@ -385,44 +382,3 @@ def run_selfcheck(
         "checks": checks,
         "passed": all(check["passed"] for check in checks.values() if check["strict"]),
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m specrl.selfcheck",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device"
-    )
-    parser.add_argument(
-        "--samples", type=int, default=1000, help="generations per chi-square test (default 1000)"
-    )
-    parser.add_argument("--tokens", type=int, default=24, help="tokens per greedy run (default 24)")
-    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
-    args = parser.parse_args(argv)
-    if args.samples < 50 or args.tokens < 1:
-        parser.error("--samples must be >= 50 and --tokens >= 1")
-    print(f"specrl self-check on {args.device}", file=sys.stderr)
-    try:
-        result = run_selfcheck(
-            args.device,
-            samples=args.samples,
-            tokens=args.tokens,
-            log=lambda line: print(line, file=sys.stderr),
-        )
-    except PairError as error:  # CUDA asked for where torch sees none: the message names the fix
-        raise SystemExit(f"specrl.selfcheck: {error}") from None
-    text = json.dumps(result, indent=1)
-    if args.json:
-        from specrl.io import write_text_atomic
-
-        write_text_atomic(args.json, text + "\n")
-    print(text)
-    print("lossless" if result["passed"] else "NOT LOSSLESS: see the failed checks above", file=sys.stderr)
-    return 0 if result["passed"] else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

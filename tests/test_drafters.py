@@ -295,7 +295,7 @@ def test_pool_rule_decodes_losslessly_with_the_drafters_it_chooses(pool_pair):
 
 
 def test_cli_decodes_with_the_embedded_pairs_cascade_and_refuses_a_drafter_with_a_policy(tiny_home, capsys):
-    from specrl.__main__ import main
+    from specrl.cli import main
 
     home, pair = tiny_home
     assert pair.mid is not None  # the embedded tiny pair has its draft-mid

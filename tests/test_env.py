@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import warnings
 from dataclasses import replace
@@ -17,6 +16,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
 import specrl
 import specrl.latency
+from specrl.cli import main
 from specrl.envs import (
     SPEC_DECODE_ID,
     InvalidActionError,
@@ -347,20 +347,16 @@ def test_prompts_the_pair_lacks_are_refused_when_the_env_is_built(tmp_path, word
         SpecDecodeEnv(tmp_path / "scenario.yaml", pair=tiny_home[1])
 
 
-# ---- the run-controller script ------------------------------------------------------------
+# ---- specrl compare (the real loop's quick look) ----------------------------------------------------
 
 
 @pytest.mark.slow
-def test_run_controller_script_runs_every_controller_on_shipped_scenarios(
-    tiny_home, tmp_path, capsys, monkeypatch
-):
+def test_specrl_compare_runs_every_controller_on_shipped_scenarios(tiny_home, tmp_path, capsys, monkeypatch):
     # The shipped scenarios' `latency: calibrated`, without profiling: the constant model.
     monkeypatch.setattr(specrl.latency, "calibrated", lambda pair, **_: CONSTANT)
-    spec = importlib.util.spec_from_file_location("run_controller", REPO / "experiments/run_controller.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    results = script.main(
+    code = main(
         [
+            "compare",
             "--preset",
             "tiny",
             "--device",
@@ -380,7 +376,8 @@ def test_run_controller_script_runs_every_controller_on_shipped_scenarios(
             str(tmp_path / "r.json"),
         ]
     )
-    assert json.loads((tmp_path / "r.json").read_text()) == results
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert code == 0
     expected = {"static:0", "static:4", "tcp", "tcp-tau0.25", "hf-heuristic", "hf-confidence"}
     for name in ("code", "code_to_math_t1"):
         assert set(results[name]["controllers"]) == expected

@@ -3,7 +3,6 @@ cache, the wiring into the envs (greedy vs sampled)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import warnings
@@ -16,6 +15,7 @@ import torch
 from conftest import prompts, scenario
 
 import specrl
+from specrl.cli import main
 from specrl.engine.sampling import SamplingConfig
 from specrl.envs import (
     CostModel,
@@ -718,43 +718,46 @@ def test_env_modeled_seconds_and_rho_come_from_the_injected_model(pair, measured
 # ---- the script ----------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def calibrate_script():
-    spec = importlib.util.spec_from_file_location("calibrate", REPO / "experiments/calibrate.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+def calibrate(args: list[str]) -> LatencyModel:
+    """``specrl calibrate ARGS``; the model it wrote (``--out``)."""
+    assert main(["calibrate", *args]) == 0
+    return LatencyModel.load(args[args.index("--out") + 1])
 
 
-def test_calibrate_script_profiles_on_request(calibrate_script, pair, tmp_path, capsys):
+def test_specrl_calibrate_names_the_methods_the_library_has():
+    from specrl.cli.calibrate import METHODS as COMMAND_METHODS
+    from specrl.latency import METHODS
+
+    assert tuple(COMMAND_METHODS) == tuple(METHODS)
+
+
+def test_calibrate_profiles_on_request(pair, tmp_path, capsys):
     target, draft = pair.name.split("+")
     out = tmp_path / "lat.json"
     args = ["--target", target, "--draft", draft, "--device", "cpu", "--k-max", "2", "--method", "profile"]
     args += ["--repeats", "1", "--contexts", "8", "40", "--out", str(out)]
-    model = calibrate_script.main(args)
-    assert LatencyModel.load(out).to_dict() == model.to_dict() and model.n_max == 3
+    model = calibrate(args)
+    assert model.n_max == 3
     assert model.kind == "profiled"
     table = out.with_suffix(".md").read_text()
     assert "| n \\ context | 8 | 40 |" in table and "Held-out fit error (relative, at contexts [24])" in table
     assert table in capsys.readouterr().out
-    again = calibrate_script.main(args)  # exists: reported, not measured again
+    again = calibrate(args)  # exists: reported, not measured again
     assert again.to_dict() == model.to_dict() and "exists; reporting it" in capsys.readouterr().out
 
 
-def test_calibrate_script_learns_from_the_loop_and_refits_saved_steps(
-    calibrate_script, pair, tmp_path, capsys
-):
+def test_calibrate_learns_from_the_loop_and_refits_saved_steps(pair, tmp_path, capsys):
     target, draft = pair.name.split("+")
     out = tmp_path / "loop.json"
     args = ["--target", target, "--draft", draft, "--device", "cpu", "--k-max", "2", "--out", str(out)]
-    model = calibrate_script.main([*args, "--steps", "200", "--save-steps"])
-    assert model.kind == "loop" and LatencyModel.load(out).to_dict() == model.to_dict()
+    model = calibrate([*args, "--steps", "200", "--save-steps"])
+    assert model.kind == "loop"
     steps = tmp_path / "loop.steps.json"
     assert len(StepRecords.from_dict(json.loads(steps.read_text()))) == 200
     assert "**sampled**" in out.with_suffix(".md").read_text()
     with pytest.raises(SystemExit):  # profile settings without --method profile: an error, not ignored
-        calibrate_script.main([*args, "--repeats", "9"])
+        main(["calibrate", *args, "--repeats", "9"])
     assert "add --method profile" in capsys.readouterr().err
-    refit = calibrate_script.main([*args, "--force", "--from-steps", str(steps)])
+    refit = calibrate([*args, "--force", "--from-steps", str(steps)])
     assert refit.costs["sampled"].target.tolist() == model.costs["sampled"].target.tolist()
     assert "refitting 200 steps" in capsys.readouterr().out

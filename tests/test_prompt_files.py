@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, load_script
+from conftest import REPO
 
+from specrl.cli import main
 from specrl.envs import load_scenario
 from specrl.envs.scenario import SPLITS, PromptSpec, Scenario, ScenarioError
 from specrl.envs.scenario.prompt_files import (
@@ -280,9 +281,8 @@ def test_collect_traces_records_a_scenario_file_naming_a_jsonl_and_records_again
     home, _ = tiny_home
     for name in ("snippets.yaml", "snippets.jsonl"):
         shutil.copy(EXAMPLE / name, tmp_path / name)
-    script = load_script("collect_traces")
     arguments = ["--scenarios", str(tmp_path / "snippets.yaml"), "--preset", "tiny", "--split", "test"]
-    script.main([*arguments, "--prompts-per-domain", "1"])
+    main(["collect", *arguments, "--prompts-per-domain", "1"])
     assert "snippets       test: 1 traces" in capsys.readouterr().out
     folder = home / "traces" / "specrl-zoo-tiny"
     recorded = sorted(folder.glob("snippets__test__*.npz"))
@@ -293,5 +293,5 @@ def test_collect_traces_records_a_scenario_file_naming_a_jsonl_and_records_again
 
     with (tmp_path / "snippets.jsonl").open("a") as f:  # an edit: the cached traces are stale
         f.write(json.dumps({"text": "def added(x):\n"}) + "\n")
-    script.main([*arguments, "--prompts-per-domain", "1"])
+    main(["collect", *arguments, "--prompts-per-domain", "1"])
     assert len(sorted(folder.glob("snippets__test__*.npz"))) == 2

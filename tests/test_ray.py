@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import load_script
 
+from specrl.cli import main
 from specrl.distributed import RayError, RayPool, WorkerLost, connect, shards
 from specrl.distributed.cluster import LOCAL, probe
 from specrl.distributed.workers import PairWorker
@@ -185,9 +185,10 @@ def test_evaluate_on_ray_equals_the_single_process_run_and_collect_traces_caches
     assert len(there["machine"]["ray"]["workers"]) == 2
     assert "Ray workers" in (tmp_path / "there" / "results.md").read_text()
 
-    # collect_traces.py --ray records into this process's cache, as without Ray
-    load_script("collect_traces").main(
+    # specrl collect --ray records into this process's cache, as without Ray
+    main(
         [
+            "collect",
             "--preset",
             "tiny",
             "--scenarios",

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from specrl import selfcheck
+from specrl.cli import main
 from specrl.engine import rejection, step
 from specrl.models import PairError
 
@@ -16,7 +17,7 @@ from specrl.models import PairError
 @pytest.mark.slow
 def test_the_self_check_passes_here_and_reports_every_check(tmp_path):
     out = tmp_path / "selfcheck.json"
-    code = selfcheck.main(["--device", "cpu", "--samples", "200", "--tokens", "16", "--json", str(out)])
+    code = main(["check", "--device", "cpu", "--samples", "200", "--tokens", "16", "--json", str(out)])
     result = json.loads(out.read_text())
     assert code == 0 and result["passed"] is True and result["device"] == "cpu"
     checks = result["checks"]

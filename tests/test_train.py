@@ -1,5 +1,6 @@
-"""experiments/train_ppo.py end to end on the tiny pair: it trains, logs specdec/ scalars to
-TensorBoard, exports a policy that loads and decodes, and an interrupted run resumes."""
+"""experiments/train_ppo.py (``specrl train``) end to end on the tiny pair: it trains, logs specdec/
+scalars to TensorBoard, exports a policy into its run folder (and by name under $SPECRL_HOME) that
+loads and decodes, never touches the shipped policies, and an interrupted run resumes."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import specrl
+from specrl.export.layout import SHIPPED_POLICY_DIR
 from specrl.latency import HELD_OUT
 from specrl.training.inputs import SELECT_PROFILES
 
@@ -51,8 +53,6 @@ def train(
         *TINY,
         "--runs-dir",
         str(tmp_path / "runs"),
-        "--policies-dir",
-        str(tmp_path / "policies"),
         *extra,
     ]
     if wait:
@@ -77,6 +77,7 @@ def scalar_tags(run_dir: Path) -> set[str]:
 
 
 def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tmp_path):
+    shipped = {path: path.read_bytes() for path in SHIPPED_POLICY_DIR.rglob("*") if path.is_file()}
     done = train(
         tiny_home,
         tmp_path,
@@ -88,7 +89,7 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
         "1",
         "--validate-repeats",
         "1",
-        "--policy-name",
+        "--export-as",
         "smoke",
         "--eval-scenarios",
         "license",
@@ -116,10 +117,20 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
         assert f"specdec/{name}" in tags
     assert "train/policy_gradient_loss" in tags  # SB3's own scalars are there too
     assert "rollout/ep_rew_mean" in tags  # episodes are monitored (VecMonitor)
-    folder = tmp_path / "policies" / "smoke"
+    # exported into the run folder, and by name among the user's policies; the shipped ones untouched
+    home, pair = tiny_home
+    folder = run_dir / "policy"
+    named = home / "policies" / "smoke"
+    assert (named / "metadata.json").read_bytes() == (folder / "metadata.json").read_bytes()
+    assert {p.name for p in named.iterdir()} == {p.name for p in folder.iterdir()}
+    assert shipped == {path: path.read_bytes() for path in SHIPPED_POLICY_DIR.rglob("*") if path.is_file()}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECRL_HOME", str(home))
+        assert specrl.LearnedController.load("smoke").policy.folder == named  # the user's, by name
+        assert specrl.LearnedController.load("default").policy.folder == SHIPPED_POLICY_DIR / "default"
     metadata = json.loads((folder / "metadata.json").read_text())
     assert metadata["pair"] == "specrl-zoo-tiny" and metadata["scenarios"] == ["code", "code_t1"]
-    assert "train_ppo.py" in metadata["command"]
+    assert metadata["command"].startswith("specrl train ") and "--export-as smoke" in metadata["command"]
     # the warm start cloned a rule per scenario; selection kept the best worst ratio to the best rule
     evaluation = metadata["evaluation"]
     assert set(evaluation["warm_start"]["teachers"]) == {
@@ -135,7 +146,7 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
     # rl-zoo's run folder: commit, resolved config, seed and latency file, the same in the policy
     record = json.loads((run_dir / "run.json").read_text())
     assert record == yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert record["seed"] == 0 and record["arguments"]["policy_name"] == "smoke"
+    assert record["seed"] == 0 and record["arguments"]["export_as"] == "smoke"
     assert set(record["scenarios"]) == {"code", "code_t1"} and record["ppo"]["gamma"] > 0
     assert record["scenarios"]["code"]["max_new_tokens"] > 0  # in full, defaults filled in
     latency = Path(record["latency_file"]["path"])
@@ -144,7 +155,6 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
         and record["latency_file"]["sha256"] == hashlib.sha256(latency.read_bytes()).hexdigest()
     )
     assert "git_commit" in record and metadata["provenance"] == record
-    _, pair = tiny_home
     controller = specrl.LearnedController.load(folder)
     out = specrl.SpeculativeDecoder(pair, controller).generate(
         pair.prompts["test"]["code"][0], max_new_tokens=24
@@ -189,7 +199,7 @@ def test_an_interrupted_run_saves_a_checkpoint_and_resumes_the_step_count(tiny_h
         "--total-timesteps",
         str(interrupted_at + 1024),
         "--validate-scenarios",
-        "--policy-name",
+        "--export-as",
         "resumed",
         *machine,
     )

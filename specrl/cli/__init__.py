@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -29,6 +30,10 @@ COMMANDS = {
     "generate": "specrl.cli.generate",
     "check": "specrl.cli.check",
 }
+
+
+#: What :func:`main` adds to a subcommand's parsed options (not options of the command itself).
+PLUMBING = ("run", "parser", "command", "command_line")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,12 +58,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: the process's) and run the subcommand; its exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.command_line = "specrl " + shlex.join(argv)  # what the run records (its equivalent command)
     try:
         return args.run(args, args.parser) or 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def options_of(args: argparse.Namespace) -> dict:
+    """A subcommand's parsed options, without the command's own plumbing (``run``, ``parser``)."""
+    return {key: value for key, value in vars(args).items() if key not in PLUMBING}
 
 
 def _version() -> str:

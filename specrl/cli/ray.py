@@ -1,13 +1,16 @@
-"""The ``--ray`` options of the experiment scripts (``collect_traces.py``, ``evaluate.py``)."""
+"""The ``--ray`` options of ``specrl collect`` and ``specrl evaluate``; Ray loads only when asked for."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from specrl.distributed.cluster import LOCAL
-from specrl.distributed.workers import RayPool
-from specrl.envs.scenario import PairSpec
+if TYPE_CHECKING:
+    from specrl.distributed.workers import RayPool
+    from specrl.envs.scenario import PairSpec
+
+LOCAL = "local"  # --ray without an address: specrl.distributed.cluster.LOCAL (a test holds them equal)
 
 
 def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +45,8 @@ def pool_from_args(args: argparse.Namespace, spec: PairSpec) -> RayPool | None:
     """The pool ``--ray`` asks for, or None without it."""
     if args.ray is None:
         return None
+    from specrl.distributed.workers import RayPool
+
     pool = RayPool(
         spec,
         address=args.ray,

@@ -18,9 +18,9 @@ TensorBoard: tensorboard --logdir runs. Ctrl-C (or SIGTERM) saves a checkpoint.
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 
+from specrl.cli import options_of
 from specrl.training.options import (
     FAMILY,
     MACHINE,
@@ -137,7 +137,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def options_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrainOptions:
     """The parsed options as :class:`TrainOptions`, checked (``parser.error`` names a bad one)."""
-    fields = {key: value for key, value in vars(args).items() if key not in ("run", "parser", "command")}
+    fields = options_of(args)
     try:
         fields["hyperparameters"] = dict(parse_hyperparameter(item) for item in fields["hyperparameters"])
         options = TrainOptions(**fields)
@@ -153,9 +153,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from specrl.training.ppo_run import interrupt_on_signals
 
     interrupt_on_signals()
-    command = "specrl train " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     try:
-        result = train(options, command)
+        result = train(options, args.command_line)
     except ValueError as error:  # OptionError, ScenarioError, PolicyError: each names its fix
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -192,8 +192,8 @@ def cached_traces(
         where = scenario.source if scenario.source and Path(scenario.source).is_file() else scenario.name
         raise SetupError(
             f"no '{split}' traces of scenario '{part.name}' for pair '{pair.name}' are shipped or cached "
-            f"(looked in {', '.join(str(d) for d in trace_dirs(pair))}): record them with `python "
-            f"experiments/collect_traces.py --scenarios {where} --split {split}`, or pass prepare=True "
+            f"(looked in {', '.join(str(d) for d in trace_dirs(pair))}): record them with "
+            f"`specrl collect --scenarios {where} --split {split}`, or pass prepare=True "
             "to the env to record them now"
         )
 

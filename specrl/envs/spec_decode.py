@@ -77,7 +77,7 @@ class SpecDecodeEnv(gym.Env):
     (deterministic; the draft forwards and the verify width of the step at its context
     length, :meth:`LatencyModel.step_seconds`). The latency model is the ``latency`` argument,
     else the scenario's ``latency`` key: ``calibrated`` (learned from the decoding loop on this
-    device and cached: ``experiments/calibrate.py``, or ``prepare=True``), ``constant`` (the
+    device and cached: ``specrl calibrate``, or ``prepare=True``), ``constant`` (the
     ``cost_model`` constants) or a file.
 
     ``info`` of a step: ``tokens``, ``seconds`` (the reward's dt), ``tokens_per_s``,

@@ -51,7 +51,7 @@ HF_PLAIN, HF_ASSISTED = "hf-generate", "hf-generate-assisted"
 
 @dataclass
 class Settings:
-    """What :func:`evaluate_scenario` runs (``experiments/evaluate.py`` documents each option).
+    """What :func:`evaluate_scenario` runs (``specrl evaluate`` documents each option).
 
     Attributes:
         episodes: real-loop episodes: the first prompts of ``split``, round robin over the start
@@ -390,7 +390,7 @@ def load_policies(
     for folder in folders:
         if not Path(folder).is_dir():
             skipped[str(folder)] = (
-                f"no policy folder '{folder}' (train and export one: python experiments/train_ppo.py)"
+                f"no policy folder '{folder}' (train and export one: specrl train)"
             )
             continue
         try:

@@ -91,7 +91,7 @@ def make_controller(name: str, k_max: int) -> Controller:
         return HFConfidenceController(k_max=k_max)
     if name in TUNED_RULES:
         raise ControllerNameError(
-            f"{name!r} is tuned per scenario on validation traces: run it through experiments/evaluate.py "
+            f"{name!r} is tuned per scenario on validation traces: run it through specrl evaluate "
             "(the harness tunes it in the simulator), or build it with specrl.rule_tuning.tuned_rules"
         )
     raise ControllerNameError(

@@ -61,7 +61,7 @@ def warn_if_contended(pair: ModelPair, path: Path, method: str, loads: Sequence[
         warnings.warn(
             f"{path.name} was measured while other work shared the CPU "
             f"({contended[-1]}): it prices that contention, not the machine. "
-            f"Measure it again on a quiet machine: python experiments/calibrate.py {flags}",
+            f"Measure it again on a quiet machine: specrl calibrate {flags}",
             CalibrationWarning,
             stacklevel=3,
         )
@@ -169,8 +169,8 @@ def machine_prices(pair: Any, reader: str = "the controller") -> MachinePrices |
         warnings.warn(
             f"{reader} reads this machine's prices, but no calibration of pair {pair.name!r} is cached "
             f"here ({path}): its price features are measured from the steps alone and its verification "
-            "curve reads flat. Calibrate once: specrl.latency.calibrated(pair) (or, from a clone, "
-            "python experiments/calibrate.py; add --method batch for batches), or pass "
+            "curve reads flat. Calibrate once: specrl.latency.calibrated(pair) (or `specrl calibrate`; "
+            "add --method batch for batches), or pass "
             "prices=<a latency model>.price_line",
             stacklevel=3,
         )

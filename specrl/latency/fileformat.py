@@ -41,7 +41,7 @@ MODES = ("greedy", "sampled")
 KINDS = ("loop", "profiled", "batch", "constant", "synthetic")
 COST_KEYS = ("target_seconds", "draft_first_seconds", "draft_next_seconds")
 RECALIBRATE = (
-    "re-run `python experiments/calibrate.py` (or delete the file: it is measured again on next use)"
+    "re-run `specrl calibrate` (or delete the file: it is measured again on next use)"
 )
 _REQUIRED = ("kind", "pair", "device", "dtype", "batch_sizes", "contexts", "new_tokens", *MODES)
 
@@ -113,7 +113,7 @@ def read(path: str | Path) -> Any:
     if not path.is_file():
         raise LatencyError(
             f"latency file '{path}' does not exist; write one with "
-            "`python experiments/calibrate.py --out PATH`"
+            "`specrl calibrate --out PATH`"
         )
     try:
         return json.loads(path.read_text())

@@ -336,7 +336,7 @@ class TraceSet:
     def load(cls, path: str | Path) -> TraceSet:
         """Read a trace file and check its version and schema."""
         path = Path(path)
-        fix = "collect it again: python experiments/collect_traces.py (or delete the file to rebuild it)"
+        fix = "collect it again: specrl collect (or delete the file to rebuild it)"
         if not path.is_file():
             raise TraceError(f"trace file '{path}' does not exist; {fix}")
         try:

@@ -1,4 +1,4 @@
-"""What a PPO run trains on (``experiments/train_ppo.py``'s step 1): the scenarios, the
+"""What a PPO run trains on (``specrl train``'s step 1): the scenarios, the
 resolved config, the pair with its latency model on this machine, the machines training episodes
 are priced by (a :class:`~specrl.latency.LatencyFamily`, or this machine alone), the profiles
 selection and the warm start score under, the action space the scenarios share, and their train

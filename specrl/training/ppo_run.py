@@ -1,5 +1,5 @@
 """One PPO training run on its :class:`~specrl.training.inputs.RunInputs`, to the best checkpoint
-(``experiments/train_ppo.py``'s step 2).
+(``specrl train``'s step 2).
 
 :meth:`PPORun.open` makes the run folder (or reopens one to resume), the envs and the model;
 :meth:`PPORun.train` trains with checkpoint selection on validation traces and leaves the best

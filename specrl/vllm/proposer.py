@@ -115,7 +115,7 @@ def proposer_prices(prices: str | LatencyModel | Prices | None, temperature: flo
             raise ValueError(
                 f"prices={prices!r} is neither a latency profile ({', '.join(known)}) nor a latency "
                 "model's JSON file: name the profile nearest the serving GPU, or calibrate that "
-                "machine (python experiments/calibrate.py --out FILE.json) and give the file"
+                "machine (specrl calibrate --out FILE.json) and give the file"
             )
     return prices.for_sampling(SamplingConfig(temperature=temperature)).price_line
 

@@ -62,7 +62,7 @@ pool's drafters replays the whole pool's traces when it has none of its own.
 default rho: ``calibrated`` learns it from the pair's decoding loop on its device once and caches
 the result (:func:`specrl.latency.calibrated`); ``constant`` uses the three ``cost_model``
 constants (no dependence on the context length or device; fast, for tests); a path (relative to
-the scenario file) reads a file written by ``experiments/calibrate.py`` (``--method profile``
+the scenario file) reads a file written by ``specrl calibrate`` (``--method profile``
 writes the fallback that times forwards in isolation: it misses loop effects and sampling cost).
 
 Errors name the file, the key and the fix: ``ScenarioError``.

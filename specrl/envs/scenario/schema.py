@@ -362,7 +362,7 @@ class Scenario:
         if self.latency not in LATENCY_SOURCES and not self.latency.endswith(".json"):
             raise ValueError(
                 f"latency must be one of {LATENCY_SOURCES} or the path of a latency .json file "
-                f"(written by experiments/calibrate.py), got {self.latency!r}"
+                f"(written by specrl calibrate), got {self.latency!r}"
             )
 
     def latency_model(

@@ -86,7 +86,7 @@ def latency_model(
         raise ScenarioError(
             f"{scenario._origin()}: latency file '{scenario.latency}' covers verifies of up to "
             f"{model.n_max} tokens but k_max = {scenario.k_max} needs {scenario.k_max + 1}; "
-            f"re-run experiments/calibrate.py with --k-max {scenario.k_max}"
+            f"re-run specrl calibrate with --k-max {scenario.k_max}"
         )
     return model
 
@@ -150,7 +150,7 @@ def prompt_sets(scenario: Scenario, pair: ModelPair | PairInfo) -> dict[str, lis
 def calibrate_command(pair: ModelPair | PairInfo, k_max: int, method: str = "loop") -> str:
     """The command line that measures ``pair``'s latency model (by ``method``) into the cache
     ``calibrated`` reads."""
-    parts = ["python experiments/calibrate.py"] + ([] if method == "loop" else [f"--method {method}"])
+    parts = ["specrl calibrate"] + ([] if method == "loop" else [f"--method {method}"])
     if pair.name.startswith(EMBEDDED_PREFIX):
         preset = pair.name.removeprefix(EMBEDDED_PREFIX)
         parts += [] if preset == "small" else [f"--preset {preset}"]

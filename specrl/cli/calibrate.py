@@ -1,0 +1,180 @@
+"""Measure a (target, draft) pair's latency on this device; save the latency model.
+
+``--method loop`` (the default, what ``latency: calibrated`` uses): :func:`specrl.latency.learn`
+runs the engine's own decoding loop on the pair's train prompts, greedy and at temperature 1
+interleaved step by step, actions covering k = 0..k_max and a few tau cuts, warm-up excluded;
+it fits the first and the following draft forwards and the verify per sampling mode, and
+reports the error on held-out episodes. ``--method profile``: :func:`specrl.latency.profile`
+times target forwards over 1..k_max + 1 new tokens and one-token draft forwards in isolation
+at a grid of context lengths (KV cache, medians over repeats, interleaved, warm-up excluded;
+held-out midpoints for the fit error); the fallback, since it misses what the loop adds between
+forwards and the cost of sampling. ``--method batch``: :func:`specrl.latency.measure_batch_latency`
+times batched forwards over a grid of batch sizes and calibrates them on continuous batching of
+the ``arrivals`` scenario's train prompts (what the batch simulator, ``specrl/BatchReplay-v0``,
+reads; about 10 minutes on 2 CPU cores). Writes:
+
+  <out>.json   the latency model (the cache path that ``latency: calibrated`` reads, or its
+               ``__profiled`` or ``__batch`` sibling, unless --out is given; give that path as
+               ``latency: PATH``)
+  <out>.md     per sampling mode: verify ms by n x context, draft ms (first, next) by context;
+               the held-out fit error (also printed)
+  <out>.steps.json  (loop, with --save-steps) the recorded steps, to refit without measuring
+
+Measure on a quiet machine: other processes on the cores inflate and scatter the times.
+
+    specrl calibrate                                    # default pair -> the cache
+    specrl calibrate --force --steps 6000               # measure again, more steps
+    specrl calibrate --out results/latency/small-cpu.json --save-steps
+    specrl calibrate --method profile --out results/latency/small-cpu-profiled.json
+    specrl calibrate --method batch                     # the batch simulator's model
+    specrl calibrate --preset tiny --steps 400 --out /tmp/t.json       # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+HELP = "measure a pair's latency model on this machine (cached)"
+METHODS = ("loop", "profile", "batch")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--preset",
+        default=None,
+        help="embedded pair to measure: small (the default when no --target is given) or tiny",
+    )
+    parser.add_argument("--target", default=None, help="HF id or local path of a target, with --draft")
+    parser.add_argument("--draft", default=None, help="HF id or local path of the draft, with --target")
+    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: CUDA when present)")
+    parser.add_argument(
+        "--dtype", default=None, help="float32, bfloat16, ... (default: bf16 on GPU, fp32 on CPU)"
+    )
+    parser.add_argument(
+        "--method",
+        choices=METHODS,  # specrl.latency.calibration.METHODS (a test holds them equal)
+        default="loop",
+        help="loop: learn from the decoding loop (default); profile: time forwards in isolation; "
+        "batch: batched forwards over batch sizes, calibrated on continuous batching",
+    )
+    parser.add_argument(
+        "--k-max",
+        type=int,
+        default=8,
+        help="largest k to model: target forwards over 1..K+1 tokens are timed (default 8)",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=3000, help="loop: timed steps, both modes together (default 3000)"
+    )
+    parser.add_argument(
+        "--save-steps", action="store_true", help="loop: also write the recorded steps (<out>.steps.json)"
+    )
+    parser.add_argument(
+        "--from-steps",
+        type=Path,
+        default=None,
+        help="loop: refit steps saved by --save-steps instead of measuring",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="profile: timed passes; every cell is the median over them (default 5)",
+    )
+    parser.add_argument(
+        "--contexts",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="N",
+        help="profile: context lengths of the grid (default: 16, 32, 64, ... doubling, then the "
+        "window minus K+1, at most 4096); midpoints are measured for the fit error",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON file to write (default: the cache file that `latency: calibrated` reads, "
+        "under $SPECRL_HOME/latency/); the .md table goes next to it",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="measure even if the output file exists (default: report the existing one)",
+    )
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if (args.target is None) != (args.draft is None):
+        parser.error("give --target and --draft together")
+    if args.target is not None and args.preset is not None:
+        parser.error("give either --preset or --target and --draft")
+    if args.method == "loop" and (args.repeats is not None or args.contexts is not None):
+        parser.error("--repeats and --contexts set up the isolated profile: add --method profile")
+    args.repeats = 5 if args.repeats is None else args.repeats
+    if args.k_max < 1 or args.repeats < 1 or args.steps < 1:
+        parser.error("--k-max, --repeats and --steps must be >= 1")
+    if args.method != "loop" and (args.save_steps or args.from_steps):
+        parser.error("--save-steps and --from-steps go with --method loop")
+    if args.from_steps is not None and not args.from_steps.is_file():
+        parser.error(f"--from-steps {args.from_steps}: no such file (write one with --save-steps)")
+    import specrl
+    from specrl.io import write_text_atomic
+    from specrl.latency import (
+        LatencyError,
+        LatencyModel,
+        latency_path,
+    )
+    from specrl.latency.calibration import current_load, warn_if_contended
+
+    pair = specrl.load_pair(args.target, args.draft, preset=args.preset, device=args.device, dtype=args.dtype)
+    path = args.out or latency_path(pair, args.method)
+    model = None
+    if path.is_file() and not args.force:
+        try:
+            model = LatencyModel.load(path)
+            print(f"{path} exists; reporting it (--force measures again)")
+        except LatencyError as error:
+            print(f"{error}\nmeasuring again")
+    if model is None:
+        load_before = current_load()
+        model = measure(pair, args, path)
+        model.save(path)
+        warn_if_contended(pair, path, args.method, [load_before, current_load()])
+    markdown = model.to_markdown()
+    write_text_atomic(path.with_suffix(".md"), markdown)
+    print(markdown)
+    print(f"wrote {path} and {path.with_suffix('.md')}")
+    return 0
+
+
+def measure(pair, args: argparse.Namespace, path: Path):
+    """The model by ``args.method``: learned from the loop (recorded now or read back), profiled,
+    or measured over batch sizes."""
+    from specrl.envs import load_scenario
+    from specrl.envs.scenario.sources import scenario_calibration_prompts
+    from specrl.io import write_text_atomic
+    from specrl.latency import StepRecords, learn, measure_batch_latency, profile, record_loop
+
+    started = time.perf_counter()
+    if args.method == "profile":
+        model = profile(pair, k_max=args.k_max, contexts=args.contexts, repeats=args.repeats)
+    elif args.method == "batch":  # the batch simulator's model, calibrated on the arrivals scenario's prompts
+        prompts = scenario_calibration_prompts(load_scenario("arrivals"), pair)
+        model = measure_batch_latency(pair, k_max=args.k_max, prompts=prompts)
+    else:
+        if args.from_steps is not None:
+            records = StepRecords.from_dict(json.loads(args.from_steps.read_text()))
+            print(f"refitting {len(records)} steps from {args.from_steps}")
+        else:
+            records = record_loop(pair, k_max=args.k_max, steps=args.steps)
+            if args.save_steps:
+                steps_path = path.with_name(path.stem + ".steps.json")
+                write_text_atomic(steps_path, json.dumps(records.to_dict()))
+                print(f"wrote the recorded steps to {steps_path}")
+        model = learn(pair, k_max=args.k_max, records=records)
+    print(f"measured and fitted in {time.perf_counter() - started:.0f} s")
+    return model

@@ -1,0 +1,125 @@
+"""Record the acceptance traces the trace-replay simulator replays (specrl/envs/recording.py).
+
+For each scenario and prompt split (train, validation, test; a split the scenario's domains
+have no prompts in is skipped, e.g. train and validation of the test-only unseen domain):
+every prompt of the scenario's domains (up to --prompts-per-domain) is decoded plainly by the
+target, then both models run teacher-forced over the result. Traces are cached under
+$SPECRL_HOME/traces/<pair>/ (`specrl train` and `specrl evaluate` collect what is missing on
+their own); --ship writes them into the package next to an embedded pair's weights instead, so a
+fresh install replays without collecting. Traces already shipped or cached are loaded, not
+recorded again.
+
+    specrl collect                                  # every shipped scenario
+    specrl collect --scenarios code code_t1 --split test
+    specrl collect --preset small --ship             # what the package ships
+    specrl collect --ray                             # on a local Ray instance
+    specrl collect --ray 10.0.0.5:6379 --ray-gpus 1  # on a Ray cluster
+
+With ``--ray`` the prompts are sharded across Ray workers, each loading the pair once; every
+prompt carries its own seeds, so the traces are those of a single-process run. The traces come
+back to this process and are cached (or shipped) here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+
+from specrl.cli.ray import add_ray_arguments, pool_from_args
+
+HELP = "record the acceptance traces the simulator replays (cached)"
+#: Scenarios whose traces are their parts' (collecting the parts collects them).
+JOINED = {"mixed", "mixed_t1", "mixed_pool", "mixed_lookup"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--preset", default=None, help="embedded pair to use instead of the scenario's (small, tiny)"
+    )
+    parser.add_argument(
+        "--scenarios",
+        nargs="+",
+        default=None,
+        help="scenario names or YAML paths (default: every shipped scenario)",
+    )
+    parser.add_argument(
+        "--split",
+        choices=("train", "validation", "test", "all"),
+        default="all",
+        help="prompt split to record (default: all three, those the scenario has prompts in)",
+    )
+    parser.add_argument(
+        "--prompts-per-domain",
+        type=int,
+        default=None,
+        help="prompts per domain (default: 24 train, 8 validation, 8 test)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the episodes (sampling, shift prompts)")
+    parser.add_argument(
+        "--ship",
+        action="store_true",
+        help="write into the package's shipped folder of the embedded pair, not the cache",
+    )
+    add_ray_arguments(parser)
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.prompts_per_domain is not None and args.prompts_per_domain < 1:
+        parser.error(f"--prompts-per-domain must be >= 1, got {args.prompts_per_domain}")
+    from specrl.envs import ScenarioError, load_scenario, shipped_scenarios
+    from specrl.envs.recording import recording_with
+
+    names = args.scenarios or [n for n in shipped_scenarios() if n not in JOINED]
+    try:
+        scenarios = [load_scenario(name).with_overrides(preset=args.preset) for name in names]
+    except ScenarioError as error:
+        parser.error(str(error))
+    pool = pool_from_args(args, scenarios[0].pair)
+    with recording_with(pool.collector()) if pool else contextlib.nullcontext():
+        collect(scenarios, args)
+    if pool is not None:
+        pool.close()
+    return 0
+
+
+def collect(scenarios: list, args: argparse.Namespace) -> None:
+    """Each scenario's traces of the splits asked for: loaded, or recorded and saved."""
+    from specrl.envs.recording import cached_traces
+    from specrl.envs.scenario import SPLITS
+    from specrl.traces.store import DEFAULT_PROMPTS_PER_DOMAIN, cache_key, cache_parts, trace_dirs
+
+    pair = None
+    for scenario in scenarios:
+        name = scenario.name
+        # With Ray the pair is loaded by the workers only: here its name keys the files.
+        pair = pair or (scenario.pair.load() if args.ray is None else scenario.pair.info())
+        for split in SPLITS if args.split == "all" else (args.split,):
+            if args.split == "all" and not has_prompts(scenario, split, pair):
+                print(f"{name:>18} {split:>10}: no prompts in this split, skipped")
+                continue
+            start = time.perf_counter()
+            traces = cached_traces(
+                scenario, split, pair, prompts_per_domain=args.prompts_per_domain, seed=args.seed
+            )
+            if args.ship:
+                n = args.prompts_per_domain or DEFAULT_PROMPTS_PER_DOMAIN[split]
+                for part in cache_parts(scenario):
+                    part_traces = cached_traces(part, split, pair, prompts_per_domain=n, seed=args.seed)
+                    part_traces.save(trace_dirs(pair)[0] / (cache_key(part, split, n, args.seed) + ".npz"))
+            tokens = sum(t.tokens for t in traces.traces)
+            print(
+                f"{name:>18} {split:>10}: {len(traces)} traces, {tokens} tokens "
+                f"({time.perf_counter() - start:.0f} s)"
+            )
+
+
+def has_prompts(scenario, split: str, pair) -> bool:
+    """Whether every domain of ``scenario`` has prompts in ``split``."""
+    from specrl.envs import ScenarioError
+
+    try:
+        scenario.with_overrides(split=split).prompt_sets(pair)
+    except ScenarioError:
+        return False
+    return True

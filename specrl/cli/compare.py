@@ -1,0 +1,217 @@
+"""Run controllers through the real-loop env (``specrl/SpecDecode-v0``) and compare them.
+
+For every scenario, every episode seed is played by every controller (same prompt, same
+sampling seed), the controllers interleaved in a rotating order so that machine noise hits
+all alike; one untimed warm-up episode per scenario comes first. Per scenario it prints a
+table: tokens/sec (total tokens / total decode seconds over the episodes, wall-clock or
+modeled as the scenario says), the ratio to the first controller, acceptance rate
+(accepted / proposed draft tokens), mean k and mean tau asked for per step.
+
+Controllers (``--controllers``, the names of ``specrl.evaluation.roster``):
+
+  plain            plain decoding (the same as static:0)
+  static:K[:TAU]   the same (k, tau) every step
+  tcp              the seed's TCP-like heuristic (tau = 0)
+  tcp-tau0.25      the same with the seed's fixed confidence cut tau = 0.25
+  hf-heuristic     Hugging Face's "heuristic" draft-length schedule
+  hf-confidence    Hugging Face's dynamic confidence threshold
+
+Every controller's k is bounded by the scenario's k_max (the learned policy's bound too).
+This is the quick look; ``specrl evaluate`` is the full comparison (simulator columns,
+oracle, best static, HF generate, learned policies, repeats, plots, TensorBoard).
+
+    specrl compare                           # all shipped scenarios
+    specrl compare --scenarios code math_t1 --controllers static:0 tcp \\
+        --episodes 4
+    specrl compare --preset tiny --time modeled --episodes 1   # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+HELP = "run controllers in the real loop and compare them (the quick look)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--scenarios",
+        nargs="+",
+        default=None,
+        metavar="SCENARIO",
+        help="scenario YAML paths or shipped names (default: every shipped one, specrl/scenarios/)",
+    )
+    parser.add_argument(
+        "--controllers",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="controllers to compare, the first is the ratio's reference (default: static:0 static:4 "
+        "and every rule of specrl.evaluation.roster)",
+    )
+    parser.add_argument(
+        "--episodes", type=int, default=8, help="episodes (prompts) per scenario and controller (default 8)"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="untimed warm-up episodes per scenario, not reported (default 1)",
+    )
+    parser.add_argument(
+        "--split",
+        choices=("train", "validation", "test"),
+        default="test",
+        help="prompt split to draw from (default test: reported results; validation "
+        "for tuning, train for training prompts)",
+    )
+    parser.add_argument(
+        "--time",
+        choices=("wallclock", "modeled"),
+        default=None,
+        help="time source of the tokens/sec (default: each scenario's own)",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="override the scenarios' tokens per episode (must exceed any shift point)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="episode i is reset with seed SEED + i (default 0)"
+    )
+    parser.add_argument(
+        "--preset", default=None, help="use this embedded pair (small, tiny) instead of the scenarios' pair"
+    )
+    parser.add_argument(
+        "--target",
+        default=None,
+        help="HF id or path of a target, with --draft, instead of the scenarios' pair "
+        "(scenarios then need prompts.file)",
+    )
+    parser.add_argument("--draft", default=None, help="HF id or path of the draft, with --target")
+    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: CUDA when present)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
+    parser.add_argument("--markdown", type=Path, default=None, help="also write the tables to this .md file")
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.episodes < 1 or args.warmup < 0:
+        parser.error("--episodes must be >= 1 and --warmup >= 0")
+    if (args.target is None) != (args.draft is None):
+        parser.error("give --target and --draft together")
+    from tqdm import tqdm
+
+    import specrl
+    from specrl.envs import (
+        EpisodeSummary,
+        PairSpec,
+        ScenarioError,
+        SpecDecodeEnv,
+        load_scenario,
+        shipped_scenarios,
+    )
+    from specrl.evaluation import roster
+    from specrl.evaluation.compare import compare, env_players, rotating
+    from specrl.io import write_text_atomic
+
+    args.controllers = args.controllers or ["static:0", "static:4", *roster.RULES]
+    try:
+        scenarios = [load_scenario(name) for name in (args.scenarios or shipped_scenarios())]
+        for scenario in scenarios:  # every name builds under every scenario's k_max, before a model loads
+            for name in args.controllers:
+                roster.make_controller(name, scenario.k_max)
+    except (ScenarioError, roster.ControllerNameError) as error:
+        parser.error(str(error))
+    if not scenarios:
+        raise SystemExit("no scenarios: pass --scenarios PATH ... (specrl/scenarios/ holds the shipped ones)")
+    if args.max_new_tokens is not None:
+        scenarios = [replace(s, max_new_tokens=args.max_new_tokens) for s in scenarios]
+    pairs: dict[PairSpec, specrl.ModelPair] = {}
+    results: dict[str, dict] = {}
+    tables = []
+    trials_per_scenario = args.warmup + args.episodes * len(args.controllers)
+    with tqdm(total=len(scenarios) * trials_per_scenario, desc="episodes", unit="ep") as progress:
+        for scenario in scenarios:
+            spec = pair_spec(scenario.pair, args)
+            if spec not in pairs:
+                pairs[spec] = spec.load()
+            env = SpecDecodeEnv(scenario, pair=pairs[spec], split=args.split, time=args.time, prepare=True)
+            controllers = {name: roster.make_controller(name, scenario.k_max) for name in args.controllers}
+            # the env draws episode i's prompt from its seed SEED + i; no controller always runs first
+            trials = compare(
+                env_players(env, controllers),
+                [None] * args.episodes,
+                order=rotating,
+                seed=lambda options, repeat, index: args.seed + index,
+                warmup=args.warmup,
+                warmup_players=args.controllers[:1],
+                on_trial=lambda trial: progress.update(),
+            )
+            totals = {name: EpisodeSummary() for name in controllers}
+            for trial in trials:
+                totals[trial.player].add(trial.record)
+            time = env.scenario.reward.time
+            tables.append(format_table(scenario.name, time, totals))
+            results[scenario.name] = {
+                "time": time,
+                "split": args.split,
+                "episodes": args.episodes,
+                "pair": pairs[spec].name,
+                "controllers": {
+                    name: {
+                        "tokens_per_s": s.tokens_per_s,
+                        "acceptance_rate": s.acceptance_rate,
+                        "mean_k": s.mean_k,
+                        "mean_tau": s.mean_tau,
+                        "tokens": s.tokens,
+                        "seconds": s.seconds,
+                        "steps": s.steps,
+                        "return": s.episode_return,
+                    }
+                    for name, s in totals.items()
+                },
+            }
+    print("\n\n".join(tables))
+    if args.json is not None:
+        write_text_atomic(args.json, json.dumps(results, indent=2))
+    if args.markdown is not None:
+        write_text_atomic(args.markdown, "\n\n".join(tables) + "\n")
+    return 0
+
+
+def pair_spec(scenario_pair, args: argparse.Namespace):
+    from specrl.envs import PairSpec
+
+    if args.target is not None:
+        return PairSpec(target=args.target, draft=args.draft, device=args.device)
+    if args.preset is not None:
+        return PairSpec(preset=args.preset, device=args.device)
+    return replace(scenario_pair, device=args.device or scenario_pair.device)
+
+
+def format_table(name: str, time: str, rows: dict) -> str:
+    from specrl.tables import markdown_table
+
+    reference = next(iter(rows.values())).tokens_per_s
+    header = ["controller", "tokens/s", "ratio", "acceptance", "mean k", "mean tau", "tokens", "steps"]
+    lines = []
+    for label, s in rows.items():
+        ratio = s.tokens_per_s / reference if reference > 0 else float("nan")
+        lines.append(
+            [
+                label,
+                f"{s.tokens_per_s:.1f}",
+                f"{ratio:.2f}x",
+                f"{s.acceptance_rate:.3f}",
+                f"{s.mean_k:.2f}",
+                f"{s.mean_tau:.3f}",
+                s.tokens,
+                s.steps,
+            ]
+        )
+    table = markdown_table(header, lines, align=[None] + ["right"] * (len(header) - 1))
+    return f"### {name} ({time} time)\n\n{table}"

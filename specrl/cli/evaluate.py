@@ -1,0 +1,268 @@
+"""Evaluate every controller side by side on test prompts: simulator and real loop.
+
+For each scenario (default: every shipped one, specrl/scenarios/*.yaml: code, prose, math, mixed, the
+code -> math shift, C headers, Perl and the unseen license domain, greedy and at temperature 1),
+in one process:
+
+  plain decoding (our engine, k = 0); static (k, tau) rows (--static), and in the simulator the
+  whole grid with its best setting ("best static in hindsight", then also run in the real
+  loop); the TCP heuristic (tau 0 and 0.25); our re-implementations of Hugging Face's
+  heuristic schedule and confidence threshold; HF generate(assistant_model=...) itself, and
+  HF's plain generate as its reference (wall clock only; results.json records which
+  threshold variant ran); the learned policies (--policy); the clairvoyant oracle
+  (simulator only).
+
+Columns: tokens/sec in the simulator (modeled time, test traces) and in the real loop
+(wall clock; median over repeats after warm-up, rows interleaved), speed-up over plain, ratio
+to TCP, acceptance rate, mean accepted length (bonus token included), mean k, mean tau, and the
+spread of per-token latency (does the confidence cut lower latency variance?). Definitions:
+specrl/evaluation/runs.py and harness.py.
+
+Outputs, in one folder per run (--out): results.json, results.md (a table per scenario and
+summary tables of ratios), PNG plots (tokens/sec, k and tau through the code -> math shift, the
+acceptance distribution) and TensorBoard scalars under eval/ (tensorboard/).
+
+    specrl evaluate                       # default pair, all scenarios
+    specrl evaluate --scenarios code code_to_math --episodes 4 --repeats 5
+    specrl evaluate --preset tiny --sim-prompts-per-domain 1 --repeats 1 \\
+        --max-new-tokens 72 --latency constant --scenarios code code_to_math   # smoke run
+    specrl evaluate --ray 10.0.0.5:6379 --episodes 24   # the real loop on a Ray cluster
+
+The defaults aim at minutes of real loop on a 2-core CPU (11 rows x 3 repeats x 1 episode per
+scenario); on first use missing traces and the pair's latency profile are collected and
+cached. Use a quiet machine: speed claims are the ratios, measured side by side.
+
+Ray (``--ray [ADDRESS]``): the real-loop episodes are sharded across Ray workers, each loading
+the pair once; every worker plays every row on its share (rows side by side on one machine, so
+the ratios stay paired) after its own warm-up, and missing traces are recorded on the workers
+too. With modeled time the results equal a single-process run's; with the wall clock each
+episode is timed on the machine that played it, so use workers of one hardware type.
+
+Prompt split (docs/design.md section 4b): results are reported on ``test`` (the default; nothing is
+selected on it). ``--split validation`` runs the same comparison on validation prompts, for
+tuning; scenarios without prompts in that split (the test-only license domain) are skipped.
+
+The run itself lives in specrl/evaluation/ (run_all.py over harness.py, scenario_choice.py).
+Outputs default to ./results/evaluate/<pair>__<UTC time>/ under the working directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+from specrl.cli import options_of
+from specrl.cli.ray import add_ray_arguments, pool_from_args
+
+HELP = "every controller side by side on test prompts: simulator and real loop"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    what = parser.add_argument_group("what to run")
+    what.add_argument(
+        "--scenarios",
+        nargs="+",
+        default=None,
+        metavar="SCENARIO",
+        help="scenario YAML paths or shipped names (default: every shipped one, specrl/scenarios/)",
+    )
+    what.add_argument(
+        "--policy",
+        action="append",
+        default=None,
+        metavar="POLICY",
+        help="a policy (a name, yours or shipped, or a folder), repeatable (default: the shipped "
+        "'default'); a missing one is reported and its row skipped",
+    )
+    what.add_argument(
+        "--static",
+        nargs="*",
+        default=["static:2:0", "static:4:0"],
+        metavar="static:K[:TAU]",
+        help="static rows run in both columns besides plain and the best static "
+        "(default: static:2:0 static:4:0); the simulator also sweeps the whole grid",
+    )
+    what.add_argument(
+        "--no-hf", action="store_true", help="skip the Hugging Face generate rows (plain and assisted)"
+    )
+    what.add_argument(
+        "--no-sim",
+        action="store_true",
+        help="skip the simulator columns, the oracle and the grid search (real loop only)",
+    )
+    pair = parser.add_argument_group("pair")
+    pair.add_argument(
+        "--preset",
+        default=None,
+        help="embedded pair (small, tiny) instead of the scenarios' own (theirs: small)",
+    )
+    pair.add_argument(
+        "--target",
+        default=None,
+        help="HF id or path of a target, with --draft (scenarios then need prompts.file)",
+    )
+    pair.add_argument("--draft", default=None, help="HF id or path of the draft, with --target")
+    pair.add_argument("--device", default=None, help="cpu, cuda, ... (default: CUDA when present)")
+    pair.add_argument(
+        "--dtype", default=None, help="float32, bfloat16, ... (default: bf16 on GPU, fp32 on CPU)"
+    )
+    work = parser.add_argument_group("workload")
+    work.add_argument(
+        "--episodes",
+        type=int,
+        default=1,
+        help="real-loop episodes per scenario: the first prompts of --split, round robin over the start "
+        "domains (default 1; mixed needs 3 to visit code, prose and math)",
+    )
+    work.add_argument(
+        "--sim-prompts-per-domain",
+        type=int,
+        default=None,
+        help="traces per start domain in the simulator, raised if needed so that the real-loop "
+        "episodes are among them (default: the shipped count of the split, "
+        "8 for test; collected and cached on first use)",
+    )
+    work.add_argument(
+        "--split",
+        choices=("test", "validation"),
+        default="test",
+        help="prompt split evaluated on: test (reported; the default) or validation (for tuning)",
+    )
+    work.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="override the scenarios' tokens per episode (must exceed any shift point)",
+    )
+    work.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="episode i of a scenario resets with seed SEED + i; also seeds the run order",
+    )
+    timing = parser.add_argument_group("timing")
+    timing.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="timed repeats of every real-loop row; tokens/sec is the median (default 3)",
+    )
+    timing.add_argument(
+        "--warmup",
+        type=int,
+        default=1,
+        help="untimed passes of every row over the first episode of the first scenario; later "
+        "scenarios run on warm code (default 1)",
+    )
+    timing.add_argument(
+        "--time",
+        choices=("wallclock", "modeled"),
+        default="wallclock",
+        help="time source of the real-loop column (default wallclock; modeled makes it "
+        "deterministic, for tests)",
+    )
+    timing.add_argument(
+        "--latency",
+        default=None,
+        metavar="SOURCE",
+        help="latency model of modeled time, overriding the scenarios' (calibrated, constant or a "
+        "latency .json file)",
+    )
+    timing.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch.set_num_threads (default: torch's own; use 1 on a busy CPU machine)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default: ./results/evaluate/<pair>__<UTC time>/)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_ray_arguments(parser)
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    try:
+        import matplotlib  # noqa: F401  (the plots; named here, before minutes of work)
+    except ImportError:
+        parser.error("specrl evaluate draws plots with matplotlib: pip install 'specrl[eval]'")
+    import torch
+
+    from specrl.envs.scenario import LATENCY_SOURCES
+    from specrl.evaluation import Settings, roster
+    from specrl.evaluation.machine import command_line
+    from specrl.evaluation.run_all import evaluate_all, run_name, write_results
+    from specrl.evaluation.scenario_choice import Overrides, choose_scenarios
+    from specrl.export.layout import policy_folder
+    from specrl.traces import DEFAULT_PROMPTS_PER_DOMAIN
+
+    if args.sim_prompts_per_domain is None:
+        args.sim_prompts_per_domain = DEFAULT_PROMPTS_PER_DOMAIN[args.split]
+    if (args.target is None) != (args.draft is None):
+        parser.error("give --target and --draft together")
+    if args.target is not None and args.preset is not None:
+        parser.error("give either --preset or --target/--draft")
+    if min(args.episodes, args.repeats, args.sim_prompts_per_domain) < 1 or args.warmup < 0:
+        parser.error("--episodes, --repeats and --sim-prompts-per-domain must be >= 1, --warmup >= 0")
+    if (
+        args.latency is not None
+        and args.latency not in LATENCY_SOURCES
+        and not args.latency.endswith(".json")
+    ):
+        parser.error(f"--latency must be one of {LATENCY_SOURCES} or a .json file")
+    args.policy = [policy_folder(name) for name in args.policy or ["default"]]
+    try:
+        args.static = [roster.static_name(*roster.parse_static(name)) for name in args.static]
+    except roster.ControllerNameError as error:
+        parser.error(str(error))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    started = datetime.datetime.now(datetime.timezone.utc)
+    overrides = Overrides(
+        max_new_tokens=args.max_new_tokens,
+        latency=args.latency,
+        preset=args.preset,
+        target=args.target,
+        draft=args.draft,
+        device=args.device,
+        dtype=args.dtype,
+    )
+    scenarios = choose_scenarios(args.scenarios, args.split, overrides)
+    settings = Settings(
+        episodes=args.episodes,
+        sim_prompts_per_domain=args.sim_prompts_per_domain,
+        split=args.split,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        statics=tuple(args.static),
+        hf=not args.no_hf,
+        time=args.time,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
+    header = {
+        "date": started.isoformat(timespec="seconds"),
+        "command": command_line(),
+        "argv": sys.argv,
+        "config": json.loads(json.dumps(options_of(args), default=str)),
+    }
+    pool = pool_from_args(args, scenarios[0].pair)
+    results = evaluate_all(
+        scenarios, settings, args.policy, header, simulate=not args.no_sim, pool=pool, ray_address=args.ray
+    )
+    if pool is not None:
+        pool.close()
+
+    out = args.out or Path("results") / "evaluate" / run_name(results["pair"]["name"], started)
+    print(write_results(results, out))
+    print(
+        f"wrote {out}/: results.json, results.md, *.png and tensorboard/ "
+        f"(tensorboard --logdir {out / 'tensorboard'})"
+    )
+    return 0

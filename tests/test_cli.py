@@ -1,0 +1,116 @@
+"""The ``specrl`` command: answers --help without torch, checks arguments before any model loads,
+and finds the user's policies before the shipped ones."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from specrl.cli import COMMANDS, build_parser, main
+from specrl.export.layout import SHIPPED_POLICY_DIR, policy_folder, user_policies
+from specrl.training.inputs import resolve_config
+from specrl.training.job import copy_policy, export_target
+from specrl.training.options import DEFAULT_CONFIG, OptionError, TrainOptions
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_help_of_every_subcommand_loads_neither_torch_nor_transformers():
+    code = (
+        "import sys\nfrom specrl.cli import COMMANDS, build_parser\n"
+        "for name in COMMANDS:\n"
+        "    try:\n        build_parser().parse_args([name, '--help'])\n"
+        "    except SystemExit as stop:\n        assert stop.code == 0, name\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'stable_baselines3') if m in sys.modules)\n"
+        "print('heavy:', heavy)"
+    )
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr
+    assert "heavy: []" in done.stdout
+    for name in COMMANDS:
+        assert f"usage: specrl {name}" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["generate", "--prompt", "a", "--k", "2", "--tau", "2"], "--tau must be in [0, 1]"),
+        (["generate", "--prompt", "a", "--policy", "x", "--k", "4"], "give --policy or --k, not both"),
+        (["generate", "--prompt", "a", "--drafter", "ngram"], "give --k with them"),
+        (["generate", "--prompt", "a", "--target", "t"], "give --target and --draft together"),
+        (["train", "--total-timesteps", "-5"], "--total-timesteps must be >= 0"),
+        (["train", "--n-envs", "0"], "--n-envs must be a positive integer"),
+        (["train", "-p", "learning_rate"], "give key:value"),
+        (["train", "--subproc"], "--subproc runs real-loop envs"),
+        (["calibrate", "--repeats", "3"], "add --method profile"),
+        (["collect", "--prompts-per-domain", "0"], "--prompts-per-domain must be >= 1"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name_before_any_model_loads(argv, message):
+    code = (
+        "import sys\nfrom specrl.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit as stop:\n    print('exit', stop.code)\n"
+        "print('torch loaded:', 'torch' in sys.modules)"
+    )
+    done = run_python(code)
+    assert "exit 2" in done.stdout and message in done.stderr, done.stdout + done.stderr
+    if argv[0] in ("generate", "train"):  # these check everything before importing the work's modules
+        assert "torch loaded: False" in done.stdout
+
+
+def test_an_unknown_hyperparameter_is_refused_with_the_nearest_name():
+    with pytest.raises(OptionError, match=r"-p learning_rat: .* did you mean 'learning_rate'"):
+        resolve_config(DEFAULT_CONFIG, real_loop=False, overrides={}, hyperparameters={"learning_rat": 0.1})
+    hyper, budget = resolve_config(
+        DEFAULT_CONFIG,
+        real_loop=False,
+        overrides={"n_envs": None},
+        hyperparameters={"learning_rate": 0.001, "n_envs": 16, "target_kl": 0.02},
+    )
+    assert hyper["learning_rate"] == 0.001 and hyper["target_kl"] == 0.02 and budget["n_envs"] == 16
+
+
+def test_train_options_are_the_parsers_defaults_and_the_flags_set_them():
+    args = build_parser().parse_args(["train", "-p", "gamma:0.99", "-p", "net_arch:[64, 64]", "--no-stop"])
+    from specrl.cli.train import options_from
+
+    options = options_from(args, args.parser)
+    defaults = TrainOptions()
+    assert options.hyperparameters == {"gamma": 0.99, "net_arch": [64, 64]}
+    assert options.stop is False and options.scenarios == defaults.scenarios and options.export_as is None
+
+
+def test_the_users_policies_are_found_by_name_before_the_shipped_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECRL_HOME", str(tmp_path))
+    assert policy_folder("default") == SHIPPED_POLICY_DIR / "default" and user_policies() == []
+    assert export_target("mine") == tmp_path / "policies" / "mine"
+    assert export_target(str(tmp_path / "elsewhere" / "p")) == tmp_path / "elsewhere" / "p"
+    copy_policy(SHIPPED_POLICY_DIR / "default", export_target("mine"))
+    assert user_policies() == ["mine"] and policy_folder("mine") == tmp_path / "policies" / "mine"
+    copy_policy(SHIPPED_POLICY_DIR / "pool", export_target("mine"))  # replaced whole, not merged
+    assert {p.name for p in policy_folder("mine").iterdir()} == {
+        p.name for p in (SHIPPED_POLICY_DIR / "pool").iterdir()
+    }
+    assert not [p for p in (tmp_path / "policies").iterdir() if p.name.startswith(".")]  # no leftovers
+    shutil.copytree(SHIPPED_POLICY_DIR / "pool", tmp_path / "policies" / "default")
+    assert policy_folder("default") == tmp_path / "policies" / "default"  # the user's own comes first
+    # the shipped one's old path (from the repository root, its symlink)
+    assert policy_folder("policies/default").resolve() == (SHIPPED_POLICY_DIR / "default").resolve()
+
+
+def test_the_ray_flag_names_the_clusters_local_address():
+    from specrl.cli.ray import LOCAL as COMMAND_LOCAL
+    from specrl.distributed.cluster import LOCAL
+
+    assert COMMAND_LOCAL == LOCAL
+
+
+def test_the_command_without_a_subcommand_says_what_it_has(capsys):
+    with pytest.raises(SystemExit):
+        main([])
+    assert "COMMAND" in capsys.readouterr().err
