@@ -1,39 +1,53 @@
-"""results/README.md (specrl/evaluation/results_index/): every section's files exist, and every
-link of the README into it lands on a heading."""
+"""experiments/results_index.py: results/README.md lists every result folder by its own README.md
+(first heading, first sentence), linked and sorted; the committed index is the one it writes."""
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
-from specrl.evaluation.results_index import SECTIONS, anchor, demote, rebase_links, render
-
 REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "experiments" / "results_index.py"
 
 
-def test_every_section_names_files_that_exist():
-    for section in SECTIONS:
-        for file in (*section.files, *([section.notes] if section.notes else [])):
-            assert (REPO / file).is_file(), f"{section.title}: {file} is missing"
-        assert section.command.startswith("python "), section.command
+def index(results: Path) -> str:
+    subprocess.run([sys.executable, str(SCRIPT), "--results", str(results)], check=True, capture_output=True)
+    return (results / "README.md").read_text()
 
 
-def test_readme_links_into_the_results_page_land_on_its_headings():
-    page = render(repo=REPO)
-    anchors = {anchor(heading) for heading in re.findall(r"^#+ (.+)$", page, flags=re.M)}
-    links = re.findall(r"\(results/README\.md#([^)]+)\)", (REPO / "README.md").read_text())
-    assert links, "the README links no section of results/README.md"
-    missing = sorted(set(links) - anchors)
-    assert not missing, f"README links to missing sections of results/README.md: {missing}"
+def test_the_index_lists_each_folder_by_its_readme_sorted_and_linked(tmp_path):
+    pages = {
+        "zeta": "# Zeta study\n\nIt measured zeta. Then more [here](z.md).\n\n## Part\n\nNot shown.\n",
+        "alpha": "Preamble.\n\n# Alpha: a title\n\nOne sentence, on\ntwo lines (a [table](t.md)). More.\n",
+        "mid": "# Mid\n",
+    }
+    for folder, text in pages.items():
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "README.md").write_text(text)
+    (tmp_path / "no_readme").mkdir()
+    (tmp_path / "loose.md").write_text("# Not a folder\n")
+    lines = [line for line in index(tmp_path).splitlines() if line.startswith("- ")]
+    assert lines == [
+        "- [Alpha: a title](alpha/README.md) (`alpha/`): One sentence, on two lines (a [table](alpha/t.md)).",
+        "- [Mid](mid/README.md) (`mid/`)",
+        "- [Zeta study](zeta/README.md) (`zeta/`): It measured zeta.",
+    ]
 
 
-def test_included_pages_nest_under_their_section_and_keep_their_links():
-    assert demote("# Title\n\n## Part\ntext") == "### Title\n\n#### Part\ntext"
-    rebased = rebase_links(
-        "![plot](tokens_per_s.png) [web](https://x.org) [here](#a)", "results/evaluate/run/results.md"
-    )
-    assert rebased == "![plot](evaluate/run/tokens_per_s.png) [web](https://x.org) [here](#a)"
-    assert (
-        rebase_links("[r](results.md)", "policies/default/results.md")
-        == "[r](../policies/default/results.md)"
-    )
+def test_every_result_folder_describes_itself_and_the_committed_index_is_current(tmp_path):
+    results = REPO / "results"
+    folders = sorted(path.name for path in results.iterdir() if path.is_dir())
+    missing = [name for name in folders if not (results / name / "README.md").is_file()]
+    assert not missing, f"result folders without a README.md: {missing}"
+    for name in folders:
+        (tmp_path / name).mkdir()
+        shutil.copy(results / name / "README.md", tmp_path / name / "README.md")
+    text = index(tmp_path)
+    assert len(text.splitlines()) <= 200
+    assert re.findall(r"^- \[[^\]]+\]\(([^)]+)/README\.md\)", text, flags=re.M) == folders
+    for target in re.findall(r"\]\(([^)#\s]+)", text):
+        assert (results / target).exists(), f"results/README.md links to a missing {target}"
+    assert text == (results / "README.md").read_text(), "rerun python experiments/results_index.py"

@@ -2,7 +2,6 @@
 
 ``results.md`` starts with a header (command, machine, settings), then ``## Summary`` (ratio
 tables over scenarios and the latency-spread comparison), then ``## Per scenario``.
-``experiments/results_index.py`` shows a run's ``results.md`` in ``results/README.md``.
 """
 
 from __future__ import annotations
