@@ -29,7 +29,7 @@ them) and fixed batches of 1, 4 and 16 rows kept full (2 requests a row, at leas
 after another. Validation runs every candidate setting ``--validation-repeats`` times and test runs
 every final setting ``--repeats`` times; each repeat starts every setting's engine once, in a new
 seeded order, and serves all its workloads. Throughput ratios are medians over repeats of the ratio
-within a repeat, with twice their standard error. The last table is specrl's own batched engine
+within a repeat, with their 95% interval and n. The last table is specrl's own batched engine
 against vLLM, both without speculation, at the same batch sizes.
 
     python experiments/bench_vllm.py                                    # results/vllm/bench.*

@@ -6,7 +6,8 @@ configurations plays them through the one comparison loop, :func:`specrl.evaluat
 
 Shared by all of them:
 
-- :mod:`.records`: timed run records: speed per repeat, medians, paired ratios and their 2 SE,
+- :mod:`.records`: timed run records: speed per repeat, medians, paired ratios (their 95% interval:
+  :func:`specrl.evaluation.intervals.paired_ratio_interval`),
   acceptance, outputs equal to a reference;
 - :mod:`.prompts`: which prompts a benchmark decodes.
 
