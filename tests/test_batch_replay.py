@@ -309,8 +309,9 @@ def test_the_batch_size_schedule_reads_the_batch_from_the_observation_and_is_tun
 
 
 def test_the_one_step_oracle_takes_the_k_of_least_regret_and_beats_every_static_k():
-    """batch_sim.py's clairvoyant: each step's k is the one whose previewed gain is highest, so its
-    regret is 0; knowing the outcomes, it emits faster than any static k at a batch of one."""
+    """The one-step clairvoyant (batch_control.clairvoyant): each step's k is the one whose
+    previewed gain is highest, so its regret is 0; knowing the outcomes, it emits faster than any
+    static k at a batch of one."""
     env = BatchReplayEnv(scenario(size=1, requests=6), latency=synthetic_latency(), split="validation")
     static = {
         k: batch_control.controller_throughput(env, specrl.StaticController(k), 2)
@@ -326,7 +327,7 @@ def test_the_one_step_oracle_takes_the_k_of_least_regret_and_beats_every_static_
 
 
 def test_episodes_tallied_one_by_one_pair_controllers_on_the_same_draws():
-    """batch_sim.py's standard errors and its k by batch size: each episode tallied on its own, the
+    """Paired standard errors and the k by batch size: each episode tallied on its own, the
     same as the pooled run; episodes differ (other requests), a replay of the same seed does not;
     every step is counted at its batch size and k."""
     from specrl.evaluation.intervals import paired_ratio_interval

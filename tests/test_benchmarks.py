@@ -200,7 +200,7 @@ def test_batch_real_page_names_each_kind_of_repeats_and_every_policys_cutoff():
 
 
 def test_policies_side_by_side_pairs_the_first_policy_with_each_other_one_within_a_repeat():
-    """batch_real.py's and batch_sim.py's table of policies: the first over each other one, the
+    """batch_real.py's table of policies: the first over each other one, the
     median of the ratios within a repeat and its 95% interval; none with one policy (the
     `+cutoff` rows are not policies of their own)."""
     values = {

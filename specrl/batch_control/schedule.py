@@ -3,8 +3,8 @@ the batch simulator, the vLLM / TensorRT-LLM schedule (the best k at each fixed 
 **validation**) and the switch that ends speculation above a batch size (vLLM's
 ``speculative_disable_by_batch_size``), tuned the same way for any controller.
 
-``experiments/batch_sim.py``, ``batch_real.py``, ``train_batch.py`` and ``label_horizon.py`` all
-tune and score with these, so the schedule and the cut-off mean the same thing in every table.
+``experiments/batch_real.py`` and ``train_batch.py`` tune and score with these, so the schedule and
+the cut-off mean the same thing in every table.
 """
 
 from __future__ import annotations
