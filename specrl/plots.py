@@ -7,7 +7,7 @@
 - :func:`bar_groups`: grouped bars of any named series (the drafter bench).
 - :func:`save_figure`: write any figure atomically (every script's plots go through it).
 
-:func:`write_plots` draws all of them into a folder. Needs the ``eval`` extra (matplotlib).
+:func:`write_plots` draws all of them into a folder. matplotlib is a dependency of the package.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import pytest
 
 from specrl.cli import COMMANDS, build_parser, main
 from specrl.export.layout import SHIPPED_POLICY_DIR, policy_folder, user_policies
+from specrl.train import copy_policy, export_target
 from specrl.training.inputs import resolve_config
-from specrl.training.job import copy_policy, export_target
 from specrl.training.options import DEFAULT_CONFIG, OptionError, TrainOptions
 
 
@@ -114,3 +114,19 @@ def test_the_command_without_a_subcommand_says_what_it_has(capsys):
     with pytest.raises(SystemExit):
         main([])
     assert "COMMAND" in capsys.readouterr().err
+
+
+def test_a_run_on_your_own_scenario_selects_and_reports_on_it_not_on_the_embedded_prompts():
+    from specrl.envs import load_scenario, shipped_scenarios
+
+    example = "examples/own_pair/chat.yaml"
+    scenario = load_scenario(example)  # the example parses: a pair by HF ids, prompts from a file
+    assert scenario.pair.target and scenario.pair.draft and scenario.prompts.file.endswith("requests.jsonl")
+    own = TrainOptions(scenarios=[example]).with_scenario_defaults(shipped_scenarios())
+    assert own.select_scenarios == [] and own.eval_scenarios == [] and own.validate_scenarios == [example]
+    shipped = TrainOptions(scenarios=["code"]).with_scenario_defaults(shipped_scenarios())
+    assert "prose" in shipped.select_scenarios and "license" in shipped.eval_scenarios
+    chosen = TrainOptions(scenarios=[example], validate_scenarios=[]).with_scenario_defaults(
+        shipped_scenarios()
+    )
+    assert chosen.validate_scenarios == []  # what the user gives stays

@@ -4,6 +4,7 @@ a cycle. Imports needed for annotations only (under ``if TYPE_CHECKING:``) do no
 inside a function does.
 
     models <- engine <- controllers <- envs <- training / evaluation <- serving / distributed
+    <- train (one run, start to report) <- cli (the specrl command)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ SPECRL = Path(__file__).resolve().parent.parent / "specrl"
 
 def unit(module: str) -> str | None:
     """The layer a module belongs to: ``specrl.<package>`` or ``specrl.<module>``; None for the
-    package root and the command line, which import everything on purpose."""
+    package root and ``python -m specrl``, which import everything on purpose."""
     parts = module.split(".")
     if parts[0] != "specrl" or len(parts) == 1 or parts[1] == "__main__":
         return None
@@ -57,13 +58,15 @@ def layer_graph() -> dict[str, set[str]]:
 
 
 LAYERS: tuple[tuple[str, ...], ...] = (  # bottom up; a new package or module must be placed here
-    ("quiet", "io", "tables", "plots", "provenance", "features", "acceptance"),  # no model, no engine
+    # no model, no engine
+    ("quiet", "io", "tables", "plots", "provenance", "features", "acceptance", "home", "registration"),
     ("zoo", "models"),
     ("engine", "export"),
     ("controllers", "traces", "latency", "hf_assisted", "selfcheck", "hf"),
     ("envs",),
     ("oracle", "trace_evaluation", "training", "rule_tuning", "batch_control", "evaluation", "serving"),
-    ("distributed", "vllm"),
+    ("distributed", "vllm", "train"),
+    ("cli",),  # the specrl command: every subcommand calls the layers below
 )
 RANK = {f"specrl.{name}": rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -117,9 +117,7 @@ def test_trace_replay_reads_a_cached_calibration_without_weights(no_weights, cap
 
 
 def test_trace_replay_never_calibrates_unasked_and_loads_the_pair_only_when_prepare_asks(no_weights, capsys):
-    with pytest.raises(
-        SetupError, match=r"needs its latency model .* `specrl calibrate`"
-    ) as error:
+    with pytest.raises(SetupError, match=r"needs its latency model .* `specrl calibrate`") as error:
         gymnasium.make("specrl/TraceReplay-v0", scenario="code")
     assert "prepare=True" in str(error.value) and str(latency_path(load_scenario("code").pair.info())) in str(
         error.value

@@ -1,6 +1,6 @@
 """The ``specrl`` command: one subcommand per thing a user does, each a thin call of the library.
 
-    specrl train       train a PPO policy (specrl.training.job.train)
+    specrl train       train a PPO policy (specrl.train.train)
     specrl evaluate    every controller side by side on test prompts: simulator and real loop
     specrl calibrate   measure a pair's latency model on this machine
     specrl collect     record the acceptance traces the simulator replays

@@ -188,10 +188,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    try:
-        import matplotlib  # noqa: F401  (the plots; named here, before minutes of work)
-    except ImportError:
-        parser.error("specrl evaluate draws plots with matplotlib: pip install 'specrl[eval]'")
     import torch
 
     from specrl.envs.scenario import LATENCY_SOURCES

@@ -107,13 +107,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--select-scenarios",
         nargs="*",
         default=d.select_scenarios,
-        help="scenarios checkpoint selection also scores on (validation traces)",
+        help="scenarios checkpoint selection also scores on (validation traces; default: the embedded "
+        "domains when training on shipped scenarios, else only the training ones)",
     )
     report.add_argument(
-        "--eval-scenarios", nargs="*", default=d.eval_scenarios, help="also reported on test traces"
+        "--eval-scenarios",
+        nargs="*",
+        default=d.eval_scenarios,
+        help="also reported on test traces (default: the embedded domains and the unseen license, when "
+        "training on shipped scenarios)",
     )
     report.add_argument(
-        "--validate-scenarios", nargs="*", default=d.validate_scenarios, help="checked in the real loop"
+        "--validate-scenarios",
+        nargs="*",
+        default=d.validate_scenarios,
+        help="checked in the real loop (default: code prose math prose_t1 when training on shipped "
+        "scenarios, else the training ones; none: skip)",
     )
     report.add_argument(
         "--validate-prompts", type=int, default=d.validate_prompts, help="test prompts per domain"
@@ -149,7 +158,7 @@ def options_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> T
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     options = options_from(args, parser)
-    from specrl.training.job import train
+    from specrl.train import train
     from specrl.training.ppo_run import interrupt_on_signals
 
     interrupt_on_signals()

@@ -1,6 +1,6 @@
 """Side-by-side evaluation of controllers: simulator and real loop, bounds, reports.
 
-``experiments/evaluate.py`` is the command; the pieces:
+``specrl evaluate`` is the command; the pieces:
 
 - :mod:`~specrl.evaluation.roster`: controllers by name, held-out episode plans;
 - :mod:`~specrl.evaluation.compare`: the one real-loop comparison loop (every script's), paired ratios;
@@ -8,7 +8,7 @@
 - :mod:`~specrl.evaluation.simulator`: trace replay, the oracle and the static grid;
 - :mod:`~specrl.evaluation.harness`: one scenario, every row, side by side;
 - :mod:`~specrl.evaluation.real_loop_check`: a trained policy against the bar in the real loop
-  (``experiments/train_ppo.py``'s step 4, through the harness);
+  (``specrl train``'s step 4, through the harness);
 - :mod:`~specrl.evaluation.report`: results.json / results.md / TensorBoard;
 - :mod:`~specrl.evaluation.scenario_choice`, :mod:`~specrl.evaluation.run_all`: the scenarios of a
   run with the command line's overrides, and every one of them into one record and its files;

@@ -389,9 +389,7 @@ def load_policies(
     policies, skipped, warnings = {}, {}, []
     for folder in folders:
         if not Path(folder).is_dir():
-            skipped[str(folder)] = (
-                f"no policy folder '{folder}' (train and export one: specrl train)"
-            )
+            skipped[str(folder)] = f"no policy folder '{folder}' (train and export one: specrl train)"
             continue
         try:
             policy = LearnedController.load(folder)

@@ -40,9 +40,7 @@ ONE_ROW_VERSION = 2  # read as the batch of one
 MODES = ("greedy", "sampled")
 KINDS = ("loop", "profiled", "batch", "constant", "synthetic")
 COST_KEYS = ("target_seconds", "draft_first_seconds", "draft_next_seconds")
-RECALIBRATE = (
-    "re-run `specrl calibrate` (or delete the file: it is measured again on next use)"
-)
+RECALIBRATE = "re-run `specrl calibrate` (or delete the file: it is measured again on next use)"
 _REQUIRED = ("kind", "pair", "device", "dtype", "batch_sizes", "contexts", "new_tokens", *MODES)
 
 
@@ -112,8 +110,7 @@ def read(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
         raise LatencyError(
-            f"latency file '{path}' does not exist; write one with "
-            "`specrl calibrate --out PATH`"
+            f"latency file '{path}' does not exist; write one with `specrl calibrate --out PATH`"
         )
     try:
         return json.loads(path.read_text())

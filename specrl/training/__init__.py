@@ -1,6 +1,6 @@
 """PPO training on the trace-replay simulator, and the report of a trained policy
 (docs/design.md section 4b: train on train traces, select checkpoints on validation traces,
-report on test traces once). ``specrl train`` (:func:`specrl.training.job.train`) reads top to
+report on test traces once). ``specrl train`` (:func:`specrl.train.train`) reads top to
 bottom with these:
 
 - :mod:`~specrl.training.options`: what the run is asked to do (no heavy imports);

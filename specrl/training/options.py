@@ -1,12 +1,13 @@
 """What a PPO run is asked to do: :class:`TrainOptions`, one field per ``specrl train`` option.
 
 This module imports nothing heavy, so that the command's ``--help`` and its argument checks run
-before torch loads; :func:`specrl.training.job.train` does the work.
+before torch loads; :func:`specrl.train.train` does the work.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,12 +76,15 @@ class TrainOptions:
     or into a folder when it holds a path separator. Never replaces a shipped policy."""
     resume: str | None = None
     """Continue the run saved in this run folder."""
-    eval_scenarios: list[str] = field(default_factory=lambda: list(DEFAULT_EVAL_SCENARIOS))
-    """Scenarios added to the final comparison on test traces (the training ones always are)."""
-    select_scenarios: list[str] = field(default_factory=lambda: list(DEFAULT_SELECT_SCENARIOS))
-    """Scenarios checkpoint selection also scores on, on their validation traces."""
-    validate_scenarios: list[str] = field(default_factory=lambda: list(DEFAULT_VALIDATE_SCENARIOS))
-    """Scenarios validated in the real loop (wall clock); empty to skip."""
+    eval_scenarios: list[str] | None = None
+    """Scenarios added to the final comparison on test traces (the training ones always are).
+    None: the embedded domains one by one when training on shipped scenarios, else none."""
+    select_scenarios: list[str] | None = None
+    """Scenarios checkpoint selection also scores on, on their validation traces. None: the
+    embedded domains when training on shipped scenarios, else none (the training ones only)."""
+    validate_scenarios: list[str] | None = None
+    """Scenarios validated in the real loop (wall clock); empty to skip. None: four embedded ones
+    when training on shipped scenarios, else the training scenarios."""
     validate_prompts: int = 2
     """Test prompts per domain of a validated scenario."""
     validate_repeats: int = 2
@@ -143,6 +147,21 @@ class TrainOptions:
             raise OptionError(
                 f"--config {self.config}: no such file; give a YAML with ppo: and train: sections"
             )
+
+    def with_scenario_defaults(self, shipped: Collection[str]) -> TrainOptions:
+        """These options with the selection, evaluation and validation scenarios that were left
+        None filled in: the embedded domains' when every training scenario is ``shipped``; else
+        the training scenarios' own, so that a run on a user's pair and prompts is selected and
+        reported on that pair and those prompts, never on the embedded prompt sets."""
+        own = not set(self.scenarios) <= set(shipped)
+        defaults = {
+            "select_scenarios": [] if own else list(DEFAULT_SELECT_SCENARIOS),
+            "eval_scenarios": [] if own else list(DEFAULT_EVAL_SCENARIOS),
+            "validate_scenarios": list(self.scenarios) if own else list(DEFAULT_VALIDATE_SCENARIOS),
+        }
+        return dataclasses.replace(
+            self, **{name: value for name, value in defaults.items() if getattr(self, name) is None}
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The options as plain values (the run folder's ``arguments``)."""

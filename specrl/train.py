@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from specrl.controllers.learned import LearnedController
+from specrl.envs import shipped_scenarios
 from specrl.evaluation.machine import machine_clause
 from specrl.evaluation.real_loop_check import check_scenarios, real_loop_section
 from specrl.export.write import PARITY_OBSERVATIONS
@@ -87,6 +88,7 @@ def train(options: TrainOptions, command: str, progress: bool = True) -> TrainRe
             (the message names the fix).
     """
     options.check()
+    options = options.with_scenario_defaults(shipped_scenarios())
     say = print if progress else (lambda *_: None)
     started = time.perf_counter()
     real_loop = options.train_on == "real"
@@ -115,7 +117,7 @@ def train(options: TrainOptions, command: str, progress: bool = True) -> TrainRe
         )
     except ActionSpaceError as error:
         hint = ""
-        if list(options.select_scenarios) == list(DEFAULT_SELECT_SCENARIOS):
+        if options.select_scenarios == list(DEFAULT_SELECT_SCENARIOS):
             hint = (
                 f"; --select-scenarios defaults to {' '.join(DEFAULT_SELECT_SCENARIOS)}: give scenarios of "
                 "the training ones' action space (for mixed_pool: --select-scenarios code_pool prose_pool "
