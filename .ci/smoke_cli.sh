@@ -10,15 +10,19 @@ export SPECRL_HOME="$WORK/home"
 export PATH="$BIN:$PATH"
 
 # --help answers in under a second: nothing heavy is imported to parse arguments.
-start=$(date +%s.%N)
-specrl --help >/dev/null
-specrl train --help >/dev/null
-elapsed=$(echo "$(date +%s.%N) - $start" | bc)
-echo "smoke_cli: specrl --help and specrl train --help in ${elapsed} s"
-if (( $(echo "$elapsed > 2.0" | bc) )); then
-    echo "smoke_cli: two --help calls took ${elapsed} s (each must answer in under a second)" >&2
-    exit 1
-fi
+"$BIN/python" - <<'PY'
+import subprocess
+import sys
+import time
+
+for command in (["specrl", "--help"], ["specrl", "train", "--help"], ["specrl", "evaluate", "--help"]):
+    started = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True)
+    seconds = time.perf_counter() - started
+    print(f"smoke_cli: {' '.join(command)} answered in {seconds:.2f} s")
+    if seconds >= 1.0:
+        sys.exit(f"smoke_cli: {' '.join(command)} took {seconds:.2f} s (it must answer in under a second)")
+PY
 
 # Arguments are checked before any model loads: a bad one fails at once, naming itself.
 if specrl generate --prompt "def f(" --k 2 --tau 2 2>err.txt; then

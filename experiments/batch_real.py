@@ -10,11 +10,11 @@ batch's own device-synchronised work (steps and prefills), and requests arrive o
 every controller serves the same requests at the same arrival times; throughput is every
 request's tokens over the busy seconds.
 
-The batch-size schedule is tuned on **validation** in the batch simulator, as ``batch_sim.py``
-tunes it (the same machine's latency model); the policy was chosen on validation there too. The
+The batch-size schedule is tuned on **validation** in the batch simulator (``specrl.batch_control``,
+the same machine's latency model); the policy was chosen on validation there too. The
 controllers run interleaved, repeat after repeat, and each ratio to the schedule is a median over
 repeats of the ratios within a repeat. The simulator's column replays the **test** traces of the
-same scenario (``batch_sim.py``'s episodes).
+same scenario.
 
     python experiments/batch_real.py --policy specrl/policies/batch         # results/batch/real.*
     python experiments/batch_real.py --scenarios arrivals batch_4 --requests 6 --max-new-tokens 16 \

@@ -55,7 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--k", type=int, default=4, help="k of the static and constant-schedule rows")
     parser.add_argument("--policy", default="default", help="exported policy folder or shipped name")
     parser.add_argument("--seed", type=int, default=0, help="seed of the row order")
-    parser.add_argument("--out", default=str(REPO / "results" / "hf_generate"), help="output stem")
+    parser.add_argument(
+        "--out", default=str(REPO / "results" / "hf_generate" / "hf_generate"), help="output stem"
+    )
     parser.add_argument("--quick", action="store_true", help="1 prompt/domain, 16 tokens, 1 pass")
     args = parser.parse_args(argv)
     if args.quick:

@@ -19,11 +19,11 @@ both are rewritten after every stage, so an interrupted run keeps what it did):
                 (--rebuild trains again). Then the built pair's greedy agreement in its own dtype
                 (bf16 on a GPU; information).
 4. calibrate    the pair's latency model from the engine's own loop on the device (--calibration-steps
-                steps), saved where train_ppo.py and evaluate.py read it (``latency: calibrated``).
-5. policy       experiments/train_ppo.py: --ppo-timesteps of PPO on the train traces of --scenarios
+                steps), saved where specrl train and specrl evaluate read it (``latency: calibrated``).
+5. policy       specrl train: --ppo-timesteps of PPO on the train traces of --scenarios
                 (recorded on first use: plainly decoded prompts, cached), checkpoint chosen on
                 validation traces, exported to <out>/policy/quick.
-6. benchmark    experiments/evaluate.py on the test prompts of --scenarios: plain decoding, static
+6. benchmark    specrl evaluate on the test prompts of --scenarios: plain decoding, static
                 k = 2 and 4, the best static, TCP, our versions of Hugging Face's rules, AdaEDL, a
                 SpecDec++-style stop, HF generate plain and assisted, and the quick policy; the real
                 loop (wall clock, median of --repeats) and the simulator; into <out>/evaluate/.

@@ -14,8 +14,8 @@ draft and, when its acceptance on those requests is below ``adaptation.adapt_bel
 in between requests: serving pauses while it runs, and its wall time counts in that setup's
 tokens/s. Greedy outputs are the same in every setup (checked here, and in
 ``tests/test_serving.py``), because the output of speculative decoding never depends on the draft.
-The adaptation settings of the shipped stream were chosen on its validation split by
-``experiments/tune_adaptation.py``.
+The adaptation settings of the shipped stream were chosen on its validation split
+(results/stream_validation/).
 
 Run from the repository root (offline, on the embedded default pair; 21 minutes on 2 CPU
 cores for the three seeds):

@@ -73,7 +73,9 @@ def parse_args() -> argparse.Namespace:
         default="profile",
         help="also price the simulator with the isolated-forward profile (default) or not",
     )
-    parser.add_argument("--out", default="results/sim_vs_real", help="output stem (.json and .md are added)")
+    parser.add_argument(
+        "--out", default="results/sim_vs_real/sim_vs_real", help="output stem (.json and .md are added)"
+    )
     parser.add_argument(
         "--render", type=Path, default=None, metavar="JSON", help="only rewrite the .md of a run's JSON"
     )

@@ -9,14 +9,14 @@ The policy sees the features of the batch as one step (``batch_size`` among them
    batch-size schedule. Every visited state (one in ``--label-every``) is labelled with every
    k's regret over the run that follows it: the k on a fork of the episode, then the schedule
    for up to ``--label-horizon`` steps (``specrl.batch_control.RolloutOracle``; the default, 1, is the step
-   alone, what the one-step clairvoyant of ``batch_sim.py`` sees). Round 0 follows the
+   alone, what the one-step clairvoyant of the batch simulator sees). Round 0 follows the
    schedule; later rounds follow the policy, and the states it reaches are labelled the same
    way. The policy network is fit to every label so far by its expected regret (tau index 0: a
    cut's regret is predicted too weakly by the past), so it learns the k that pays, as far as
    the past predicts it. One step ahead, the labels ask for speculation at 64 rows that a whole
    run does not repay; 64 to 256 steps ahead they ask for none there, but the policies fit to
-   them lost more at small batches than they saved (``results/batch/labels.md``,
-   ``experiments/label_horizon.py``, and ``results/notes/batch.md``).
+   them lost more at small batches than they saved (``results/batch/labels.md`` and
+   ``results/batch/README.md``).
 2. **PPO** from there (``--timesteps``), one scenario per env.
 
 By default every episode is priced by a machine drawn from the family of batch latency models
@@ -28,19 +28,19 @@ episode's labels and its round-0 behaviour use its own machine's. ``--latency-pr
 trains on this machine's batch calibration alone, as before.
 
 After imitation and every ``--eval-freq`` steps of PPO, the deterministic policy is scored on the
-**validation** traces against the batch-size schedule tuned there (``batch_sim.py``'s tuning);
+**validation** traces against the batch-size schedule tuned there (``specrl.batch_control``);
 over the family, under each profile of ``SELECT_BATCH_PROFILES`` against that profile's
 schedule (entries ``<scenario>@<profile>``), as it is; on one machine as it serves there: with
 speculation switched off above the batch sizes where it is slower than plain decoding
 (``BatchCutoffController``, the cut-off ``specrl.batch_control.cutoff_from`` its ratios at the
-fixed sizes; ``batch_sim.py`` and ``batch_real.py`` tune the same cut-off for their
+fixed sizes; ``batch_real.py`` tunes the same cut-off for its
 ``ppo+cutoff`` row). A cut-off belongs to one machine, so a policy carried to another must keep
 plain decoding's speed by itself. The best checkpoint is exported: the best geometric mean over
 the scenarios among the checkpoints that keep the floor, at least ``PLAIN_FLOOR`` of plain
 decoding at every fixed batch size (the issue's bar is 0.98 in the real loop; the simulator's
 floor is tighter, as its prices err by a few percent at large batches). If none keeps it, the
-one whose worst fixed size is best. Report on test with ``python experiments/batch_sim.py --policy
-specrl/policies/batch``.
+one whose worst fixed size is best. Report on test prompts in the real loop with
+``python experiments/batch_real.py --policy specrl/policies/batch``.
 
     python experiments/train_batch.py                         # specrl/policies/batch
     python experiments/train_batch.py --latency-profiles machine --out /tmp/here  # this machine only
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> None:
         f"exported {args.out} (parity with the SB3 policy checked on {PARITY_OBSERVATIONS:,} observations; "
         f"best validation ratio vs the schedule {callback.best:.3f}); run folder {run_dir}; "
         f"{(time.perf_counter() - started) / 60:.1f} minutes; report it with "
-        f"python experiments/batch_sim.py --policy {args.out}"
+        f"python experiments/batch_real.py --policy {args.out}"
     )
 
 

@@ -43,6 +43,10 @@ def test_help_of_every_subcommand_loads_neither_torch_nor_transformers():
         (["generate", "--prompt", "a", "--policy", "x", "--k", "4"], "give --policy or --k, not both"),
         (["generate", "--prompt", "a", "--drafter", "ngram"], "give --k with them"),
         (["generate", "--prompt", "a", "--target", "t"], "give --target and --draft together"),
+        (
+            ["generate", "--prompt", "a", "--preset", "tiny", "--target", "t", "--draft", "d"],
+            "either --preset",
+        ),
         (["train", "--total-timesteps", "-5"], "--total-timesteps must be >= 0"),
         (["train", "--n-envs", "0"], "--n-envs must be a positive integer"),
         (["train", "-p", "learning_rate"], "give key:value"),

@@ -1,4 +1,4 @@
-"""The evaluation harness: a smoke run of what experiments/evaluate.py runs (tiny pair), and its parts."""
+"""The evaluation harness: a smoke run of what specrl evaluate runs (tiny pair), and its parts."""
 
 from __future__ import annotations
 

@@ -511,7 +511,7 @@ def test_invalid_files_raise_latency_error_naming_file_and_problem(measured, tmp
     path.write_text(json.dumps(data))
     with pytest.raises(LatencyError, match=message) as error:
         LatencyModel.load(path)
-    assert str(path) in str(error.value) and "calibrate.py" in str(error.value)
+    assert str(path) in str(error.value) and "specrl calibrate" in str(error.value)
 
 
 def test_a_version_2_file_reads_as_the_batch_of_one(measured, tmp_path):
@@ -544,7 +544,7 @@ def test_an_old_format_file_is_refused_with_a_clear_message(tmp_path):
         LatencyModel.load(path)
     message = str(error.value)
     assert str(path) in message and "format version 1" in message and "reads version 3" in message
-    assert "calibrate.py" in message
+    assert "specrl calibrate" in message
 
 
 def test_loop_model_file_round_trips_both_modes(loop_model, tmp_path):
@@ -568,7 +568,7 @@ def test_loop_model_file_round_trips_both_modes(loop_model, tmp_path):
 
 
 def test_missing_and_corrupt_files_raise_latency_error(tmp_path):
-    with pytest.raises(LatencyError, match=r"'.*nothing\.json' does not exist.*calibrate\.py"):
+    with pytest.raises(LatencyError, match=r"'.*nothing\.json' does not exist.*specrl calibrate"):
         LatencyModel.load(tmp_path / "nothing.json")
     (tmp_path / "torn.json").write_text('{"format": "specrl-latency", "vers')
     with pytest.raises(LatencyError, match=r"torn\.json: not valid JSON"):
@@ -612,7 +612,7 @@ def test_a_calibration_measured_on_shared_cores_warns_and_names_the_fix(pair, tm
     with pytest.warns(
         CalibrationWarning,
         match=r"other work shared the CPU \(load 3.9 on 2 CPUs, torch on 1 thread\).*"
-        r"calibrate.py --force",
+        r"specrl calibrate --force",
     ):
         calibrated(pair, k_max=2, progress=False)
     assert latency_path(pair).is_file()  # cached all the same: the warning says how to replace it

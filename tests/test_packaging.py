@@ -57,7 +57,7 @@ def test_a_path_still_wins_and_a_missing_name_lists_the_shipped_ones(tmp_path, m
     (tmp_path / "code.yaml").write_text("description: mine\nprompts: {domains: {math: 1.0}}\n")
     assert load_scenario("code.yaml").source == "code.yaml"
     assert specrl.LearnedController.load(SHIPPED_POLICY_DIR / "default").pair
-    with pytest.raises(PolicyError, match=r"policy folder nope does not exist.*shipped policy: .*default"):
+    with pytest.raises(PolicyError, match=r"policy folder nope does not exist.*shipped: .*default"):
         specrl.LearnedController.load("nope")
     listed = r"scenario file 'nope' not found.*code, code_lookup, code_pool, code_t1"
     with pytest.raises(ScenarioError, match=listed):
@@ -130,7 +130,7 @@ def test_trace_replay_never_calibrates_unasked_and_loads_the_pair_only_when_prep
 
 def test_an_env_without_traces_names_the_command_that_records_them(no_weights, tmp_path):
     scenario = replace(load_scenario("code"), latency="constant", max_new_tokens=77)  # no traces of this
-    with pytest.raises(SetupError, match=r"no 'validation' traces of scenario 'code'.*collect_traces.py"):
+    with pytest.raises(SetupError, match=r"no 'validation' traces of scenario 'code'.*specrl collect"):
         TraceReplayEnv(scenario, split="validation")
 
 

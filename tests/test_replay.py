@@ -303,7 +303,7 @@ def test_trace_files_with_a_wrong_version_or_missing_fields_are_refused(
 
 
 def test_missing_or_corrupt_trace_files_are_refused(tmp_path):
-    with pytest.raises(TraceError, match="does not exist.*collect_traces"):
+    with pytest.raises(TraceError, match="does not exist.*specrl collect"):
         TraceSet.load(tmp_path / "nope.npz")
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
     with pytest.raises(TraceError, match="not a readable"):

@@ -37,22 +37,14 @@ import json
 import time
 from pathlib import Path
 
+from specrl.cli.pair_options import add_pair_arguments, check_pair_arguments
+
 HELP = "measure a pair's latency model on this machine (cached)"
 METHODS = ("loop", "profile", "batch")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--preset",
-        default=None,
-        help="embedded pair to measure: small (the default when no --target is given) or tiny",
-    )
-    parser.add_argument("--target", default=None, help="HF id or local path of a target, with --draft")
-    parser.add_argument("--draft", default=None, help="HF id or local path of the draft, with --target")
-    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: CUDA when present)")
-    parser.add_argument(
-        "--dtype", default=None, help="float32, bfloat16, ... (default: bf16 on GPU, fp32 on CPU)"
-    )
+    add_pair_arguments(parser)
     parser.add_argument(
         "--method",
         choices=METHODS,  # specrl.latency.calibration.METHODS (a test holds them equal)
@@ -108,10 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    if (args.target is None) != (args.draft is None):
-        parser.error("give --target and --draft together")
-    if args.target is not None and args.preset is not None:
-        parser.error("give either --preset or --target and --draft")
+    check_pair_arguments(args, parser)
     if args.method == "loop" and (args.repeats is not None or args.contexts is not None):
         parser.error("--repeats and --contexts set up the isolated profile: add --method profile")
     args.repeats = 5 if args.repeats is None else args.repeats

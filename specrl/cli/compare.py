@@ -33,6 +33,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from specrl.cli.pair_options import add_pair_arguments, check_pair_arguments
+
 HELP = "run controllers in the real loop and compare them (the quick look)"
 
 
@@ -83,17 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed", type=int, default=0, help="episode i is reset with seed SEED + i (default 0)"
     )
-    parser.add_argument(
-        "--preset", default=None, help="use this embedded pair (small, tiny) instead of the scenarios' pair"
-    )
-    parser.add_argument(
-        "--target",
-        default=None,
-        help="HF id or path of a target, with --draft, instead of the scenarios' pair "
-        "(scenarios then need prompts.file)",
-    )
-    parser.add_argument("--draft", default=None, help="HF id or path of the draft, with --target")
-    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: CUDA when present)")
+    add_pair_arguments(parser)
     parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the tables to this .md file")
 
@@ -101,8 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.episodes < 1 or args.warmup < 0:
         parser.error("--episodes must be >= 1 and --warmup >= 0")
-    if (args.target is None) != (args.draft is None):
-        parser.error("give --target and --draft together")
+    check_pair_arguments(args, parser)
     from tqdm import tqdm
 
     import specrl
@@ -187,10 +178,12 @@ def pair_spec(scenario_pair, args: argparse.Namespace):
     from specrl.envs import PairSpec
 
     if args.target is not None:
-        return PairSpec(target=args.target, draft=args.draft, device=args.device)
+        return PairSpec(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
     if args.preset is not None:
-        return PairSpec(preset=args.preset, device=args.device)
-    return replace(scenario_pair, device=args.device or scenario_pair.device)
+        return PairSpec(preset=args.preset, device=args.device, dtype=args.dtype)
+    return replace(
+        scenario_pair, device=args.device or scenario_pair.device, dtype=args.dtype or scenario_pair.dtype
+    )
 
 
 def format_table(name: str, time: str, rows: dict) -> str:

@@ -55,6 +55,7 @@ import sys
 from pathlib import Path
 
 from specrl.cli import options_of
+from specrl.cli.pair_options import add_pair_arguments, check_pair_arguments
 from specrl.cli.ray import add_ray_arguments, pool_from_args
 
 HELP = "every controller side by side on test prompts: simulator and real loop"
@@ -93,22 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="skip the simulator columns, the oracle and the grid search (real loop only)",
     )
-    pair = parser.add_argument_group("pair")
-    pair.add_argument(
-        "--preset",
-        default=None,
-        help="embedded pair (small, tiny) instead of the scenarios' own (theirs: small)",
-    )
-    pair.add_argument(
-        "--target",
-        default=None,
-        help="HF id or path of a target, with --draft (scenarios then need prompts.file)",
-    )
-    pair.add_argument("--draft", default=None, help="HF id or path of the draft, with --target")
-    pair.add_argument("--device", default=None, help="cpu, cuda, ... (default: CUDA when present)")
-    pair.add_argument(
-        "--dtype", default=None, help="float32, bfloat16, ... (default: bf16 on GPU, fp32 on CPU)"
-    )
+    add_pair_arguments(parser)
     work = parser.add_argument_group("workload")
     work.add_argument(
         "--episodes",
@@ -200,10 +186,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     if args.sim_prompts_per_domain is None:
         args.sim_prompts_per_domain = DEFAULT_PROMPTS_PER_DOMAIN[args.split]
-    if (args.target is None) != (args.draft is None):
-        parser.error("give --target and --draft together")
-    if args.target is not None and args.preset is not None:
-        parser.error("give either --preset or --target/--draft")
+    check_pair_arguments(args, parser)
     if min(args.episodes, args.repeats, args.sim_prompts_per_domain) < 1 or args.warmup < 0:
         parser.error("--episodes, --repeats and --sim-prompts-per-domain must be >= 1, --warmup >= 0")
     if (

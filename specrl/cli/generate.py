@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 
+from specrl.cli.pair_options import add_pair_arguments, check_pair_arguments
 from specrl.features import FEATURE_DRAFTERS
 
 HELP = "decode one prompt speculatively and print the statistics"
@@ -39,11 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sampling.add_argument("--top-k", type=int, default=0, help="top-k filter (0 = off)")
     sampling.add_argument("--top-p", type=float, default=1.0, help="nucleus filter (1 = off)")
     sampling.add_argument("--seed", type=int, default=0, help="sampling seed")
-    pair = parser.add_argument_group("pair")
-    pair.add_argument("--preset", default="small", help="embedded pair (small, tiny; default small)")
-    pair.add_argument("--target", help="target model: HF id or local path (with --draft)")
-    pair.add_argument("--draft", help="draft model: HF id or local path (with --target)")
-    pair.add_argument("--device", help="cpu, cuda, ... (default: cuda if present)")
+    add_pair_arguments(parser, preset_default="small")
 
 
 def check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
@@ -63,8 +60,7 @@ def check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         parser.error(f"--temperature must be >= 0 (0: greedy), got {args.temperature}")
     if args.top_k < 0 or not 0.0 < args.top_p <= 1.0:
         parser.error(f"--top-k must be >= 0 and --top-p in (0, 1], got {args.top_k} and {args.top_p}")
-    if (args.target is None) != (args.draft is None):
-        parser.error("give --target and --draft together")
+    check_pair_arguments(args, parser)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -82,9 +78,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             parser.error(str(error))
         described = {"policy": str(controller.policy.folder), "policy_pair": controller.pair}
     if args.target:
-        pair = specrl.load_pair(target=args.target, draft=args.draft, device=args.device)
+        pair = specrl.load_pair(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
     else:
-        pair = specrl.load_pair(preset=args.preset, device=args.device)
+        pair = specrl.load_pair(preset=args.preset, device=args.device, dtype=args.dtype)
     if args.k is None:
         warning = controller.pair_warning(pair.name)
         if warning:

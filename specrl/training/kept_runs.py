@@ -1,7 +1,7 @@
-"""Experiments that compare training runs: ``experiments/train_ppo.py`` run once per arm and seed,
-its exported files kept, so an interrupted experiment resumes where it stopped.
+"""Experiments that compare training runs: ``specrl train`` run once per arm and seed, in a child
+process, its exported files kept, so an interrupted experiment resumes where it stopped.
 
-Used by ``experiments/warm_start_ablation.py`` and ``experiments/profiles.py``.
+Used by ``experiments/profiles.py``.
 """
 
 from __future__ import annotations
@@ -17,11 +17,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-TRAIN_PPO = Path(__file__).resolve().parents[2] / "experiments" / "train_ppo.py"
-
 
 def kept_run(label: str, seed: int, kept: Path, flags: Sequence[str], files: Sequence[str]) -> Path:
-    """``kept``, holding ``files`` of the policy that ``train_ppo.py`` with ``flags`` and ``seed``
+    """``kept``, holding ``files`` of the policy that ``specrl train`` with ``flags`` and ``seed``
     exports (no real-loop check, its run folder and policy in a scratch folder): trained now unless
     ``kept`` holds them already; written atomically (a folder renamed into place)."""
     if all((kept / name).is_file() for name in files):
@@ -29,17 +27,17 @@ def kept_run(label: str, seed: int, kept: Path, flags: Sequence[str], files: Seq
     with tempfile.TemporaryDirectory() as scratch:
         command = [
             sys.executable,
-            str(TRAIN_PPO),
+            "-m",
+            "specrl",
+            "train",
             *flags,
             "--seed",
             str(seed),
             "--validate-scenarios",
             "--runs-dir",
             str(Path(scratch) / "runs"),
-            "--policies-dir",
-            scratch,
-            "--policy-name",
-            "policy",
+            "--export-as",
+            str(Path(scratch) / "policy"),
         ]
         print(f"[{label}, seed {seed}] {shlex.join(command[1:])}", flush=True)
         started = time.perf_counter()

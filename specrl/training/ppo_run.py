@@ -87,7 +87,7 @@ class MachineStatistics(RunningMeanStd):
     priced_k: :data:`MACHINE_FEATURES`) stay fixed at mean 0.5 and standard deviation 0.25: a
     machine's features are the same all episode, and a run sees a few machines in its statistics
     (the warm start's two), so learned statistics put a held-out machine ten standard deviations
-    away (``experiments/normalizer_reach.py``)."""
+    away (measured by a retired probe, ``experiments/normalizer_reach.py`` in git)."""
 
     def __init__(self, shape: tuple[int, ...]) -> None:
         super().__init__(shape=shape)

@@ -1,6 +1,6 @@
-"""The GPU check's stages that run a script of ``experiments/`` in a child process (PPO training,
-the evaluation harness, the decoding benchmark), its output shown and kept under ``<out>/logs``,
-and read back what it wrote. They need the specrl checkout the scripts live in."""
+"""The GPU check's stages that run in a child process (``specrl train``, ``specrl evaluate``, and
+the decoding benchmark, a script of the checkout's ``experiments/``), their output shown and kept
+under ``<out>/logs``, and read back what they wrote."""
 
 from __future__ import annotations
 
@@ -17,9 +17,13 @@ from specrl.provenance import CHECKOUT
 
 
 def run_script(script: str, arguments: list[str], log: Path, device: str) -> None:
-    """``python experiments/<script> ARGUMENTS``, its output shown and kept in ``log``; raises on failure.
-    On the CPU it sees no GPU (CUDA_VISIBLE_DEVICES empty), so that every script runs where the check does."""
-    command = [sys.executable, str(CHECKOUT / "experiments" / script), *arguments]
+    """``specrl <script> ARGUMENTS`` (a subcommand), or ``python experiments/<script> ARGUMENTS`` (a
+    ``.py`` benchmark of the checkout), its output shown and kept in ``log``; raises on failure. On
+    the CPU it sees no GPU (CUDA_VISIBLE_DEVICES empty), so that everything runs where the check does."""
+    if script.endswith(".py"):
+        command = [sys.executable, str(CHECKOUT / "experiments" / script), *arguments]
+    else:
+        command = [sys.executable, "-m", "specrl", script, *arguments]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if torch.get_num_threads() == 1:  # the scripts too (the latency file's name has the count)
         env["OMP_NUM_THREADS"] = "1"
@@ -43,14 +47,13 @@ def run_script(script: str, arguments: list[str], log: Path, device: str) -> Non
 def quick_policy(budget: dict[str, Any], scenarios: list[str], out: Path) -> dict[str, Any]:
     """PPO on the pair's train traces, a small budget; the policy exported to <out>/policy/quick."""
     folder = out / "policy" / "quick"
-    # train_ppo.py is run in the mode of its docstring's smoke line: no real-loop validation (the
-    # benchmark stage does that) and no extra scenarios in its simulator comparison.
+    # no real-loop validation (the benchmark stage does that), no extra scenarios in its comparison
     run_script(
-        "train_ppo.py",
+        "train",
         ["--preset", budget["preset"], "--scenarios", *scenarios, "--eval-scenarios", "--validate-scenarios",
          "--total-timesteps", str(budget["ppo_timesteps"]), "--n-envs", str(budget["n_envs"]),
-         "--eval-freq", str(budget["eval_freq"]), "--policies-dir", str(folder.parent),
-         "--policy-name", folder.name, "--runs-dir", str(out / "runs"), "--exp-name", "gpu-check"],
+         "--eval-freq", str(budget["eval_freq"]), "--export-as", str(folder),
+         "--runs-dir", str(out / "runs"), "--exp-name", "gpu-check"],
         out / "logs" / "train_ppo.log",
         budget["device"],
     )  # fmt: skip
@@ -64,7 +67,7 @@ def quick_policy(budget: dict[str, Any], scenarios: list[str], out: Path) -> dic
 
 
 def benchmark(budget: dict[str, Any], scenarios: list[str], out: Path, smoke: bool) -> dict[str, Any]:
-    """evaluate.py on the test prompts: every controller, the real loop and the simulator."""
+    """``specrl evaluate`` on the test prompts: every controller, the real loop and the simulator."""
     folder = out / "evaluate"
     arguments = ["--preset", budget["preset"], "--device", budget["device"], "--scenarios", *scenarios,
                  "--policy", str(out / "policy" / "quick"), "--episodes", str(budget["episodes"]),
@@ -73,7 +76,7 @@ def benchmark(budget: dict[str, Any], scenarios: list[str], out: Path, smoke: bo
         arguments += ["--latency", budget["latency"]]
     if smoke:
         arguments += ["--no-progress"]
-    run_script("evaluate.py", arguments, out / "logs" / "evaluate.log", budget["device"])
+    run_script("evaluate", arguments, out / "logs" / "evaluate.log", budget["device"])
     results = json.loads((folder / "results.json").read_text())
     return {"folder": str(folder), "latency": results.get("latency"), "headline": headline(results)}
 
@@ -94,7 +97,7 @@ def bench_compile(budget: dict[str, Any], out: Path) -> dict[str, Any]:
 
 def headline(results: dict) -> dict[str, list[dict]]:
     """Per scenario, each controller's real-loop tokens/s, speed-up over plain, ratio to TCP and
-    acceptance, and its simulator tokens/s, from evaluate.py's results.json."""
+    acceptance, and its simulator tokens/s, from ``specrl evaluate``'s results.json."""
     table = {}
     for name, scenario in results.get("scenarios", {}).items():
         rows = []
