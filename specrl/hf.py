@@ -41,6 +41,7 @@ plain ``generate`` (the streams differ: the same seed gives another, equally dis
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -315,6 +316,10 @@ def speculative_generate(
     sampling = sampling_from(logits_processor, generation_config)
     pair = pair_from_models(model, draft, vocab_size=vocab_size)
     controller = resolve_controller(controller)
+    if isinstance(controller, LearnedController) and model.name_or_path:
+        warning = controller.target_warning(model.name_or_path)
+        if warning:
+            warnings.warn(warning, UserWarning, stacklevel=2)
 
     # The stopping criteria: the length ones become the engine's budget, EOS a set of ids, the
     # rest (stop strings, max time ...) are asked at every new token.

@@ -264,6 +264,27 @@ def load_draft(
     return model, len(target_tok)
 
 
+def target_folders(pair_name: str) -> set[str]:
+    """Where the target of the pair named ``pair_name`` may live, resolved: an embedded pair's
+    target folders (shipped in the package and built in the cache), else the part of
+    ``target+draft`` before the ``+``. What a host that knows only the model it serves (vLLM, HF
+    ``generate``) compares a policy's pair with."""
+    if pair_name.startswith(EMBEDDED_PREFIX):
+        from specrl.zoo.build import cached_dir, shipped_dir
+
+        preset = pair_name.removeprefix(EMBEDDED_PREFIX)
+        folders = [shipped_dir(preset) / "target", cached_dir(preset, 0) / "target"]
+    else:
+        folders = [Path(pair_name.split("+", 1)[0])]
+    return {str(folder.resolve()) if folder.exists() else str(folder) for folder in folders}
+
+
+def served_target(target: str | Path) -> str:
+    """``target`` (a served model's HF id or folder) as :func:`target_folders` spells it."""
+    path = Path(target)
+    return str(path.resolve()) if path.exists() else str(target)
+
+
 def load_pair(
     target: str | None = None,
     draft: str | None = None,

@@ -15,6 +15,7 @@ from specrl.export import ExportedPolicy, load_policy
 from specrl.export.layout import action_sizes
 from specrl.features import FEATURE_COUNTS, N_FEATURES, PRICED_VERSION, Prices
 from specrl.latency.calibration import machine_prices
+from specrl.models import served_target, target_folders
 
 
 class LearnedController:
@@ -116,6 +117,13 @@ class LearnedController:
             f"policy {self.policy.folder} was trained on pair {self.pair!r} but runs on {pair_name!r}: the "
             "output is still exact, but the speed-up may not carry over"
         )
+
+    def target_warning(self, target: str | Path) -> str | None:
+        """:meth:`pair_warning` for a host that knows only the target it serves (vLLM's model, HF
+        ``generate``'s): None when ``target`` is the policy's pair's target."""
+        if served_target(target) in target_folders(self.pair):
+            return None
+        return self.pair_warning(f"{target} (the target served)")
 
     def reset(self) -> None:
         """Nothing to forget: the observation carries the history."""

@@ -155,12 +155,16 @@ class _Request:
 
 
 def controller_factory(
-    name: str | Callable[[], Controller], k_max: int, drafters: Sequence[str] = (LOOKUP_DRAFTER,)
+    name: str | Callable[[], Controller],
+    k_max: int,
+    drafters: Sequence[str] = (LOOKUP_DRAFTER,),
+    target: str | None = None,
 ) -> Callable[[], Controller]:
     """A new controller per request from a controller's name or a policy (folder or shipped name),
     or a factory given as it is. A rule is built per request (rules keep their own window); a
     policy is loaded once and shared (it is stateless: the features carry the history). A policy
-    that chooses a drafter not among ``drafters`` (those the proposer runs) is refused."""
+    that chooses a drafter not among ``drafters`` (those the proposer runs) is refused; one trained
+    on another pair than the ``target`` vLLM serves is logged as a warning."""
     from specrl.controllers.learned import LearnedController
     from specrl.evaluation.roster import RULES, make_controller
 
@@ -182,6 +186,9 @@ def controller_factory(
             f"policy {policy.policy.folder} chooses among drafters {list(policy.drafters)}; this proposer "
             f"runs {list(drafters)}, so it cannot draft with {missing} or compute their features: {fix}"
         )
+    warning = policy.target_warning(target) if target else None
+    if warning:
+        logger.warning("specrl: %s", warning)
     return lambda: policy
 
 
@@ -247,7 +254,8 @@ class Proposer:
         self.draft = self._load_draft(draft, target, device, dtype)
         drafters = (DRAFT, LOOKUP_DRAFTER) if self.draft is not None else (LOOKUP_DRAFTER,)
         chosen = controller or os.environ.get(CONTROLLER_VARIABLE, "tcp")
-        self._new_controller = controller_factory(chosen, self.k_max, drafters)
+        served = str(getattr(vllm_config.model_config, "model", "")) if vllm_config is not None else None
+        self._new_controller = controller_factory(chosen, self.k_max, drafters, target=served)
         self.max_batch = max_batch or int(os.environ.get(MAX_BATCH_VARIABLE) or 0) or None
         self.controller_name = chosen if isinstance(chosen, str) else getattr(chosen, "__name__", "custom")
         self.settings = GenerationSettings(
