@@ -280,12 +280,12 @@ def check_greedy(
                     "tau": tau,
                     "equal": out.token_ids == expected,
                     "agree": first_divergence(out.token_ids, expected),
-                    "proposed": out.stats.proposed,
-                    "accepted": out.stats.accepted,
+                    "num_draft_tokens": out.stats.num_draft_tokens,
+                    "num_accepted_tokens": out.stats.num_accepted_tokens,
                 }
             )
     all_equal = all(run["equal"] for run in runs)
-    rejections = any(0 < run["accepted"] < run["proposed"] for run in runs)
+    rejections = any(0 < run["num_accepted_tokens"] < run["num_draft_tokens"] for run in runs)
     result = {
         "dtype": str(pair.dtype).removeprefix("torch."),
         "strict": strict,

@@ -167,7 +167,7 @@ def test_a_step_costs_the_batchs_time_and_a_fixed_batch_stays_full():
     assert info["batch_size"] == 4
     first = [row.segment.prompt_length for row in env.active]
     assert env.busy_seconds == pytest.approx(latency.prefill_seconds(first))  # the first prefill
-    waiting, total, done, prefills = [], 0, False, 0
+    waiting, total, done, prefills, drafts = [], 0, False, 0, []
     while not done:
         rows = list(env.active)
         if env.next_request < len(env.requests):  # requests still queued: the batch is full
@@ -189,6 +189,9 @@ def test_a_step_costs_the_batchs_time_and_a_fixed_batch_stays_full():
         assert info["seconds"] == pytest.approx(draft + verify + info["prefill_seconds"])
         assert reward == pytest.approx(info["tokens"] - env.reference_tokens_per_s * info["seconds"])
         total += info["tokens"]
+        drafts.append(info["drafts"])  # vLLM's num_drafts: one per row that drafted
+        assert info["drafts"] == sum(r.proposed > 0 for r in results)
+    assert max(drafts) == 4
     assert env.served == 12 and total == sum(r.segment.end for r in env.requests)
     assert waiting and set(waiting) == {4}  # full while requests wait, then it drains
     assert prefills >= 2  # finished rows were replaced, and their prompts paid a prefill

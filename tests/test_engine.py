@@ -82,7 +82,31 @@ def test_step_reports_timing_and_outcomes(pair):
         assert all(0.0 <= a <= 1.0 for a in s.acceptance_probs)
     stats = out.stats
     assert stats.new_tokens == sum(s.emitted for s in out.steps)
-    assert stats.mean_accepted_length == pytest.approx(stats.new_tokens / stats.steps)
+    assert stats.tokens_per_step == pytest.approx(stats.new_tokens / stats.steps)
+
+
+def test_counts_carry_vllm_names_and_definitions(twin_pair, pair):
+    # an identical draft, greedy, k = 5 over 40 tokens: six steps of 5 drafted + 1, then the budget
+    # leaves room for 3 drafted + 1; every drafted token is accepted
+    stats = decode(twin_pair, prompts(1, twin_pair.vocab_size)[0], k=5, n=40).stats
+    counts = (stats.steps, stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens)
+    assert counts == (7, 7, 33, 33)
+    assert stats.mean_acceptance_length == pytest.approx(1 + 33 / 7)  # vLLM: 1 + accepted / drafts
+    # plain decoding drafts nothing: vLLM's length is 1, one token per step
+    plain = decode(pair, prompts(1, pair.vocab_size)[0], k=0, n=10).stats
+    assert (plain.steps, plain.num_drafts, plain.num_draft_tokens) == (10, 0, 0)
+    assert plain.mean_acceptance_length == 1.0 and plain.tokens_per_step == 1.0
+    # a confidence cut leaves steps that draft nothing: steps, but not drafts (seeded: 24 steps,
+    # 5 of them drafted 6 tokens, all accepted); vLLM's length is not tokens per step
+    out = decode(twin_pair, prompts(1, twin_pair.vocab_size)[0], k=4, tau=0.1, n=30, temperature=1.0, seed=0)
+    stats = out.stats
+    counts = (stats.steps, stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens)
+    assert counts == (24, 5, 6, 6)
+    names = {"num_drafts", "num_draft_tokens", "num_accepted_tokens", "tokens_per_step"}
+    assert stats.num_drafts == sum(s.proposed > 0 for s in out.steps)
+    assert stats.mean_acceptance_length == pytest.approx(2.2) and stats.tokens_per_step == pytest.approx(1.25)
+    assert stats.to_dict()["mean_acceptance_length"] == pytest.approx(2.2)
+    assert names <= set(stats.to_dict())
 
 
 # ---------------------------------------------------------------------------------------------

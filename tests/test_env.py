@@ -38,6 +38,7 @@ STEP_INFO_KEYS = {
     "tokens_per_s",
     "proposed",
     "accepted",
+    "drafts",
     "k",
     "k_used",
     "tau",
@@ -167,7 +168,7 @@ def test_step_info_reports_the_step(word_prompts, pair):
     result = info["step_result"]
     assert isinstance(result, specrl.StepResult)
     assert info["tokens"] == result.emitted and info["proposed"] == result.proposed
-    assert info["accepted"] == result.accepted
+    assert info["accepted"] == result.accepted and info["drafts"] == int(result.proposed > 0)
     cost = env.scenario.cost_model
     draft_seconds = cost.draft_forward_s * len(result.confidences)
     verify_seconds = cost.target_forward_s + cost.target_per_token_s * result.proposed

@@ -114,7 +114,12 @@ def test_smoke_run_writes_json_markdown_plots_and_tensorboard_with_a_row_per_con
             assert f"| {row['label']} |" in markdown
         plain = result["rows"]["plain"]["real"]
         assert plain["speedup"] == pytest.approx(1.0) and plain["mean_k"] == 0
-        assert plain["mean_accepted_length"] == 1
+        assert plain["mean_acceptance_length"] == 1 and plain["num_drafts"] == 0
+        assert plain["tokens_per_step"] == 1
+        static = result["rows"]["static:4:0"]["real"]
+        assert 0 < static["num_drafts"] <= static["steps"]
+        drafted = 1 + static["num_accepted_tokens"] / static["num_drafts"]
+        assert static["mean_acceptance_length"] == pytest.approx(drafted)
         assert result["rows"]["static:4:0"]["real"]["mean_k"] == 4
         tcp = result["rows"]["tcp"]["real"]
         assert tcp["ratio_to_tcp"] == pytest.approx(1.0)
@@ -190,10 +195,15 @@ def test_episode_plan_is_the_trace_collection_order_and_the_real_loop_takes_the_
 
 def test_aggregate_charges_each_token_its_steps_seconds_per_token():
     steps = [StepRecord(4, 0.020, 3, 3, 3, 0.0, "code", 0), StepRecord(1, 0.010, 3, 0, 3, 0.0, "code", 4)]
-    summary = EpisodeSummary(new_tokens=5, verify_seconds=0.030, steps=2, proposed=6, accepted=3, k_sum=6)
+    summary = EpisodeSummary(
+        new_tokens=5, verify_seconds=0.030, steps=2, num_draft_tokens=6, num_accepted_tokens=3, num_drafts=2
+    )
+    summary.k_sum = 6
     row = aggregate([[EpisodeRecord(summary, steps)]])
     assert row["tokens_per_s"] == pytest.approx(5 / 0.030)
-    assert row["mean_accepted_length"] == 2.5 and row["acceptance_rate"] == 0.5 and row["mean_k"] == 3
+    assert row["mean_acceptance_length"] == 2.5 and row["acceptance_rate"] == 0.5 and row["mean_k"] == 3
+    assert (row["num_drafts"], row["num_draft_tokens"], row["num_accepted_tokens"]) == (2, 6, 3)
+    assert row["tokens_per_step"] == 2.5
     latency = row["latency_ms_per_token"]  # per token: 5, 5, 5, 5, 10 ms
     assert latency["mean"] == pytest.approx(6.0) and latency["std"] == pytest.approx(2.0)
     assert row["step_acceptance_histogram"]["counts"] == [1, 0, 0, 0, 0, 0, 0, 0, 0, 1]

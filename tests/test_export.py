@@ -553,8 +553,10 @@ def test_cli_generates_with_a_policy_and_prints_its_stats(raw_policy, tiny_home)
     assert done.stdout.startswith("def f(x):")
     stats = json.loads(done.stdout[done.stdout.index("\n{") :])
     assert stats["policy"] == str(raw_policy) and stats["pair"] == "specrl-zoo-tiny"
-    assert {"tokens_per_s", "acceptance_rate", "mean_k", "mean_tau", "steps"} <= set(stats)
+    names = {"tokens_per_s", "acceptance_rate", "mean_acceptance_length", "num_drafts", "mean_k", "mean_tau"}
+    assert names <= set(stats) and "mean_accepted_length" not in stats  # vLLM's names, one each
     assert 0 <= stats["mean_k"] <= K_MAX and stats["steps"] >= 1
+    assert stats["num_draft_tokens"] >= stats["num_accepted_tokens"] and stats["num_drafts"] <= stats["steps"]
     assert "warning" not in done.stderr  # trained on the same pair
 
 

@@ -106,9 +106,10 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
     for name in (
         "tokens_per_s",
         "acceptance_rate",
-        "mean_accepted_len",
-        "k_mean",
-        "tau_mean",
+        "mean_acceptance_length",
+        "tokens_per_step",
+        "mean_k",
+        "mean_tau",
         "ratio_vs_tcp",
         "worst_ratio_vs_best_rule",
         "eval/code@cpu-epyc-2t-nov/ratio_vs_best_rule",  # a scenario under each profile selected under

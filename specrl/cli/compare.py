@@ -156,6 +156,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                     name: {
                         "tokens_per_s": s.tokens_per_s,
                         "acceptance_rate": s.acceptance_rate,
+                        "mean_acceptance_length": s.mean_acceptance_length,
                         "mean_k": s.mean_k,
                         "mean_tau": s.mean_tau,
                         "tokens": s.tokens,

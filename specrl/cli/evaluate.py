@@ -14,7 +14,7 @@ in one process:
 
 Columns: tokens/sec in the simulator (modeled time, test traces) and in the real loop
 (wall clock; median over repeats after warm-up, rows interleaved), speed-up over plain, ratio
-to TCP, acceptance rate, mean accepted length (bonus token included), mean k, mean tau, and the
+to TCP, acceptance rate, mean acceptance length (vLLM's: 1 + accepted per draft), mean k, mean tau, and the
 spread of per-token latency (does the confidence cut lower latency variance?). Definitions:
 specrl/evaluation/runs.py and harness.py.
 

@@ -178,20 +178,24 @@ class Generation:
             prefill_seconds=self.prefill_seconds,
             draft_seconds=sum(step.draft_seconds for step in steps),
             verify_seconds=sum(step.verify_seconds for step in steps),
-            proposed=sum(result.proposed for result in mine),
-            accepted=sum(result.accepted for result in mine),
+            num_draft_tokens=sum(result.proposed for result in mine),
+            num_accepted_tokens=sum(result.accepted for result in mine),
+            num_drafts=sum(result.proposed > 0 for result in mine),
         )
 
     def stats(self) -> GenerationStats:
-        """The batch's totals: every row's tokens over the batch's time (its throughput)."""
+        """The batch's totals: every row's tokens over the batch's time (its throughput); a draft
+        is a row's step that drafted (vLLM counts one per request and step)."""
+        results = [result for step in self.steps for result in step.results]
         return GenerationStats(
             new_tokens=sum(len(self.output_ids(r)) for r in range(len(self.tokens))),
             steps=len(self.steps),
             prefill_seconds=self.prefill_seconds,
             draft_seconds=sum(step.draft_seconds for step in self.steps),
             verify_seconds=sum(step.verify_seconds for step in self.steps),
-            proposed=sum(result.proposed for step in self.steps for result in step.results),
-            accepted=sum(result.accepted for step in self.steps for result in step.results),
+            num_draft_tokens=sum(result.proposed for result in results),
+            num_accepted_tokens=sum(result.accepted for result in results),
+            num_drafts=sum(result.proposed > 0 for result in results),
         )
 
     def target_logits(self, row: int) -> torch.Tensor | None:

@@ -264,8 +264,9 @@ GENERATION_TOTALS = (
     "prefill_seconds",
     "draft_seconds",
     "verify_seconds",
-    "proposed",
-    "accepted",
+    "num_draft_tokens",
+    "num_accepted_tokens",
+    "num_drafts",
 )
 
 
@@ -273,20 +274,39 @@ GENERATION_TOTALS = (
 class GenerationStats:
     """Per-generation totals, or of many added together (:meth:`add`); the one totals type (an
     env episode's :class:`~specrl.envs.EpisodeSummary` extends it). ``tokens_per_s`` counts new
-    tokens over prefill + decode time."""
+    tokens over prefill + decode time.
+
+    The draft counts carry vLLM's names and definitions (``vllm/v1/spec_decode/metrics.py``), so
+    our numbers and vLLM's read the same: ``num_drafts`` counts each row's steps that drafted at
+    least one token, ``num_draft_tokens`` the tokens drafted, ``num_accepted_tokens`` those the
+    target accepted, and ``mean_acceptance_length`` is 1 + num_accepted_tokens / num_drafts (the
+    bonus or corrected token included). ``steps`` counts target forwards after the prefill,
+    plain steps included: ``tokens_per_step`` is new tokens over them.
+    """
 
     new_tokens: int = 0
     steps: int = 0
     prefill_seconds: float = 0.0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
-    proposed: int = 0
-    accepted: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_drafts: int = 0
 
     def add(self, other: GenerationStats) -> None:
         """Accumulate another generation's totals (throughput over many is total / total)."""
         for name in GENERATION_TOTALS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    @property
+    def proposed(self) -> int:
+        """``num_draft_tokens``, by the name the per-step results use."""
+        return self.num_draft_tokens
+
+    @property
+    def accepted(self) -> int:
+        """``num_accepted_tokens``, by the name the per-step results use."""
+        return self.num_accepted_tokens
 
     @property
     def decode_seconds(self) -> float:
@@ -306,12 +326,17 @@ class GenerationStats:
 
     @property
     def acceptance_rate(self) -> float:
-        """Accepted / proposed draft tokens (0 when nothing was proposed)."""
-        return self.accepted / self.proposed if self.proposed else 0.0
+        """num_accepted_tokens / num_draft_tokens (0 when nothing was drafted)."""
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
 
     @property
-    def mean_accepted_length(self) -> float:
-        """Tokens emitted per iteration, the bonus/correction token included."""
+    def mean_acceptance_length(self) -> float:
+        """vLLM's: 1 + num_accepted_tokens / num_drafts, 1 when nothing was drafted."""
+        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 1.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        """New tokens per target forward after the prefill (plain steps included; cut at EOS)."""
         return self.new_tokens / self.steps if self.steps else 0.0
 
     def to_dict(self) -> dict[str, float]:
@@ -324,10 +349,12 @@ class GenerationStats:
             "verify_seconds": self.verify_seconds,
             "tokens_per_s": self.tokens_per_s,
             "decode_tokens_per_s": self.decode_tokens_per_s,
-            "proposed": self.proposed,
-            "accepted": self.accepted,
+            "num_drafts": self.num_drafts,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
             "acceptance_rate": self.acceptance_rate,
-            "mean_accepted_length": self.mean_accepted_length,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "tokens_per_step": self.tokens_per_step,
         }
 
 

@@ -44,12 +44,13 @@ def step_info(
     episode_tokens: int,
     episode_seconds: float,
     seconds: float | None = None,
+    drafts: int | None = None,
 ) -> dict[str, Any]:
     """The ``info`` of an env's step (the real loop's and the replay's alike; a batch's rows as one
     step, :func:`~specrl.engine.types.merge_rows`): the step's tokens, seconds (the reward's:
-    ``seconds``, default the result's draft and verify) and throughput, its counts, the action
-    asked for and the k used, where the episode is (the first row's), and the
-    :class:`StepResult` itself."""
+    ``seconds``, default the result's draft and verify) and throughput, its counts (``drafts``:
+    the rows that drafted, vLLM's ``num_drafts``; default 1 if the step drafted), the action asked
+    for and the k used, where the episode is (the first row's), and the :class:`StepResult` itself."""
     seconds = result.seconds if seconds is None else seconds
     return {
         "tokens": result.emitted,
@@ -57,6 +58,7 @@ def step_info(
         "tokens_per_s": throughput(result.emitted, seconds),
         "proposed": result.proposed,
         "accepted": result.accepted,
+        "drafts": int(result.proposed > 0) if drafts is None else drafts,
         "k": action.k,
         "k_used": result.k,
         "tau": action.tau,

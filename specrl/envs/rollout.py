@@ -20,7 +20,7 @@ EPISODE_SUMMARY = "episode_summary"
 class EpisodeSummary(GenerationStats):
     """Totals of one env episode, or of many added together (``add``): the engine's
     :class:`GenerationStats` (so ``tokens_per_s``, ``acceptance_rate`` and
-    ``mean_accepted_length`` have one definition) with the env's seconds (wall-clock or modeled,
+    ``mean_acceptance_length`` have one definition, vLLM's) with the env's seconds (wall-clock or modeled,
     decode only: ``prefill_seconds`` stays 0), plus what the controller asked for and the return.
 
     ``tokens`` is ``new_tokens``. Where a source reports an episode's seconds without the draft /
@@ -59,15 +59,17 @@ class EpisodeSummary(GenerationStats):
             self.episode_return += other.episode_return
 
     def add_step(self, info: dict[str, Any], reward: float = 0.0) -> None:
-        """Accumulate one env step from its ``info`` (``tokens``, ``proposed``, ``accepted``, ``k``,
-        ``tau`` and ``step_result``, whose draft and verify seconds are the reward's)."""
+        """Accumulate one env step from its ``info`` (``tokens``, ``proposed``, ``accepted``,
+        ``drafts``, ``k``, ``tau`` and ``step_result``, whose draft and verify seconds are the
+        reward's)."""
         result = info["step_result"]
         self.new_tokens += info["tokens"]
         self.draft_seconds += result.draft_seconds
         self.verify_seconds += result.verify_seconds
         self.steps += 1
-        self.proposed += info["proposed"]
-        self.accepted += info["accepted"]
+        self.num_draft_tokens += info["proposed"]
+        self.num_accepted_tokens += info["accepted"]
+        self.num_drafts += info["drafts"]
         self.k_sum += info["k"]
         self.tau_sum += info["tau"]
         self.episode_return += reward
@@ -77,8 +79,9 @@ class EpisodeSummary(GenerationStats):
             "tokens": self.tokens,
             "seconds": self.seconds,
             "steps": self.steps,
-            "proposed": self.proposed,
-            "accepted": self.accepted,
+            "num_drafts": self.num_drafts,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
             "k_sum": self.k_sum,
             "tau_sum": self.tau_sum,
             "episode_return": self.episode_return,
@@ -86,7 +89,8 @@ class EpisodeSummary(GenerationStats):
             "prompt_index": self.prompt_index,
             "tokens_per_s": self.tokens_per_s,
             "acceptance_rate": self.acceptance_rate,
-            "mean_accepted_length": self.mean_accepted_length,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "tokens_per_step": self.tokens_per_step,
             "mean_k": self.mean_k,
             "mean_tau": self.mean_tau,
         }

@@ -81,8 +81,8 @@ class SpecDecodeEnv(gym.Env):
     ``cost_model`` constants) or a file.
 
     ``info`` of a step: ``tokens``, ``seconds`` (the reward's dt), ``tokens_per_s``,
-    ``proposed``, ``accepted``, ``k`` (asked), ``k_used`` (after clipping to the budget),
-    ``tau``, ``domain``, ``segment``, ``episode_tokens``, ``episode_seconds`` and
+    ``proposed``, ``accepted``, ``drafts`` (1 if it drafted), ``k`` (asked), ``k_used`` (after
+    clipping to the budget), ``tau``, ``domain``, ``segment``, ``episode_tokens``, ``episode_seconds`` and
     ``step_result`` (the :class:`StepResult`, with the reward's seconds, for controllers'
     ``observe``). With modeled time the info is deterministic; the measured seconds stay in
     ``env.unwrapped.generation.steps``. ``info`` of ``reset``: ``domain``, ``prompt_index``,

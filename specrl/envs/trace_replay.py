@@ -348,7 +348,10 @@ class TraceReplayEnv(gym.Env):
         if switched or len(staying) < len(rows) or self.next_request > waiting:  # changed outside the step
             self._describe_rows()
         reward = step_reward(emitted, seconds, self.reference_tokens_per_s, self.scenario.reward.scale)
-        info = step_info(merge_rows(results), engine_action, *where, self.tokens, self.busy_seconds, seconds)
+        drafts = sum(result.proposed > 0 for result in results)
+        info = step_info(
+            merge_rows(results), engine_action, *where, self.tokens, self.busy_seconds, seconds, drafts
+        )
         info["prefill_seconds"], info["slots"] = prefill, slots  # the grid's width the step was priced at
         info["batch_size"], info["served"], info["step_results"] = len(rows), self.served, results
         return self.features.vector(), float(reward), not self.active, False, info

@@ -22,7 +22,7 @@ SCALARS = (
     ("speedup", "speedup_over_plain"),
     ("ratio_to_tcp", "ratio_to_tcp"),
     ("acceptance_rate", "acceptance_rate"),
-    ("mean_accepted_length", "mean_accepted_length"),
+    ("mean_acceptance_length", "mean_acceptance_length"),
     ("mean_k", "mean_k"),
     ("mean_tau", "mean_tau"),
 )
@@ -100,7 +100,7 @@ def scenario_table(result: dict) -> str:
         "real vs plain",
         "real vs TCP",
         "acceptance",
-        "accepted length",
+        "acceptance length",
         "mean k",
         "mean tau",
         "ms/token p50 / p90",
@@ -121,7 +121,7 @@ def scenario_table(result: dict) -> str:
                 ratio(real.get("speedup")),
                 ratio(real.get("ratio_to_tcp")),
                 number(steps.get("acceptance_rate"), 3),
-                number(steps.get("mean_accepted_length"), 2),
+                number(steps.get("mean_acceptance_length"), 2),  # "-" in results before vLLM's names
                 number(steps.get("mean_k"), 2),
                 number(steps.get("mean_tau"), 3),
                 f"{latency['p50']:.2f} / {latency['p90']:.2f}" if latency else "-",

@@ -7,9 +7,10 @@ Definitions used in every report:
 - tokens/sec of a repeat: the tokens of all its episodes over their decode seconds (the env's:
   draft + verify, prefill excluded; HF rows: the whole ``generate`` call, prefill included);
   a row's figure is the median over repeats.
-- acceptance rate: accepted / proposed draft tokens, over all repeats.
-- mean accepted length: tokens emitted per verification (accepted + the bonus or corrected
-  token); HF rows: new tokens per target forward.
+- acceptance rate, drafts, draft and accepted tokens, mean acceptance length: vLLM's names and
+  definitions (``num_accepted_tokens / num_draft_tokens``; ``1 + num_accepted_tokens /
+  num_drafts``, a draft being a step that drafted), over all repeats; None for HF rows.
+- tokens per step: new tokens per target forward after the prefill (HF rows: per target forward).
 - mean k, mean tau: asked for per step.
 - per-token latency: each token a step emits is charged the step's seconds / the tokens it
   emitted; the spread of that distribution (std, coefficient of variation, percentiles), in ms.
@@ -178,12 +179,13 @@ def aggregate(repeats: list[list[EpisodeRecord]], engine: str = "ours") -> dict[
         "tokens": total.tokens,
         "seconds": total.seconds,
         "steps": total.steps,
-        "mean_accepted_length": total.tokens / total.steps if total.steps else 0.0,
+        "tokens_per_step": total.tokens_per_step,
         "episodes": len(records),
     }
     if engine == "hf":
         return row | {
             "acceptance_rate": None,
+            "mean_acceptance_length": None,
             "mean_k": None,
             "mean_tau": None,
             "latency_ms_per_token": None,
@@ -197,9 +199,11 @@ def aggregate(repeats: list[list[EpisodeRecord]], engine: str = "ours") -> dict[
     fractions = [s.accepted / s.proposed for s in steps if s.proposed]
     counts, _ = np.histogram(fractions, bins=ACCEPTANCE_BINS)
     return row | {
-        "acceptance_rate": total.acceptance_rate if total.proposed else None,
-        "proposed": total.proposed,
-        "accepted": total.accepted,
+        "acceptance_rate": total.acceptance_rate if total.num_draft_tokens else None,
+        "mean_acceptance_length": total.mean_acceptance_length,
+        "num_drafts": total.num_drafts,
+        "num_draft_tokens": total.num_draft_tokens,
+        "num_accepted_tokens": total.num_accepted_tokens,
         "mean_k": total.mean_k,
         "mean_tau": total.mean_tau,
         "latency_ms_per_token": spread(1000 * seconds[emitting] / tokens[emitting], tokens[emitting]),

@@ -62,9 +62,10 @@ class SpecdecMetrics(BaseCallback):
                 total.add(summary)
             self.logger.record("specdec/tokens_per_s", total.tokens_per_s)
             self.logger.record("specdec/acceptance_rate", total.acceptance_rate)
-            self.logger.record("specdec/mean_accepted_len", total.mean_accepted_length)
-            self.logger.record("specdec/k_mean", total.mean_k)
-            self.logger.record("specdec/tau_mean", total.mean_tau)
+            self.logger.record("specdec/mean_acceptance_length", total.mean_acceptance_length)
+            self.logger.record("specdec/tokens_per_step", total.tokens_per_step)
+            self.logger.record("specdec/mean_k", total.mean_k)
+            self.logger.record("specdec/mean_tau", total.mean_tau)
             self.logger.record("specdec/episodes", len(self.episodes))
             self.episodes = []
         writer = tensorboard_writer(self.logger)

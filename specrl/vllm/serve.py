@@ -8,7 +8,7 @@ no wall time. At most ``limit`` requests run together (a fixed batch: ``limit`` 
 Metrics carry vLLM's names: generation tokens per busy second, time per output token (TPOT) per
 request, and the speculative counters ``vllm:spec_decode_num_drafts``, ``..._num_draft_tokens``,
 ``..._num_accepted_tokens`` and ``..._num_accepted_tokens_per_pos`` read before and after, from which
-the acceptance rate, the mean accepted length and the acceptance per position follow as vLLM's own
+the acceptance rate, the mean acceptance length and the acceptance per position follow as vLLM's own
 logger computes them.
 """
 
@@ -36,7 +36,7 @@ def spec_counters(llm: Any) -> dict[str, Any]:
 
 
 def spec_summary(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """The acceptance rate (accepted / drafted tokens), the mean accepted length (1 + accepted per
+    """The acceptance rate (accepted / drafted tokens), the mean acceptance length (1 + accepted per
     draft) and the acceptance per position (accepted at it per draft) between two readings."""
     drafts = after["num_drafts"] - before["num_drafts"]
     drafted = after["num_draft_tokens"] - before["num_draft_tokens"]
