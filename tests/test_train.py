@@ -118,6 +118,9 @@ def test_a_smoke_run_trains_logs_and_exports_a_policy_that_decodes(tiny_home, tm
         assert f"specdec/{name}" in tags
     assert "train/policy_gradient_loss" in tags  # SB3's own scalars are there too
     assert "rollout/ep_rew_mean" in tags  # episodes are monitored (VecMonitor)
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")  # the HParams tab
     # exported into the run folder, and by name among the user's policies; the shipped ones untouched
     home, pair = tiny_home
     folder = run_dir / "policy"

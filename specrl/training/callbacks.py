@@ -1,6 +1,6 @@
 """SB3 callbacks of a training run: ``specdec/`` scalars and histograms, checkpoint selection on
 validation, a penalty for leaving the warm start's clone, a function every N steps, a progress
-bar; and the hyperparameter table of TensorBoard's text tab."""
+bar; and the run's hyperparameters for TensorBoard's HParams tab."""
 
 from __future__ import annotations
 
@@ -11,11 +11,20 @@ from typing import Any
 import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback, ConvertCallback, EveryNTimesteps
-from stable_baselines3.common.logger import TensorBoardOutputFormat
+from stable_baselines3.common.logger import HParam, Logger, TensorBoardOutputFormat
 from tqdm.auto import tqdm
 
 from specrl.envs.rollout import EPISODE_SUMMARY, EpisodeSummary
-from specrl.tables import markdown_table
+
+#: The scalars TensorBoard's HParams tab compares runs by (each run's last value of each).
+HPARAM_METRICS = (
+    "specdec/worst_ratio_vs_best_rule",
+    "specdec/ratio_vs_tcp",
+    "specdec/tokens_per_s",
+    "specdec/acceptance_rate",
+    "specdec/mean_acceptance_length",
+    "rollout/ep_rew_mean",
+)
 
 
 def tensorboard_writer(logger: Any):
@@ -209,9 +218,19 @@ class Progress(BaseCallback):
         self.bar.close()
 
 
-def hyperparameter_table(values: dict[str, Any]) -> str:
-    """A markdown table of the run's settings, for TensorBoard's text tab."""
-    return markdown_table(
-        ["parameter", "value"],
-        [[key, value if isinstance(value, str) else json.dumps(value)] for key, value in values.items()],
-    )
+def hparam_values(settings: dict[str, Any]) -> dict[str, bool | int | float | str]:
+    """``settings`` as the HParams tab takes them: numbers, booleans and strings as they are,
+    anything else (lists, dicts, None) as its JSON text."""
+    plain = (bool, int, float, str)
+    return {
+        key: value if isinstance(value, plain) else json.dumps(value, default=str)
+        for key, value in settings.items()
+    }
+
+
+def log_hparams(logger: Logger, settings: dict[str, Any]) -> None:
+    """Records the run's ``settings`` as SB3's :class:`HParam` (TensorBoard only), with
+    :data:`HPARAM_METRICS` as the scalars to compare runs by; the logger's next ``dump`` writes it."""
+    metrics = dict.fromkeys(HPARAM_METRICS, 0.0)  # placeholders: the tab reads the logged scalars
+    hparams = HParam(hparam_values(settings), metrics)
+    logger.record("hparams", hparams, exclude=("stdout", "log", "json", "csv"))

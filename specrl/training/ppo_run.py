@@ -31,8 +31,7 @@ from specrl.training.callbacks import (
     SpecdecMetrics,
     ValidationEvaluation,
     every,
-    hyperparameter_table,
-    tensorboard_writer,
+    log_hparams,
 )
 from specrl.training.comparison import Comparison
 from specrl.training.inputs import MACHINE, RunInputs
@@ -290,7 +289,7 @@ class PPORun:
 
     def train(self, settings: dict[str, Any]) -> bool:
         """Train the rest of the budget, logging to the run folder (SB3's CSV and TensorBoard,
-        ``specdec/`` scalars, ``settings`` as the hyperparameter text), evaluating every
+        ``specdec/`` scalars, ``settings`` in the HParams tab), evaluating every
         ``eval_freq`` steps and checkpointing every ``checkpoint_freq``; then the final model
         competes with the best checkpoint. False if interrupted (Ctrl-C, SIGTERM: see
         :func:`interrupt_on_signals`), with a checkpoint saved to resume from."""
@@ -305,7 +304,7 @@ class PPORun:
             Progress(self.budget["total_timesteps"], self.state["timesteps"]),
         ]
         self.model.set_logger(configure(str(self.run_dir), ["csv", "tensorboard"]))
-        tensorboard_writer(self.model.logger).add_text("hyperparameters", hyperparameter_table(settings))
+        log_hparams(self.model.logger, settings)  # written by the first dump, selection's or PPO's
         try:
             if not self.resumed:  # the start, warm or not, is the first candidate
                 if self.warm:
