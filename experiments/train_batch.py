@@ -69,6 +69,7 @@ from specrl.export.write import PARITY_OBSERVATIONS
 from specrl.latency import latency_path
 from specrl.training.inputs import (
     MACHINE,
+    HyperparameterFile,
     add_latency_profile_arguments,
     check_latency_profile_arguments,
     training_machines,
@@ -115,8 +116,9 @@ def main(argv: list[str] | None = None) -> None:
     latency = first.latency_model(pair)
     # train_ppo.py's run folder, with run.json and config.yaml; unique for seeds started together
     run_dir = new_run_dir(args.runs_dir, "batch_mix", "train_batch", args.seed, unique=True)
-    config = yaml.safe_load(HYPERPARAMETERS.read_text())
-    hyper = {**config["ppo"], **config.get("batch", {})}
+    config = HyperparameterFile.model_validate(yaml.safe_load(HYPERPARAMETERS.read_text()))
+    batch = config.batch.model_dump(exclude_unset=True) if config.batch else {}
+    hyper = config.ppo.model_dump(exclude_unset=True) | batch
     budget = {
         "timesteps": args.timesteps,
         "imitation_rounds": args.imitation_rounds,

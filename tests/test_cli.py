@@ -6,8 +6,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 from specrl.cli import COMMANDS, build_parser, main
 from specrl.export.layout import SHIPPED_POLICY_DIR, policy_folder, user_policies
@@ -77,6 +79,38 @@ def test_an_unknown_hyperparameter_is_refused_with_the_nearest_name():
         hyperparameters={"learning_rate": 0.001, "n_envs": 16, "target_kl": 0.02},
     )
     assert hyper["learning_rate"] == 0.001 and hyper["target_kl"] == 0.02 and budget["n_envs"] == 16
+    assert "use_sde" not in hyper  # keys the YAML leaves out keep SB3's defaults
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"train": {"total_timestep": 5}},
+            r"unknown key 'train\.total_timestep' in 'train'\. Did you mean 'total_timesteps'\?",
+        ),
+        ({"ppo": {"learnig_rate": 0.1}}, r"unknown key 'ppo\.learnig_rate'.*Did you mean 'learning_rate'\?"),
+        ({"trian": {}}, r"unknown key 'trian' in the top level\. Did you mean 'train'\?"),
+        ({"train": {"n_envs": "many"}}, r"'train\.n_envs' must be an integer, got 'many'"),
+        ({"train": {"n_envs": True}}, r"'train\.n_envs' must be an integer, got True"),
+        ({"train": {"kl_to_clone": -1}}, r"train\.kl_to_clone must be >= 0\.0, got -1"),
+        (
+            {"train": {"demonstrations": "all"}},
+            r"train\.demonstrations must be one of \('selection', 'family'\), got 'all'",
+        ),
+        ({"ppo": {"gamma": 1.5}}, r"ppo\.gamma must be <= 1\.0, got 1\.5"),
+    ],
+)
+def test_the_hyperparameter_yaml_is_validated_naming_the_key(tmp_path, change, message):
+    config = yaml.safe_load(Path(DEFAULT_CONFIG).read_text())
+    for section, values in change.items():
+        config[section] = {**config.get(section, {}), **values}
+    path = tmp_path / "ppo.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(OptionError, match=rf"ppo\.yaml: {message}"):
+        resolve_config(path, real_loop=False, overrides={})
+    with pytest.raises(OptionError, match=r"train\.kl_to_clone must be >= 0"):  # -p is validated too
+        resolve_config(DEFAULT_CONFIG, real_loop=False, overrides={}, hyperparameters={"kl_to_clone": -1})
 
 
 def test_train_options_are_the_parsers_defaults_and_the_flags_set_them():

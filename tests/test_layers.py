@@ -60,6 +60,7 @@ def layer_graph() -> dict[str, set[str]]:
 LAYERS: tuple[tuple[str, ...], ...] = (  # bottom up; a new package or module must be placed here
     # no model, no engine
     ("quiet", "io", "tables", "plots", "provenance", "features", "acceptance", "home", "registration"),
+    ("validation",),  # pydantic's errors in words (scenario files, the hyperparameter YAML)
     ("zoo", "models"),
     ("engine", "export"),
     ("controllers", "traces", "latency", "hf_assisted", "selfcheck", "hf"),

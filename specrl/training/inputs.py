@@ -12,9 +12,10 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specrl.envs import Scenario, cached_traces, load_scenario
 from specrl.latency import LatencyFamily, LatencyModel, calibrated
@@ -29,6 +30,7 @@ from specrl.training.options import (  # noqa: F401  (re-exported: where runs re
     REAL_ENVS,
     OptionError,
 )
+from specrl.validation import explain, known_fields
 
 # The profiles a run over the family selects checkpoints and clones rules under: a measured CPU
 # and a GPU-like one, both in the training family (never a held-out profile).
@@ -47,36 +49,56 @@ def load_scenarios(names: Iterable[str], preset: str | None) -> list[Scenario]:
     return [load_scenario(name).with_overrides(time="modeled", preset=preset) for name in names]
 
 
-#: The budget keys a run reads from ``train:`` (besides those the YAML sets).
-TRAIN_KEYS = (
-    "total_timesteps",
-    "n_envs",
-    "eval_freq",
-    "checkpoint_freq",
-    "normalize_observations",
-    "kl_to_clone",
-    "demonstrations",
-)
-#: Keyword arguments of stable_baselines3.PPO that ``-p`` may set though the YAML leaves them out.
-PPO_KEYS = (
-    "n_steps",
-    "batch_size",
-    "n_epochs",
-    "learning_rate",
-    "gamma",
-    "gae_lambda",
-    "clip_range",
-    "clip_range_vf",
-    "normalize_advantage",
-    "ent_coef",
-    "vf_coef",
-    "max_grad_norm",
-    "use_sde",
-    "sde_sample_freq",
-    "target_kl",
-    "policy_kwargs",
-)
-DEMONSTRATIONS = ("selection", "family")  # where the priced rule teaches (warm_start.py's ``family``)
+class TrainSection(BaseModel):
+    """The ``train:`` section of the hyperparameter YAML: the run's budget."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    total_timesteps: int = Field(ge=0)  # env steps over all envs (0: the warm start alone)
+    n_envs: int = Field(ge=1)  # episodes stepped together
+    eval_freq: int = Field(ge=1)  # env steps between evaluations on validation
+    checkpoint_freq: int = Field(ge=1)  # env steps between checkpoints
+    normalize_observations: bool = False  # VecNormalize the features too
+    kl_to_clone: float = Field(0.0, ge=0)  # reward lost per nat of KL from the clone (0: none)
+    demonstrations: Literal["selection", "family"] = "selection"  # where the priced rule teaches
+
+
+class PPOSection(BaseModel):
+    """The ``ppo:`` section: keyword arguments of stable_baselines3.PPO, passed as they are (those
+    left out keep SB3's defaults)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    n_steps: int | None = Field(None, ge=1)
+    batch_size: int | None = Field(None, ge=1)
+    n_epochs: int | None = Field(None, ge=1)
+    learning_rate: float | None = Field(None, gt=0)
+    gamma: float | None = Field(None, ge=0, le=1)
+    gae_lambda: float | None = Field(None, ge=0, le=1)
+    clip_range: float | None = Field(None, gt=0)
+    clip_range_vf: float | None = None
+    normalize_advantage: bool | None = None
+    ent_coef: float | None = None
+    vf_coef: float | None = None
+    max_grad_norm: float | None = None
+    use_sde: bool | None = None
+    sde_sample_freq: int | None = None
+    target_kl: float | None = None
+    policy_kwargs: dict[str, Any] | None = None
+
+
+class HyperparameterFile(BaseModel):
+    """A hyperparameter YAML (``policies/ppo.yaml``); ``batch:`` is train_batch.py's ``ppo:``
+    replacements."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    train: TrainSection
+    ppo: PPOSection
+    batch: PPOSection | None = None
+
+
+SECTIONS = {"train": TrainSection, "ppo": PPOSection, "batch": PPOSection}
 
 
 def resolve_config(
@@ -86,41 +108,40 @@ def resolve_config(
     overrides: dict[str, int | float | None],
     hyperparameters: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The PPO hyperparameters and the budget of the YAML at ``path`` (its ``ppo`` and ``train``).
+    """The PPO hyperparameters and the budget of the YAML at ``path`` (its ``ppo`` and ``train``,
+    validated by :class:`HyperparameterFile`).
 
     ``hyperparameters`` (``-p key:value``) replace a key of either section; ``overrides`` (the
     command line's own flags; None: the YAML's) replace budget keys last. In the real loop the
     YAML's env count (the replay's, hundreds) becomes one per core, at most :data:`REAL_ENVS`.
 
     Raises:
-        OptionError: a key of ``hyperparameters`` in neither section (the nearest key named), or a
-            ``train:`` value out of range.
+        OptionError: an unknown key in the YAML or in ``hyperparameters`` (the nearest key named),
+            or a value of the wrong type or out of range.
     """
     config = yaml.safe_load(Path(path).read_text())
-    hyper, budget = dict(config["ppo"]), dict(config["train"])
+    if not isinstance(config, dict):
+        raise OptionError(f"{path}: must be a mapping with ppo: and train: sections, got {config!r}")
+    hyper, budget = dict(config.get("ppo") or {}), dict(config.get("train") or {})
     if real_loop:
         budget["n_envs"] = min(REAL_ENVS, os.cpu_count() or 1)
     for key, value in (hyperparameters or {}).items():
-        if key in budget or key in TRAIN_KEYS:
+        if key in TrainSection.model_fields:
             budget[key] = value
-        elif key in hyper or key in PPO_KEYS:
+        elif key in PPOSection.model_fields:
             hyper[key] = value
         else:
-            known = sorted({*budget, *hyper, *TRAIN_KEYS, *PPO_KEYS})
+            known = sorted({*TrainSection.model_fields, *PPOSection.model_fields})
             near = difflib.get_close_matches(key, known, n=1)
             hint = f"; did you mean {near[0]!r}?" if near else f"; known: {', '.join(known)}"
             raise OptionError(f"-p {key}: not a key of {path}'s ppo: or train: sections{hint}")
     budget.update({key: value for key, value in overrides.items() if value is not None})
-    if budget.setdefault("demonstrations", "selection") not in DEMONSTRATIONS:
-        raise OptionError(
-            f"{path}: train.demonstrations must be one of {list(DEMONSTRATIONS)}, got "
-            f"{budget['demonstrations']!r}"
-        )
-    if budget.setdefault("kl_to_clone", 0.0) < 0:
-        raise OptionError(
-            f"{path}: train.kl_to_clone must be >= 0 (0: no penalty), got {budget['kl_to_clone']}"
-        )
-    return hyper, budget
+    try:
+        valid = HyperparameterFile.model_validate({**config, "ppo": hyper, "train": budget})
+    except ValidationError as error:
+        known = lambda loc: known_fields(SECTIONS[loc[0]] if loc else HyperparameterFile)  # noqa: E731
+        raise OptionError(f"{path}: {explain(error, known)}") from None
+    return valid.ppo.model_dump(exclude_unset=True), valid.train.model_dump()
 
 
 @dataclass(frozen=True)
