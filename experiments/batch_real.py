@@ -32,16 +32,17 @@ With several policies (training seeds, say) their rows are ``ppo:FOLDER`` and ``
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
+
+from benchmarks.batch_real import controllers, policy_folders, row_names, scenario_row
+from benchmarks.batch_real_page import write
 
 import specrl
 from specrl.batch_control import ARRIVALS, FIXED, tune_cutoff, tune_schedule
 from specrl.envs import load_scenario
 from specrl.envs.batch_replay import BatchReplayEnv
-from specrl.evaluation.benchmarks.batch_real import controllers, policy_folders, row_names, scenario_row
-from specrl.evaluation.benchmarks.batch_real_page import markdown, plot
 from specrl.evaluation.machine import result_origin
-from specrl.io import write_report
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -84,6 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run these rows only (plain and schedule always run: the ratios are to them)",
     )
     parser.add_argument("--out", default=str(REPO / "results" / "batch" / "real"), help="output stem")
+    parser.add_argument("--render", action="store_true", help="only rewrite OUT.md and OUT.png from OUT.json")
     args = parser.parse_args(argv)
     try:
         known = row_names(args.static, args.policy)
@@ -97,6 +99,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    out = Path(args.out)
+    if args.render:
+        report = json.loads(out.with_suffix(".json").read_text())
+        print(write(report, out))
+        return report
     first = load_scenario(FIXED[0])
     pair = first.pair.load()
     latency = first.latency_model(pair)
@@ -130,10 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
         "policy": args.policy[0] if len(args.policy) == 1 else args.policy,
         **result_origin(pair),
     }
-    out = Path(args.out)
-    write_report(out, report, markdown(report, out.with_suffix(".png").name))
-    plot(report, out.with_suffix(".png"))
-    print(markdown(report, out.with_suffix(".png").name))
+    print(write(report, out))
     return report
 
 

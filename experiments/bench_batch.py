@@ -33,9 +33,10 @@ import argparse
 import json
 from pathlib import Path
 
+from benchmarks.batch import measure, prompt_pool, same_prompt_spread, summarise
+from benchmarks.batch_page import markdown, write
+
 import specrl
-from specrl.evaluation.benchmarks.batch import measure, prompt_pool, same_prompt_spread, summarise
-from specrl.evaluation.benchmarks.batch_page import markdown, write
 from specrl.evaluation.machine import pair_info, result_origin
 
 REPO = Path(__file__).resolve().parent.parent

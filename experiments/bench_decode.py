@@ -53,19 +53,19 @@ import sys
 from pathlib import Path
 
 import torch
-
-import specrl
-from specrl.evaluation.benchmarks.decode import (
+from benchmarks.decode import (
     METHOD,
     benchmark,
     build_configs,
     heuristic_lengths,
     select_prompts,
 )
-from specrl.evaluation.benchmarks.decode_page import render_markdown
-from specrl.evaluation.benchmarks.decode_summary import summarize, warn_mismatches
-from specrl.evaluation.benchmarks.forward_costs import measure_forward_costs
-from specrl.evaluation.benchmarks.prompts import DOMAINS
+from benchmarks.decode_page import render_markdown
+from benchmarks.decode_summary import summarize, warn_mismatches
+from benchmarks.forward_costs import measure_forward_costs
+from benchmarks.prompts import DOMAINS
+
+import specrl
 from specrl.evaluation.machine import command_line, loadavg, machine_info, pair_info, warn_if_busy
 from specrl.io import write_text_atomic
 

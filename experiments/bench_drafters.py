@@ -37,11 +37,12 @@ import argparse
 import json
 from pathlib import Path
 
+from benchmarks.drafters import POOL_RULE, SPLITS, measure, summarise
+from benchmarks.drafters_page import markdown, write
+from benchmarks.prompts import DOMAINS, first_prompts
+
 import specrl
 from specrl.engine.drafters import DRAFTERS, DrafterPool
-from specrl.evaluation.benchmarks.drafters import POOL_RULE, SPLITS, measure, summarise
-from specrl.evaluation.benchmarks.drafters_page import markdown, write
-from specrl.evaluation.benchmarks.prompts import DOMAINS, first_prompts
 from specrl.evaluation.machine import pair_info, result_origin
 
 REPO = Path(__file__).resolve().parent.parent

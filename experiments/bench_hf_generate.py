@@ -28,7 +28,7 @@ Run from the repository root (offline, on the embedded default pair; 3-4 minutes
     python experiments/bench_hf_generate.py
     python experiments/bench_hf_generate.py --quick        # seconds: 1 prompt/domain, 16 tokens, 1 pass
 
-Writes ``results/hf_generate.json`` (runs, summaries, config, machine) and ``results/hf_generate.md``.
+Writes ``results/hf_generate/hf_generate.json`` (runs, summaries, config, machine) and ``.md`` (``--out``).
 A benchmark, not a test: the ratios are the claim; absolute speeds only mean something on the
 machine that produced them.
 """
@@ -38,10 +38,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from benchmarks.hf_generate import run
+from benchmarks.hf_generate_page import markdown, write
+from benchmarks.prompts import DOMAINS, first_prompts
+
 import specrl
-from specrl.evaluation.benchmarks.hf_generate import run
-from specrl.evaluation.benchmarks.hf_generate_page import markdown, write
-from specrl.evaluation.benchmarks.prompts import DOMAINS, first_prompts
 from specrl.evaluation.machine import command_line, pair_info, result_origin
 
 REPO = Path(__file__).resolve().parent.parent
@@ -58,6 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--out", default=str(REPO / "results" / "hf_generate" / "hf_generate"), help="output stem"
     )
+    parser.add_argument("--preset", default=None, help="embedded pair (small, or tiny for a smoke test)")
     parser.add_argument("--quick", action="store_true", help="1 prompt/domain, 16 tokens, 1 pass")
     args = parser.parse_args(argv)
     if args.quick:
@@ -67,7 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    pair = specrl.load_pair()
+    pair = specrl.load_pair(preset=args.preset)
     prompts = first_prompts(pair, "test", DOMAINS, args.prompts_per_domain)
     report = run(pair, prompts, args.max_new_tokens, args.repeats, args.policy, args.k, args.seed)
     origin = result_origin(pair)

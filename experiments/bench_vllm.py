@@ -42,19 +42,14 @@ against vLLM, both without speculation, at the same batch sizes.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
-import random
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
+from benchmarks.vllm_engines import intel_openmp, interleaved, specrl_rows, vllm_static, worker
+from benchmarks.vllm_page import write
+from benchmarks.vllm_summary import cutoff, own_engine, summarise, tune, workloads
+
 REPO = Path(__file__).resolve().parent.parent
-FIXED = (1, 4, 16)
-ARRIVALS = "arrivals"
-MAX_ROWS = 64  # the arrivals scenario's batch limit
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -72,138 +67,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--lookup-only", action="store_true", help="specrl's rows draft with the n-gram lookup alone"
     )
     parser.add_argument("--out", default=str(REPO / "results" / "vllm" / "bench"), help="output stem")
+    parser.add_argument(
+        "--render", action="store_true", help="only rewrite OUT.md and OUT.png from OUT.json (no vLLM)"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one engine's run
     return parser.parse_args(argv)
-
-
-# ---- one engine, in its own process ---------------------------------------------------------------
-
-
-def worker(path: str) -> None:
-    """Serve every workload of the job file with one engine; write the results next to it."""
-    job = json.loads(Path(path).read_text())
-    os.environ.update(job["env"])
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    from vllm import LLM
-
-    from specrl.vllm.compat import require_vllm
-    from specrl.vllm.serve import serve
-
-    require_vllm()
-    llm = LLM(
-        model=job["target"],
-        max_model_len=1024,
-        max_num_seqs=MAX_ROWS,
-        seed=0,
-        dtype="float32",
-        speculative_config=job["speculative"],
-        disable_log_stats=False,
-    )
-    serve(llm, [(job["workloads"][0]["requests"][0][0], 0.0)], 1, 8)  # warm-up
-    from specrl.vllm.proposer import LIVE
-
-    results: dict[str, list] = {w["name"]: [] for w in job["workloads"]}
-    for _ in range(job["repeats"]):
-        for workload in job["workloads"]:
-            before = [dict(p.seconds) for p in LIVE]
-            run = serve(llm, workload["requests"], workload["limit"], job["max_new_tokens"])
-            spent = [{k: p.seconds[k] - b[k] for k in b} for p, b in zip(LIVE, before, strict=False)]
-            run["proposer_seconds"] = spent[0] if spent else None  # specrl's proposer's own time
-            results[workload["name"]].append(run)
-    Path(path).with_suffix(".out.json").write_text(json.dumps(results))
-
-
-def run_engine(label: str, job: dict) -> dict[str, list]:
-    """One engine setting's runs (a subprocess of this script), with progress on stderr."""
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "job.json"
-        path.write_text(json.dumps(job))
-        env = dict(os.environ)
-        env.update(job.get("process_env", {}))
-        print(f"[bench_vllm] {label} ...", file=sys.stderr, flush=True)
-        done = subprocess.run(
-            [sys.executable, __file__, "--worker", str(path)], env=env, capture_output=True, text=True
-        )
-        if done.returncode:
-            raise RuntimeError(f"the engine '{label}' failed:\n{done.stderr[-4000:]}")
-        return json.loads(path.with_suffix(".out.json").read_text())
-
-
-def interleaved(
-    jobs: dict[str, dict], repeats: int, stage: str, done: Path | None = None, seed: int = 0
-) -> dict[str, dict[str, list]]:
-    """Every job's runs by workload: each repeat starts every job's engine once, serving each of its
-    workloads once, the jobs in a new seeded order, so the machine's drift within the bench falls
-    on every engine alike and the ratio within a repeat pairs runs minutes apart, not an hour.
-
-    ``done`` keeps every finished engine run (under its stage, repeat and job), written atomically
-    after each: an interrupted bench started again with the same settings resumes there."""
-    from specrl.io import write_text_atomic
-
-    kept = json.loads(done.read_text()) if done is not None and done.is_file() else {}
-    order, shuffle = list(jobs), random.Random(seed)
-    runs: dict[str, dict[str, list]] = {label: {} for label in jobs}
-    for repeat in range(repeats):
-        shuffle.shuffle(order)
-        for label in order:
-            job = {**jobs[label], "repeats": 1}
-            digest = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:16]
-            key = f"{stage} {repeat} {label} {digest}"
-            if key not in kept:
-                kept[key] = run_engine(f"{stage} {repeat + 1}/{repeats}: {label}", job)
-                if done is not None:
-                    write_text_atomic(done, json.dumps(kept))
-            for workload, results in kept[key].items():
-                runs[label].setdefault(workload, []).extend(results)
-    return runs
-
-
-def vllm_static(method: str, k: int, draft: str) -> dict:
-    """vLLM's own speculation by ``method`` at a static k (the lookup's orders are the proposer's)."""
-    spec = {"method": method, "num_speculative_tokens": k}
-    if method == "ngram":
-        return spec | {"prompt_lookup_min": 1, "prompt_lookup_max": 3}
-    return spec | {"model": draft}
-
-
-def specrl_rows(
-    policies: list[str], draft: str, controller: str, drafter: str, lookup_only: bool = False
-) -> dict[str, dict]:
-    """specrl's proposer rows, each the environment that configures it: TCP and every policy with
-    the draft model, and TCP with the n-gram lookup alone (no draft model); with ``lookup_only``,
-    TCP and every policy with the lookup alone."""
-    names = ["tcp", *policies]
-    rows = {} if lookup_only else {f"specrl {name}": {controller: name, drafter: draft} for name in names}
-    for name in names if lookup_only else ["tcp"]:
-        rows[f"specrl {name}, lookup"] = {controller: name}
-    return rows
-
-
-# ---- the benchmark -----------------------------------------------------------------------------------
-
-
-def workloads(pair, split: str, requests: int, seed: int = 0) -> list[dict]:
-    """The arrivals scenario's requests and the fixed batches, as token ids (and arrival times)."""
-    from specrl.envs import load_scenario
-    from specrl.serving.continuous import scenario_requests
-
-    scenario = load_scenario(ARRIVALS)  # its load is relative to this machine's plain capacity
-    timed = scenario_requests(scenario, pair, split, seed, requests, scenario.latency_model(pair))
-    found = [
-        {
-            "name": f"{split} {ARRIVALS}",
-            "limit": MAX_ROWS,
-            "requests": [(r.prompt_ids, r.arrival) for r in timed],
-        }
-    ]
-    for rows in FIXED:
-        count = max(8, 2 * rows)
-        fixed = scenario_requests(scenario, pair, split, seed + rows, count)
-        found.append(
-            {"name": f"{split} B={rows}", "limit": rows, "requests": [(r.prompt_ids, 0.0) for r in fixed]}
-        )
-    return found
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -211,12 +79,16 @@ def main(argv: list[str] | None = None) -> dict:
     if args.worker:
         worker(args.worker)
         return {}
+    out = Path(args.out)
+    if args.render:
+        report = json.loads(out.with_suffix(".json").read_text())
+        print(write(report, out))
+        return report
     from specrl.vllm.compat import require_vllm
 
     vllm = require_vllm()
     import specrl
     from specrl.evaluation.machine import result_origin
-    from specrl.io import write_report
     from specrl.vllm.proposer import CONTROLLER_VARIABLE, DRAFT_VARIABLE, MAX_BATCH_VARIABLE
     from specrl.zoo import ensure_pair
 
@@ -242,7 +114,6 @@ def main(argv: list[str] | None = None) -> dict:
     controllers = specrl_rows(args.policy, draft, CONTROLLER_VARIABLE, DRAFT_VARIABLE, args.lookup_only)
     for label, env in controllers.items():
         candidates[label] = job(proposer, validation[1:], env=env)
-    out = Path(args.out)
     done = out.with_suffix(".runs.json")  # finished engine runs: a restarted bench resumes
     validated = interleaved(candidates, args.validation_repeats, "validation", done)
     chosen, schedule = tune(validated, args.static_k)
@@ -274,151 +145,10 @@ def main(argv: list[str] | None = None) -> dict:
     report = summarise(runs, own, chosen, schedule, args)
     report["cutoffs"] = cutoffs
     report.update(result_origin(pair), vllm_version=vllm.__version__)
-    from specrl.evaluation.benchmarks.vllm_page import markdown, plot
-
-    write_report(out, report, markdown(report, out.with_suffix(".png").name))
-    plot(report, out.with_suffix(".png"))
+    page = write(report, out)
     done.unlink(missing_ok=True)
-    print(markdown(report, out.with_suffix(".png").name))
+    print(page)
     return report
-
-
-def tune(runs: dict[str, dict[str, list]], ks: list[int]) -> tuple[dict[str, int], list[list[int]]]:
-    """Each vLLM method's best static k on validation arrivals, and the dynamic schedule: per fixed
-    batch size the best k of {0} + ``ks`` for draft_model on validation (medians over repeats),
-    made a schedule as the batch simulator's is (:func:`schedule_from_best_k`)."""
-    from specrl.controllers.batch_schedule import schedule_from_best_k
-
-    chosen = {
-        method: max(ks, key=lambda k: rate(runs, f"vLLM {method} k={k}", ARRIVALS))
-        for method in ("ngram", "draft_model")
-    }
-    best = {}
-    for rows in FIXED:
-        options = {0: rate(runs, "no speculation", f"B={rows}")} | {
-            k: rate(runs, f"vLLM draft_model k={k}", f"B={rows}") for k in ks
-        }
-        best[rows] = max(options, key=options.get)
-    return chosen, vllm_schedule(schedule_from_best_k(best))
-
-
-def rate(runs: dict[str, dict[str, list]], label: str, workload: str) -> float:
-    """``label``'s median tokens per second on the validation ``workload``."""
-    from statistics import median
-
-    return median(r["tokens_per_s"] for r in runs[label][f"validation {workload}"])
-
-
-def vllm_schedule(schedule: dict[int, int]) -> list[list[int]]:
-    """A schedule ``{bound: k}`` (k up to each bound, 0 above the last) as vLLM's inclusive ranges
-    ``[[first, last, k], ...]`` from 1 to the batch limit."""
-    ranges, first = [], 1
-    for bound, k in schedule.items():
-        ranges.append([first, bound, k])
-        first = bound + 1
-    if first <= MAX_ROWS:
-        ranges.append([first, MAX_ROWS, 0])
-    return ranges
-
-
-def cutoff(runs: dict[str, dict[str, list]], label: str) -> int | None:
-    """The largest batch at which ``label`` speculates, from its validation throughput over no
-    speculation's at each fixed batch, as the batch simulator tunes it (:func:`cutoff_from`);
-    None where it is never slower."""
-    from specrl.batch_control.schedule import cutoff_from
-
-    return cutoff_from(
-        {rows: rate(runs, label, f"B={rows}") / rate(runs, "no speculation", f"B={rows}") for rows in FIXED}
-    )
-
-
-def intel_openmp() -> str | None:
-    """The Intel OpenMP library vLLM's CPU build installs (``intel-openmp``), if present."""
-    for folder in (Path(sys.prefix) / "lib", Path(sys.base_prefix) / "lib"):
-        if (folder / "libiomp5.so").is_file():
-            return str(folder / "libiomp5.so")
-    return None
-
-
-def own_engine(pair, test: list[dict], max_new_tokens: int, repeats: int) -> dict[str, list[float]]:
-    """specrl's own batched engine without speculation on the fixed-batch test workloads."""
-    from specrl.controllers import StaticController
-    from specrl.serving.continuous import TimedRequest, serve_continuous
-
-    rates: dict[str, list[float]] = {}
-    for _ in range(repeats):
-        for workload in test[1:]:
-            requests = [TimedRequest(prompt, 0.0) for prompt, _ in workload["requests"]]
-            run = serve_continuous(
-                pair, StaticController(0), requests, workload["limit"], max_new_tokens, stop_at_eos=False
-            )
-            rates.setdefault(workload["name"].removeprefix("test "), []).append(run.tokens_per_s)
-    return rates
-
-
-def summarise(runs, own, chosen, schedule, args) -> dict:
-    """Per test workload and engine: medians and ratios to no speculation, and the equality of
-    outputs with it (greedy: they must be equal)."""
-    from statistics import median
-
-    from specrl.evaluation.compare import paired_ratio
-    from specrl.evaluation.intervals import paired_ratio_interval
-
-    names = [ARRIVALS, *(f"B={rows}" for rows in FIXED)]
-    plain = runs["no speculation"]
-    rows: dict[str, dict[str, dict]] = {}
-    for label, run in runs.items():
-        rows[label] = {}
-        for name in names:
-            key = f"test {name}"
-            mine, base = run[key], plain[key]
-            ours, theirs = [r["tokens_per_s"] for r in mine], [r["tokens_per_s"] for r in base]
-            spec = mine[0]["spec"]
-            rows[label][name] = {
-                "tokens_per_s": median(ours),
-                "vs_plain": paired_ratio(ours, theirs),
-                **paired_ratio_interval(ours, theirs).as_json("vs_plain"),
-                "tpot_p50": median(r["tpot_p50"] for r in mine),
-                "tpot_p99": median(r["tpot_p99"] for r in mine if r["tpot_p99"] is not None)
-                if any(r["tpot_p99"] is not None for r in mine)
-                else None,
-                "mean_batch": median(r["mean_batch"] for r in mine),
-                "acceptance_rate": spec["acceptance_rate"],
-                "mean_acceptance_length": spec["mean_acceptance_length"],
-                "acceptance_per_position": spec["acceptance_per_position"],
-                "outputs_equal_plain": all(r["outputs"] == base[0]["outputs"] for r in mine),
-                "proposer_share": median(r["proposer_seconds"]["total"] / r["busy_seconds"] for r in mine)
-                if mine[0].get("proposer_seconds")
-                else None,
-                "draft_share": median(r["proposer_seconds"]["draft"] / r["busy_seconds"] for r in mine)
-                if mine[0].get("proposer_seconds")
-                else None,
-                "per_repeat": ours,
-            }
-    engine_rows = {
-        name: {
-            "specrl": median(rates),
-            "vllm": rows["no speculation"][name]["tokens_per_s"],
-            "specrl_vs_vllm": paired_ratio(rates, [r["tokens_per_s"] for r in plain[f"test {name}"]]),
-        }
-        for name, rates in own.items()
-    }
-    return {
-        "rows": rows,
-        "chosen_static_k": chosen,
-        "dynamic_schedule": schedule,
-        "own_engine": engine_rows,
-        "settings": {
-            "requests": args.requests,
-            "max_new_tokens": args.max_new_tokens,
-            "repeats": args.repeats,
-            "validation_repeats": args.validation_repeats,
-            "interleaved": True,
-            "static_k": args.static_k,
-            "policies": args.policy,
-            "k_max": args.k_max,
-        },
-    }
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ Writes, per seed, ``OUT/seed<N>/stream.json`` (every request of every setup, eve
 summary, the machine), ``stream.md`` and ``stream.png``, and ``OUT/stream.md`` with the seeds side by
 side (one seed: its files straight in ``OUT``); TensorBoard scalars (``specdec/stream/*``) under
 ``runs/stream__<stream>__<split>__seed<N>__<time>/<setup>``. The runs and pages live in
-specrl/evaluation/benchmarks/stream.py and stream_page.py.
+experiments/benchmarks/stream.py, stream_tables.py and stream_page.py.
 """
 
 from __future__ import annotations
@@ -38,13 +38,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from benchmarks.stream import seeds_with_different_outputs, serve_seed
+from benchmarks.stream_page import render, spread_markdown, write_seed
 
 from specrl.controllers import LearnedController, TCPController
-from specrl.evaluation.benchmarks.stream import seeds_with_different_outputs, serve_seed
-from specrl.evaluation.benchmarks.stream_page import render, spread_markdown, write_seed
 from specrl.evaluation.machine import warn_if_busy
 from specrl.io import write_text_atomic
 from specrl.serving import load_stream
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,7 +66,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated stream seeds (one page each)")
     parser.add_argument("--every", type=int, default=None, help="override adaptation.every")
     parser.add_argument("--steps", type=int, default=None, help="override adaptation.steps")
-    parser.add_argument("--out", default="results/stream", help="folder for stream.json, .md, .png")
+    parser.add_argument(
+        "--out", default=str(REPO / "results" / "stream"), help="folder for stream.json, .md, .png"
+    )
     parser.add_argument("--runs", default="runs", help="folder for the TensorBoard runs")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument(

@@ -310,18 +310,15 @@ def test_cli_decodes_with_the_embedded_pairs_cascade_and_refuses_a_drafter_with_
         main(["generate", "--policy", "x", "--prompt", "a", "--drafter", "ngram"])
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a subprocess: about 15 s
 def test_bench_drafters_writes_its_table_and_plot_and_renders_them_again(tiny_home, tmp_path):
-    from specrl.evaluation.benchmarks import drafters as bench
-    from specrl.evaluation.benchmarks.drafters_page import write
-    from specrl.evaluation.benchmarks.prompts import first_prompts
-    from specrl.evaluation.machine import pair_info, result_origin
+    from script_runs import run_script
 
-    pair, out = tiny_home[1], tmp_path / "drafters"
-    drafters, domains = ["draft", "ngram", "cascade"], ["code", "math"]
-    prompts_by_split = {split: first_prompts(pair, split, domains, 1) for split in bench.SPLITS}
-    runs = bench.measure(pair, prompts_by_split, drafters, [1, 4], max_new_tokens=16, repeats=1, seed=0)
-    table = bench.summarise(runs, [*drafters, bench.POOL_RULE], domains, [1, 4])
+    out = tmp_path / "drafters"
+    run_script("bench_drafters", "--preset", "tiny", "--drafters", "draft,ngram,cascade",
+               "--domains", "code,math", "--ks", "1,4", "--prompts", 1, "--max-new-tokens", 16,
+               "--repeats", 1, "--out", out, home=tiny_home[0])  # fmt: skip
+    table = json.loads((out / "drafters.json").read_text())["table"]
     assert set(table) == {"code", "math"}
     for domain in table:
         rows = table[domain]["drafters"]
@@ -329,13 +326,9 @@ def test_bench_drafters_writes_its_table_and_plot_and_renders_them_again(tiny_ho
         assert all(row["identical_to_plain"] for row in rows.values())
         assert table[domain]["best_drafter"] != "pool rule" and table[domain]["pool_rule_vs_best_single"] > 0
         assert rows["ngram"]["best_k"] in (1, 4) and rows["draft"]["cost"] > 0
-    config = {"drafters": [*drafters, bench.POOL_RULE], "domains": domains, "ks": [1, 4], "prompts": 1,
-              "max_new_tokens": 16, "repeats": 1, "seed": 0, "batch": 1}  # fmt: skip
-    report = {"table": table, "config": config, "pair": pair_info(pair), **result_origin(pair), "runs": runs}
-    write(report, out)
     page = (out / "drafters.md").read_text()
     assert "| code | cascade |" in page and "pool rule / best single" in page
     assert (out / "drafters.png").stat().st_size > 0
     (out / "drafters.md").write_text("stale")
-    write(json.loads((out / "drafters.json").read_text()), out)  # what --render does
+    run_script("bench_drafters", "--render", "--out", out)
     assert (out / "drafters.md").read_text() == page

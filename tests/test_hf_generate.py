@@ -293,18 +293,17 @@ def test_no_draft_and_a_bad_controller_are_refused(pair):
 # ---- the benchmark script runs (on the test pair, in seconds) -----------------------------------
 
 
-def test_bench_hf_generate_quick_run_writes_json_and_markdown(pair, tmp_path):
-    from specrl.evaluation.benchmarks.hf_generate import run
-    from specrl.evaluation.benchmarks.hf_generate_page import write
+@pytest.mark.slow  # a subprocess: about 15 s
+def test_bench_hf_generate_quick_run_writes_json_and_markdown(tiny_home, tmp_path):
+    from script_runs import run_script
 
-    prompt_ids = prompts(2, pair.vocab_size)
-    report = run(pair, prompt_ids, max_new_tokens=8, repeats=2, policy=default_policy_folder())
-    write(report, tmp_path / "hf_generate", command="pytest")
+    run_script("bench_hf_generate", "--preset", "tiny", "--prompts-per-domain", 1, "--max-new-tokens", 8,
+               "--repeats", 2, "--out", tmp_path / "hf_generate", home=tiny_home[0])  # fmt: skip
     data = json.loads((tmp_path / "hf_generate.json").read_text())
     names = [row["method"] for row in data["rows"]]
     assert "hf plain" in names and any(name.startswith("specrl") for name in names)
     assert all(row["identical_to_plain"] for row in data["rows"])
-    assert len(data["runs"]) == 2 * 2 * len(names)  # every row on every prompt in every pass
+    assert len(data["runs"]) == 2 * 3 * len(names)  # every row on every prompt (3 domains) in every pass
     assert all(row["ratio_vs_plain_ci95"] is not None for row in data["rows"])  # paired, two passes
     assert all(row["ratio_vs_plain_n"] == 2 for row in data["rows"])
     assert "tokens/s" in (tmp_path / "hf_generate.md").read_text()

@@ -27,14 +27,6 @@ from specrl.serving import (
     serve_stream,
     shipped_streams,
 )
-from specrl.serving.stream_report import (
-    SCALARS,
-    StreamScalars,
-    cumulative_tokens_per_s,
-    markdown,
-    plot,
-    summarize,
-)
 
 SMALL_PROMPTS = Path(specrl.__file__).parent / "zoo" / "weights" / "small" / "prompts.json"
 
@@ -283,7 +275,7 @@ def test_held_back_acceptance_is_one_for_the_target_itself(twin_pair, close_pair
 @pytest.fixture(scope="module")
 def served(close_pair, tmp_path_factory):
     """The word stream served by plain decoding and frozen/adapted x TCP/static, swaps forced
-    (min_gain -1), with TensorBoard scalars."""
+    (min_gain -1); the records and adaptations reported as they come."""
     spec = stream(
         adaptation=AdaptationSpec(
             every=3, window=8, holdout=0.3, steps=4, batch_size=4, min_gain=-1.0, adapt_below=1.0
@@ -293,19 +285,17 @@ def served(close_pair, tmp_path_factory):
     setups += build_setups(
         close_pair, spec, {"tcp": specrl.TCPController, "static": lambda: specrl.StaticController(4)}
     )
-    folder = tmp_path_factory.mktemp("runs")
-    scalars = StreamScalars(folder)
+    seen: dict[str, list] = {"requests": [], "adaptations": []}
     serve_stream(
         close_pair,
         spec,
         setups,
         draw_requests(spec, PROMPT_SETS),
-        scalars.request,
-        scalars.adaptation,
+        lambda setup, record: seen["requests"].append((setup.name, record["request"])),
+        lambda setup, result: seen["adaptations"].append((setup.name, result.after_request)),
         progress=False,
     )
-    scalars.close()
-    return spec, setups, folder
+    return spec, setups, seen
 
 
 def test_greedy_outputs_are_identical_with_and_without_adaptation(served, close_pair):
@@ -323,39 +313,16 @@ def test_greedy_outputs_are_identical_with_and_without_adaptation(served, close_
     assert plain[5] == out.token_ids
 
 
-def test_adaptations_run_every_n_requests_and_count_in_throughput(served):
-    spec, setups, _ = served
+def test_adaptations_run_every_n_requests_and_are_reported_as_they_come(served):
+    spec, setups, seen = served
     for setup in setups:
         expected = (spec.size - 1) // spec.adaptation.every if setup.adapts else 0
         assert [a.after_request for a in setup.adaptations] == [3 * i + 2 for i in range(expected)]
-    report = summarize(setups, spec)
-    adapted = report["setups"]["adapted + tcp"]
-    assert adapted["adaptation_seconds"] == pytest.approx(sum(a.seconds for a in setups[2].adaptations))
-    assert adapted["adaptation_seconds"] > 0
-    assert adapted["tokens_per_s"] == pytest.approx(
-        adapted["tokens"] / (adapted["decode_seconds"] + adapted["adaptation_seconds"])
-    )
-    records, events = report["records"]["adapted + tcp"], report["adaptations"]["adapted + tcp"]
-    assert cumulative_tokens_per_s(records, events)[-1] == pytest.approx(adapted["tokens_per_s"])
-
-
-def test_report_tables_plot_and_tensorboard(served, tmp_path):
-    spec, setups, folder = served
-    report = summarize(setups, spec)
-    page = markdown(report, "# words")
-    for title in ("Over the whole stream", "per segment", "Acceptance per domain", "Adaptations"):
-        assert title in page
-    assert page.count("swapped: better on held-back") == sum(len(s.adaptations) for s in setups)
-    assert {r["domain"] for r in report["domains"]} == {"code", "math"}
-    png = plot(report, tmp_path / "stream.png")
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    run = EventAccumulator(str(folder / "adapted__tcp")).Reload()
-    tags = set(run.Tags()["scalars"])
-    assert tags <= set(SCALARS) and "specdec/stream/adaptation_seconds" in tags
-    assert len(run.Scalars("specdec/stream/tokens_per_s")) == spec.size
+        assert all(a.seconds > 0 for a in setup.adaptations)
+        assert [r for name, r in seen["requests"] if name == setup.name] == list(range(spec.size))
+        assert [r for name, r in seen["adaptations"] if name == setup.name] == [
+            a.after_request for a in setup.adaptations
+        ]
 
 
 # ---- the command lines, on the embedded tiny pair --------------------------------------------
@@ -371,31 +338,27 @@ adaptation: {every: 3, window: 8, steps: 2, batch_size: 4, adapt_below: 1.0}
 """
 
 
-@pytest.mark.slow
-def test_serve_stream_writes_its_pages(tiny_home, tmp_path, monkeypatch):
-    from specrl.controllers import LearnedController, TCPController
-    from specrl.evaluation.benchmarks.stream import seeds_with_different_outputs, serve_seed
-    from specrl.evaluation.benchmarks.stream_page import render, spread_markdown, write_seed
+@pytest.mark.slow  # a subprocess serving two seeds: about 30 s
+def test_serve_stream_writes_its_pages_and_tensorboard_scalars(tiny_home, tmp_path):
+    """serve_stream.py --seeds 0,1 on the tiny pair: a page, plot and JSON per seed, the seeds side
+    by side, adaptation time counted in throughput, TensorBoard scalars; --render writes the pages
+    again from the JSON."""
+    from script_runs import run_script
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    monkeypatch.setenv("SPECRL_HOME", str(tiny_home[0]))
     stream_file = tmp_path / "tiny.yaml"
     stream_file.write_text(TINY_STREAM)
-    out = tmp_path / "stream"
-    spec = load_stream(str(stream_file))
-    pair = spec.pair.load()
-    factories = {"tcp": TCPController, "learned": lambda: LearnedController.load("default")}
-    reports = []
-    for seed in (0, 1):  # what serve_stream.py --seeds 0,1 does
-        report = serve_seed(pair, replace(spec, seed=seed), factories, runs=tmp_path / "runs", progress=False)
-        write_seed(report, out / f"seed{seed}")
-        reports.append(report)
-    (out / "stream.md").write_text(spread_markdown(reports))
-    assert [r["stream"]["seed"] for r in reports] == [0, 1] and seeds_with_different_outputs(reports) == []
+    out, runs = tmp_path / "stream", tmp_path / "runs"
+    run_script("serve_stream", "--stream", stream_file, "--seeds", "0,1", "--out", out, "--runs", runs,
+               "--no-progress", "--threads", 1, home=tiny_home[0])  # fmt: skip
     for seed in (0, 1):
         page = (out / f"seed{seed}" / "stream.md").read_text()
         assert "Greedy outputs identical to plain decoding in every setup: yes." in page
-        assert (out / f"seed{seed}" / "stream.png").stat().st_size > 0
+        for title in ("Over the whole stream", "per segment", "Acceptance per domain", "Adaptations"):
+            assert title in page
+        assert (out / f"seed{seed}" / "stream.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         data = json.loads((out / f"seed{seed}" / "stream.json").read_text())
+        assert data["stream"]["seed"] == seed and all(data["outputs_identical_to_plain"].values())
         assert set(data["setups"]) == {
             "plain",
             "frozen + tcp",
@@ -403,11 +366,29 @@ def test_serve_stream_writes_its_pages(tiny_home, tmp_path, monkeypatch):
             "frozen + learned",
             "adapted + learned",
         }
-        assert len(data["adaptations"]["adapted + tcp"]) == 2  # after requests 2 and 5 of 8
+        events = data["adaptations"]["adapted + tcp"]
+        assert [a["after_request"] for a in events] == [2, 5]  # after requests 2 and 5 of 8
+        adaptations = page[page.index("## Adaptations") :]
+        assert sum(line.startswith("| adapted + ") for line in adaptations.splitlines()) == sum(
+            len(e) for e in data["adaptations"].values()
+        )
+        adapted = data["setups"]["adapted + tcp"]
+        assert adapted["adaptation_seconds"] == pytest.approx(sum(a["seconds"] for a in events))
+        assert adapted["adaptation_seconds"] > 0
+        assert adapted["tokens_per_s"] == pytest.approx(
+            adapted["tokens"] / (adapted["decode_seconds"] + adapted["adaptation_seconds"])
+        )
+        assert {r["domain"] for r in data["domains"]} == {"code", "math", "prose"}
     spread = (out / "stream.md").read_text()
     assert "seed 0" in spread and "[seed 1](seed1/stream.md)" in spread
+    folder = next(runs.glob("stream__*__seed0__*"))
+    run = EventAccumulator(str(folder / "adapted__tcp")).Reload()
+    tags = set(run.Tags()["scalars"])
+    assert {"specdec/stream/adaptation_seconds", "specdec/stream/cumulative_tokens_per_s"} <= tags
+    assert all(tag.startswith("specdec/stream/") for tag in tags)
+    assert len(run.Scalars("specdec/stream/tokens_per_s")) == 8
     pages = {path: path.read_text() for path in out.rglob("stream.md")}
     for path in pages:
         path.write_text("stale")
-    render(out)  # the pages again, from the JSON
+    run_script("serve_stream", "--render", "--out", out)  # the pages again, from the JSON
     assert {path: path.read_text() for path in pages} == pages

@@ -1,15 +1,15 @@
 """``experiments/bench_vllm.py``'s arithmetic and page, without vLLM: vLLM's speculative metrics
-from two readings of its counters, the best of vLLM's own settings, and a page that flags outputs
+from two readings of its counters (:mod:`specrl.vllm.serve`), and the page ``--render`` writes from
+a report: against the best of vLLM's own chosen settings, paired within repeats, flagging outputs
 that differ from vLLM's without speculation."""
 
 from __future__ import annotations
 
-import statistics
+import json
 
 import pytest
-from conftest import load_script
+from script_runs import run_script
 
-from specrl.evaluation.benchmarks.vllm_page import markdown, shown, versus, vllm_best
 from specrl.vllm.serve import spec_summary
 
 WORKLOADS = ("arrivals", "B=1")
@@ -83,81 +83,31 @@ def report(specrl_equal: bool = True) -> dict:
     }
 
 
-def test_the_page_compares_with_the_best_of_vllms_chosen_settings_and_flags_unequal_outputs():
-    page = report()
-    assert vllm_best(page) == "vLLM draft_model k=2"  # k=4 was faster on test, but not chosen
-    assert "vLLM ngram k=4" not in shown(page)
-    text = markdown(page, "bench.png")
-    line = next(line for line in text.splitlines() if line.startswith("| specrl default |"))
-    assert "| 1.050 [-] n=1 |" in line and line.endswith("| yes |")  # 126 / 120, one repeat: no interval
-    unequal = markdown(report(specrl_equal=False), "bench.png")
-    assert "**no**" in next(line for line in unequal.splitlines() if line.startswith("| specrl default |"))
+def render(report: dict, folder) -> str:
+    """The page ``bench_vllm.py --render`` writes from ``report``."""
+    (folder / "bench.json").write_text(json.dumps(report))
+    run_script("bench_vllm", "--render", "--out", folder / "bench")
+    assert (folder / "bench.png").stat().st_size > 0
+    return (folder / "bench.md").read_text()
 
 
-def test_the_ratio_to_vllms_best_is_paired_within_repeats_when_the_report_has_them():
+def line_of(page: str, label: str) -> str:
+    return next(line for line in page.splitlines() if line.startswith(f"| {label} |"))
+
+
+@pytest.mark.slow  # a subprocess: about 8 s
+def test_the_page_compares_with_the_best_of_vllms_chosen_settings_paired_within_repeats(tmp_path):
     page = report()
-    for label, rates in (("vLLM draft_model k=2", [120, 100, 110]), ("specrl default", [132, 99, 121])):
+    page["rows"]["specrl unequal"] = row(126, equal=False)
+    page["rows"]["specrl paired"] = row(126)
+    for label, rates in (("vLLM draft_model k=2", [120, 100, 110]), ("specrl paired", [132, 99, 121])):
         for workload in WORKLOADS:
             page["rows"][label][workload]["per_repeat"] = rates
-    paired = versus(page, "specrl default", "vLLM draft_model k=2")
-    assert paired.ratio == pytest.approx(1.1) and paired.n == 3  # within repeats: 1.1, 0.99, 1.1
-    half = 4.303 * statistics.stdev([1.1, 0.99, 1.1]) / 3**0.5  # t with 2 degrees of freedom
-    assert (paired.low, paired.high) == pytest.approx((1.0633 - half, 1.0633 + half), abs=1e-3)
-    assert paired.verdict == "tie"  # 1.1x over 3 repeats, one of them below 1
-    text = markdown(page, "x.png")
-    line = next(line for line in text.splitlines() if line.startswith("| specrl default |"))
-    assert f"| {paired.cell()} |" in line and "| 1.100 [0.906, 1.221] n=3 |" in line
-
-
-def test_every_engine_starts_once_a_repeat_in_a_new_order_and_its_runs_accumulate(monkeypatch):
-    bench = load_script("bench_vllm")
-    started = []
-
-    def run_engine(label, job):
-        assert job["repeats"] == 1
-        started.append(label.split(": ")[1])
-        return {"test B=1": [{"engine": label.split(": ")[1]}]}
-
-    monkeypatch.setattr(bench, "run_engine", run_engine)
-    jobs = {name: {"workloads": [], "repeats": 3} for name in "abcdef"}
-    runs = bench.interleaved(jobs, 3, "test")
-    repeats = [started[i : i + 6] for i in range(0, 18, 6)]
-    assert all(sorted(r) == list("abcdef") for r in repeats)
-    assert len({tuple(r) for r in repeats}) > 1  # a new order each repeat
-    assert all(len(runs[name]["test B=1"]) == 3 for name in jobs)
-    assert all(run["engine"] == name for name in jobs for run in runs[name]["test B=1"])
-
-
-def test_an_interrupted_bench_resumes_from_its_finished_engine_runs(monkeypatch, tmp_path):
-    bench = load_script("bench_vllm")
-    started = []
-
-    def run_engine(label, job):
-        started.append(label)
-        if len(started) == 3:
-            raise RuntimeError("interrupted")
-        return {"test B=1": [{"tokens_per_s": float(len(started))}]}
-
-    monkeypatch.setattr(bench, "run_engine", run_engine)
-    jobs = {name: {"workloads": [], "env": {"x": name}} for name in "ab"}
-    done = tmp_path / "bench.runs.json"
-    with pytest.raises(RuntimeError):
-        bench.interleaved(jobs, 2, "test", done)
-    runs = bench.interleaved(jobs, 2, "test", done)  # the two finished runs are not started again
-    assert len(started) == 5
-    assert sorted(r["tokens_per_s"] for name in jobs for r in runs[name]["test B=1"]) == [1.0, 2.0, 4.0, 5.0]
-    jobs["a"]["env"]["x"] = "changed"  # another setting is not taken for a finished one
-    bench.interleaved(jobs, 2, "test", done)
-    assert len(started) == 7
-
-
-def test_the_specrl_rows_configure_the_proposers_controller_and_drafter():
-    bench = load_script("bench_vllm")
-    rows = bench.specrl_rows(["default"], "/draft", "C", "D")
-    assert rows == {
-        "specrl tcp": {"C": "tcp", "D": "/draft"},
-        "specrl default": {"C": "default", "D": "/draft"},
-        "specrl tcp, lookup": {"C": "tcp"},  # no draft model: the lookup drafts
-    }
-    alone = bench.specrl_rows(["lookup"], "/draft", "C", "D", lookup_only=True)
-    assert alone == {"specrl tcp, lookup": {"C": "tcp"}, "specrl lookup, lookup": {"C": "lookup"}}
+    text = render(page, tmp_path)
+    assert "vLLM draft_model k=2 |" in text  # the best of the chosen: k=4 was faster on test, but not chosen
+    assert "| vLLM ngram k=4 |" not in text
+    line = line_of(text, "specrl default")  # per-repeat rates missing: the ratio of medians, no interval
+    assert "| 1.050 [-] n=1 |" in line and line.endswith("| yes |")  # 126 / 120
+    assert "**no**" in line_of(text, "specrl unequal")
+    # within repeats: 1.1, 0.99, 1.1: median 1.1; mean 1.0633 +- 4.303 x stdev / sqrt(3), a tie
+    assert "| 1.100 [0.906, 1.221] n=3 |" in line_of(text, "specrl paired")

@@ -13,8 +13,8 @@
 - :mod:`~specrl.evaluation.scenario_choice`, :mod:`~specrl.evaluation.run_all`: the scenarios of a
   run with the command line's overrides, and every one of them into one record and its files;
 - :mod:`~specrl.evaluation.machine`: where and how a run ran;
-- :mod:`~specrl.evaluation.benchmarks`: what the benchmark scripts measure and write (decoding,
-  batches, drafters, HF ``generate``, continuous batching, a shifting request stream);
+- :mod:`~specrl.evaluation.records`: timed run records: speeds per repeat, medians, paired ratios,
+  outputs equal to a reference (what the benchmark scripts under ``experiments/`` pair);
 - :mod:`~specrl.evaluation.sim_vs_real`: the simulator against the real loop (``sim_vs_real.py``);
 - :mod:`~specrl.evaluation.gpu_check`: the stages of ``gpu_check.py``.
 """

@@ -1,5 +1,5 @@
 """``experiments/serve_stream.py``'s pages: per seed ``stream.json``, ``stream.md`` (this header
-over :func:`specrl.serving.stream_report.markdown`'s tables) and ``stream.png``; with several seeds
+over :func:`benchmarks.stream_tables.markdown`'s tables) and ``stream.png``; with several seeds
 a ``stream.md`` with the seeds side by side."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from benchmarks.stream_tables import markdown, plot
 from specrl.evaluation.machine import describe_commit, describe_machine
 from specrl.io import write_text_atomic
-from specrl.serving.stream_report import markdown, plot
 from specrl.tables import markdown_table
 
 

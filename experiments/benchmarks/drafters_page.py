@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specrl.evaluation.benchmarks.drafters import QUANTIZED
+from benchmarks.drafters import QUANTIZED
 from specrl.evaluation.machine import describe_commit, describe_machine
 from specrl.io import write_report
 from specrl.tables import markdown_table

@@ -21,15 +21,15 @@ import torch
 import specrl
 from specrl.controllers import LearnedController, StaticController, TCPController
 from specrl.engine.timing import DeviceClock
-from specrl.evaluation.benchmarks.records import (
+from specrl.evaluation.compare import compare, shuffled, unseeded
+from specrl.evaluation.intervals import paired_ratio_interval
+from specrl.evaluation.records import (
     acceptance_rate,
     median_speed,
     outputs_equal,
     paired_speeds,
     speedup,
 )
-from specrl.evaluation.compare import compare, shuffled, unseeded
-from specrl.evaluation.intervals import paired_ratio_interval
 from specrl.hf import speculative_generate
 from specrl.hf_assisted import (
     ForwardCounter,

@@ -19,15 +19,15 @@ from tqdm.auto import tqdm
 
 from specrl.controllers import Controller, PoolRuleController, StaticController
 from specrl.engine import SpeculativeDecoder
-from specrl.evaluation.benchmarks.records import (
+from specrl.evaluation.compare import Trial, compare, shuffled, unseeded
+from specrl.evaluation.intervals import paired_ratio_interval
+from specrl.evaluation.records import (
     acceptance_rate,
     median_speed,
     outputs_equal,
     paired_speeds,
     speedup,
 )
-from specrl.evaluation.compare import Trial, compare, shuffled, unseeded
-from specrl.evaluation.intervals import paired_ratio_interval
 from specrl.models import ModelPair
 
 SPLITS = ("validation", "test")

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
+from benchmarks.prompts import DOMAINS, first_prompts, interleaved
 from specrl.controllers import StaticController
 from specrl.engine import SpeculativeDecoder
-from specrl.evaluation.benchmarks.prompts import DOMAINS, first_prompts, interleaved
-from specrl.evaluation.benchmarks.records import median_speed, outputs_equal, paired_speeds, speedup
 from specrl.evaluation.compare import Trial, compare, shuffled, unseeded
 from specrl.evaluation.intervals import paired_ratio_interval
+from specrl.evaluation.records import median_speed, outputs_equal, paired_speeds, speedup
 from specrl.models import ModelPair
 
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from tqdm import tqdm
 from transformers import GenerationConfig
 
+from benchmarks.prompts import prompt_texts
 from specrl.controllers import StaticController
 from specrl.engine import SpeculativeDecoder
 from specrl.engine.timing import DeviceClock
-from specrl.evaluation.benchmarks.prompts import prompt_texts
 from specrl.evaluation.compare import Player, Trial, compare, shuffled
 from specrl.hf_assisted import ForwardCounter, assistant_config, hf_generate, resolved_assistant_settings
 from specrl.models import ModelPair
@@ -175,8 +175,8 @@ def run_one(
             stop_at_eos=False,
         )
         seconds = clock.now() - start
-        ids, stats = out.token_ids, out.stats.to_dict()
-        extra = {key: stats[key] for key in ("steps", "proposed", "accepted", "prefill_seconds")}
+        ids, stats = out.token_ids, out.stats
+        extra = {key: getattr(stats, key) for key in ("steps", "proposed", "accepted", "prefill_seconds")}
         verifies = out.stats.steps
     else:
         run = hf_generate(

@@ -11,7 +11,7 @@ from specrl.tables import markdown_table
 
 
 def markdown(report: dict, command: str) -> str:
-    """``hf_generate.md`` of a report from :func:`~specrl.evaluation.benchmarks.hf_generate.run`."""
+    """``hf_generate.md`` of a report from :func:`benchmarks.hf_generate.run`."""
     config, rows = report["config"], report["rows"]
     domains = list(config["domains"])
     header = ["method", *(f"{d} tokens/s" for d in domains if len(domains) > 1), "all tokens/s", "vs plain"]

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchmarks.vllm_engines import ARRIVALS
 from specrl.evaluation.intervals import RatioInterval, paired_ratio_interval
 from specrl.evaluation.machine import origin_line
+from specrl.io import write_report
 from specrl.tables import markdown_table
 
-ARRIVALS = "arrivals"
 #: The row every ``vs_plain`` ratio is over.
 PLAIN = "no speculation"
 
@@ -160,3 +161,11 @@ def plot(report: dict, path: Path) -> Path:
     return bar_groups(
         path, workloads, series, "tokens/s / vLLM without speculation", "speculation inside vLLM (test)", 1.0
     )
+
+
+def write(report: dict, out: Path) -> str:
+    """``out.json``, ``out.md`` and ``out.png`` of a report; returns the page."""
+    page = markdown(report, out.with_suffix(".png").name)
+    write_report(out, report, page)
+    plot(report, out.with_suffix(".png"))
+    return page

@@ -10,6 +10,7 @@ from pathlib import Path
 from specrl.batch_control.schedule import cutoff_sentence
 from specrl.evaluation.intervals import paired_ratio_interval
 from specrl.evaluation.machine import origin_line
+from specrl.io import write_report
 from specrl.tables import markdown_table
 
 
@@ -163,3 +164,11 @@ def plot(report: dict, path: Path) -> None:
     right.legend(fontsize=8)
     figure.tight_layout()
     save_figure(figure, path)
+
+
+def write(report: dict, out: Path) -> str:
+    """``out.json``, ``out.md`` and ``out.png`` of a report; returns the page."""
+    page = markdown(report, out.with_suffix(".png").name)
+    write_report(out, report, page)
+    plot(report, out.with_suffix(".png"))
+    return page

@@ -7,15 +7,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from specrl.evaluation.benchmarks.decode import Config
-from specrl.evaluation.benchmarks.records import (
+from benchmarks.decode import Config
+from specrl.evaluation.intervals import paired_ratio_interval
+from specrl.evaluation.records import (
     acceptance_rate,
     median_speed,
     paired_speeds,
     speed_per_repeat,
     speedup,
 )
-from specrl.evaluation.intervals import paired_ratio_interval
 from specrl.hf_assisted import resolved_assistant_settings
 
 TOKENS = "new_tokens"  # the records' token count

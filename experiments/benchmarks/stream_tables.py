@@ -1,5 +1,5 @@
-"""What a served stream shows: summary per setup, acceptance per domain, adaptations; tables, a plot,
-TensorBoard scalars under ``specdec/stream/``."""
+"""The page of a served stream: summary per setup, per segment, acceptance per domain, adaptations
+(tables), and its plot."""
 
 from __future__ import annotations
 
@@ -7,101 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from torch.utils.tensorboard import SummaryWriter
 
-from specrl.serving.server import Setup
-from specrl.serving.spec import StreamSpec
 from specrl.tables import markdown_table
-
-#: The TensorBoard scalars of a served stream (x axis: the request index), per setup.
-SCALARS = {
-    "specdec/stream/tokens_per_s": "the request's new tokens / its wall time",
-    "specdec/stream/acceptance_rate": "the request's accepted / proposed draft tokens",
-    "specdec/stream/cumulative_tokens_per_s": "tokens so far / (decoding + adaptation time so far)",
-    "specdec/stream/draft_version": "the live draft's version (0: the original)",
-    "specdec/stream/adaptation_seconds": "an adaptation's wall time (at the request it followed)",
-    "specdec/stream/holdout_acceptance_live": "held-back acceptance of the live draft, at an adaptation",
-    "specdec/stream/holdout_acceptance_candidate": "held-back acceptance of the candidate",
-    "specdec/stream/swapped": "1 when the candidate went live",
-}
-
-
-def summarize(setups: list[Setup], spec: StreamSpec) -> dict[str, Any]:
-    """Totals per setup and segment, acceptance per domain (frozen vs adapted on the same requests),
-    and every adaptation; plain data, for the JSON file and the tables."""
-    segments = [segment.name for segment in spec.segments]
-    rows = {}
-    for setup in setups:
-        adaptation_seconds = sum(a.seconds for a in setup.adaptations)
-        rows[setup.name] = {
-            **_totals(setup.records, adaptation_seconds),
-            "adaptations": len(setup.adaptations),
-            "swaps": sum(a.swapped for a in setup.adaptations),
-            "segments": {
-                name: _totals(
-                    [r for r in setup.records if r["segment"] == name],
-                    sum(
-                        a.seconds
-                        for a in setup.adaptations
-                        if setup.records[a.after_request]["segment"] == name
-                    ),
-                )
-                for name in segments
-            },
-        }
-    return {
-        "setups": rows,
-        "domains": _domain_acceptance(setups),
-        "adaptations": {s.name: [a.to_dict() for a in s.adaptations] for s in setups if s.adapts},
-        "records": {s.name: s.records for s in setups},
-    }
-
-
-def _totals(records: list[dict], adaptation_seconds: float) -> dict[str, float]:
-    tokens = sum(r["tokens"] for r in records)
-    decode = sum(r["seconds"] for r in records)
-    proposed = sum(r["proposed"] for r in records)
-    return {
-        "requests": len(records),
-        "tokens": tokens,
-        "decode_seconds": decode,
-        "adaptation_seconds": adaptation_seconds,
-        "tokens_per_s": tokens / (decode + adaptation_seconds) if records else 0.0,
-        "decode_tokens_per_s": tokens / decode if decode else 0.0,
-        "acceptance_rate": sum(r["accepted"] for r in records) / proposed if proposed else 0.0,
-    }
-
-
-def _domain_acceptance(setups: list[Setup]) -> list[dict[str, Any]]:
-    """Per controller and domain: accepted / proposed of the frozen and the adapted setup, over the
-    requests served before the adapted draft's first swap and over those after it (the same
-    requests for both setups)."""
-    rows = []
-    by_name = {s.name: s for s in setups}
-    for adapted in (s for s in setups if s.adapts):
-        frozen = by_name.get(adapted.name.replace("adapted", "frozen", 1))
-        if frozen is None:
-            continue
-        first_swap = next(
-            (r["request"] for r in adapted.records if r["draft_version"] > 0), len(adapted.records)
-        )
-        for domain in sorted({r["domain"] for r in adapted.records}):
-            row: dict[str, Any] = {"controller": adapted.name.split(" + ", 1)[1], "domain": domain}
-            for when, span in (
-                ("before", range(first_swap)),
-                ("after", range(first_swap, len(adapted.records))),
-            ):
-                for label, setup in (("frozen", frozen), ("adapted", adapted)):
-                    chosen = [setup.records[i] for i in span if setup.records[i]["domain"] == domain]
-                    row[f"{label}_{when}"] = _acceptance(chosen)
-                row[f"requests_{when}"] = len(chosen)
-            rows.append(row)
-    return rows
-
-
-def _acceptance(records: list[dict]) -> float | None:
-    proposed = sum(r["proposed"] for r in records)
-    return sum(r["accepted"] for r in records) / proposed if proposed else None
 
 
 def markdown(report: dict[str, Any], header: str, image: str | None = None) -> str:
@@ -308,39 +215,3 @@ def plot(report: dict[str, Any], path: Path, width: int = 6) -> Path:
     axes[1].legend(loc="upper left", fontsize=8, ncol=len(records))
     fig.tight_layout()
     return save_figure(fig, path)
-
-
-class StreamScalars:
-    """Writes :data:`SCALARS` for every setup to ``folder/<setup>`` (one TensorBoard run each)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.writers: dict[str, SummaryWriter] = {}
-
-    def writer(self, setup: Setup) -> SummaryWriter:
-        if setup.name not in self.writers:
-            slug = setup.name.replace(" + ", "__").replace(" ", "_")
-            self.writers[setup.name] = SummaryWriter(str(self.folder / slug))
-        return self.writers[setup.name]
-
-    def request(self, setup: Setup, record: dict) -> None:
-        """Called after ``record`` joined ``setup.records``: the setup's logs hold everything so far."""
-        w, step = self.writer(setup), record["request"]
-        so_far = _totals(setup.records, sum(a.seconds for a in setup.adaptations))
-        w.add_scalar("specdec/stream/tokens_per_s", record["tokens_per_s"], step)
-        w.add_scalar("specdec/stream/acceptance_rate", record["acceptance_rate"], step)
-        w.add_scalar("specdec/stream/cumulative_tokens_per_s", so_far["tokens_per_s"], step)
-        w.add_scalar("specdec/stream/draft_version", record["draft_version"], step)
-
-    def adaptation(self, setup: Setup, result) -> None:
-        w, step = self.writer(setup), result.after_request
-        w.add_scalar("specdec/stream/adaptation_seconds", result.seconds, step)
-        if result.live_score is not None:
-            w.add_scalar("specdec/stream/holdout_acceptance_live", result.live_score, step)
-        if result.candidate_score is not None:
-            w.add_scalar("specdec/stream/holdout_acceptance_candidate", result.candidate_score, step)
-        w.add_scalar("specdec/stream/swapped", float(result.swapped), step)
-
-    def close(self) -> None:
-        for w in self.writers.values():
-            w.close()

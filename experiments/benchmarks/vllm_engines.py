@@ -1,0 +1,129 @@
+"""``bench_vllm.py``'s engines: each vLLM engine setting serves its workloads in a process of its own
+(the script run with ``--worker``), and the settings take turns, a new seeded order each repeat
+(:func:`interleaved`), keeping every finished run so an interrupted bench resumes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+#: The script whose ``--worker`` runs one engine.
+SCRIPT = Path(__file__).resolve().parent.parent / "bench_vllm.py"
+FIXED = (1, 4, 16)
+ARRIVALS = "arrivals"
+MAX_ROWS = 64  # the arrivals scenario's batch limit
+
+
+def worker(path: str) -> None:
+    """Serve every workload of the job file with one engine; write the results next to it."""
+    job = json.loads(Path(path).read_text())
+    os.environ.update(job["env"])
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    from vllm import LLM
+
+    from specrl.vllm.compat import require_vllm
+    from specrl.vllm.serve import serve
+
+    require_vllm()
+    llm = LLM(
+        model=job["target"],
+        max_model_len=1024,
+        max_num_seqs=MAX_ROWS,
+        seed=0,
+        dtype="float32",
+        speculative_config=job["speculative"],
+        disable_log_stats=False,
+    )
+    serve(llm, [(job["workloads"][0]["requests"][0][0], 0.0)], 1, 8)  # warm-up
+    from specrl.vllm.proposer import LIVE
+
+    results: dict[str, list] = {w["name"]: [] for w in job["workloads"]}
+    for _ in range(job["repeats"]):
+        for workload in job["workloads"]:
+            before = [dict(p.seconds) for p in LIVE]
+            run = serve(llm, workload["requests"], workload["limit"], job["max_new_tokens"])
+            spent = [{k: p.seconds[k] - b[k] for k in b} for p, b in zip(LIVE, before, strict=False)]
+            run["proposer_seconds"] = spent[0] if spent else None  # specrl's proposer's own time
+            results[workload["name"]].append(run)
+    Path(path).with_suffix(".out.json").write_text(json.dumps(results))
+
+
+def run_engine(label: str, job: dict) -> dict[str, list]:
+    """One engine setting's runs (a subprocess of ``bench_vllm.py``), with progress on stderr."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "job.json"
+        path.write_text(json.dumps(job))
+        env = dict(os.environ)
+        env.update(job.get("process_env", {}))
+        print(f"[bench_vllm] {label} ...", file=sys.stderr, flush=True)
+        done = subprocess.run(
+            [sys.executable, str(SCRIPT), "--worker", str(path)], env=env, capture_output=True, text=True
+        )
+        if done.returncode:
+            raise RuntimeError(f"the engine '{label}' failed:\n{done.stderr[-4000:]}")
+        return json.loads(path.with_suffix(".out.json").read_text())
+
+
+def interleaved(
+    jobs: dict[str, dict], repeats: int, stage: str, done: Path | None = None, seed: int = 0
+) -> dict[str, dict[str, list]]:
+    """Every job's runs by workload: each repeat starts every job's engine once, serving each of its
+    workloads once, the jobs in a new seeded order, so the machine's drift within the bench falls
+    on every engine alike and the ratio within a repeat pairs runs minutes apart, not an hour.
+
+    ``done`` keeps every finished engine run (under its stage, repeat and job), written atomically
+    after each: an interrupted bench started again with the same settings resumes there."""
+    from specrl.io import write_text_atomic
+
+    kept = json.loads(done.read_text()) if done is not None and done.is_file() else {}
+    order, shuffle = list(jobs), random.Random(seed)
+    runs: dict[str, dict[str, list]] = {label: {} for label in jobs}
+    for repeat in range(repeats):
+        shuffle.shuffle(order)
+        for label in order:
+            job = {**jobs[label], "repeats": 1}
+            digest = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:16]
+            key = f"{stage} {repeat} {label} {digest}"
+            if key not in kept:
+                kept[key] = run_engine(f"{stage} {repeat + 1}/{repeats}: {label}", job)
+                if done is not None:
+                    write_text_atomic(done, json.dumps(kept))
+            for workload, results in kept[key].items():
+                runs[label].setdefault(workload, []).extend(results)
+    return runs
+
+
+def vllm_static(method: str, k: int, draft: str) -> dict:
+    """vLLM's own speculation by ``method`` at a static k (the lookup's orders are the proposer's)."""
+    spec = {"method": method, "num_speculative_tokens": k}
+    if method == "ngram":
+        return spec | {"prompt_lookup_min": 1, "prompt_lookup_max": 3}
+    return spec | {"model": draft}
+
+
+def specrl_rows(
+    policies: list[str], draft: str, controller: str, drafter: str, lookup_only: bool = False
+) -> dict[str, dict]:
+    """specrl's proposer rows, each the environment that configures it: TCP and every policy with
+    the draft model, and TCP with the n-gram lookup alone (no draft model); with ``lookup_only``,
+    TCP and every policy with the lookup alone."""
+    names = ["tcp", *policies]
+    rows = {} if lookup_only else {f"specrl {name}": {controller: name, drafter: draft} for name in names}
+    for name in names if lookup_only else ["tcp"]:
+        rows[f"specrl {name}, lookup"] = {controller: name}
+    return rows
+
+
+def intel_openmp() -> str | None:
+    """The Intel OpenMP library vLLM's CPU build installs (``intel-openmp``), if present."""
+    for folder in (Path(sys.prefix) / "lib", Path(sys.base_prefix) / "lib"):
+        if (folder / "libiomp5.so").is_file():
+            return str(folder / "libiomp5.so")
+    return None
