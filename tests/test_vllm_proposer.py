@@ -349,5 +349,7 @@ def test_a_price_prior_names_a_profile_or_a_file_and_the_curve_reads_it(tmp_path
     monkeypatch.setenv(PRICES_VARIABLE, str(path))  # as vLLM builds it: from the environment
     assert np.allclose(features(static())[:, curve], h100[:, curve])
     monkeypatch.setenv(PRICES_VARIABLE, "gpu-like-b300")
-    with pytest.raises(ValueError, match=r"neither a latency profile \(.*gpu-like-h100.*specrl calibrate --out"):
+    with pytest.raises(
+        ValueError, match=r"neither a latency profile \(.*gpu-like-h100.*specrl calibrate --out"
+    ):
         static()

@@ -2,9 +2,8 @@
 on every episode, repeated, in an order that spreads the machine's slow and fast phases over
 all of them alike, each player of an episode on the same random draws (the same reset seed).
 
-Used by the evaluation harness, ``specrl train`` (its real-loop check),
-``specrl compare``, :mod:`specrl.evaluation.sim_vs_real` and the benchmarks
-(:mod:`specrl.evaluation.benchmarks`); each keeps its own protocol by choosing the order, the
+Used by the evaluation harness, ``specrl train`` (its real-loop check), ``specrl compare`` and
+the benchmark scripts of ``experiments/``; each keeps its own protocol by choosing the order, the
 seeds and the warm-up:
 
 - order: :func:`shuffled` (a seeded random order per episode), :func:`rotating` (episode i starts

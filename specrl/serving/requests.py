@@ -6,7 +6,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from specrl.serving.spec import StreamError, StreamSpec
+from specrl.serving.stream_file import StreamError, StreamSpec
 from specrl.zoo.corpus import SPLITS
 
 
