@@ -14,7 +14,14 @@ from specrl.serving.adaptation import AdaptationResult, DraftAdapter, LiveDraft,
 from specrl.serving.continuous import ContinuousRun, TimedRequest, scenario_requests, serve_continuous
 from specrl.serving.requests import Request, draw_requests
 from specrl.serving.side_by_side import Setup, build_setups, serve_request, serve_stream
-from specrl.serving.stream_file import AdaptationSpec, Segment, StreamError, StreamSpec, load_stream, shipped_streams
+from specrl.serving.stream_file import (
+    AdaptationSpec,
+    Segment,
+    StreamError,
+    StreamSpec,
+    load_stream,
+    shipped_streams,
+)
 
 __all__ = [
     "AdaptationResult",
