@@ -37,7 +37,6 @@ def summarize_cell(records: list[dict], plain: list[dict]) -> dict:
     }
     if "proposed" in records[0]:
         cell["acceptance_rate"] = acceptance_rate(records)
-        cell["mean_accepted_length"] = cell["tokens_per_verify"]  # new tokens / steps
     if "matches_plain" in records[0]:
         cell["matches_plain"] = all(r["matches_plain"] for r in records)
     return cell
