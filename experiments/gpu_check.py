@@ -37,7 +37,7 @@ and 500 distillation steps estimated at ~130 s: specrl/zoo/presets.py says how);
 (1,500 steps of ~10 ms); policy ~55 s (24 traced episodes of 128 tokens at ~7 ms a token, 32,768
 PPO steps on the CPU); benchmark ~55 s (13 rows x 4 passes x one 128-token episode). About 350 s.
 
-What each stage does lives in specrl/evaluation/gpu_check/; this script parses the flags and runs
+What each stage does lives in experiments/gpu_check_parts/; this script parses the flags and runs
 the stages in order.
 """
 
@@ -46,11 +46,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
-
-from specrl.evaluation.gpu_check import Record, require_device, resolve_budget
-from specrl.evaluation.gpu_check.script_stages import bench_compile, benchmark, quick_policy
-from specrl.evaluation.gpu_check.stages import build_pair, calibrate, environment, lossless
+from gpu_check_parts.budgets import resolve_budget
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -95,6 +91,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # torch, transformers and specrl only now: a bad flag is refused at once
+    import torch
+    from gpu_check_parts.record import Record
+    from gpu_check_parts.script_stages import bench_compile, benchmark, quick_policy
+    from gpu_check_parts.stages import build_pair, calibrate, environment, lossless, require_device
+
     budget, out, scenarios = args.budget, args.out, args.scenarios
     require_device(budget["device"])
     if budget["threads"]:

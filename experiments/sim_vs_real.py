@@ -21,7 +21,7 @@ noise spreads over them alike.
     python experiments/sim_vs_real.py                     # default pair, results/sim_vs_real.{json,md}
     python experiments/sim_vs_real.py --preset tiny --prompts 2 --scenarios code   # smoke
 
-What it measures lives in specrl/evaluation/sim_vs_real/.
+What it measures lives in experiments/sim_vs_real_parts/.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ import sys
 import time
 from pathlib import Path
 
+from sim_vs_real_parts import SPLIT, render, scenario_rows, summarize
+
 from specrl.envs import load_scenario
-from specrl.evaluation.sim_vs_real import SPLIT, render, scenario_rows, summarize
 from specrl.io import write_text_atomic
 from specrl.latency import LatencyModel, calibrated
 

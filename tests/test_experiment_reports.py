@@ -1,25 +1,20 @@
-"""Small parts of the experiment scripts that turn measurements into reported numbers."""
+"""What the experiment scripts turn measurements into: the package's paired ratio and markdown
+table, and the studies of ``experiments/`` (sim_vs_real.py, profiles.py) run as a user runs them,
+on small settings, their files read back (a script is run, never imported)."""
 
 from __future__ import annotations
 
-import math
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
 
-import numpy as np
 import pytest
-from conftest import load_script
 
-
-def test_machine_noise_is_the_spread_of_modeled_over_wall_clock_per_episode():
-    from specrl.evaluation.sim_vs_real import machine_noise as noise
-
-    steady = noise([0.9] * 16, controllers=8)
-    assert steady["episode_sd"] == pytest.approx(0.0) and steady["controller_se"] == pytest.approx(0.0)
-    ratios = list(np.exp(np.random.default_rng(0).normal(0.0, 0.1, 800)))
-    measured = noise(ratios, controllers=8)
-    assert measured["episode_sd"] == pytest.approx(0.1, rel=0.1)
-    assert measured["controller_se"] == pytest.approx(measured["episode_sd"] / math.sqrt(100))
-    drifting = noise([1.0] * 10 + [0.8] * 10, controllers=2)
-    assert drifting["second_half_vs_first"] == pytest.approx(-0.2)
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_paired_ratio_is_the_median_of_per_repeat_ratios():
@@ -28,27 +23,6 @@ def test_paired_ratio_is_the_median_of_per_repeat_ratios():
     # the machine runs twice as fast in the second repeat: the ratio within each repeat is 1.1
     assert paired([110.0, 220.0, 55.0], [100.0, 200.0, 50.0]) == pytest.approx(1.1)
     assert paired([1.0, 3.0, 2.0], [1.0, 1.0, 1.0]) == 2.0
-
-
-def test_spearman_ranks_share_ties():
-    from specrl.evaluation.sim_vs_real import rankings
-
-    rows = [
-        {
-            "scenario": "s",
-            "controller": c,
-            "sim": {"tokens_per_s": sim},
-            "real_modeled": {"tokens_per_s": sim},
-            "real_wallclock": {"tokens_per_s": wall},
-        }
-        for c, sim, wall in (("a", 1.0, 10.0), ("b", 2.0, 10.0), ("c", 3.0, 30.0))
-    ]
-    # a tie in the wall clock: Spearman with shared ranks is 0.866, not the 1.0 or 0.5 of broken ties
-    assert rankings(rows)["s"]["spearman_wallclock"] == pytest.approx(0.8660254)
-    reversed_rows = [
-        dict(row, real_wallclock={"tokens_per_s": 1 / row["sim"]["tokens_per_s"]}) for row in rows
-    ]
-    assert rankings(reversed_rows)["s"]["spearman_wallclock"] == pytest.approx(-1.0)
 
 
 def test_markdown_table_writes_header_rule_and_rows():
@@ -64,32 +38,109 @@ def test_markdown_table_writes_header_rule_and_rows():
         markdown_table(["a"], [], align=["middle"])
 
 
-def test_the_choices_table_puts_each_policy_beside_the_best_static_setting():
-    from specrl.evaluation.profiles import ProfileRow
-
-    script = load_script("profiles")
-    row = ProfileRow("cpu-xeon-2t", "code_t1", 100.0, "static", 150.0, best_static="(k=2, tau=0.0)")
-    row.choices = {
-        "carried": {"draft": 0.9, "plain": 0.1, "mean_k": 2.76},
-        "alone": {"draft": 1.0, "mean_k": 2.0},
-    }
-    text = script.choices_section([row], ["carried", "alone"])
-    assert "| profile | scenario | best static | carried | alone |" in text
-    assert "| cpu-xeon-2t | code_t1 | (k=2, tau=0.0) | plain 0.10; k 2.8 | plain 0.00; k 2.0 |" in text
-    pool = ProfileRow("gpu-like-h200", "mixed_pool", 100.0, "pool", 120.0, best_static="(k=3, tau=0.0, big)")
-    pool.choices = {"carried": {"big": 0.6, "draft": 0.3, "plain": 0.1, "mean_k": 3.0}}
-    text = script.choices_section([pool], ["carried"])
-    assert "each drafter" in text and "| big 0.60, draft 0.30, plain 0.10; k 3.0 |" in text
+def run_script(name: str, *flags: str, home: Path) -> subprocess.CompletedProcess:
+    run = subprocess.run(
+        [sys.executable, str(REPO / "experiments" / f"{name}.py"), *flags],
+        cwd=REPO,
+        env=dict(os.environ, SPECRL_HOME=str(home), OMP_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run
 
 
-def test_the_overall_table_gives_each_seed_its_worst_cell_and_geometric_mean_over_every_profile():
-    from specrl.evaluation.profiles import ProfileRow
+@pytest.mark.slow
+def test_sim_vs_real_prices_the_same_real_steps_twice_and_its_page_is_rebuilt_from_its_json(
+    tmp_path, tiny_home
+):
+    home, _ = tiny_home
+    latency = REPO / "specrl" / "latency" / "profiles" / "cpu-epyc-1t-tiny.json"
+    flags = ["--preset", "tiny", "--scenarios", "code", "--prompts", "1", "--sim-repeats", "2"]
+    flags += ["--latency", str(latency), "--baseline", "none", "--out", str(tmp_path / "svr")]
+    run_script("sim_vs_real", *flags, home=home)
+    results = json.loads((tmp_path / "svr.json").read_text())
+    rows = results["rows"]
+    controllers = [row["controller"] for row in rows]
+    assert len(controllers) == 8 and len(set(controllers)) == 8 and {"tcp", "static k=1"} <= set(controllers)
+    assert results["pair"] == "specrl-zoo-tiny" and results["split"] == "test" and results["baseline"] is None
+    for row in rows:
+        # greedy: the simulator replays the real steps exactly, so it differs from the real loop
+        # priced by the same latency model in nothing (and from the wall clock only in the price)
+        assert row["sim"]["tokens_per_s"] == pytest.approx(row["real_modeled"]["tokens_per_s"], rel=1e-6)
+        assert row["sim"]["tokens"] == row["real_wallclock"]["tokens"] > 0
+    # every controller on the one trace (one repeat: greedy), the machine's noise over those episodes
+    noise = results["noise"]["code"]
+    assert (
+        noise["episodes"] == 8 and noise["episode_sd"] >= 0 and noise["controller_se"] == noise["episode_sd"]
+    )
+    worst = results["worst"]["code"]
+    assert worst["sim_modeled"] == pytest.approx(0.0, abs=1e-6)
+    ratios = [row["sim"]["tokens_per_s"] / row["real_wallclock"]["tokens_per_s"] for row in rows]
+    assert worst["sim_wall"] == pytest.approx(max(abs(r - 1) for r in ratios))
+    assert worst["sim_wall_level"] == pytest.approx(statistics.median(ratios) - 1)
+    assert results["worst_sim_wall_gap"] == worst["sim_wall"]
+    ranking = results["ranking"]["code"]
+    assert ranking["modeled"] is True and -1 <= ranking["spearman_wallclock"] <= 1
 
-    script = load_script("profiles")
-    rows = [ProfileRow(p, "code", 50.0, "static", 100.0) for p in ("cpu-a", "gpu-b")]
-    rows[0].policies = {"carried": [90.0, 110.0], "other": [100.0]}
-    rows[1].policies = {"carried": [100.0, 121.0], "other": [81.0]}
-    text = script.overall_section(rows, ["carried", "alone", "other"])
-    assert "| carried | 0 | 0.900 | 0.949 | 2 |" in text  # sqrt(0.9 * 1.0)
-    assert "| carried | 1 | 1.100 | 1.154 | 2 |" in text  # sqrt(1.1 * 1.21) = 1.1537
-    assert "| other | 0 | 0.810 | 0.900 | 2 |" in text and "| alone |" not in text
+    page = (tmp_path / "svr.md").read_text()
+    assert "| scenario | controller | sim tok/s | real wall-clock tok/s | **sim / wall** |" in page
+    assert f"(simulator vs wall clock, Spearman): code: {ranking['spearman_wallclock']:.2f}." in page
+    # --render rewrites the page from the JSON alone
+    (tmp_path / "svr.md").unlink()
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "experiments" / "sim_vs_real.py"),
+            "--render",
+            str(tmp_path / "svr.json"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (tmp_path / "svr.md").read_text() == page
+
+
+@pytest.mark.slow
+def test_profiles_puts_each_policy_beside_the_rules_retuned_under_each_profile(tmp_path):
+    """The embedded pair's shipped traces and policy: nothing is trained (the alone arm's run is
+    kept already, as an interrupted call leaves it)."""
+    out = tmp_path / "profiles"
+    kept = out / "runs" / "alone-cpu-xeon-2t" / "seed0"
+    kept.mkdir(parents=True)
+    for name in ("policy.pt2", "metadata.json", "results.md"):
+        shutil.copy(REPO / "specrl" / "policies" / "default" / name, kept / name)
+    default = str(REPO / "specrl" / "policies" / "default")
+    flags = ["--carried", default, "--seeds", "0", "--alone", "cpu-xeon-2t", "--profiles", "cpu-xeon-2t"]
+    flags += ["gpu-like-h200", "--scenarios", "code", "--also", f"other={default}", "--repeats", "1"]
+    run = run_script("profiles", *flags, "--out", str(out), home=tmp_path / "home")
+    assert "specrl train" not in run.stdout  # the kept run is not trained again
+    record = json.loads((out / "profiles.json").read_text())
+    rows = {row["profile"]: row for row in record["rows"]}
+    assert set(rows) == {"cpu-xeon-2t", "gpu-like-h200"} and record["seeds"] == [0]
+    assert set(rows["cpu-xeon-2t"]["policies"]) == {"carried", "priced rule", "other", "alone"}
+    assert "alone" not in rows["gpu-like-h200"]["policies"]
+    ratios = [row["policies"]["carried"][0] / row["best_rule"] for row in rows.values()]
+    page = (out / "profiles.md").read_text()
+    assert (out / "profiles.png").is_file() and page.startswith("# Policies on machines")
+
+    # the prices, as the features read them
+    assert "| cpu-xeon-2t | yes | 0.138 | 0.074 |" in page
+    # the overall table: per seed, the worst cell and the geometric mean over every profile
+    geometric = statistics.geometric_mean(ratios)
+    assert f"| carried | 0 | {min(ratios):.3f} | {geometric:.3f} | 2 |" in page
+    assert "| alone | 0 |" in page and page.count("| other | 0 |") == 1
+    # every scenario: the same policy twice (other, carried) gives the same ratio; carried / alone is 1
+    xeon = next(line for line in page.splitlines() if line.startswith("| cpu-xeon-2t | code | "))
+    assert (
+        f"| {ratios[0]:.3f} [{ratios[0]:.3f}, {ratios[0]:.3f}] |" in xeon
+        and "| 1.000 [1.000, 1.000] |" in xeon
+    )
+    # what each policy drafts with, beside the best static setting; a policy not run there: "-"
+    assert "| profile | scenario | best static | carried | alone | other |" in page
+    h200 = [line for line in page.splitlines() if line.startswith("| gpu-like-h200 | code | (k=")]
+    choice = rows["gpu-like-h200"]["choices"]["carried"]
+    assert h200 and f"| plain {choice.get('plain', 0.0):.2f}; k {choice['mean_k']:.1f} | - |" in h200[0]

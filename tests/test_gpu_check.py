@@ -1,8 +1,9 @@
-"""experiments/gpu_check.py (specrl/evaluation/gpu_check/) and what it needs: the "gpu" zoo preset
-and a build's wall-clock cap.
+"""experiments/gpu_check.py (its parts: experiments/gpu_check_parts/) and what it needs from the
+package: the "gpu" zoo preset and a build's wall-clock cap.
 
 No GPU is available to this project: the script runs here with --smoke (every budget shrunk, the
-tiny pair on the CPU), which goes through every stage a GPU run goes through.
+tiny pair on the CPU), which goes through every stage a GPU run goes through. The script is run,
+never imported: the tests read the files it writes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from specrl.evaluation.gpu_check import BUDGETS, Record, require_device, resolve_budget
 from specrl.zoo.__main__ import main as zoo_main
 from specrl.zoo.presets import PRESETS, parameters, training_flops
 from specrl.zoo.train import make_model
@@ -66,55 +66,65 @@ def test_a_capped_build_stops_early_and_its_card_records_the_steps_and_the_cap(t
     assert json.loads(capsys.readouterr().out)["budget"]["hit"] is True
 
 
-def test_a_failed_stage_is_recorded_and_the_stages_that_need_it_are_skipped(tmp_path):
-    record = Record(tmp_path, smoke=True, budget=dict(BUDGETS["smoke"]), scenarios=["code"])
-    record.stage("environment", lambda: {"device": "cpu", "torch": "x", "cuda": None})
-
-    def broken() -> dict:
-        raise RuntimeError("no room left on the device")
-
-    record.stage("build", broken, needs=("environment",))
-    record.stage("calibrate", lambda: {}, needs=("build",))
-    report = json.loads((tmp_path / "gpu_check.json").read_text())
-    assert [s["status"] for s in report["stages"].values()] == ["ok", "failed", "skipped"]
-    assert report["stages"]["build"]["error"] == "RuntimeError: no room left on the device"
-    assert report["stages"]["calibrate"]["reason"] == "needs build" and report["passed"] is False
-    markdown = (tmp_path / "gpu_check.md").read_text()
-    assert "NOT every stage passed" in markdown and "no room left on the device" in markdown
+def run_check(*flags: str, home: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ) if home is None else dict(os.environ, SPECRL_HOME=str(home))
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *flags],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,  # the smoke run: about a minute on 2 quiet CPU cores
+    )
 
 
-def test_a_flag_overrides_its_budget_and_a_count_below_one_is_refused_by_name():
-    budget = resolve_budget(smoke=True, overrides={"repeats": 5, "samples": None, "rebuild": True})
-    assert budget == {**BUDGETS["smoke"], "repeats": 5}
-    assert resolve_budget(smoke=False, overrides={})["preset"] == "gpu"
-    with pytest.raises(ValueError, match="--episodes and --repeats must be >= 1"):
-        resolve_budget(smoke=True, overrides={"repeats": 0})
-    with pytest.raises(ValueError, match="--samples, --calibration-steps and --ppo-timesteps"):
-        resolve_budget(smoke=False, overrides={"ppo_timesteps": 0})
+@pytest.mark.slow
+def test_a_failed_stage_is_recorded_and_the_stages_that_need_it_are_skipped(tmp_path, tiny_home):
+    home, _ = tiny_home  # the tiny pair is built there: the build stage reuses it
+    out = tmp_path / "out"
+    run = run_check(
+        "--smoke", "--scenarios", "no_such_scenario", "--samples", "20", "--out", str(out), home=home
+    )
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    report = json.loads((out / "gpu_check.json").read_text())
+    stages = report["stages"]
+    assert list(stages) == STAGES and report["passed"] is False and report["smoke"] is True
+    assert stages["environment"]["status"] == "ok" and stages["build"]["result"]["reused"] is True
+    assert stages["calibrate"]["status"] == "failed"
+    assert stages["calibrate"]["error"].startswith(
+        "ScenarioError: scenario file 'no_such_scenario' not found"
+    )
+    for skipped in ("policy", "benchmark"):
+        assert stages[skipped] == {"status": "skipped", "seconds": 0.0, "reason": "needs calibrate"}
+    markdown = (out / "gpu_check.md").read_text()
+    assert "NOT every stage passed" in markdown and "no_such_scenario" in markdown
+    assert "| policy | skipped | 0.0 | needs calibrate |" in markdown
+    assert "NOT every stage passed: see gpu_check.md" in run.stdout
+
+
+def test_a_count_below_one_is_refused_by_name_before_anything_is_written(tmp_path):
+    for flags, message in (
+        (["--smoke", "--repeats", "0"], "--episodes and --repeats must be >= 1"),
+        (["--ppo-timesteps", "0"], "--samples, --calibration-steps and --ppo-timesteps must be positive"),
+        (["--smoke", "--train-seconds", "-1"], "--train-seconds > 0"),
+    ):
+        run = run_check(*flags, "--out", str(tmp_path / "out"))
+        assert run.returncode == 2 and message in run.stderr, run.stderr
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal a machine without CUDA gives")
 def test_a_gpu_run_where_torch_sees_no_gpu_is_refused_by_name(tmp_path):
-    with pytest.raises(SystemExit, match="gpu_check: .*sees no CUDA device here; install a CUDA build"):
-        require_device("cuda")
-    command = [sys.executable, str(SCRIPT), "--out", str(tmp_path / "out")]
-    run = subprocess.run(command, cwd=REPO, capture_output=True, text=True)  # refused before it writes
-    assert run.returncode != 0 and "sees no CUDA device here" in run.stderr
+    run = run_check("--out", str(tmp_path / "out"))  # refused before it writes
+    assert run.returncode != 0
+    assert "gpu_check: " in run.stderr and "sees no CUDA device here; install a CUDA build" in run.stderr
     assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow
 def test_the_smoke_run_goes_through_every_stage_and_writes_its_report(tmp_path, tiny_home):
-    env = dict(os.environ, SPECRL_HOME=str(tmp_path / "home"))
     out = tmp_path / "out"
-    run = subprocess.run(
-        [sys.executable, str(SCRIPT), "--smoke", "--out", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,  # about a minute on 2 quiet CPU cores
-    )
+    run = run_check("--smoke", "--out", str(out), home=tmp_path / "home")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads((out / "gpu_check.json").read_text())
     stages = report["stages"]

@@ -14,7 +14,6 @@ from specrl.controllers.stop_rules import AdaEDLController, SpecDecPPController,
 from specrl.engine.types import Action
 from specrl.envs import VecTraceReplay
 from specrl.envs.actions import to_action_indices, to_engine_action
-from specrl.evaluation.profiles import prices
 from specrl.features import FEATURE_NAMES, N_FEATURES
 from specrl.latency.family import LatencyFamily
 from specrl.trace_evaluation import evaluate_controller
@@ -120,7 +119,8 @@ def test_the_priced_rule_demonstrates_under_machines_drawn_from_a_family(shifted
     family = LatencyFamily(("cpu-epyc-2t-nov", "gpu-like-a100"), perturbations=0)
     shown = demonstrations(rule, shifted, greedy_traces, family, encoder, 1, seed=0)
     price = shown.observations[:, FEATURE_NAMES.index("draft_price")]
-    cpu, gpu = (prices(family.profile(name))[0] for name in family.names)
+    # each machine's draft_price as the features read it (one row, context 256)
+    cpu, gpu = (family.profile(name).price_line(1, 256).ratios(1)[0] for name in family.names)
     assert gpu < cpu / 2
     cheap = price < (cpu + gpu) / 2  # the GPU-like machine's draft is the cheaper: its episodes
     assert 0.2 < cheap.mean() < 0.8  # the episodes ran on both machines

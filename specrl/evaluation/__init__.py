@@ -15,8 +15,6 @@
 - :mod:`~specrl.evaluation.machine`: where and how a run ran;
 - :mod:`~specrl.evaluation.records`: timed run records: speeds per repeat, medians, paired ratios,
   outputs equal to a reference (what the benchmark scripts under ``experiments/`` pair);
-- :mod:`~specrl.evaluation.sim_vs_real`: the simulator against the real loop (``sim_vs_real.py``);
-- :mod:`~specrl.evaluation.gpu_check`: the stages of ``gpu_check.py``.
 """
 
 from specrl.evaluation.harness import Settings, evaluate_scenario, load_policies

@@ -1,6 +1,6 @@
 """The GPU check's stages that run in a child process (``specrl train``, ``specrl evaluate``, and
-the decoding benchmark, a script of the checkout's ``experiments/``), their output shown and kept
-under ``<out>/logs``, and read back what they wrote."""
+the decoding benchmark, ``experiments/bench_decode.py``), their output shown and kept under
+``<out>/logs``, and read back what they wrote."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from typing import Any
 
 import torch
 
-from specrl.provenance import CHECKOUT
+EXPERIMENTS = Path(__file__).resolve().parents[1]  # the folder of the scripts
 
 
 def run_script(script: str, arguments: list[str], log: Path, device: str) -> None:
     """``specrl <script> ARGUMENTS`` (a subcommand), or ``python experiments/<script> ARGUMENTS`` (a
-    ``.py`` benchmark of the checkout), its output shown and kept in ``log``; raises on failure. On
+    ``.py`` script beside ``gpu_check.py``), its output shown and kept in ``log``; raises on failure. On
     the CPU it sees no GPU (CUDA_VISIBLE_DEVICES empty), so that everything runs where the check does."""
     if script.endswith(".py"):
-        command = [sys.executable, str(CHECKOUT / "experiments" / script), *arguments]
+        command = [sys.executable, str(EXPERIMENTS / script), *arguments]
     else:
         command = [sys.executable, "-m", "specrl", script, *arguments]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -33,7 +33,12 @@ def run_script(script: str, arguments: list[str], log: Path, device: str) -> Non
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as handle:
         process = subprocess.Popen(
-            command, cwd=CHECKOUT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            command,
+            cwd=EXPERIMENTS.parent,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         assert process.stdout is not None
         for line in process.stdout:

@@ -1,6 +1,6 @@
 """The GPU check's stages that run in this process: the environment, the library's self-check on
 the device, the "gpu" zoo pair built under a wall-clock cap, and its latency model. Each returns
-the stage's result for :class:`~specrl.evaluation.gpu_check.record.Record`."""
+the stage's result for :class:`~gpu_check_parts.record.Record`."""
 
 from __future__ import annotations
 

@@ -9,10 +9,10 @@ same controllers on the same test episodes in the simulator and in the real loop
 - :mod:`.page`: the markdown page of a run's JSON.
 """
 
-from specrl.evaluation.sim_vs_real.gaps import gap, machine_noise, rankings, summarize, worst_gaps
-from specrl.evaluation.sim_vs_real.page import render
-from specrl.evaluation.sim_vs_real.real_loop import CONTROLLERS, SPLIT
-from specrl.evaluation.sim_vs_real.rows import scenario_rows
+from sim_vs_real_parts.gaps import gap, machine_noise, rankings, summarize, worst_gaps
+from sim_vs_real_parts.page import render
+from sim_vs_real_parts.real_loop import CONTROLLERS, SPLIT
+from sim_vs_real_parts.rows import scenario_rows
 
 __all__ = [
     "CONTROLLERS",

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specrl.evaluation.gpu_check.budgets import AIM_SECONDS
-from specrl.evaluation.gpu_check.page import render_markdown
+from gpu_check_parts.budgets import AIM_SECONDS
+from gpu_check_parts.page import render_markdown
 from specrl.io import write_report
 
 
@@ -22,7 +22,7 @@ class Record:
     Args:
         out: the folder of ``gpu_check.json`` and ``gpu_check.md``.
         smoke: whether the budgets are the shrunk ones (the page says its numbers mean nothing).
-        budget: the run's budget (:func:`~specrl.evaluation.gpu_check.budgets.resolve_budget`).
+        budget: the run's budget (:func:`~gpu_check_parts.budgets.resolve_budget`).
         scenarios: the scenarios the policy trains on and the benchmark runs.
     """
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim_vs_real_parts.gaps import gap, machine_noise
+from sim_vs_real_parts.real_loop import CONTROLLERS, SPLIT, run_real, subset
 from specrl.envs import SpecDecodeEnv, cached_traces
 from specrl.envs.scenario import Scenario
-from specrl.evaluation.sim_vs_real.gaps import gap, machine_noise
-from specrl.evaluation.sim_vs_real.real_loop import CONTROLLERS, SPLIT, run_real, subset
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 from specrl.trace_evaluation import evaluate_controller
@@ -26,7 +26,7 @@ def scenario_rows(
     sim_repeats: int,
 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """The rows of ``scenario`` (named ``name``) on the first ``prompts`` test traces per domain, and
-    the machine's noise over its real episodes (:func:`~specrl.evaluation.sim_vs_real.gaps.machine_noise`).
+    the machine's noise over its real episodes (:func:`~sim_vs_real_parts.gaps.machine_noise`).
 
     Args:
         scenario: with modeled time and the test split (the simulator's settings).

@@ -3,7 +3,7 @@ shape and the machine's noise, then every controller's row."""
 
 from __future__ import annotations
 
-from specrl.evaluation.sim_vs_real.gaps import gap
+from sim_vs_real_parts.gaps import gap
 from specrl.tables import markdown_table
 
 

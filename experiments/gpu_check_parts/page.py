@@ -8,7 +8,7 @@ from specrl.tables import markdown_table
 
 
 def render_markdown(report: dict) -> str:
-    """The page of a :class:`~specrl.evaluation.gpu_check.record.Record`'s report."""
+    """The page of a :class:`~gpu_check_parts.record.Record`'s report."""
     stages = report["stages"]
     env = stages.get("environment", {}).get("result", {})
     machine = env.get("gpu") or f"{env.get('device', '?')} ({env.get('cpus', '?')} CPUs)"
