@@ -29,10 +29,10 @@ def test_shipped_data_lives_in_the_top_level_folders_and_is_package_data():
     assert SCENARIO_DIR.parent == package and SHIPPED_POLICY_DIR.parent == package
     assert {"code", "mixed", "prose_t1"} <= set(shipped_scenarios())
     assert "default" in shipped_policies()
-    # one copy: the package's folders are links to the design card's top-level envs/ and policies/
-    for name, folder in (("scenarios", "envs"), ("policies", "policies")):
+    # one copy: the package's folders are links to the top-level scenarios/ and policies/
+    for name, folder in (("scenarios", "scenarios"), ("policies", "policies")):
         assert (package / name).is_symlink() and (package / name).resolve() == (REPO / folder).resolve()
-    assert (REPO / "envs" / "code.yaml").is_file() and (
+    assert (REPO / "scenarios" / "code.yaml").is_file() and (
         REPO / "policies" / "default" / "metadata.json"
     ).is_file()
     pyproject = (REPO / "pyproject.toml").read_text()

@@ -11,7 +11,8 @@ from specrl.envs.scenario.schema import Scenario, ScenarioError
 
 # Shipped scenarios are package data (specrl/scenarios/*.yaml), so an installed wheel has them.
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
-# Where they lived before they became package data: "envs/code.yaml" still names the shipped file.
+# Where they lived before the top-level folder was renamed scenarios/ (envs/ also named the Gymnasium
+# package): "envs/code.yaml" still names the shipped file.
 LEGACY_SCENARIO_FOLDER = "envs"
 # Shipped scenarios that were renamed, old name -> new: the old name is refused with the new one
 # (a name says one thing: "serving" is the package that serves requests, not a scenario).
