@@ -30,14 +30,13 @@ import argparse
 import json
 import os
 import platform
-import shlex
-import sys
 import time
 from pathlib import Path
 
 from sim_vs_real_parts import SPLIT, render, scenario_rows, summarize
 
 from specrl.envs import load_scenario
+from specrl.evaluation.machine import command_line
 from specrl.io import write_text_atomic
 from specrl.latency import LatencyModel, calibrated
 
@@ -90,7 +89,7 @@ def main() -> None:
         write_text_atomic(args.render.with_suffix(".md"), text)
         print(text)
         return
-    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    command = command_line()
     started, load_before = time.perf_counter(), os.getloadavg()[0]
     rows, noise = [], {}
     pair = latency = profiled = None

@@ -5,7 +5,6 @@ interrupted run keeps what it did."""
 from __future__ import annotations
 
 import datetime
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 from gpu_check_parts.budgets import AIM_SECONDS
 from gpu_check_parts.page import render_markdown
+from specrl.evaluation.machine import command_line
 from specrl.io import write_report
 
 
@@ -30,7 +30,7 @@ class Record:
         self.out, self.started = out, time.perf_counter()
         self.report: dict[str, Any] = {
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "command": command_line(),
             "smoke": smoke,
             "budget": {k: list(v) if isinstance(v, tuple) else v for k, v in budget.items()},
             "scenarios": scenarios,
