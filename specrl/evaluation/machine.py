@@ -1,4 +1,5 @@
-"""Where and how a benchmark ran: machine, versions, git state, the command. Recorded in every report."""
+"""Where and how a benchmark ran: machine, versions, the command; its git state is
+:func:`specrl.provenance.git_state`. Recorded in every report."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import os
 import platform
 import shlex
 import sys
-from pathlib import Path
 
 import torch
 import transformers
@@ -17,9 +17,7 @@ import specrl
 from specrl.hf_assisted import confidence_threshold_variant
 from specrl.latency.calibration import cpu_contention
 from specrl.models import ModelPair
-from specrl.provenance import git_output
-
-REPO = Path(__file__).resolve().parents[2]
+from specrl.provenance import git_state
 
 
 def warn_if_busy(pair: ModelPair) -> None:
@@ -31,15 +29,6 @@ def warn_if_busy(pair: ModelPair) -> None:
             "10-100x slower and the numbers meaningless. Consider --threads 1.",
             file=sys.stderr,
         )
-
-
-def git_state() -> dict:
-    """The repository's commit and whether the working tree has changes (None where git fails)."""
-    status = git_output("status", "--porcelain", cwd=REPO)
-    return {
-        "commit": git_output("rev-parse", "HEAD", cwd=REPO),
-        "dirty": bool(status) if status is not None else None,
-    }
 
 
 def loadavg() -> list[float] | None:
