@@ -5,6 +5,7 @@ training YAML both read through it."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -31,6 +32,9 @@ EXPECTED = {
     "tuple_type": "a list",
 }
 BOUNDS = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
+# A key no field has: pydantic models and pydantic dataclasses with extra="forbid" say the first,
+# a plain dataclass validated by pydantic the second.
+UNKNOWN = ("extra_forbidden", "unexpected_keyword_argument")
 
 
 def key_of(loc: Sequence[str | int]) -> str:
@@ -47,6 +51,13 @@ def nearest(name: str, known: Sequence[str]) -> str:
     return f" Did you mean '{close[0]}'?" if close else ""
 
 
+def unknown_key(loc: Sequence[str | int], known: Sequence[str]) -> str:
+    """The key at ``loc`` is not one of ``known``: in words, with the nearest known name."""
+    where = f"'{key_of(loc[:-1])}'" if loc[:-1] else "the top level"
+    hint = nearest(str(loc[-1]), known)
+    return f"unknown key '{key_of(loc)}' in {where}.{hint} Known keys: {', '.join(known)}"
+
+
 def explain(
     error: ValidationError,
     known_keys: Callable[[tuple[str | int, ...]], Sequence[str]],
@@ -54,20 +65,20 @@ def explain(
 ) -> str:
     """The first error of ``error`` in words. ``known_keys(loc)``: the keys valid at ``loc`` (for an
     unknown key); ``hints``: key (indices left out, ``batch.load``) -> what it must be, e.g.
-    ``"a list of [seconds, rate] phases"``, said of a wrong value at or under that key."""
+    ``"a list of [seconds, rate] phases"``, said of a wrong value at that key, and added to what is
+    said of one under it."""
     first = error.errors(include_url=False)[0]
     loc, kind, value = tuple(first["loc"]), first["type"], first["input"]
     loc = tuple(part for part in loc if not (isinstance(part, str) and part.startswith("function-")))
     key = key_of(loc)
-    if kind == "extra_forbidden":
-        known = known_keys(loc[:-1])
-        where = f"'{key_of(loc[:-1])}'" if loc[:-1] else "the top level"
-        return f"unknown key '{key}' in {where}.{nearest(str(loc[-1]), known)} Known keys: {', '.join(known)}"
+    if kind in UNKNOWN:
+        return unknown_key(loc, known_keys(loc[:-1]))
     names = ".".join(str(part) for part in loc if not isinstance(part, int))
-    hint = next((h for k, h in sorted((hints or {}).items(), reverse=True) if names.startswith(k)), None)
+    under = [(k, h) for k, h in (hints or {}).items() if names == k or names.startswith(k + ".")]
+    hint_key, hint = max(under, default=("", ""))  # the longest key: the nearest
+    said = f" ('{hint_key}' must be {hint})" if hint and hint_key != key else ""
     if kind == "missing":
-        fix = f"; write e.g. {hint}" if hint else ""
-        return f"'{key_of(loc[:-1])}' is missing ['{loc[-1]}']{fix}"
+        return f"'{key_of(loc[:-1])}' is missing ['{loc[-1]}']{said}"
     if kind in ("value_error", "assertion_error"):
         return str(first["ctx"]["error"])
     if kind in BOUNDS:
@@ -76,13 +87,18 @@ def explain(
     if kind == "literal_error":
         choices = first["ctx"]["expected"].replace(" or ", ", ")
         return f"{key} must be one of ({choices}), got {value!r}"
-    expected = hint or EXPECTED.get(kind, first["msg"].removeprefix("Input should be "))
     if not loc:
         return f"the top level must be {MAPPING}, got {value!r}"
-    return f"'{key}' must be {expected}, got {value!r}"
+    expected = (
+        hint
+        if hint and hint_key == key
+        else EXPECTED.get(kind, first["msg"].removeprefix("Input should be "))
+    )
+    return f"'{key}' must be {expected}, got {value!r}{said}"
 
 
 def known_fields(model: Any) -> list[str]:
-    """The field names of a pydantic model or dataclass."""
-    found = getattr(model, "model_fields", None) or getattr(model, "__pydantic_fields__", None) or {}
-    return list(found)
+    """The field names of a pydantic model or a dataclass (pydantic's or a plain one)."""
+    if dataclasses.is_dataclass(model):
+        return [f.name for f in dataclasses.fields(model)]
+    return list(model.model_fields)

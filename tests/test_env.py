@@ -292,6 +292,10 @@ def test_shipped_scenarios_cover_every_domain_greedy_and_at_temperature_1():
     [
         ("tau_grd: [0.0, 0.5]", r"unknown key 'tau_grd' in the top level\. Did you mean 'tau_grid'\?"),
         ("reward: {tme: modeled}", r"unknown key 'reward\.tme'.*Did you mean 'time'\?"),
+        ("sampling: {temprature: 1.0}", r"unknown key 'sampling\.temprature'.*Did you mean 'temperature'\?"),
+        ("source: other.yaml", r"unknown key 'source' in the top level"),
+        ('k_max: "8"', r"'k_max' must be an integer, got '8'"),  # strict: no text for a number
+        ("tau_grid: [0.0, half]", r"'tau_grid\[1\]' must be a number, got 'half'"),
         ("k_max: eight", r"'k_max' must be an integer, got 'eight'"),
         ("sampling: {temperature: -1}", r"temperature must be >= 0"),
         ("reward: {time: wall}", r"reward\.time must be one of \('wallclock', 'modeled'\)"),

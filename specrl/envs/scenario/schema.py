@@ -1,16 +1,20 @@
-"""The scenario's schema: one frozen dataclass per section, each field with its default and its
-checks (the one place defaults live; the package doc describes the file)."""
+"""The scenario's schema: one frozen pydantic dataclass per section, each field with its type, its
+default and its checks (the one place defaults live; the package doc describes the file). Built in
+Python, a section coerces as pydantic's lax mode does; a scenario file is validated strictly
+(:mod:`~specrl.envs.scenario.parsing`)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 import numpy as np
+from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass
 
 from specrl.engine.drafters.registry import DRAFTERS
 from specrl.engine.sampling import SamplingConfig
@@ -30,14 +34,19 @@ if TYPE_CHECKING:
 
 DEFAULT_TAU_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 DEFAULT_STOP_GRID = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8)
-TIME_MODES = ("wallclock", "modeled")
-LOAD_UNITS = ("seconds", "plain")  # BatchSpec.load_unit
+TimeMode = Literal["wallclock", "modeled"]
+TIME_MODES = get_args(TimeMode)
+LoadUnit = Literal["seconds", "plain"]  # BatchSpec.load_unit
+Count = Annotated[int, Field(ge=1)]
+Positive = Annotated[float, Field(gt=0)]
 LATENCY_SOURCES = ("calibrated", "constant")  # or the path of a latency JSON file
 # SPLITS: the disjoint prompt splits train, validation, test (docs/design.md section 4b), defined
 # where the embedded pairs' prompts are cut (specrl.zoo.corpus) and imported here.
 RETIRED_SPLITS = {"heldout": "validation (checkpoint selection, tuning) or test (reported results)"}
 # The keys of a prompts section that read and split a .jsonl or .txt prompts file.
 FILE_KEYS = ("text_field", "domain_field", "file_domain", "split_seed", "split_fractions")
+# Every section refuses unknown keys and infinite or NaN numbers.
+SECTION = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ScenarioError(ValueError):
@@ -50,7 +59,7 @@ class SetupError(ScenarioError):
     (``prepare=True``) that makes it on the spot."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class PromptSpec:
     """Where prompts come from.
 
@@ -90,7 +99,7 @@ class PromptSpec:
         if not self.domains:
             raise ValueError("prompts.domains is empty: give at least one domain, e.g. {code: 1.0}")
         for domain, weight in self.domains.items():
-            if not (isinstance(weight, (int, float)) and not isinstance(weight, bool) and weight >= 0):
+            if not weight >= 0:
                 raise ValueError(f"prompts.domains.{domain}: a weight must be a number >= 0, got {weight!r}")
         if sum(self.domains.values()) <= 0:
             raise ValueError("prompts.domains: the weights sum to 0; give at least one a positive weight")
@@ -185,7 +194,7 @@ class PromptSpec:
         return names[int(rng.choice(len(names), p=weights / weights.sum()))]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class DomainShift:
     """After ``after_tokens`` tokens of the episode, a prompt of ``domain`` is appended."""
 
@@ -193,7 +202,7 @@ class DomainShift:
     domain: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class BatchSpec:
     """How many sequences decode together in the replay env (``specrl/TraceReplay-v0``,
     ``specrl/BatchReplay-v0``); the default, one request, is a single sequence.
@@ -217,25 +226,20 @@ class BatchSpec:
         requests: requests an episode serves (each replays one trace of the scenario).
     """
 
-    size: int = 1
+    size: Count = 1
     load: tuple[tuple[float, float], ...] = ()
-    load_unit: str = "seconds"
-    max_size: int = 64
-    requests: int = 1
+    load_unit: LoadUnit = "seconds"
+    max_size: Count = 64
+    requests: Count = 1
 
     def __post_init__(self) -> None:
-        for key in ("size", "max_size", "requests"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"batch.{key} must be >= 1, got {getattr(self, key)}")
         for phase in self.load:
-            if len(phase) != 2 or not phase[0] > 0 or not phase[1] >= 0:
+            if not phase[0] > 0 or not phase[1] >= 0:
                 raise ValueError(
                     f"batch.load: each phase is [seconds > 0, requests_per_second >= 0], got {list(phase)}"
                 )
         if self.load and not any(rate > 0 for _, rate in self.load):
             raise ValueError("batch.load: every phase has rate 0; no request would ever arrive")
-        if self.load_unit not in LOAD_UNITS:
-            raise ValueError(f"batch.load_unit must be one of {LOAD_UNITS}, got {self.load_unit!r}")
 
     def seconds_load(
         self, latency: LatencyModel | None, request_tokens: int
@@ -279,7 +283,7 @@ class BatchSpec:
         return self.requests > 1 or self.arrivals
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class RewardSpec:
     """How a step is scored: see :mod:`specrl.envs.reward`.
 
@@ -292,22 +296,12 @@ class RewardSpec:
         scale: the reward is divided by it (> 0).
     """
 
-    time: str = "wallclock"
-    reference_tokens_per_s: float | None = None
-    scale: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.time not in TIME_MODES:
-            raise ValueError(f"reward.time must be one of {TIME_MODES}, got {self.time!r}")
-        if self.reference_tokens_per_s is not None and not self.reference_tokens_per_s > 0:
-            raise ValueError(
-                f"reward.reference_tokens_per_s must be > 0 (or null), got {self.reference_tokens_per_s!r}"
-            )
-        if not self.scale > 0:
-            raise ValueError(f"reward.scale must be > 0, got {self.scale!r}")
+    time: TimeMode = "wallclock"
+    reference_tokens_per_s: Positive | None = None
+    scale: Positive = 1.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SECTION)
 class Scenario:
     """Everything a :class:`~specrl.envs.SpecDecodeEnv` episode depends on; a scenario file's
     top-level keys are these fields (the module doc describes the file)."""
@@ -317,9 +311,9 @@ class Scenario:
     pair: PairSpec = field(default_factory=PairSpec)  # the (target, draft) pair
     prompts: PromptSpec = field(default_factory=PromptSpec)  # domains, split, prompt file
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # for target and draft alike
-    max_new_tokens: int = 128  # tokens per episode
+    max_new_tokens: Count = 128  # tokens per episode
     stop_at_eos: bool = True  # an episode ends early at EOS
-    k_max: int = 8  # the action k runs over 0..k_max
+    k_max: Count = 8  # the action k runs over 0..k_max
     tau_grid: tuple[float, ...] = DEFAULT_TAU_GRID  # the action's confidence thresholds tau
     stop_grid: tuple[float, ...] = DEFAULT_STOP_GRID  # per-token stop thresholds (module doc)
     drafters: tuple[str, ...] = ("draft",)  # the drafters the action chooses among (module doc)
@@ -331,10 +325,6 @@ class Scenario:
     source: str | None = None  # the file it was loaded from, if any (not a key of the file)
 
     def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.k_max < 1:
-            raise ValueError(f"k_max must be >= 1 (the action k runs over 0..k_max), got {self.k_max}")
         for key in ("tau_grid", "stop_grid"):
             grid = tuple(getattr(self, key))
             if not grid or any(not 0.0 <= value <= 1.0 for value in grid) or list(grid) != sorted(set(grid)):
@@ -425,12 +415,8 @@ class Scenario:
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<dict>", base_dir: Path | None = None) -> Scenario:
-        """Build and validate a scenario from plain data (the contents of a YAML file)."""
+        """Build and validate a scenario from plain data (the contents of a YAML file); errors are
+        ScenarioErrors that name ``source``, the key and the fix."""
         from specrl.envs.scenario.parsing import parse
 
-        try:
-            return parse(data, source, base_dir or Path.cwd())
-        except ScenarioError:
-            raise
-        except ValueError as error:  # raised by a dataclass's own validation
-            raise ScenarioError(f"{source}: {error}") from None
+        return parse(data, source, base_dir or Path.cwd())
