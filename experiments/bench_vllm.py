@@ -88,9 +88,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     vllm = require_vllm()
     import specrl
+    from specrl.embedded import ensure_pair
     from specrl.evaluation.machine import result_origin
     from specrl.vllm.proposer import CONTROLLER_VARIABLE, DRAFT_VARIABLE, MAX_BATCH_VARIABLE
-    from specrl.zoo import ensure_pair
 
     pair = specrl.load_pair(device="cpu")
     target, draft = str(ensure_pair("small") / "target"), str(ensure_pair("small") / "draft")

@@ -12,9 +12,9 @@ both are rewritten after every stage, so an interrupted run keeps what it did):
                 decoding in float32 (TF32 off) for k in 0..8 and tau 0 / 0.5, dynamic and static KV
                 cache (pass/fail); the same in bf16 as information (near-ties may flip); the law of the
                 first two sampled tokens against the exact one, chi-square over --samples generations.
-3. build        the "gpu" zoo preset (a 312M-parameter Llama target, a distilled 8.5M draft) trained
+3. build        the "gpu" embedded-pair preset (a 312M-parameter Llama target, a distilled 8.5M draft) trained
                 on the device, capped at --train-seconds from the start of the build; into
-                $SPECRL_HOME/zoo/gpu-seed0, where the scripts below find it. Its card records the GPU,
+                $SPECRL_HOME/embedded/gpu-seed0, where the scripts below find it. Its card records the GPU,
                 the steps done and whether the cap was hit. A complete earlier build is reused
                 (--rebuild trains again). Then the built pair's greedy agreement in its own dtype
                 (bf16 on a GPU; information).
@@ -33,7 +33,7 @@ both are rewritten after every stage, so an interrupted run keeps what it did):
 Time on one H200, estimated (no GPU was available when this was written; the JSON records the real
 ones): environment and imports ~10 s; lossless ~30 s (4 x 1,000 generations of a 2-layer model,
 ~5 ms each); build <= 180 s (the cap; ~30 s of corpus and tokenizer on the host, then 600 target
-and 500 distillation steps estimated at ~130 s: specrl/zoo/presets.py says how); calibrate ~20 s
+and 500 distillation steps estimated at ~130 s: specrl/embedded/presets.py says how); calibrate ~20 s
 (1,500 steps of ~10 ms); policy ~55 s (24 traced episodes of 128 tokens at ~7 ms a token, 32,768
 PPO steps on the CPU); benchmark ~55 s (13 rows x 4 passes x one 128-token episode). About 350 s.
 

@@ -41,6 +41,9 @@ plain ``generate`` (the streams differ: the same seed gives another, equally dis
 
 from __future__ import annotations
 
+from specrl import quiet as quiet  # first: transformers' import, without its optional noise
+
+# isort: split
 import warnings
 from dataclasses import dataclass
 from pathlib import Path

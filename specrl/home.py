@@ -1,6 +1,6 @@
 """Where specrl keeps what it builds and what a user trains: ``$SPECRL_HOME``.
 
-- ``zoo/``: the embedded pairs built on this machine;
+- ``embedded/``: the embedded pairs built on this machine;
 - ``traces/``, ``latency/``: recorded traces and calibrations (caches);
 - ``policies/``: the user's exported policies (``specrl train --export-as NAME``), which
   ``LearnedController.load(NAME)`` reads before the shipped ones.

@@ -270,7 +270,7 @@ def target_folders(pair_name: str) -> set[str]:
     ``target+draft`` before the ``+``. What a host that knows only the model it serves (vLLM, HF
     ``generate``) compares a policy's pair with."""
     if pair_name.startswith(EMBEDDED_PREFIX):
-        from specrl.zoo.build import cached_dir, shipped_dir
+        from specrl.embedded.build import cached_dir, shipped_dir
 
         preset = pair_name.removeprefix(EMBEDDED_PREFIX)
         folders = [shipped_dir(preset) / "target", cached_dir(preset, 0) / "target"]
@@ -329,7 +329,7 @@ def load_pair(
     prompts: dict = {}
     card = None
     if target is None:
-        from specrl.zoo import ensure_pair
+        from specrl.embedded import ensure_pair
 
         preset = preset or "small"
         pair_dir = ensure_pair(preset, seed)

@@ -27,6 +27,9 @@ The building blocks (:func:`reference_greedy`, :func:`exact_two_token_law`,
 
 from __future__ import annotations
 
+from specrl import quiet as quiet  # first: transformers' import, without its optional noise
+
+# isort: split
 import contextlib
 import dataclasses
 import itertools

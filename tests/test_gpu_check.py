@@ -1,5 +1,5 @@
 """experiments/gpu_check.py (its parts: experiments/gpu_check_parts/) and what it needs from the
-package: the "gpu" zoo preset and a build's wall-clock cap.
+package: the "gpu" embedded-pair preset and a build's wall-clock cap.
 
 No GPU is available to this project: the script runs here with --smoke (every budget shrunk, the
 tiny pair on the CPU), which goes through every stage a GPU run goes through. The script is run,
@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from specrl.zoo.__main__ import main as zoo_main
-from specrl.zoo.presets import PRESETS, parameters, training_flops
-from specrl.zoo.train import make_model
+from specrl.embedded.__main__ import main as zoo_main
+from specrl.embedded.presets import PRESETS, parameters, training_flops
+from specrl.embedded.train import make_model
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "experiments" / "gpu_check.py"
@@ -137,12 +137,13 @@ def test_the_smoke_run_goes_through_every_stage_and_writes_its_report(tmp_path, 
     assert checks["greedy_bfloat16"]["passed"] is None  # information
 
     build = stages["build"]["result"]
-    assert build["reused"] is False and build["dir"] == str(tmp_path / "home" / "zoo" / "tiny-seed0")
+    assert build["reused"] is False and build["dir"] == str(tmp_path / "home" / "embedded" / "tiny-seed0")
     assert build["budget"]["hit"] is False and build["budget"]["steps"] == build["budget"]["planned_steps"]
     home, _ = tiny_home  # a cap that is not hit changes nothing: the weights of an uncapped build
     for model in ("target", "draft", "draft-mid"):
-        built = tmp_path / "home" / "zoo" / "tiny-seed0" / model / "model.safetensors"
-        assert built.read_bytes() == (home / "zoo" / "tiny-seed0" / model / "model.safetensors").read_bytes()
+        built = tmp_path / "home" / "embedded" / "tiny-seed0" / model / "model.safetensors"
+        shipped = home / "embedded" / "tiny-seed0" / model / "model.safetensors"
+        assert built.read_bytes() == shipped.read_bytes()
 
     calibration = stages["calibrate"]["result"]
     assert Path(calibration["file"]).is_file() and calibration["plain_tokens_per_s"] > 0

@@ -61,7 +61,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # bottom up; a new package or module mu
     # no model, no engine
     ("quiet", "io", "tables", "plots", "provenance", "features", "acceptance", "home", "registration"),
     ("validation",),  # pydantic's errors in words (scenario files, the hyperparameter YAML)
-    ("zoo", "models"),
+    ("embedded", "models"),
     ("engine", "export"),
     ("controllers", "traces", "latency", "hf_assisted", "selfcheck", "hf"),
     ("envs",),

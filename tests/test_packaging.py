@@ -36,7 +36,7 @@ def test_shipped_data_lives_in_the_top_level_folders_and_is_package_data():
         REPO / "policies" / "default" / "metadata.json"
     ).is_file()
     pyproject = (REPO / "pyproject.toml").read_text()
-    for pattern in ("scenarios/*.yaml", "policies/*/*", "zoo/weights/**/*", "latency/profiles/*.json"):
+    for pattern in ("scenarios/*.yaml", "policies/*/*", "embedded/weights/**/*", "latency/profiles/*.json"):
         assert f'"{pattern}"' in pyproject
 
 

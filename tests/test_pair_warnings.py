@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 
 import specrl
+from specrl.embedded.build import shipped_dir
 from specrl.models import target_folders
 from specrl.vllm.proposer import controller_factory
-from specrl.zoo.build import shipped_dir
 
 DRAFTERS = ("draft", "ngram")  # what a proposer with a draft model runs
 

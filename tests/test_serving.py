@@ -28,7 +28,7 @@ from specrl.serving import (
     shipped_streams,
 )
 
-SMALL_PROMPTS = Path(specrl.__file__).parent / "zoo" / "weights" / "small" / "prompts.json"
+SMALL_PROMPTS = Path(specrl.__file__).parent / "embedded" / "weights" / "small" / "prompts.json"
 
 
 def word_prompts(n: int, seed: int) -> list[str]:

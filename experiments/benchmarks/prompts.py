@@ -25,7 +25,7 @@ def prompt_texts(pair: ModelPair, path: Path | None = None, split: str = "test")
         return pair.prompts[split]
     raise SystemExit(
         "this pair has no embedded prompts: pass --prompts FILE (JSON {domain: [text]}, or a "
-        "zoo prompts.json such as $SPECRL_HOME/zoo/<preset>-seed0/prompts.json)"
+        "embedded pair prompts.json such as $SPECRL_HOME/embedded/<preset>-seed0/prompts.json)"
     )
 
 

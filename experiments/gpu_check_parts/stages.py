@@ -15,11 +15,11 @@ import transformers
 
 import specrl
 from specrl import selfcheck
+from specrl.embedded.build import build, cached_dir, is_complete, shipped_dir, specrl_home
 from specrl.envs import load_scenario
 from specrl.latency import latency_path, learn
 from specrl.models import PairError, check_device
 from specrl.provenance import git_commit
-from specrl.zoo.build import build, cached_dir, is_complete, shipped_dir, specrl_home
 
 
 def require_device(device: str) -> None:

@@ -8,8 +8,8 @@ time is charged to the stream):
 1. the live draft is scored on the requests served since the last adaptation point; if its
    acceptance there is at least ``adapt_below``, the draft is still in its domain: nothing is done;
 2. a copy of the live draft is trained for at most ``steps`` optimizer steps on the generated tokens
-   of the buffer's requests that are not held back, with the zoo's loss (KL to the
-   temperature-softened target plus the LM loss, :func:`specrl.zoo.train.distillation_loss`);
+   of the buffer's requests that are not held back, with the embedded pair's distillation loss (KL to the
+   temperature-softened target plus the LM loss, :func:`specrl.embedded.train.distillation_loss`);
 3. the candidate is rejected if a loss or a weight is not finite;
 4. candidate and live draft are scored on the held-back requests (the acceptance speculative
    decoding would see on their outputs: greedy agreement with the target, or the expected
@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specrl.embedded.train import distillation_loss
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.timing import DeviceClock
 from specrl.models import ModelPair
 from specrl.serving.requests import Request
 from specrl.serving.stream_file import AdaptationSpec
-from specrl.zoo.train import distillation_loss
 
 
 @dataclass

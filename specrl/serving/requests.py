@@ -6,8 +6,8 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from specrl.embedded.corpus import SPLITS
 from specrl.serving.stream_file import StreamError, StreamSpec
-from specrl.zoo.corpus import SPLITS
 
 
 @dataclass(frozen=True)

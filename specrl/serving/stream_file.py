@@ -26,10 +26,10 @@ from typing import Any
 
 import yaml
 
+from specrl.embedded.corpus import SPLITS
 from specrl.engine.sampling import SamplingConfig
 from specrl.envs.scenario import PairSpec, ScenarioError
 from specrl.envs.scenario.parsing import check_leaf, check_leaves, check_mapping
-from specrl.zoo.corpus import SPLITS
 
 STREAM_DIR = Path(__file__).resolve().parents[1] / "streams"
 
@@ -76,8 +76,8 @@ class AdaptationSpec:
         steps: optimizer steps per adaptation: the step budget, never exceeded.
         batch_size: sequences (prompt + output) per step.
         lr: AdamW learning rate (constant over an adaptation's few steps).
-        temperature: the distillation temperature T of the KL term (as the zoo's distillation).
-        alpha: weight of the KL term; 1 - alpha on the LM loss (as the zoo's distillation).
+        temperature: the distillation temperature T of the KL term (as the embedded pair's distillation).
+        alpha: weight of the KL term; 1 - alpha on the LM loss (as the embedded pair's distillation).
         min_gain: a candidate goes live only if its held-back acceptance beats the live draft's by
             more than this.
         adapt_below: adapt only when the live draft's acceptance on the requests served since the

@@ -79,8 +79,8 @@ def cache_key(scenario: Any, split: str, prompts_per_domain: int | None, seed: i
 
 def trace_dirs(pair: ModelPair) -> list[Path]:
     """Where a pair's traces are looked for: shipped with an embedded pair, then the cache."""
+    from specrl.embedded.build import shipped_dir
     from specrl.home import specrl_home
-    from specrl.zoo.build import shipped_dir
 
     dirs = []
     if pair.name.startswith(EMBEDDED_PREFIX):

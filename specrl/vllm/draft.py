@@ -16,6 +16,9 @@ keeps its row, which catches up whenever other rows draft.
 
 from __future__ import annotations
 
+from specrl import quiet as quiet  # first: transformers' import, without its optional noise
+
+# isort: split
 from collections.abc import Hashable, Mapping
 
 import numpy as np

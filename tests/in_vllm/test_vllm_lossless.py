@@ -28,7 +28,7 @@ from vllm import LLM, SamplingParams  # noqa: E402
 import specrl  # noqa: E402
 from specrl.vllm import CONTROLLER_VARIABLE, DRAFT_VARIABLE  # noqa: E402
 
-PAIR = Path(specrl.__file__).resolve().parent / "zoo" / "weights" / "small"
+PAIR = Path(specrl.__file__).resolve().parent / "embedded" / "weights" / "small"
 TARGET, DRAFT = str(PAIR / "target"), str(PAIR / "draft")
 K_MAX = 6
 NEW_TOKENS = 48

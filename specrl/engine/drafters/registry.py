@@ -56,7 +56,7 @@ class DrafterPool:
             raise DrafterError(
                 f"the drafter {name!r} needs the pair's second draft, and {self.pair.name} has none: pass "
                 "load_pair(target, draft, mid=PATH) with a draft of another size, or for an embedded pair "
-                "run `python -m specrl.zoo add-mid --preset <preset>` once"
+                "run `python -m specrl.embedded add-mid --preset <preset>` once"
             )
 
     def model(self, name: str) -> PreTrainedModel:

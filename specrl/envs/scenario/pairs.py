@@ -99,7 +99,7 @@ class PairInfo:
         """An embedded pair's prompt sets (read from its folder, no weights loaded); else none."""
         if self.spec.target is not None:
             return {}
-        from specrl.zoo.build import PROMPTS, ensure_pair
+        from specrl.embedded.build import PROMPTS, ensure_pair
 
         return json.loads((ensure_pair(self.spec.preset or "small", self.spec.seed) / PROMPTS).read_text())
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from specrl.zoo.corpus import SPLITS
+from specrl.embedded.corpus import SPLITS
 
 SPLIT_SUFFIXES = (".jsonl", ".txt")  # read and split here
 PRESPLIT_SUFFIXES = (".json", ".yaml", ".yml")  # already split by hand

@@ -16,6 +16,7 @@ import numpy as np
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass
 
+from specrl.embedded.corpus import SPLITS
 from specrl.engine.drafters.registry import DRAFTERS
 from specrl.engine.sampling import SamplingConfig
 from specrl.envs.scenario.pairs import PairInfo, PairSpec
@@ -27,7 +28,6 @@ from specrl.envs.scenario.prompt_files import (
     read_prompt_file,
 )
 from specrl.latency import CostModel, LatencyModel
-from specrl.zoo.corpus import SPLITS
 
 if TYPE_CHECKING:
     from specrl.models import ModelPair
@@ -41,7 +41,7 @@ Count = Annotated[int, Field(ge=1)]
 Positive = Annotated[float, Field(gt=0)]
 LATENCY_SOURCES = ("calibrated", "constant")  # or the path of a latency JSON file
 # SPLITS: the disjoint prompt splits train, validation, test (docs/design.md section 4b), defined
-# where the embedded pairs' prompts are cut (specrl.zoo.corpus) and imported here.
+# where the embedded pairs' prompts are cut (specrl.embedded.corpus) and imported here.
 RETIRED_SPLITS = {"heldout": "validation (checkpoint selection, tuning) or test (reported results)"}
 # The keys of a prompts section that read and split a .jsonl or .txt prompts file.
 FILE_KEYS = ("text_field", "domain_field", "file_domain", "split_seed", "split_fractions")

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 
 import specrl.latency
+from specrl.embedded.corpus import SPLITS
 from specrl.envs.scenario.pairs import PairInfo, loaded_pair
 from specrl.envs.scenario.prompt_files import PromptFileError
 from specrl.envs.scenario.schema import RETIRED_SPLITS, Scenario, ScenarioError, SetupError
 from specrl.latency import LatencyModel, device_key
 from specrl.latency.calibration import cached_calibration
 from specrl.models import EMBEDDED_PREFIX, ModelPair
-from specrl.zoo.corpus import SPLITS
 
 
 def latency_model(
@@ -123,7 +123,8 @@ def prompt_sets(scenario: Scenario, pair: ModelPair | PairInfo) -> dict[str, lis
         available = sorted(k for k in sets if k in splits) if isinstance(sets, Mapping) else []
         hint = (
             "; its 'heldout' prompts predate the validation/test splits: divide them into "
-            "'validation' and 'test' keys (specrl.zoo.corpus.split_evaluation does it the zoo's way)"
+            "'validation' and 'test' keys (specrl.embedded.corpus.split_evaluation does it the embedded "
+            "pair's way)"
             if "heldout" in available
             else ""
         )

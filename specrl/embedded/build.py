@@ -7,7 +7,7 @@ Layout of a built pair (what ``specrl.load_pair`` reads)::
       draft/         the same for the distilled draft
       draft-mid/     a second distilled draft of another size, when the preset has one (``mid``)
       prompts.json   {"train": {domain: [prompt, ...]}, "validation": {...}, "test": {...},
-                      "sources": {domain: where its text comes from}} (specrl.zoo.corpus)
+                      "sources": {domain: where its text comes from}} (specrl.embedded.corpus)
       card.json      preset, seed, sizes, held-out loss per domain, draft/target agreement
 
 The directory appears atomically: it is built under a temporary name and renamed.
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
+from specrl.embedded.corpus import DOMAINS, build_corpus
+from specrl.embedded.presets import PRESETS, training_flops
+from specrl.embedded.train import encode_streams, evaluate, make_model, train, train_tokenizer
 from specrl.home import specrl_home
-from specrl.zoo.corpus import DOMAINS, build_corpus
-from specrl.zoo.presets import PRESETS, training_flops
-from specrl.zoo.train import encode_streams, evaluate, make_model, train, train_tokenizer
 
 CARD = "card.json"
 PROMPTS = "prompts.json"
@@ -43,7 +43,7 @@ def shipped_dir(preset: str) -> Path:
 
 
 def cached_dir(preset: str, seed: int) -> Path:
-    return specrl_home() / "zoo" / f"{preset}-seed{seed}"
+    return specrl_home() / "embedded" / f"{preset}-seed{seed}"
 
 
 def is_complete(pair_dir: Path) -> bool:
@@ -60,7 +60,7 @@ def ensure_pair(preset: str = "small", seed: int = 0) -> Path:
     cache, else build it now (with progress) into the cache. A cached pair built before its
     preset had a mid draft gets one distilled into it (:func:`add_mid`)."""
     if preset not in PRESETS:
-        raise ValueError(f"unknown zoo preset {preset!r}; choose one of {sorted(PRESETS)}")
+        raise ValueError(f"unknown embedded-pair preset {preset!r}; choose one of {sorted(PRESETS)}")
     if seed == 0 and is_complete(shipped_dir(preset)):
         return shipped_dir(preset)
     target_dir = cached_dir(preset, seed)
@@ -100,7 +100,7 @@ def build(
         max_seconds: a wall-clock cap from the start of the build to the end of training
             (held-out evaluation and saving come after). Each model trains at most its preset's
             steps and stops early at its share of the time left, in proportion to the estimated
-            FLOPs of what remains (:func:`~specrl.zoo.presets.training_flops`); the card's
+            FLOPs of what remains (:func:`~specrl.embedded.presets.training_flops`); the card's
             ``budget`` records the steps done, the cap and whether it was hit. None (the default):
             the preset's steps, exactly as without the option.
     """
@@ -138,7 +138,7 @@ def build(
     card = {
         "preset": preset.to_dict(),
         "seed": seed,
-        "command": command or f"python -m specrl.zoo build --preset {preset_name} --seed {seed}",
+        "command": command or f"python -m specrl.embedded build --preset {preset_name} --seed {seed}",
         "built_with": {
             "python": platform.python_version(),
             "torch": torch.__version__,
@@ -232,7 +232,7 @@ def distil_mid(
     """Distil the preset's second draft (``mid``) from ``target`` as the draft is (same data mix and
     loss, ``mid_steps`` steps, or fewer if ``deadline`` passes), from seed + 2; return it and its card
     entry. On a CPU it trains in fp32 (bf16 autocast there is several times slower;
-    :func:`~specrl.zoo.train.train`)."""
+    :func:`~specrl.embedded.train.train`)."""
     assert preset.mid is not None
     started = time.time()
     device = next(target.parameters()).device
@@ -278,7 +278,7 @@ def add_mid(
     train_streams = encode_streams(tokenizer, corpus.text["train"])
     heldout_streams = encode_streams(tokenizer, corpus.text["heldout"])
     mid, entry = distil_mid(target, tokenizer, train_streams, heldout_streams, preset, seed)
-    entry["command"] = command or f"python -m specrl.zoo add-mid {pair_dir}"
+    entry["command"] = command or f"python -m specrl.embedded add-mid {pair_dir}"
 
     tmp = Path(tempfile.mkdtemp(prefix=f".{MID}.", dir=pair_dir))
     try:

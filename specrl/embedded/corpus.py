@@ -64,7 +64,7 @@ class Corpus:
 TRAINING_SOURCES = {
     "code": "Python standard-library .py files (sysconfig.get_paths()['stdlib'])",
     "prose": "docstrings and comments of the Python standard-library .py files",
-    "math": "procedurally generated arithmetic (specrl.zoo.corpus.math_document, seeded)",
+    "math": "procedurally generated arithmetic (specrl.embedded.corpus.math_document, seeded)",
 }
 
 

@@ -13,8 +13,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm.auto import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from specrl.zoo.corpus import DOMAINS
-from specrl.zoo.presets import ModelShape, Preset
+from specrl.embedded.corpus import DOMAINS
+from specrl.embedded.presets import ModelShape, Preset
 
 EOS = "<|endoftext|>"
 

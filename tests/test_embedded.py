@@ -9,6 +9,9 @@ import torch
 from conftest import reference_greedy
 
 import specrl
+from specrl.embedded import build
+from specrl.embedded.build import shipped_dir
+from specrl.embedded.corpus import PROMPT_DOMAINS, SPLITS, build_corpus, math_document, split_evaluation
 from specrl.envs import cached_traces, load_scenario, shipped_scenarios
 from specrl.traces import (
     DEFAULT_PROMPTS_PER_DOMAIN,
@@ -18,16 +21,13 @@ from specrl.traces import (
     cache_parts,
     pool_names,
 )
-from specrl.zoo import build
-from specrl.zoo.build import shipped_dir
-from specrl.zoo.corpus import PROMPT_DOMAINS, SPLITS, build_corpus, math_document, split_evaluation
 
 SHIPPED_PROMPTS = json.loads((shipped_dir("small") / "prompts.json").read_text())
 
 
 def test_tiny_pair_builds_on_first_use_with_card_and_prompts(tiny_home):
     home, pair = tiny_home
-    pair_dir = home / "zoo" / "tiny-seed0"
+    pair_dir = home / "embedded" / "tiny-seed0"
     card = json.loads((pair_dir / "card.json").read_text())
     assert set(card["heldout"]) == {"code", "prose", "math"}
     for domain, numbers in card["heldout"].items():
@@ -50,11 +50,11 @@ def test_tiny_pair_builds_on_first_use_with_card_and_prompts(tiny_home):
 def test_a_cached_pair_without_its_mid_draft_gets_one_distilled_into_it(tiny_home, tmp_path, monkeypatch):
     import shutil
 
-    from specrl.zoo import ensure_pair
+    from specrl.embedded import ensure_pair
 
     home, _ = tiny_home
-    copy = tmp_path / "zoo" / "tiny-seed0"
-    shutil.copytree(home / "zoo" / "tiny-seed0", copy)
+    copy = tmp_path / "embedded" / "tiny-seed0"
+    shutil.copytree(home / "embedded" / "tiny-seed0", copy)
     shutil.rmtree(copy / "draft-mid")
     card = json.loads((copy / "card.json").read_text())
     del card["draft-mid"]
@@ -66,7 +66,7 @@ def test_a_cached_pair_without_its_mid_draft_gets_one_distilled_into_it(tiny_hom
         (copy / "card.json").read_text()
     )
     assert (copy / "target" / "model.safetensors").read_bytes() == target_before  # left as it was
-    original = (home / "zoo" / "tiny-seed0" / "draft-mid" / "model.safetensors").read_bytes()
+    original = (home / "embedded" / "tiny-seed0" / "draft-mid" / "model.safetensors").read_bytes()
     assert (copy / "draft-mid" / "model.safetensors").read_bytes() == original  # deterministic for the seed
     assert not list(copy.glob(".*")), "no temporary directory is left behind"
 
@@ -89,7 +89,7 @@ def test_build_is_deterministic_for_a_seed(tiny_home, tmp_path):
     home, _ = tiny_home
     again = build("tiny", 0, tmp_path / "again")
     first = specrl.load_pair(
-        target=str(home / "zoo/tiny-seed0/target"), draft=str(again / "draft"), device="cpu"
+        target=str(home / "embedded/tiny-seed0/target"), draft=str(again / "draft"), device="cpu"
     )  # same tokenizer: accepted
     rebuilt = specrl.load_pair(target=str(again / "target"), draft=str(again / "draft"), device="cpu")
     for a, b in zip(first.target.parameters(), rebuilt.target.parameters(), strict=True):
@@ -97,7 +97,7 @@ def test_build_is_deterministic_for_a_seed(tiny_home, tmp_path):
 
 
 def test_unknown_preset_is_refused():
-    with pytest.raises(ValueError, match="unknown zoo preset 'huge'"):
+    with pytest.raises(ValueError, match="unknown embedded-pair preset 'huge'"):
         specrl.load_pair(preset="huge")
 
 

@@ -15,7 +15,7 @@ class ModelShape:
 
 @dataclass(frozen=True)
 class Preset:
-    """Everything that decides what ``specrl.zoo.build`` produces, for a given seed.
+    """Everything that decides what ``specrl.embedded.build`` produces, for a given seed.
 
     Step counts, not time budgets, so a build is deterministic for its seed.
     """

@@ -1,5 +1,6 @@
-"""``python -m specrl.zoo build --preset small --seed 0 [--out DIR | --ship] [--max-seconds S]``;
-``python -m specrl.zoo add-mid [--preset small --ship | DIR]`` distils the second draft into a built pair."""
+"""``python -m specrl.embedded build --preset small --seed 0 [--out DIR | --ship] [--max-seconds S]``;
+``python -m specrl.embedded add-mid [--preset small --ship | DIR]`` distils the second draft into a
+built pair."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ import sys
 
 import torch
 
-from specrl.zoo.build import add_mid, build, cached_dir, shipped_dir
-from specrl.zoo.presets import PRESETS
+from specrl.embedded.build import add_mid, build, cached_dir, shipped_dir
+from specrl.embedded.presets import PRESETS
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m specrl.zoo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m specrl.embedded", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build an embedded pair from the stdlib, offline")
     b.add_argument("--preset", choices=sorted(PRESETS), default="small", help="pair size")
@@ -23,7 +24,7 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument(
         "--ship",
         action="store_true",
-        help="write float16 weights into the package (specrl/zoo/weights/<preset>)",
+        help="write float16 weights into the package (specrl/embedded/weights/<preset>)",
     )
     b.add_argument("--device", default=None, help="training device (default: cuda if present)")
     b.add_argument(
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--ship", action="store_true", help="write float16 weights (as the shipped pair has)")
     m.add_argument("--device", default=None, help="training device (default: cuda if present)")
     args = parser.parse_args(argv)
-    command = "python -m specrl.zoo " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m specrl.embedded " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.command == "add-mid":
         path = add_mid(
             args.dir or shipped_dir(args.preset),
