@@ -42,7 +42,7 @@ ls "$run_dir" | grep -q "events.out.tfevents" || ls "$run_dir"*/ | grep -q "even
 
 # The policy, by the name it was exported as, in the evaluation and in a generation.
 specrl evaluate --policy smoke --scenarios code --episodes 1 --repeats 1 --warmup 0 --no-hf \
-    --sim-prompts-per-domain 1 --max-new-tokens 48 --out eval >evaluate.log
+    --sim-prompts-per-domain 1 --out eval >evaluate.log
 test -f eval/results.json && test -f eval/results.md && grep -q "learned:smoke" eval/results.md
 specrl generate --policy smoke --prompt "def fibonacci(n):" --max-new-tokens 24 >generate.log
 grep -q '"tokens_per_s"' generate.log
