@@ -305,7 +305,7 @@ def test_cli_decodes_with_the_embedded_pairs_cascade_and_refuses_a_drafter_with_
               "--prompt", "def f(x):", "--max-new-tokens", "12"])  # fmt: skip
     printed = capsys.readouterr().out
     stats = json.loads(printed[printed.index("\n{") :])
-    assert stats["drafter"] == "cascade" and stats["new_tokens"] == 12 and stats["proposed"] > 0
+    assert stats["drafter"] == "cascade" and stats["new_tokens"] == 12 and stats["num_draft_tokens"] > 0
     with pytest.raises(SystemExit):
         main(["generate", "--policy", "x", "--prompt", "a", "--drafter", "ngram"])
 

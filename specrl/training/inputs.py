@@ -54,11 +54,11 @@ class TrainSection(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    total_timesteps: int = Field(ge=0)  # env steps over all envs (0: the warm start alone)
-    n_envs: int = Field(ge=1)  # episodes stepped together
-    eval_freq: int = Field(ge=1)  # env steps between evaluations on validation
-    checkpoint_freq: int = Field(ge=1)  # env steps between checkpoints
-    normalize_observations: bool = False  # VecNormalize the features too
+    total_timesteps: int | None = Field(None, ge=0)  # env steps over all envs (0: the warm start alone)
+    n_envs: int | None = Field(None, ge=1)  # episodes stepped together
+    eval_freq: int | None = Field(None, ge=1)  # env steps between evaluations on validation
+    checkpoint_freq: int | None = Field(None, ge=1)  # env steps between checkpoints
+    normalize_observations: bool | None = None  # VecNormalize the features too
     kl_to_clone: float = Field(0.0, ge=0)  # reward lost per nat of KL from the clone (0: none)
     demonstrations: Literal["selection", "family"] = "selection"  # where the priced rule teaches
 
@@ -141,7 +141,10 @@ def resolve_config(
     except ValidationError as error:
         known = lambda loc: known_fields(SECTIONS[loc[0]] if loc else HyperparameterFile)  # noqa: E731
         raise OptionError(f"{path}: {explain(error, known)}") from None
-    return valid.ppo.model_dump(exclude_unset=True), valid.train.model_dump()
+    # the keys the YAML and the command line set, and the defaults of those a config may leave out
+    train = valid.train.model_dump(exclude_unset=True)
+    train |= {"demonstrations": valid.train.demonstrations, "kl_to_clone": valid.train.kl_to_clone}
+    return valid.ppo.model_dump(exclude_unset=True), train
 
 
 @dataclass(frozen=True)
