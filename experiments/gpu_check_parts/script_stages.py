@@ -52,10 +52,12 @@ def run_script(script: str, arguments: list[str], log: Path, device: str) -> Non
 def quick_policy(budget: dict[str, Any], scenarios: list[str], out: Path) -> dict[str, Any]:
     """PPO on the pair's train traces, a small budget; the policy exported to <out>/policy/quick."""
     folder = out / "policy" / "quick"
-    # no real-loop validation (the benchmark stage does that), no extra scenarios in its comparison
+    # no real-loop validation (the benchmark stage does that), no extra scenarios in its comparison,
+    # checkpoints selected on the training scenarios' own validation traces
     run_script(
         "train",
-        ["--preset", budget["preset"], "--scenarios", *scenarios, "--eval-scenarios", "--validate-scenarios",
+        ["--preset", budget["preset"], "--scenarios", *scenarios, "--select-scenarios", "--eval-scenarios",
+         "--validate-scenarios",
          "--total-timesteps", str(budget["ppo_timesteps"]), "--n-envs", str(budget["n_envs"]),
          "--eval-freq", str(budget["eval_freq"]), "--export-as", str(folder),
          "--runs-dir", str(out / "runs"), "--exp-name", "gpu-check"],
