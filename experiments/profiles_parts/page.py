@@ -6,7 +6,6 @@ from __future__ import annotations
 import statistics
 
 from profiles_parts.rows import PRICED, ProfileRow, curve_steps, prices
-
 from specrl.latency import LatencyModel
 from specrl.tables import markdown_table
 from specrl.training.comparison import geometric_mean
