@@ -14,8 +14,6 @@ Protocol (docs/design.md section 4b): train on train, select on validation, repo
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +24,8 @@ from specrl.controllers.learned import LearnedController
 from specrl.envs import shipped_scenarios
 from specrl.evaluation.machine import machine_clause
 from specrl.evaluation.real_loop_check import check_scenarios, real_loop_section
-from specrl.export.write import PARITY_OBSERVATIONS
+from specrl.export.layout import SHIPPED_POLICY_DIR, PolicyError
+from specrl.export.write import PARITY_OBSERVATIONS, check_replaceable, copy_policy
 from specrl.home import user_policies_dir
 from specrl.io import write_text_atomic
 from specrl.training.comparison import simulator_section, stored_results, unseen_note
@@ -52,26 +51,22 @@ class TrainResult:
 
 def export_target(name: str) -> Path:
     """The folder ``--export-as NAME`` writes: ``$SPECRL_HOME/policies/NAME``, or NAME itself when
-    it is a path (it holds a separator)."""
-    if "/" in name or "\\" in name:
-        return Path(name).expanduser()
-    return user_policies_dir() / name
+    it is a path (it holds a separator).
 
-
-def copy_policy(folder: Path, target: Path) -> Path:
-    """Copy the policy ``folder`` to ``target`` atomically: a reader sees the old policy or the
-    new one, never half (the copy is made beside ``target``, then swapped in)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-    shutil.copytree(folder, staging, dirs_exist_ok=True)
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        target.rename(old)
-    staging.rename(target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    Raises:
+        OptionError: the path is a shipped policy's folder (training never replaces one), or a
+            folder that is not a policy folder (:func:`~specrl.export.write.check_replaceable`).
+    """
+    target = Path(name).expanduser() if "/" in name or "\\" in name else user_policies_dir() / name
+    if target.resolve().parent == SHIPPED_POLICY_DIR.resolve():
+        raise OptionError(
+            f"--export-as {name}: that is a shipped policy's folder, which training never replaces; "
+            "give a name (saved under $SPECRL_HOME/policies) or another folder"
+        )
+    try:
+        check_replaceable(target)
+    except PolicyError as error:
+        raise OptionError(f"--export-as {name}: {error}") from None
     return target
 
 
@@ -89,6 +84,7 @@ def train(options: TrainOptions, command: str, progress: bool = True) -> TrainRe
     """
     options.check()
     options = options.with_scenario_defaults(shipped_scenarios())
+    export_as = export_target(options.export_as) if options.export_as else None  # refused before training
     say = print if progress else (lambda *_: None)
     started = time.perf_counter()
     real_loop = options.train_on == "real"
@@ -199,10 +195,9 @@ def train(options: TrainOptions, command: str, progress: bool = True) -> TrainRe
     )
     write_text_atomic(run.run_dir / "results.md", text)
     write_text_atomic(folder / "results.md", text)
-    exported_as = None
-    if options.export_as:
-        exported_as = copy_policy(folder, export_target(options.export_as))
-        say(f"exported as {exported_as} (LearnedController.load({options.export_as!r}))")
+    if export_as is not None:
+        copy_policy(folder, export_as)
+        say(f"exported as {export_as} (LearnedController.load({options.export_as!r}))")
     run.close()
     say("\n" + text)
-    return TrainResult(run.run_dir, folder, exported_as, text)
+    return TrainResult(run.run_dir, folder, export_as, text)

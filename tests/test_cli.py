@@ -13,7 +13,8 @@ import yaml
 
 from specrl.cli import COMMANDS, build_parser, main
 from specrl.export.layout import SHIPPED_POLICY_DIR, policy_folder, user_policies
-from specrl.train import copy_policy, export_target
+from specrl.export.write import copy_policy
+from specrl.train import export_target
 from specrl.training.inputs import resolve_config
 from specrl.training.options import DEFAULT_CONFIG, OptionError, TrainOptions
 
@@ -137,6 +138,12 @@ def test_the_users_policies_are_found_by_name_before_the_shipped_ones(tmp_path, 
     assert not [p for p in (tmp_path / "policies").iterdir() if p.name.startswith(".")]  # no leftovers
     shutil.copytree(SHIPPED_POLICY_DIR / "pool", tmp_path / "policies" / "default")
     assert policy_folder("default") == tmp_path / "policies" / "default"  # the user's own comes first
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("mine")
+    with pytest.raises(OptionError, match="not a policy folder"):  # a user's folder is never replaced
+        export_target(str(tmp_path / "notes"))
+    with pytest.raises(OptionError, match="training never replaces"):
+        export_target(str(SHIPPED_POLICY_DIR / "default"))
     # the shipped one's old path (from the repository root, its symlink)
     assert policy_folder("policies/default").resolve() == (SHIPPED_POLICY_DIR / "default").resolve()
 

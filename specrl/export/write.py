@@ -123,7 +123,7 @@ def install(staged: Path, folder: Path) -> None:
     shutil.rmtree(aside)
 
 
-def _check_replaceable(folder: Path) -> None:
+def check_replaceable(folder: Path) -> None:
     """Refuse to overwrite anything but an empty folder or an earlier policy folder."""
     if not folder.exists():
         return
@@ -134,6 +134,21 @@ def _check_replaceable(folder: Path) -> None:
             f"{folder} exists and is not a policy folder (no {METADATA_FILE}); refusing to replace it: "
             "choose another folder or remove it yourself"
         )
+
+
+def copy_policy(folder: Path, target: Path) -> Path:
+    """Copy the policy ``folder`` to ``target`` the way :func:`export_policy` writes one: staged
+    beside ``target``, then :func:`install`-ed (an earlier policy folder there is replaced, anything
+    else refused by :func:`check_replaceable`)."""
+    check_replaceable(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = target.parent / f".{target.name}.copy-{uuid.uuid4().hex[:8]}"
+    try:
+        shutil.copytree(folder, staged)
+        install(staged, target)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return target
 
 
 def export_policy(
@@ -203,7 +218,7 @@ def export_policy(
     except ValueError as error:
         raise PolicyError(f"bad action mapping: {error}") from None
     _check_model_spaces(model, k_max, grid, stops, drafters)
-    _check_replaceable(folder)
+    check_replaceable(folder)
     if isinstance(scenarios, str) or not all(isinstance(s, str) for s in scenarios):
         raise PolicyError(f"scenarios must be a list of names or paths, got {scenarios!r}")
     if provenance is not None and not isinstance(provenance, dict):
