@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from pathlib import Path
 
 from specrl.cli.pair_options import add_pair_arguments, check_pair_arguments
@@ -107,6 +106,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     )
     from specrl.evaluation import roster
     from specrl.evaluation.compare import compare, env_players, rotating
+    from specrl.evaluation.scenario_choice import Overrides
     from specrl.io import write_text_atomic
 
     args.controllers = args.controllers or ["static:0", "static:4", *roster.RULES]
@@ -119,15 +119,22 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(str(error))
     if not scenarios:
         raise SystemExit("no scenarios: pass --scenarios PATH ... (specrl/scenarios/ holds the shipped ones)")
-    if args.max_new_tokens is not None:
-        scenarios = [replace(s, max_new_tokens=args.max_new_tokens) for s in scenarios]
+    overrides = Overrides(
+        max_new_tokens=args.max_new_tokens,
+        preset=args.preset,
+        target=args.target,
+        draft=args.draft,
+        device=args.device,
+        dtype=args.dtype,
+    )
+    scenarios = [overrides.apply(s) for s in scenarios]
     pairs: dict[PairSpec, specrl.ModelPair] = {}
     results: dict[str, dict] = {}
     tables = []
     trials_per_scenario = args.warmup + args.episodes * len(args.controllers)
     with tqdm(total=len(scenarios) * trials_per_scenario, desc="episodes", unit="ep") as progress:
         for scenario in scenarios:
-            spec = pair_spec(scenario.pair, args)
+            spec = scenario.pair
             if spec not in pairs:
                 pairs[spec] = spec.load()
             env = SpecDecodeEnv(scenario, pair=pairs[spec], split=args.split, time=args.time, prepare=True)
@@ -173,18 +180,6 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.markdown is not None:
         write_text_atomic(args.markdown, "\n\n".join(tables) + "\n")
     return 0
-
-
-def pair_spec(scenario_pair, args: argparse.Namespace):
-    from specrl.envs import PairSpec
-
-    if args.target is not None:
-        return PairSpec(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
-    if args.preset is not None:
-        return PairSpec(preset=args.preset, device=args.device, dtype=args.dtype)
-    return replace(
-        scenario_pair, device=args.device or scenario_pair.device, dtype=args.dtype or scenario_pair.dtype
-    )
 
 
 def format_table(name: str, time: str, rows: dict) -> str:

@@ -39,17 +39,14 @@ class Overrides:
         if self.latency is not None:
             scenario = replace(scenario, latency=self.latency)
         if self.target is not None:
-            pair = PairSpec(target=self.target, draft=self.draft, device=self.device, dtype=self.dtype)
-            return replace(scenario, pair=pair)
-        if self.preset is not None or self.device or self.dtype:
-            pair = replace(
-                scenario.pair,
-                preset=self.preset or scenario.pair.preset,
-                device=self.device,
-                dtype=self.dtype,
-            )
-            return replace(scenario, pair=pair)
-        return scenario
+            pair = PairSpec(target=self.target, draft=self.draft)
+        elif self.preset is not None:
+            pair = replace(scenario.pair, preset=self.preset, target=None, draft=None)
+        else:
+            pair = scenario.pair
+        # a device or dtype not given keeps the scenario's own
+        pair = replace(pair, device=self.device or pair.device, dtype=self.dtype or pair.dtype)
+        return replace(scenario, pair=pair)
 
 
 def choose_scenarios(names: Sequence[str] | None, split: str, overrides: Overrides) -> list[Scenario]:
