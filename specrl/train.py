@@ -29,7 +29,13 @@ from specrl.export.write import PARITY_OBSERVATIONS, check_replaceable, copy_pol
 from specrl.home import user_policies_dir
 from specrl.io import write_text_atomic
 from specrl.training.comparison import simulator_section, stored_results, unseen_note
-from specrl.training.inputs import ActionSpaceError, RunInputs, load_scenarios, resolve_config
+from specrl.training.inputs import (
+    ActionSpaceError,
+    RunInputs,
+    check_latency_profiles,
+    load_scenarios,
+    resolve_config,
+)
 from specrl.training.options import DEFAULT_SELECT_SCENARIOS, OptionError, TrainOptions
 from specrl.training.ppo_run import PPORun
 from specrl.training.selection import selection_section
@@ -83,6 +89,7 @@ def train(options: TrainOptions, command: str, progress: bool = True) -> TrainRe
             (the message names the fix).
     """
     options.check()
+    check_latency_profiles(options.latency_profiles, options.perturbations, options.select_profiles)
     options = options.with_scenario_defaults(shipped_scenarios())
     export_as = export_target(options.export_as) if options.export_as else None  # refused before training
     say = print if progress else (lambda *_: None)

@@ -175,3 +175,20 @@ def test_a_run_on_your_own_scenario_selects_and_reports_on_it_not_on_the_embedde
         shipped_scenarios()
     )
     assert chosen.validate_scenarios == []  # what the user gives stays
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--latency-profiles", "gpu-like-b9000"], "--latency-profiles: unknown ['gpu-like-b9000']"),
+        (["--perturbations", "-1"], "--perturbations must be >= 0"),
+        (["--latency-profiles", "machine", "--select-profiles", "gpu-like-a100"], "--select-profiles"),
+    ],
+)
+def test_train_refuses_latency_profiles_it_does_not_know_before_the_pair_loads(argv, message, capsys):
+    import specrl.models
+
+    with pytest.MonkeyPatch.context() as patch:  # loading the pair would be too late to refuse
+        patch.setattr(specrl.models, "load_pair", lambda *a, **k: pytest.fail("the pair loaded"))
+        assert main(["train", *argv]) == 2
+    assert message in capsys.readouterr().err

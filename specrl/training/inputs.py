@@ -222,25 +222,43 @@ def named_policies(
     return named
 
 
+def check_latency_profiles(
+    latency_profiles: Sequence[str],
+    perturbations: int | None,
+    select_profiles: Sequence[str] | None,
+    batch: bool = False,
+) -> None:
+    """Refuse an unknown profile, a negative perturbation count, or selection profiles outside those
+    trained over, before anything loads.
+
+    Raises:
+        OptionError: naming the option and what it may be.
+    """
+    known = [FAMILY, MACHINE, *profiles_known(batch)]
+    unknown = [name for name in latency_profiles if name not in known]
+    if unknown:
+        raise OptionError(f"--latency-profiles: unknown {unknown}; known: {known}")
+    if perturbations is not None and perturbations < 0:
+        raise OptionError(f"--perturbations must be >= 0, got {perturbations}")
+    if select_profiles is not None:
+        family = list(LatencyFamily.training(batch).names) if list(latency_profiles) == [FAMILY] else None
+        trained = family if family is not None else list(latency_profiles)
+        outside = [name for name in select_profiles if name not in trained]
+        if MACHINE in latency_profiles or outside:
+            raise OptionError(
+                f"--select-profiles {outside or list(select_profiles)}: give profiles trained over "
+                f"({', '.join(n for n in trained if n != MACHINE)})"
+            )
+
+
 def check_latency_profile_arguments(
     parser: argparse.ArgumentParser, args: argparse.Namespace, batch: bool = False
 ) -> None:
-    """``parser.error`` on an unknown profile or a negative ``--perturbations``."""
-    known = [FAMILY, MACHINE, *profiles_known(batch)]
-    unknown = [name for name in args.latency_profiles if name not in known]
-    if unknown:
-        parser.error(f"--latency-profiles: unknown {unknown}; known: {known}")
-    if args.perturbations is not None and args.perturbations < 0:
-        parser.error(f"--perturbations must be >= 0, got {args.perturbations}")
-    if args.select_profiles is not None:
-        family = list(LatencyFamily.training(batch).names) if args.latency_profiles == [FAMILY] else None
-        trained = family if family is not None else args.latency_profiles
-        outside = [name for name in args.select_profiles if name not in trained]
-        if MACHINE in args.latency_profiles or outside:
-            parser.error(
-                f"--select-profiles {outside or args.select_profiles}: give profiles trained over "
-                f"({', '.join(n for n in trained if n != MACHINE)})"
-            )
+    """``parser.error`` on what :func:`check_latency_profiles` refuses."""
+    try:
+        check_latency_profiles(args.latency_profiles, args.perturbations, args.select_profiles, batch)
+    except OptionError as error:
+        parser.error(str(error))
 
 
 @dataclass(frozen=True)

@@ -134,8 +134,6 @@ class TrainOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise OptionError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
-        if self.perturbations is not None and self.perturbations < 0:
-            raise OptionError(f"--perturbations must be >= 0, got {self.perturbations}")
         if self.resume and not (Path(self.resume) / "state.json").is_file():
             raise OptionError(
                 f"--resume {self.resume}: no state.json there; give a run folder written by `specrl train` "
