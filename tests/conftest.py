@@ -41,14 +41,6 @@ collect_ignore = [] if importlib.util.find_spec("vllm") else ["in_vllm"]
 REPO = Path(__file__).resolve().parent.parent
 
 
-def load_script(name: str):
-    """``experiments/<name>.py`` as a module (the scripts are not a package)."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "experiments" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def save_model(path: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast) -> str:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)

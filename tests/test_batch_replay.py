@@ -13,7 +13,6 @@ from dataclasses import replace
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import load_script
 from gymnasium.utils.env_checker import check_env
 
 import specrl.envs  # noqa: F401 - registers the envs
@@ -524,18 +523,28 @@ def test_the_cutoff_switches_any_controller_off_above_its_batch_size_and_is_tune
     assert batch_control.with_cutoff({"ppo": plain}, 4)["ppo+cutoff"].max_batch == 4
 
 
-def train_batch_smoke(tmp_path, monkeypatch, *flags: str):
-    """train_batch.py on one small scenario (batch_1) with a synthetic latency for this machine, so
-    no calibration runs: one imitation round of one episode, no PPO. Returns (policy, runs) folders."""
-    script = load_script("train_batch")
-    monkeypatch.setattr(script, "FIXED", ["batch_1"])
-    monkeypatch.setattr(script, "ARRIVALS", [])
+def train_batch_smoke(tmp_path, monkeypatch, *profiles: str, perturbations: int | None = None):
+    """The batch training on one small scenario (batch_1) with a synthetic latency for this machine,
+    so no calibration runs: one imitation round of one episode, no PPO. Returns (policy, runs)."""
+    from specrl.batch_control.train import BatchTrainOptions, train_batch
+
     monkeypatch.setattr(
         Scenario, "latency_model", lambda scenario, pair, *args, **kwargs: synthetic_latency()
     )
     out, runs = tmp_path / "policy", tmp_path / "runs"
-    budget = ["--imitation-rounds", "1", "--imitation-episodes", "1", "--timesteps", "0", "--episodes", "1"]
-    script.main([*budget, "--envs-per-scenario", "4", *flags, "--out", str(out), "--runs-dir", str(runs)])
+    options = BatchTrainOptions(
+        imitation_rounds=1,
+        imitation_episodes=1,
+        timesteps=0,
+        episodes=1,
+        latency_profiles=list(profiles),
+        perturbations=perturbations,
+        out=str(out),
+        runs_dir=str(runs),
+        fixed=["batch_1"],
+        arrivals=[],
+    )
+    assert train_batch(options, "test") == out
     return out, runs
 
 
@@ -550,7 +559,7 @@ def test_train_batch_writes_train_ppos_run_folder_and_exports_with_parity(tmp_pa
 
     from specrl.export import load_policy
 
-    out, runs = train_batch_smoke(tmp_path, monkeypatch, "--latency-profiles", "machine")
+    out, runs = train_batch_smoke(tmp_path, monkeypatch, "machine")
     (run_dir,) = runs.iterdir()
     assert run_dir.name.startswith("batch_mix__train_batch__0__")
     record = json.loads((run_dir / "run.json").read_text())
@@ -568,13 +577,13 @@ def test_train_batch_writes_train_ppos_run_folder_and_exports_with_parity(tmp_pa
 
 @pytest.mark.slow
 def test_train_batch_over_a_family_tunes_a_schedule_per_machine_and_selects_under_each(tmp_path, monkeypatch):
-    """train_batch.py --latency-profiles NAMES: every profile gets its schedule, checkpoints are
+    """The batch training over profile NAMES: every profile gets its schedule, checkpoints are
     scored under each selection profile against its own schedule, with no cut-off (it belongs to
     one machine), and the policy's metadata records the family."""
     from specrl.export import load_policy
 
     profiles = ["gpu-like-a100", "gpu-like-l4"]
-    out, _ = train_batch_smoke(tmp_path, monkeypatch, "--latency-profiles", *profiles, "--perturbations", "0")
+    out, _ = train_batch_smoke(tmp_path, monkeypatch, *profiles, perturbations=0)
     metadata = load_policy(out).metadata
     assert metadata["latency_profiles"]["profiles"] == profiles and metadata["latency_profiles"]["batch"]
     assert metadata["latency_profiles"]["selected_under"] == profiles
