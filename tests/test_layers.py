@@ -61,6 +61,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # bottom up; a new package or module mu
     # no model, no engine
     ("quiet", "io", "tables", "plots", "provenance", "features", "acceptance", "home", "registration"),
     ("validation",),  # pydantic's errors in words (scenario files, the hyperparameter YAML)
+    ("action_layout",),  # the action's dimensions: the envs, the policy folders, the learned controller
     ("embedded", "models"),
     ("engine", "export"),
     ("controllers", "traces", "latency", "hf_assisted", "selfcheck", "hf"),

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from specrl.action_layout import action_sizes
 from specrl.controllers.stop_rules import stop_rule_table
 from specrl.engine.types import Action, StepResult
 from specrl.export import ExportedPolicy, load_policy
-from specrl.export.layout import action_sizes
 from specrl.features import FEATURE_COUNTS, N_FEATURES, PRICED_VERSION, Prices
 from specrl.latency.calibration import machine_prices
 from specrl.models import served_target, target_folders

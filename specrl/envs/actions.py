@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from gymnasium import spaces
 
+from specrl.action_layout import action_sizes
 from specrl.engine.types import DEFAULT_DRAFTER, Action, StopRule
-from specrl.export.layout import action_sizes
 
 if TYPE_CHECKING:
     from specrl.acceptance import AcceptancePredictor

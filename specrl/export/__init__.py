@@ -47,6 +47,7 @@ One concern per module; each imports only those above it:
 - :mod:`~specrl.export.upgrade`: re-export an older folder from its checkpoint (command line).
 """
 
+from specrl.action_layout import check_action_mapping, check_stop_dimension
 from specrl.export.layout import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -58,8 +59,6 @@ from specrl.export.layout import (
     UPGRADE_COMMAND,
     VECNORMALIZE_FILE,
     PolicyError,
-    check_action_mapping,
-    check_stop_dimension,
     sha256,
 )
 from specrl.export.module import PolicyModule, build_module, export_program

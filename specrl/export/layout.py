@@ -1,15 +1,11 @@
 """What a policy folder holds and the checks its writer and reader share: file names, the format
-version, the action mapping's validation, checksums, and :class:`PolicyError`."""
+version, checksums, and :class:`PolicyError` (the action's layout: :mod:`specrl.action_layout`)."""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from specrl.features import FEATURE_DRAFTERS
 from specrl.home import user_policies_dir
 
 FORMAT_NAME = "specrl-policy"
@@ -69,78 +65,6 @@ def policy_folder(name: str | Path) -> Path:
 
 class PolicyError(ValueError):
     """A policy folder cannot be written, read or trusted; the message names the file and the fix."""
-
-
-def check_action_mapping(k_max: Any, tau_grid: Any) -> tuple[int, tuple[float, ...]]:
-    """Validate ``k_max >= 1`` and a non-empty, strictly increasing tau grid in [0, 1].
-
-    Returns:
-        ``(k_max, tau_grid)`` as an int and a tuple of floats.
-
-    Raises:
-        ValueError: naming the bad value.
-    """
-    if isinstance(k_max, bool) or not isinstance(k_max, (int, np.integer)) or k_max < 1:
-        raise ValueError(f"k_max must be an int >= 1, got {k_max!r}")
-    if not isinstance(tau_grid, (list, tuple)) or not tau_grid:
-        raise ValueError(f"tau_grid must be a non-empty list of numbers in [0, 1], got {tau_grid!r}")
-    if any(isinstance(tau, bool) or not isinstance(tau, (int, float, np.number)) for tau in tau_grid):
-        raise ValueError(f"tau_grid must hold numbers, got {list(tau_grid)!r}")
-    grid = tuple(float(tau) for tau in tau_grid)
-    if any(not 0.0 <= tau <= 1.0 for tau in grid) or any(
-        a >= b for a, b in zip(grid, grid[1:], strict=False)
-    ):
-        raise ValueError(f"tau_grid must be strictly increasing within [0, 1], got {list(grid)}")
-    return int(k_max), grid
-
-
-def check_stop_dimension(stop_grid: Any, predictor: Any) -> tuple[float, ...] | None:
-    """Validate the optional stop dimension: a grid starting at 0 (never stop), strictly
-    increasing in [0, 1], with the acceptance predictor it applies; both or neither.
-
-    Returns:
-        The stop grid as a tuple of floats, or None for a policy without the dimension.
-
-    Raises:
-        ValueError: naming the bad value.
-    """
-    if stop_grid is None and predictor is None:
-        return None
-    if stop_grid is None or predictor is None:
-        raise ValueError("a stop dimension needs both stop_grid and its acceptance predictor")
-    if not isinstance(stop_grid, (list, tuple)) or len(stop_grid) < 2:
-        raise ValueError(f"stop_grid must list at least two thresholds, got {stop_grid!r}")
-    grid = tuple(float(h) for h in stop_grid)
-    if grid[0] != 0.0 or any(not 0.0 <= h <= 1.0 for h in grid) or list(grid) != sorted(set(grid)):
-        raise ValueError(f"stop_grid must start at 0 and increase strictly within [0, 1], got {list(grid)}")
-    return grid
-
-
-def check_drafters(drafters: Any) -> tuple[str, ...]:
-    """Validate the drafters a policy's last action index points into: distinct drafter names
-    of :data:`specrl.features.FEATURE_DRAFTERS`, at least one (["draft"] for a policy of one draft).
-
-    Raises:
-        ValueError: naming the bad value.
-    """
-    if not isinstance(drafters, (list, tuple)) or not drafters or len(set(drafters)) != len(drafters):
-        raise ValueError(f"drafters must be a non-empty list of distinct drafter names, got {drafters!r}")
-    unknown = [d for d in drafters if d not in FEATURE_DRAFTERS]
-    if unknown:
-        raise ValueError(f"unknown drafter(s) {unknown}; this specrl knows {list(FEATURE_DRAFTERS)}")
-    return tuple(str(d) for d in drafters)
-
-
-def action_sizes(
-    k_max: int,
-    tau_grid: tuple[float, ...],
-    stop_grid: tuple[float, ...] | None,
-    drafters: tuple[str, ...] | None = None,
-) -> list[int]:
-    """The size of each action dimension: k in 0..k_max, the tau index, the stop index if any,
-    the drafter index if there is more than one drafter."""
-    stops = [len(stop_grid)] if stop_grid else []
-    return [k_max + 1, len(tau_grid)] + stops + ([len(drafters)] if drafters and len(drafters) > 1 else [])
 
 
 def sha256(path: Path) -> str:

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from specrl.acceptance import AcceptancePredictor, PredictorError
+from specrl.action_layout import action_sizes, check_action_mapping, check_drafters, check_stop_dimension
 from specrl.export.layout import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -20,10 +21,6 @@ from specrl.export.layout import (
     POLICY_FILE,
     UPGRADE_COMMAND,
     PolicyError,
-    action_sizes,
-    check_action_mapping,
-    check_drafters,
-    check_stop_dimension,
     policy_folder,
     sha256,
     shipped_policies,

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from specrl.acceptance import AcceptancePredictor
+from specrl.action_layout import action_sizes, check_action_mapping, check_drafters, check_stop_dimension
 from specrl.export.layout import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -29,10 +30,6 @@ from specrl.export.layout import (
     SB3_MODEL_FILE,
     VECNORMALIZE_FILE,
     PolicyError,
-    action_sizes,
-    check_action_mapping,
-    check_drafters,
-    check_stop_dimension,
     sha256,
 )
 from specrl.export.module import build_module, export_program
