@@ -514,29 +514,6 @@ def test_invalid_files_raise_latency_error_naming_file_and_problem(measured, tmp
     assert str(path) in str(error.value) and "specrl calibrate" in str(error.value)
 
 
-def test_a_version_2_file_reads_as_the_batch_of_one(measured, tmp_path):
-    """Files from before the batch axis (one sequence, tables without it) price exactly as before."""
-    data = measured.to_dict()
-    old = {
-        key: value
-        for key, value in data.items()
-        if key not in ("batch_sizes", "draft_scale", "verify_scale", "prefill")
-    }
-    old.update(version=2, batch_size=1)
-    for mode in ("greedy", "sampled"):
-        old[mode] = {key: table[0] for key, table in data[mode].items()}
-    path = tmp_path / "v2.json"
-    path.write_text(json.dumps(old))
-    loaded = LatencyModel.load(path)
-    assert loaded.to_dict() == data and loaded.batch_sizes == (1,) and loaded.prefill_seconds([40]) == 0.0
-    steps = [(context, forwards, n) for context in (0, 200, 900) for forwards in (0, 3) for n in range(10)]
-    assert [loaded.step_seconds(*step) for step in steps] == [measured.step_seconds(*step) for step in steps]
-    old["batch_size"] = 4
-    path.write_text(json.dumps(old))
-    with pytest.raises(LatencyError, match="batch_size 4 is not supported in version 2"):
-        LatencyModel.load(path)
-
-
 def test_an_old_format_file_is_refused_with_a_clear_message(tmp_path):
     path = tmp_path / "old.json"
     path.write_text(json.dumps(OLD_FILE))
@@ -632,7 +609,7 @@ def test_calibrated_replaces_an_old_format_file_with_a_warning(pair, tmp_path, m
     calls = []
     monkeypatch.setattr(calibration, "learn", quick_learn(calls))
     with pytest.warns(
-        UserWarning, match=r"format version 1 \(an isolated profile.*reads version 3.*measuring again"
+        UserWarning, match=r"format version 1, but this specrl reads version 3.*measuring again"
     ):
         model = calibrated(pair, k_max=2, progress=False)
     assert calls == [2] and LatencyModel.load(path).to_dict() == model.to_dict()

@@ -17,12 +17,8 @@ A file holds the tables of both sampling modes on a grid of batch sizes and cont
      "fit_error": null | {...},                                 # see learn() and profile()
      "measurement": {...}}                                      # how it was made
 
-Version 2 files (one sequence: ``"batch_size": 1`` and tables without the batch axis) are read
-as the batch of one. Version 1 files, from isolated profiling before the loop model, are refused
-with a message, and :func:`~specrl.latency.calibrated` measures again.
-
-This module knows the format, not the model: :meth:`LatencyModel.to_dict
-<specrl.latency.LatencyModel.to_dict>`, ``from_dict``, ``save`` and ``load`` build on it.
+A file of another version is refused with the fix; :func:`~specrl.latency.calibrated` then
+measures again. ``LatencyModel.to_dict``, ``from_dict``, ``save`` and ``load`` build on this module.
 """
 
 from __future__ import annotations
@@ -36,7 +32,6 @@ from specrl.io import write_text_atomic
 
 LATENCY_FORMAT = "specrl-latency"
 LATENCY_FORMAT_VERSION = 3
-ONE_ROW_VERSION = 2  # read as the batch of one
 MODES = ("greedy", "sampled")
 KINDS = ("loop", "profiled", "batch", "constant", "synthetic")
 COST_KEYS = ("target_seconds", "draft_first_seconds", "draft_next_seconds")
@@ -55,7 +50,7 @@ def invalid(source: str, error: Exception) -> LatencyError:
 
 def check(data: Any, source: str) -> dict[str, Any]:
     """Check a file's content up to the tables (their shapes and values: the model's own checks);
-    return it in the current version (a version 2 file as the batch of one).
+    return it with the optional keys filled in.
 
     Raises:
         LatencyError: naming ``source``, the problem and the fix.
@@ -65,12 +60,9 @@ def check(data: Any, source: str) -> dict[str, Any]:
             f'{source}: not a specrl latency file (no "format": "{LATENCY_FORMAT}"); {RECALIBRATE}'
         )
     version = data.get("version")
-    if version == ONE_ROW_VERSION:
-        data = _one_row(data, source)
-    elif version != LATENCY_FORMAT_VERSION:
-        old = " (an isolated profile, from before the loop-learned model)" if version == 1 else ""
+    if version != LATENCY_FORMAT_VERSION:
         raise LatencyError(
-            f"{source}: latency format version {version!r}{old}, but this specrl reads version "
+            f"{source}: latency format version {version!r}, but this specrl reads version "
             f"{LATENCY_FORMAT_VERSION}; {RECALIBRATE}"
         )
     missing = [key for key in _REQUIRED if key not in data]
@@ -91,18 +83,6 @@ def check(data: Any, source: str) -> dict[str, Any]:
             ),
         )
     return {"draft_scale": None, "verify_scale": None, "prefill": [0.0] * 4, **data}
-
-
-def _one_row(data: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """A version 2 file (one sequence) in the current version: the batch of one."""
-    if data.get("batch_size", 1) != 1:
-        raise invalid(source, LatencyError(f"batch_size {data['batch_size']} is not supported in version 2"))
-    upgraded = {key: value for key, value in data.items() if key != "batch_size"}
-    upgraded.update(version=LATENCY_FORMAT_VERSION, batch_sizes=[1])
-    for mode in MODES:
-        if isinstance(data.get(mode), Mapping):
-            upgraded[mode] = {key: [value] for key, value in data[mode].items()}
-    return upgraded
 
 
 def read(path: str | Path) -> Any:
