@@ -14,6 +14,7 @@ Protocol (docs/design.md section 4b): train on train, select on validation, repo
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,7 +137,7 @@ def train(options: TrainOptions, command: str, progress: bool = True) -> TrainRe
         runs_dir=options.runs_dir,
         experiment=options.exp_name,
         command=command,
-        arguments=options.as_dict(),
+        arguments=dataclasses.asdict(options),
         hyperparameters=hyper,
         budget=budget,
         seed=options.seed,

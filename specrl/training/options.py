@@ -1,11 +1,10 @@
-"""What a PPO run is asked to do: :class:`TrainOptions`, one field per ``specrl train`` option.
-
-This module imports nothing heavy, so that the command's ``--help`` and its argument checks run
-before torch loads; :func:`specrl.train.train` does the work.
-"""
+"""What a PPO run is asked to do: :class:`TrainOptions`, one field per ``specrl train`` option,
+each with its help and how the command line reads it. Imports nothing heavy, so that ``--help``
+and the checks run before torch loads; :func:`specrl.train.train` does the work."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -18,9 +17,7 @@ FAMILY = "family"  # --latency-profiles: the shipped family (LatencyFamily.train
 #: The hyperparameter file a run reads unless told otherwise (rl-zoo's layout: ``ppo:`` and ``train:``).
 DEFAULT_CONFIG = str(Path(__file__).resolve().parents[1] / "policies" / "ppo.yaml")
 
-# Eight parts, as many as before C headers and Perl joined: each part of the ScenarioMix costs
-# a vectorised step of its own, so code, prose and math train together in "mixed" (one domain
-# per episode) and the default run keeps its time budget.
+# Each scenario of the mix costs a vectorised step of its own: eight keep the default run's budget.
 DEFAULT_SCENARIOS = (
     "mixed",
     "c_header",
@@ -43,68 +40,121 @@ class OptionError(ValueError):
     """Options that cannot run together or out of range; the message names the option and the fix."""
 
 
+def option(value: Any, help: str, group: str = "PPO", **argparse_keywords: Any) -> Any:
+    """A :class:`TrainOptions` field: its default ``value``, its ``--help`` line, its group there
+    and how ``argparse`` reads it (``flags`` in place of ``--<name>``; ``default``: the parser's, if
+    not ``value``)."""
+    metadata = {"help": help, "group": group, **argparse_keywords}
+    if isinstance(value, (list, dict)):
+        return field(default_factory=lambda: type(value)(value), metadata=metadata)
+    return field(default=value, metadata=metadata)
+
+
+WHAT, REPORT, OUTPUT = "what to train on", "selection and report", "output"
+
+
 @dataclass
 class TrainOptions:
     """One PPO run (``specrl train``; each field is the option of the same name, ``_`` for ``-``)."""
 
-    scenarios: list[str] = field(default_factory=lambda: list(DEFAULT_SCENARIOS))
-    """Training scenarios (shipped names or YAML paths); envs are split as evenly as possible."""
-    preset: str | None = None
-    """Embedded pair to use instead of the scenarios' own (small, tiny)."""
-    config: str = DEFAULT_CONFIG
-    """Hyperparameter YAML (``ppo:`` for SB3's PPO, ``train:`` for the budget)."""
-    hyperparameters: dict[str, Any] = field(default_factory=dict)
-    """Overrides of the YAML's keys, ``ppo`` or ``train`` (``-p key:value``)."""
-    total_timesteps: int | None = None
-    """PPO env steps (None: the YAML's; 0: export the warm start, the rules cloned, untouched)."""
-    n_envs: int | None = None
-    """Parallel replayed episodes (None: the YAML's; in the real loop REAL_ENVS at most)."""
-    eval_freq: int | None = None
-    """Env steps between evaluations on validation traces (None: the YAML's)."""
-    kl_to_clone: float | None = None
-    """Reward penalty per nat of KL from the warm start's clone (None: the YAML's, or 0)."""
-    seed: int = 0
-    """Seed of PPO and of the simulators."""
-    device: str = "cpu"
-    """Device of the PPO networks (the MLP is tiny: cpu)."""
-    exp_name: str = "ppo"
-    """Experiment name in the run folder's name."""
-    runs_dir: str = "runs"
-    """Folder of run folders (TensorBoard, checkpoints, the exported policy under ``policy/``)."""
-    export_as: str | None = None
-    """Also export the policy as NAME under ``$SPECRL_HOME/policies`` (``LearnedController.load(NAME)``),
-    or into a folder when it holds a path separator. Never replaces a shipped policy."""
-    resume: str | None = None
-    """Continue the run saved in this run folder."""
-    eval_scenarios: list[str] | None = None
-    """Scenarios added to the final comparison on test traces (the training ones always are).
-    None: the embedded domains one by one when training on shipped scenarios, else none."""
-    select_scenarios: list[str] | None = None
-    """Scenarios checkpoint selection also scores on, on their validation traces. None: the
-    embedded domains when training on shipped scenarios, else none (the training ones only)."""
-    validate_scenarios: list[str] | None = None
-    """Scenarios validated in the real loop (wall clock); empty to skip. None: four embedded ones
-    when training on shipped scenarios, else the training scenarios."""
-    validate_prompts: int = 2
-    """Test prompts per domain of a validated scenario."""
-    validate_repeats: int = 2
-    """Repeats of the real-loop validation (the median is reported)."""
-    sim_repeats: int = 4
-    """Acceptance draws per trace for sampled scenarios."""
-    stop: bool = True
-    """Train with the per-token stop dimension (False: actions [k, tau_index] only)."""
-    warm_start: bool = True
-    """Start PPO from a clone of each training scenario's best rule on validation."""
-    train_on: str = "replay"
-    """replay: the trace-replay simulator; real: the real loop on train prompts (slow)."""
-    latency_profiles: list[str] = field(default_factory=lambda: [FAMILY])
-    """The machines training episodes are priced by: 'family', 'machine' or profile names."""
-    perturbations: int | None = None
-    """Perturbed models per profile besides the profile itself (None: the family's)."""
-    select_profiles: list[str] | None = None
-    """The profiles checkpoint selection and the warm start score under (None: the family's)."""
-    subproc: bool = False
-    """With train_on real: each env in its own process (SB3's SubprocVecEnv)."""
+    scenarios: list[str] = option(
+        list(DEFAULT_SCENARIOS), "training scenarios (names or YAML); envs split evenly", WHAT, nargs="+"
+    )
+    preset: str | None = option(None, "embedded pair instead of the scenarios' (small, tiny)", WHAT)
+    train_on: str = option(
+        "replay",
+        "replay: the trace-replay simulator (default); real: the real loop on train prompts (slow)",
+        WHAT,
+        choices=("replay", "real"),
+    )
+    subproc: bool = option(
+        False, "with --train-on real: each env in its own process", WHAT, action="store_true"
+    )
+    latency_profiles: list[str] = option(
+        [FAMILY],
+        f"machines episodes are priced by: '{FAMILY}' (the shipped family; default), '{MACHINE}' (this "
+        "machine's calibration alone) or profile names (specrl.latency.family)",
+        WHAT,
+        nargs="+",
+        metavar="PROFILE",
+    )
+    perturbations: int | None = option(
+        None, "perturbed models per profile (default: the family's, 6)", WHAT, type=int
+    )
+    select_profiles: list[str] | None = option(
+        None,
+        "profiles checkpoint selection and the warm start score under (default: the family's)",
+        WHAT,
+        nargs="+",
+        metavar="PROFILE",
+    )
+    config: str = option(DEFAULT_CONFIG, "hyperparameter YAML (ppo: for SB3's PPO, train: for the budget)")
+    hyperparameters: dict[str, Any] = option(
+        {},
+        "override a key of the YAML's ppo: or train: section (repeatable; values read as YAML)",
+        flags=("-p", "--hyperparameter"),
+        action="append",
+        default=[],
+        metavar="KEY:VALUE",
+    )
+    total_timesteps: int | None = option(
+        None, "PPO env steps (default: the YAML's; 0: export the warm start untouched)", type=int
+    )
+    n_envs: int | None = option(
+        None, f"parallel episodes (default: the YAML's; real loop: {REAL_ENVS} at most)", type=int
+    )
+    eval_freq: int | None = option(None, "env steps between validations (default: the YAML's)", type=int)
+    kl_to_clone: float | None = option(
+        None,
+        "reward penalty per nat of KL from the warm start's clone (default: the YAML's, or 0)",
+        type=float,
+    )
+    warm_start: bool = option(
+        True,
+        "start from a clone of the best rule on validation (default)",
+        action=argparse.BooleanOptionalAction,
+    )
+    stop: bool = option(
+        True, "no per-token stop dimension (actions k, tau)", flags=("--no-stop",), action="store_false"
+    )
+    seed: int = option(0, "seed of PPO and of the simulators", type=int)
+    device: str = option("cpu", "device of the PPO networks (the MLP is tiny: cpu)")
+    select_scenarios: list[str] | None = option(
+        None,
+        "scenarios checkpoint selection also scores on, on validation traces (default: the embedded "
+        "domains when training on shipped scenarios, else the training ones only)",
+        REPORT,
+        nargs="*",
+    )
+    eval_scenarios: list[str] | None = option(
+        None,
+        "also reported on test traces (default: the embedded domains and the unseen license when "
+        "training on shipped scenarios, else none)",
+        REPORT,
+        nargs="*",
+    )
+    validate_scenarios: list[str] | None = option(
+        None,
+        "checked in the real loop (default: code prose math prose_t1 when training on shipped scenarios, "
+        "else the training ones; none: skip)",
+        REPORT,
+        nargs="*",
+    )
+    validate_prompts: int = option(2, "test prompts per domain of a validated scenario", REPORT, type=int)
+    validate_repeats: int = option(
+        2, "repeats of the real-loop check (the median is reported)", REPORT, type=int
+    )
+    sim_repeats: int = option(4, "acceptance draws per trace for sampled scenarios", REPORT, type=int)
+    runs_dir: str = option("runs", "folder of run folders (default runs)", OUTPUT)
+    exp_name: str = option("ppo", "experiment name in the run folder's name", OUTPUT)
+    export_as: str | None = option(
+        None,
+        "also export as NAME under $SPECRL_HOME/policies (LearnedController.load(NAME)), or to a folder "
+        "path; never replaces a shipped policy",
+        OUTPUT,
+        metavar="NAME",
+    )
+    resume: str | None = option(None, "continue the run saved in this run folder", OUTPUT, metavar="RUN_DIR")
 
     def check(self) -> None:
         """Refuse options out of range or that cannot run together, before anything loads.
@@ -160,10 +210,6 @@ class TrainOptions:
         return dataclasses.replace(
             self, **{name: value for name, value in defaults.items() if getattr(self, name) is None}
         )
-
-    def as_dict(self) -> dict[str, Any]:
-        """The options as plain values (the run folder's ``arguments``)."""
-        return dataclasses.asdict(self)
 
 
 def parse_hyperparameter(item: str) -> tuple[str, Any]:
