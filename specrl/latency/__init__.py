@@ -1,43 +1,11 @@
 """Latency: seconds of a speculative step's draft and verify, learned per device.
 
-A speculative step of B rows costs ``draft_forwards`` draft forwards over (B, 1) plus one target
-forward over (B, ``proposed + 1``) new tokens a row. :meth:`LatencyModel.step_seconds` is the one
-definition of a step's modeled time; the envs (one sequence or a batch), the trace simulators and
-the oracle use it. Per sampling mode ("greedy", "sampled") and on a grid of batch sizes and
-context lengths::
-
-    draft  = 0                                                          if draft_forwards == 0
-           = (first(B, ctx) + (draft_forwards - 1) * next(B, ctx)) * draft_scale(B)  otherwise
-    verify = target(B, proposed + 1, ctx) * verify_scale(B, proposed + 1)
-
-A single sequence is the batch of one. Ways to measure, same model:
-
-- ``loop`` (the default: :func:`learn`, :func:`calibrated`, ``latency: calibrated``): time
-  the engine's own loop of one sequence, greedy and sampled, over every k, and fit the steps;
-- ``profiled`` (:func:`profile`, ``latency: profiled``): time each forward in isolation on
-  a grid of contexts;
-- ``batch`` (:func:`measure_batch_latency`, ``calibrated(method="batch")``, the batch
-  simulator's): batched forwards over a grid of batch sizes, calibrated on continuous batching.
-
-The package, one concern per module; each imports only the ones above it in this list:
-
-- :mod:`~specrl.latency.cost_model`: :class:`CostModel`, the constants of the ``constant`` model.
-- :mod:`~specrl.latency.fileformat`: the JSON file (format, version, keys, checks, I/O);
-  :class:`LatencyError`.
-- :mod:`~specrl.latency.model`: :class:`LatencyModel` (tables, interpolation, the step
-  formula, the sampling-mode views, markdown).
-- :mod:`~specrl.latency.store`: where a calibration is cached (:func:`latency_path`,
-  :func:`device_key`).
-- :mod:`~specrl.latency.isotonic`: the monotone fits (scipy's isotonic regression).
-- :mod:`~specrl.latency.profiling`: :func:`profile`, forwards timed in isolation.
-- :mod:`~specrl.latency.records`: :class:`StepRecords`, :func:`record_loop`, steps of the loop.
-- :mod:`~specrl.latency.fit`: :func:`fit_records` and :func:`learn`, the loop-learned model.
-- :mod:`~specrl.latency.batch`: :func:`measure_batch_latency`, the model over batch sizes.
-- :mod:`~specrl.latency.drafters`: :func:`measure_drafter_costs`, each drafter's price relative
-  to the draft, measured in the loop.
-- :mod:`~specrl.latency.calibration`: :func:`calibrated`, measured once and cached.
-- :mod:`~specrl.latency.family`: :class:`LatencyFamily`, the machines a portable policy trains
-  over (shipped calibrations, GPU-like profiles, perturbations around each).
+:class:`LatencyModel` (:mod:`~specrl.latency.model`) prices a step; its tables come from the
+engine's own loop (:func:`learn`, the default, ``latency: calibrated``), forwards timed alone
+(:func:`profile`), or forwards timed over batch sizes and calibrated on continuous batching
+(:func:`measure_batch_latency`); :func:`calibrated` measures once per device and caches the file
+(:mod:`~specrl.latency.fileformat`, :func:`latency_path`). :class:`LatencyFamily` holds the
+machines a portable policy trains over.
 """
 
 from specrl.latency.batch import measure_batch_latency

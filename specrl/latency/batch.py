@@ -1,39 +1,29 @@
-"""A batch's latency on a device: batched forwards timed alone, calibrated on continuous batching.
+"""The batch model: forwards timed alone over batch sizes, calibrated on continuous batching.
 
-A batched step (:mod:`specrl.engine.generation`) of B rows costs ``draft_forwards`` draft forwards
-over (B, 1) and one target forward over (B, n), n = the most tokens a row feeds (its last token
-and its proposals; the rows are right-padded to n). Both read the batch's whole slot grid
-(:class:`~specrl.engine.cache.KVCache`): W slots a row, holes included, which is more than the
-rows' mean context once rows have rejected tokens or joined mid-flight (see
-:class:`~specrl.engine.grid.SlotGrid`). :func:`measure_batch_latency` measures the
-:class:`~specrl.latency.LatencyModel` of kind "batch" that prices it (the module doc there: a grid
-of batch sizes, contexts W + 1, scales and prefill coefficients):
+A batched step of B rows costs ``draft_forwards`` draft forwards over (B, 1) and one target
+forward over (B, n), n the most tokens a row feeds; both read the batch's whole slot grid, holes
+included (:class:`~specrl.engine.grid.SlotGrid`), so a step's context is the grid's width plus one.
+:func:`measure_batch_latency` builds the :class:`~specrl.latency.LatencyModel` of kind "batch":
 
-1. The forwards are timed in isolation on the device, on a grid of batch sizes, tokens per row
-   and widths (each a median of ``repeats``, device-synchronised), through the engine's own cache.
-2. Real continuous batching (static k, prompts joining as rows finish) then calibrates the
-   rest. At each batch size the ks run in interleaved rounds (forward, then backward), so that
-   the machine's drift, which moves a run's speed by up to a tenth on a shared CPU, falls on
-   every k alike: at large batches the ks differ by less than that. Per batch size (and tokens
-   per row, for verification; linear in n between the ks it ran), the scales are measured over
-   modeled seconds of its steps (they hold the engine's own work per row, and the masks of a
-   grid with holes, which the isolated forwards do not pay); the prefill coefficients are a
-   non-negative least-squares fit over its admissions.
+1. the forwards timed alone on a grid of batch sizes and widths
+   (:func:`~specrl.latency.profiling.time_forwards`);
+2. real continuous batching (static k, prompts joining as rows finish) calibrates the rest: per
+   batch size (and tokens per row, for verification) the scales of measured over modeled seconds
+   (the engine's own work per row and the masks of a grid with holes), and the prefill
+   coefficients by non-negative least squares over the admissions. The ks run in interleaved
+   rounds (:func:`calibration_runs`), so the machine's drift falls on every k alike.
 
-The sampled tables equal the greedy ones (not measured apart), and each draft forward costs the
-first's. ``calibrated(pair, method="batch")`` (:mod:`specrl.latency.calibration`) measures once per pair and
-device and caches the file next to the single sequence's model.
+The sampled tables equal the greedy ones, and each draft forward costs the first's.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 
 import numpy as np
-import torch
 
 from specrl.latency.model import LatencyModel, bracket, prefill_terms, step_shape
+from specrl.latency.profiling import time_forwards
 from specrl.latency.store import device_key, dtype_name, environment
 from specrl.models import ModelPair
 
@@ -41,21 +31,6 @@ DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_WIDTHS = (32, 160, 320, 480)  # cache widths: prompts, budgets (128 new tokens), holes
 CALIBRATION_KS = (0, 1, 2, 4)  # the static k of the real steps that calibrate the model
 CALIBRATION_ROUNDS = 3  # interleaved rounds over CALIBRATION_KS at each batch size
-
-
-@torch.inference_mode()
-def _feed_seconds(cache, tokens: torch.Tensor, kept: list[int], clock, repeats: int) -> float:
-    """The median seconds of feeding ``tokens`` to ``cache`` (then cut back to ``kept``), after one
-    untimed feed that warms the shape."""
-    times = []
-    for repeat in range(repeats + 1):
-        start = clock.now()
-        cache.feed(tokens, keep=tokens.shape[1])  # a verification's logits at every column
-        elapsed = clock.now() - start
-        cache.rollback(kept)
-        if repeat:
-            times.append(elapsed)
-    return statistics.median(times)
 
 
 def measure_batch_latency(
@@ -74,46 +49,25 @@ def measure_batch_latency(
     """Time the forwards on the grid, then calibrate on real continuous batching of ``prompts``
     (token ids; default: random tokens, 16 to 120 of them) at every batch size and k in ``ks``,
     ``rounds`` interleaved rounds of them."""
-    from tqdm.auto import tqdm
-
-    from specrl.engine.cache import KVCache
-    from specrl.engine.timing import DeviceClock
-
     room = pair.context_length - (k_max + 1)
     widths = tuple(widths or sorted({min(w, room) for w in DEFAULT_WIDTHS}))
-    clock = DeviceClock(pair.device)
-    generator = torch.Generator().manual_seed(0)
-    n_tokens = tuple(range(1, k_max + 2))
-    target = np.zeros((len(batch_sizes), len(n_tokens), len(widths)))
-    draft = np.zeros((len(batch_sizes), len(widths)))
-    bar = tqdm(total=len(batch_sizes) * len(widths), desc="batch latency", disable=not progress)
-    for i, batch in enumerate(batch_sizes):
-        for c, width in enumerate(widths):
-            ids = torch.randint(0, pair.vocab_size, (batch, width + k_max + 1), generator=generator)
-            ids = ids.to(pair.device)
-            kept = [width] * batch
-            for model, table in ((pair.target, target), (pair.draft, draft)):
-                cache = KVCache(model, pair.vocab_size, rows=batch)
-                cache.feed(ids[:, :width], keep=1)
-                sizes = n_tokens if table is target else (1,)
-                for j, n in enumerate(sizes):
-                    seconds = _feed_seconds(cache, ids[:, width : width + n], kept, clock, repeats)
-                    if table is target:
-                        target[i, j, c] = seconds
-                    else:
-                        draft[i, c] = seconds
-            bar.update()
-    bar.close()
-    alone = LatencyModel(
-        pair.name,
-        device_key(pair.device),
-        [width + 1 for width in widths],  # the model's contexts: a verify after W slots a row
-        target,
-        draft,
-        dtype=dtype_name(pair.dtype),
-        batch_sizes=batch_sizes,
-        kind="batch",
-    )
+    contexts = [width + 1 for width in widths]  # the model's contexts: a verify after W slots a row
+    target, draft = time_forwards(pair, k_max, batch_sizes, contexts, repeats, progress)
+
+    def model(**calibration) -> LatencyModel:
+        return LatencyModel(
+            pair.name,
+            device_key(pair.device),
+            contexts,
+            target,
+            draft,
+            dtype=dtype_name(pair.dtype),
+            batch_sizes=batch_sizes,
+            kind="batch",
+            **calibration,
+        )
+
+    alone = model()
     if prompts is None:
         rng = np.random.default_rng(0)
         top = min(120, pair.context_length - max_new_tokens - 1)
@@ -123,16 +77,7 @@ def measure_batch_latency(
     ks = [k for k in ks if k <= k_max]
     steps, admissions = _real_steps(pair, prompts, batch_sizes, ks, rounds, max_new_tokens, progress)
     draft_scale, verify_scale = _scales(alone, steps)
-    greedy = alone.costs["greedy"]
-    return LatencyModel(
-        alone.pair,
-        alone.device,
-        alone.contexts,
-        greedy.target,
-        greedy.draft_first,
-        dtype=alone.dtype,
-        batch_sizes=alone.batch_sizes,
-        kind="batch",
+    return model(
         draft_scale=draft_scale,
         verify_scale=verify_scale,
         prefill=_prefill_fit(admissions),
