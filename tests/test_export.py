@@ -28,7 +28,6 @@ from specrl.envs.actions import to_engine_action
 from specrl.export import (
     FEATURE_VERSION,
     FORMAT_VERSION,
-    LEGACY_POLICY_FILE,
     METADATA_FILE,
     ONNX_FILE,
     POLICY_FILE,
@@ -39,7 +38,6 @@ from specrl.export import (
     load_policy,
     verify_parity,
 )
-from specrl.export.upgrade import upgrade_policy
 from specrl.features import FEATURE_NAMES, N_FEATURES
 from specrl.provenance import git_commit
 
@@ -297,54 +295,6 @@ def test_git_commit_names_this_checkout_and_nothing_outside_one(tmp_path):
     assert git_commit(tmp_path) is None  # not a repository
 
 
-def test_upgrade_reexports_a_version_1_folder_from_its_checkpoint(exported, tmp_path):
-    model, normalizer, source = exported
-    folder = tmp_path / "old"
-    shutil.copytree(source, folder)
-
-    def as_version_1(metadata: dict) -> None:  # what a TorchScript folder's metadata held
-        metadata.update(format_version=1)
-        del metadata["network"], metadata["provenance"]
-        metadata["files"][LEGACY_POLICY_FILE] = metadata["files"].pop(POLICY_FILE)
-
-    (folder / POLICY_FILE).rename(folder / LEGACY_POLICY_FILE)
-    edit_metadata(folder, as_version_1)
-    (folder / "results.md").write_text("# the training run's report\n")
-    with pytest.raises(PolicyError, match=r"python -m specrl\.export\.upgrade"):
-        load_policy(folder)
-
-    _, report = upgrade_policy(folder, observations=500)
-    assert report.observations == 500 and report.onnx_checked == (HAS_ONNX and HAS_ONNXRUNTIME)
-    names = {path.name for path in folder.iterdir()}
-    assert POLICY_FILE in names and LEGACY_POLICY_FILE not in names
-    assert (folder / "results.md").read_text() == "# the training run's report\n"  # kept as it was
-    assert [path.name for path in tmp_path.iterdir()] == ["old"]  # nothing staged is left beside it
-    old, new = (json.loads((path / METADATA_FILE).read_text()) for path in (source, folder))
-    kept = (
-        "action",
-        "observation_normalized",
-        "network",
-        "scenarios",
-        "pair",
-        "evaluation",
-        "command",
-        "onnx",
-    )
-    assert {key: new[key] for key in kept} == {key: old[key] for key in kept}
-    assert new["format_version"] == FORMAT_VERSION and new["provenance"]["git_commit"] is None  # unknown
-    assert new["provenance"]["upgraded_from"]["format_version"] == 1
-    observations = random_observations(1000, seed=2)
-    expected = sb3_actions(model, normalizer, observations)
-    np.testing.assert_array_equal(load_policy(folder).predict(observations), expected)
-
-
-def test_upgrade_command_refuses_what_is_not_a_policy_folder(tmp_path):
-    from specrl.export.upgrade import main
-
-    with pytest.raises(SystemExit, match="does not exist"):
-        main([str(tmp_path / "nowhere")])
-
-
 # ---- refusals ------------------------------------------------------------------------------------
 
 
@@ -397,8 +347,7 @@ REFUSALS = {
     "missing policy": (lambda f: (f / POLICY_FILE).unlink(), r"policy\.pt2 is missing"),
     "torchscript folder": (
         lambda f: edit_metadata(f, lambda m: m.update(format_version=1)),
-        r"format version 1 keeps the policy as a TorchScript policy\.pt, which this specrl no longer reads "
-        r".* Re-export the folder from its own checkpoint: python -m specrl\.export\.upgrade .*copy",
+        "unknown format 'specrl-policy' version 1",
     ),
     "missing metadata": (lambda f: (f / METADATA_FILE).unlink(), r"metadata\.json is missing"),
     "missing folder": (shutil.rmtree, "policy folder .* does not exist"),

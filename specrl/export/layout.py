@@ -13,14 +13,10 @@ FORMAT_NAME = "specrl-policy"
 #: TorchScript ``policy.pt``; version 2 holds a ``torch.export`` program ``policy.pt2``.
 FORMAT_VERSION = 2
 POLICY_FILE = "policy.pt2"
-#: The TorchScript module of format version 1, replaced by :data:`POLICY_FILE`.
-LEGACY_POLICY_FILE = "policy.pt"
 ONNX_FILE = "policy.onnx"
 METADATA_FILE = "metadata.json"
 SB3_MODEL_FILE = "sb3_model.zip"
 VECNORMALIZE_FILE = "vecnormalize.pkl"
-#: Re-exports a folder of an older format from its own checkpoint (:mod:`specrl.export.upgrade`).
-UPGRADE_COMMAND = "python -m specrl.export.upgrade"
 
 
 #: The policies shipped as package data (``specrl/policies/<name>/``): ``LearnedController.load("default")``

@@ -18,9 +18,6 @@ if TYPE_CHECKING:  # online loading must not import stable-baselines3
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecNormalize
 
-#: Layers of the actor MLP that :class:`specrl.controllers.learned.NumpyPolicy` can run too.
-KNOWN_LAYERS = ("Linear", "Tanh", "ReLU")
-
 
 def _fresh_linear(layer: nn.Linear) -> nn.Linear:
     """A plain copy of ``layer`` with int sizes (SB3 sizes ``action_net`` with a numpy int)."""

@@ -16,10 +16,8 @@ from specrl.action_layout import action_sizes, check_action_mapping, check_draft
 from specrl.export.layout import (
     FORMAT_NAME,
     FORMAT_VERSION,
-    LEGACY_POLICY_FILE,
     METADATA_FILE,
     POLICY_FILE,
-    UPGRADE_COMMAND,
     PolicyError,
     policy_folder,
     sha256,
@@ -100,23 +98,6 @@ def read_metadata(folder: Path) -> dict[str, Any]:
     return metadata
 
 
-def _check_format(metadata: dict[str, Any], path: Path) -> None:
-    """Refuse every format but this specrl's; name the upgrade for the TorchScript folders of version 1."""
-    if metadata.get("format") == FORMAT_NAME and metadata.get("format_version") == 1:
-        raise PolicyError(
-            f"{path}: format version 1 keeps the policy as a TorchScript {LEGACY_POLICY_FILE}, which this "
-            f"specrl no longer reads (TorchScript is deprecated); it reads version {FORMAT_VERSION}, a "
-            f"torch.export {POLICY_FILE}. Re-export the folder from its own checkpoint: "
-            f"{UPGRADE_COMMAND} {path.parent}"
-        )
-    if metadata.get("format") != FORMAT_NAME or metadata.get("format_version") != FORMAT_VERSION:
-        raise PolicyError(
-            f"{path}: unknown format {metadata.get('format')!r} version {metadata.get('format_version')!r}; "
-            f"this specrl reads {FORMAT_NAME!r} version {FORMAT_VERSION}: use the specrl version that "
-            "exported it, or re-export the policy"
-        )
-
-
 @dataclass(frozen=True)
 class PolicyDescription:
     """What the metadata says a policy maps: the first ``n_features`` features to
@@ -134,20 +115,19 @@ class PolicyDescription:
         return action_sizes(self.k_max, self.tau_grid, self.stop_grid, self.drafters)
 
 
-def _check_metadata(metadata: dict[str, Any], path: Path) -> PolicyDescription:
-    """Refuse metadata this specrl cannot serve; return the policy's description."""
-    _check_format(metadata, path)
-    return check_policy_description(metadata, path)
-
-
 def check_policy_description(metadata: dict[str, Any], path: Path) -> PolicyDescription:
-    """The checks of the metadata that hold in every format version: the features are a version
-    this specrl computes and the action mapping is valid. Returns the description as
-    :func:`load_policy` uses it.
+    """Refuse metadata this specrl cannot serve: another format, a feature version it does not
+    compute, a bad action mapping. Returns the description as :func:`load_policy` uses it.
 
     Raises:
         PolicyError: naming ``path`` and the fix.
     """
+    if metadata.get("format") != FORMAT_NAME or metadata.get("format_version") != FORMAT_VERSION:
+        raise PolicyError(
+            f"{path}: unknown format {metadata.get('format')!r} version {metadata.get('format_version')!r}; "
+            f"this specrl reads {FORMAT_NAME!r} version {FORMAT_VERSION}: use the specrl version that "
+            "exported it, or re-export the policy"
+        )
     version = metadata.get("feature_version")
     if version not in FEATURE_COUNTS:
         raise PolicyError(
@@ -247,7 +227,7 @@ def load_policy(folder: str | Path) -> ExportedPolicy:
     """Load and verify a policy folder with torch alone (no stable-baselines3).
 
     Checks, in order: the folder and ``metadata.json`` exist and parse; the format version is
-    this specrl's (a TorchScript folder of version 1 is refused with the upgrade command); the
+    this specrl's; the
     feature version is one this specrl computes, with its names; the action mapping is valid; every
     file listed in the metadata matches its sha256 (``policy.pt2`` must be there); the
     ``torch.export`` program loads and maps (B, F) float32 (F: its feature version's count) to
@@ -258,7 +238,7 @@ def load_policy(folder: str | Path) -> ExportedPolicy:
     """
     folder = policy_folder(folder)
     metadata = read_metadata(folder)
-    description = _check_metadata(metadata, folder / METADATA_FILE)
+    description = check_policy_description(metadata, folder / METADATA_FILE)
     _check_files(folder, metadata)
     program, module = _load_program(folder / POLICY_FILE, description.sizes, description.n_features)
     return ExportedPolicy(

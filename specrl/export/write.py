@@ -230,7 +230,6 @@ def export_policy(
 
     module = build_module(model, obs_normalizer)
     # the feature version whose count is the model's width: the current one, or an older one
-    # for a model trained before (an upgrade re-exports those as they are)
     version = max(v for v, count in FEATURE_COUNTS.items() if count == module.n_features)
     folder.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
