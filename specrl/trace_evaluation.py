@@ -1,16 +1,20 @@
-"""Controllers and batch policies scored on recorded traces in the trace-replay simulator.
+"""Playing episodes: a controller in any env with its steps recorded, and controllers and batch
+policies scored on recorded traces in the trace-replay simulator.
 
-Every evaluation of a comparison resets trace i of repeat r with :func:`episode_seed`, so a rule
+Every evaluation on traces resets trace i of repeat r with :func:`episode_seed`, so a rule
 (:func:`evaluate_controller`) and a learned policy stepping all traces at once
 (:func:`evaluate_policy`) see the same acceptance draws (common random numbers, docs/design.md
-section 4b). Rule tuning (:mod:`specrl.rule_tuning`), checkpoint selection and the test comparison
-of training (:mod:`specrl.training`) use these two, and nothing else, to score on traces.
+section 4b). Rule tuning, the bounds' comparisons, checkpoint selection, the test comparison of
+training and ``specrl evaluate``'s simulator columns all score on traces through these.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from specrl.acceptance import AcceptancePredictor
@@ -22,9 +26,88 @@ from specrl.latency import LatencyModel
 from specrl.traces import TraceSet
 
 
+@dataclass(frozen=True)
+class StepRecord:
+    """The scalars of one env step."""
+
+    tokens: int
+    seconds: float
+    proposed: int
+    accepted: int
+    k: int
+    tau: float
+    domain: str
+    position: int  # tokens generated in the episode before this step
+
+
+@dataclass
+class EpisodeRecord:
+    """One played episode: its totals and, where they were recorded, its steps."""
+
+    summary: EpisodeSummary
+    steps: list[StepRecord] = field(default_factory=list)
+
+
+class StepRecorder(gym.Wrapper):
+    """Keeps the :class:`StepRecord` of every step of the current episode (``self.steps``)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.steps: list[StepRecord] = []
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        self.steps = []
+        return self.env.reset(**kwargs)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        self.steps.append(
+            StepRecord(
+                info["tokens"],
+                info["seconds"],
+                info["proposed"],
+                info["accepted"],
+                info["k"],
+                info["tau"],
+                info["domain"],
+                info["episode_tokens"] - info["tokens"],
+            )
+        )
+        return observation, reward, terminated, truncated, info
+
+
+def play(env: gym.Env, controller: Controller, seed: int, options: dict | None = None) -> EpisodeRecord:
+    """One episode of ``controller`` in ``env`` (reset with ``seed`` and ``options``), with its
+    steps if ``env`` is a :class:`StepRecorder`."""
+    summary = run_episode(env, controller, seed=seed, options=options)
+    return EpisodeRecord(summary, env.steps if isinstance(env, StepRecorder) else [])
+
+
 def episode_seed(seed: int, repeat: int, index: int) -> int:
     """The reset seed of trace ``index`` in ``repeat``: one definition for every evaluation."""
     return seed + 7919 * repeat + index
+
+
+def play_traces(
+    controller: Controller,
+    scenario: Scenario,
+    traces: TraceSet,
+    latency: LatencyModel,
+    repeats: int = 1,
+    seed: int = 0,
+    steps: bool = False,
+) -> list[EpisodeRecord]:
+    """A controller over every trace (``repeats`` acceptance draws each, for sampling; greedy
+    traces once), trace i of repeat r reset with :func:`episode_seed`, as :func:`evaluate_policy`
+    starts it: both see the same acceptance draws. ``steps``: record every step."""
+    env: gym.Env = TraceReplayEnv(scenario, traces=traces, latency=latency)
+    if steps:
+        env = StepRecorder(env)
+    return [
+        play(env, controller, episode_seed(seed, repeat, index), {"trace_index": index})
+        for repeat in range(1 if traces.greedy else repeats)
+        for index in range(len(traces))
+    ]
 
 
 def evaluate_controller(
@@ -35,18 +118,10 @@ def evaluate_controller(
     repeats: int = 1,
     seed: int = 0,
 ) -> EpisodeSummary:
-    """A controller over every trace (``repeats`` acceptance draws each, for sampling). Trace i of
-    repeat r is reset with seed :func:`episode_seed`, as :func:`evaluate_policy` starts it: both
-    see the same acceptance draws (common random numbers)."""
-    env = TraceReplayEnv(scenario, traces=traces, latency=latency)
+    """The totals of :func:`play_traces`."""
     result = EpisodeSummary()
-    for repeat in range(1 if traces.greedy else repeats):
-        for index in range(len(traces)):
-            result.add(
-                run_episode(
-                    env, controller, seed=episode_seed(seed, repeat, index), options={"trace_index": index}
-                )
-            )
+    for record in play_traces(controller, scenario, traces, latency, repeats, seed):
+        result.add(record.summary)
     return result
 
 

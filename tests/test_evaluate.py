@@ -21,11 +21,12 @@ from specrl.evaluation import Settings, roster
 from specrl.evaluation.harness import add_ratios
 from specrl.evaluation.report import PER_SCENARIO_HEADING
 from specrl.evaluation.run_all import evaluate_all, write_results
-from specrl.evaluation.runs import EpisodeRecord, StepRecord, aggregate
+from specrl.evaluation.runs import aggregate
 from specrl.evaluation.scenario_choice import Overrides, choose_scenarios
 from specrl.export import export_policy
 from specrl.features import N_FEATURES
 from specrl.plots import segments, shift_controllers, shift_series
+from specrl.trace_evaluation import EpisodeRecord, StepRecord
 
 SCENARIOS = ("code", "code_to_math_t1")
 OURS = {

@@ -4,17 +4,17 @@ Everything runs on one prompt split, ``Settings.split``: ``test`` by default (do
 4b: reported once, nothing selected on it; the best static and the oracle are bounds in
 hindsight), or ``validation`` for tuning. Per scenario (:func:`evaluate_scenario`):
 
-1. Simulator (modeled time, when :mod:`specrl.evaluation.simulator` can load it): every
-   controller of the roster replayed on the split's traces; the clairvoyant oracle; the
-   whole static (k, tau) grid, whose best setting becomes the "best static in hindsight" row.
+1. Simulator (modeled time, unless turned off): every controller replayed on the split's traces
+   (:func:`specrl.trace_evaluation.play_traces`), the clairvoyant oracle and the whole static
+   (k, tau) grid (:mod:`specrl.oracle`), whose best setting becomes the "best static in
+   hindsight" row. Trace i is reset with seed ``seed + i``, the draws of the bounds.
 2. Real loop (the env's time, wall clock by default): the roster, that best static setting and
-   Hugging Face ``generate`` (plain and assisted) on the split's first prompts. Every row plays
-   every episode in each repeat, in a seeded random order per episode so that machine noise
-   hits all alike; ``warmup`` untimed passes over the first episode come first.
+   Hugging Face ``generate`` (plain and assisted) on the split's first prompts, interleaved
+   (:func:`run_interleaved`).
 3. Ratios: speed-up over plain decoding (ours; HF rows over HF's plain ``generate``, timed the
    same way) and ratio to the TCP heuristic (tau = 0), in both columns.
 
-Without a simulator the best static is the best of the statics run in the real loop (plain
+Without the simulator the best static is the best of the statics run in the real loop (plain
 included), in hindsight on the same measurements; the report says so.
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +30,12 @@ from tqdm import tqdm
 
 from specrl.controllers import LearnedController
 from specrl.controllers.base import Controller
+from specrl.envs.recording import cached_traces
 from specrl.envs.scenario import Scenario
 from specrl.envs.spec_decode import SpecDecodeEnv
 from specrl.evaluation import roster
 from specrl.evaluation.compare import by_player, compare, shuffled
-from specrl.evaluation.runs import EpisodeRecord, StepRecorder, aggregate, hf_episode, play, trajectory
-from specrl.evaluation.simulator import Simulator, SimulatorRun
+from specrl.evaluation.runs import aggregate, hf_episode, trajectory
 from specrl.hf_assisted import (
     assistant_config,
     confidence_threshold_variant,
@@ -43,7 +43,10 @@ from specrl.hf_assisted import (
 )
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
+from specrl.oracle import best_static, clairvoyant_bound
 from specrl.rule_tuning import rule_predictor, tuned_rules
+from specrl.trace_evaluation import EpisodeRecord, StepRecorder, play, play_traces
+from specrl.traces import TraceSet
 
 PLAIN, TCP, BEST_STATIC, ORACLE = "plain", "tcp", "best-static", "oracle"
 HF_PLAIN, HF_ASSISTED = "hf-generate", "hf-generate-assisted"
@@ -91,15 +94,6 @@ class Settings:
 RealLoop = Callable[..., tuple[dict[str, list[list[EpisodeRecord]]], dict[str, Any] | None]]
 
 
-@dataclass
-class ScenarioRun:
-    """Everything measured on one scenario; ``result`` is its JSON-ready summary."""
-
-    result: dict[str, Any]
-    real_records: dict[str, list[list[EpisodeRecord]]] = field(default_factory=dict)
-    sim_records: dict[str, list[EpisodeRecord]] = field(default_factory=dict)
-
-
 def hf_assistant(pair: ModelPair, k_max: int) -> tuple[Any, dict[str, Any]]:
     """HF's assisted generation with its dynamic confidence threshold, k bounded by ``k_max``:
     the draft's generation_config with ``num_assistant_tokens = k_max`` and the schedule
@@ -140,11 +134,11 @@ def evaluate_scenario(
     latency: LatencyModel,
     settings: Settings,
     policies: dict[str, LearnedController],
-    simulator: Simulator | str,
+    no_sim: str | None = None,
     real_loop: RealLoop | None = None,
-) -> ScenarioRun:
-    """Run one scenario's comparison (see the module doc); ``simulator`` is the loaded simulator or
-    the reason it is missing. ``real_loop`` plays the real-loop rows (default
+) -> dict[str, Any]:
+    """One scenario's comparison (see the module doc) as its JSON-ready result; ``no_sim``: why
+    the simulator columns are left out, or None. ``real_loop`` plays the real-loop rows (default
     :func:`run_real_loop`, here; :meth:`specrl.distributed.RayPool.real_loop` shards it)."""
     scenario = scenario.with_overrides(split=settings.split)
     factories = controller_factories(scenario, settings, policies)
@@ -162,15 +156,13 @@ def evaluate_scenario(
     episodes = roster.first_episodes(plan, settings.episodes)
 
     tuned_settings: dict[str, Any] = {}
-    if isinstance(simulator, Simulator) and settings.tuned:
+    if no_sim is None and settings.tuned:
         tuned, tuned_settings = tuned_factories(scenario, pair, latency, settings.tuned)
         learned = {name: make for name, make in factories.items() if name in policies}
         factories = {name: make for name, make in factories.items() if name not in policies} | tuned | learned
     bounds, sim_records = None, {}
-    if isinstance(simulator, Simulator):
-        bounds, sim_records = run_simulator(
-            simulator, scenario, pair, latency, factories, per_domain, settings
-        )
+    if no_sim is None:
+        bounds, sim_records = run_simulator(scenario, pair, latency, factories, per_domain, settings)
     best_from_sim = (
         roster.static_name(bounds["best_static"]["k"], bounds["best_static"]["tau"]) if bounds else None
     )
@@ -199,7 +191,7 @@ def evaluate_scenario(
         "real_time": settings.time,
         "split": settings.split,
         "episodes": [{"domain": e.domain, "prompt_index": e.prompt_index, "seed": e.seed} for e in episodes],
-        "simulator": simulator_summary(simulator, bounds, len(sim_records.get(PLAIN, []))),
+        "simulator": simulator_summary(no_sim, bounds, len(sim_records.get(PLAIN, []))),
         "hf_assistant": hf_settings,
         "tuned_rules": tuned_settings,
         "rows": rows,
@@ -210,11 +202,10 @@ def evaluate_scenario(
             if scenario.shift and repeats[0][0].steps
         },
     }
-    return ScenarioRun(result, real, sim_records)
+    return result
 
 
 def run_simulator(
-    simulator: Simulator,
     scenario: Scenario,
     pair: ModelPair,
     latency: LatencyModel,
@@ -222,12 +213,45 @@ def run_simulator(
     per_domain: int,
     settings: Settings,
 ) -> tuple[dict[str, Any], dict[str, list[EpisodeRecord]]]:
-    """The bounds, then every controller (and the best static setting) on the split's traces."""
-    session = SimulatorRun(simulator, scenario, pair, latency, per_domain, settings.seed, settings.progress)
-    bounds = session.bounds()
-    best = roster.static_name(bounds["best_static"]["k"], bounds["best_static"]["tau"])
+    """The bounds, then every controller (and the best static setting) on the split's traces:
+    the first ``per_domain`` prompts of each start domain, trace i recorded and replayed with seed
+    ``seed + i`` (the real-loop episodes of :func:`~specrl.evaluation.roster.episode_plan` are
+    among them)."""
+    traces = cached_traces(
+        scenario,
+        scenario.prompts.split,
+        pair,
+        prompts_per_domain=per_domain,
+        seed=settings.seed,
+        progress=settings.progress,
+    )
+    found = simulator_bounds(scenario, traces, latency, settings.seed)
+    best = roster.static_name(found["best_static"]["k"], found["best_static"]["tau"])
     factories = {best: lambda: roster.make_controller(best, scenario.k_max)} | factories
-    return bounds, {name: session.play(make()) for name, make in factories.items()}
+    return found, {
+        name: play_traces(make(), scenario, traces, latency, seed=settings.seed, steps=True)
+        for name, make in factories.items()
+    }
+
+
+def simulator_bounds(
+    scenario: Scenario, traces: TraceSet, latency: LatencyModel, seed: int
+) -> dict[str, Any]:
+    """The clairvoyant oracle over all traces, and the static grid with its best setting, on the
+    acceptance draws :func:`~specrl.trace_evaluation.play_traces` gives a controller with ``seed``
+    (one realisation per trace), so the oracle bounds each controller trace by trace."""
+    oracle = clairvoyant_bound(traces, latency, count=1, seed=seed, drafters=scenario.drafters)
+    best = best_static(traces, latency, scenario.tau_grid, count=1, seed=seed, drafters=scenario.drafters)
+    pool = len(scenario.drafters) > 1  # a drafter is named where there was a choice
+    setting = {"k": int(best.k), "tau": float(best.tau), "tokens_per_s": float(best.tokens_per_s)}
+    return {
+        "oracle": {"tokens": oracle.tokens, "seconds": oracle.seconds, "tokens_per_s": oracle.tokens_per_s},
+        "best_static": setting | ({"drafter": best.drafter} if pool else {}),
+        "static_grid": [
+            {"k": int(k), "tau": float(tau), "tokens_per_s": float(value)} | ({"drafter": d} if pool else {})
+            for (k, tau, d), value in sorted(best.table.items())
+        ],
+    }
 
 
 def run_real_loop(
@@ -244,7 +268,7 @@ def run_real_loop(
     recorder = StepRecorder(env)
     controllers = {name: make() for name, make in factories.items()}
     runners: dict[str, Callable[[roster.Episode], EpisodeRecord]] = {
-        name: (lambda episode, controller=controller: play(recorder, controller, episode))
+        name: (lambda e, controller=controller: play(recorder, controller, e.seed, e.options))
         for name, controller in controllers.items()
     }
     hf_settings = None
@@ -357,12 +381,12 @@ def add_ratios(rows: dict[str, dict[str, Any]], real_time: str) -> None:
             cell["ratio_to_tcp"] = cell["tokens_per_s"] / tcp if tcp and comparable else None
 
 
-def simulator_summary(simulator: Simulator | str, bounds: dict | None, traces: int) -> dict:
+def simulator_summary(no_sim: str | None, bounds: dict | None, traces: int) -> dict:
     """The simulator's part of a scenario result: available or why not, bounds, the static grid."""
     if bounds is None:
         return {
             "available": False,
-            "reason": simulator if isinstance(simulator, str) else "not run",
+            "reason": no_sim or "not run",
             "best_static_from": "real loop",
         }
     return {

@@ -23,7 +23,6 @@ from specrl.envs.scenario import Scenario
 from specrl.evaluation.harness import Settings, evaluate_scenario, load_policies
 from specrl.evaluation.machine import loadavg, machine_info, pair_info, warn_if_busy
 from specrl.evaluation.report import render_markdown, summarize, write_tensorboard
-from specrl.evaluation.simulator import load_simulator
 from specrl.hf_assisted import confidence_threshold_variant
 from specrl.io import write_report
 from specrl.plots import write_plots
@@ -54,17 +53,17 @@ def evaluate_all(
         The results record: ``header``, then pair, machine (``loadavg_end`` added at the end, and
         with a pool ``ray``: its address and workers), hf_confidence_threshold, simulator, latency,
         policies, skipped_policies, notes, scenarios (per scenario
-        :attr:`~specrl.evaluation.harness.ScenarioRun.result`) and summary.
+        :func:`~specrl.evaluation.harness.evaluate_scenario`) and summary.
     """
     pair = scenarios[0].pair.load()
     warn_if_busy(pair)
     machine = machine_info(pair)
-    simulator = load_simulator() if simulate else "--no-sim was given"
+    no_sim = None if simulate else "--no-sim was given"
     policies, skipped_policies, notes = load_policies(list(policy_folders), pair.name)
     for folder, reason in skipped_policies.items():
         print(f"skipping learned policy {folder}: {reason}", file=sys.stderr)
-    if isinstance(simulator, str):
-        print(f"no simulator columns: {simulator}", file=sys.stderr)
+    if no_sim:
+        print(f"no simulator columns: {no_sim}", file=sys.stderr)
     latencies: dict = {}
     results_by_scenario = {}
     with recording_with(pool.collector()) if pool else contextlib.nullcontext():
@@ -74,24 +73,22 @@ def evaluate_all(
                 latencies[key] = scenario.latency_model(pair, progress=settings.progress)
             warm = settings if i == 0 else replace(settings, warmup=0)  # later scenarios run on warm code
             real_loop = pool.real_loop if pool else None
-            run = evaluate_scenario(scenario, pair, latencies[key], warm, policies, simulator, real_loop)
-            results_by_scenario[scenario.name] = run.result
+            results_by_scenario[scenario.name] = evaluate_scenario(
+                scenario, pair, latencies[key], warm, policies, no_sim, real_loop
+            )
     machine["loadavg_end"] = loadavg()
     if pool is not None:
         machine["ray"] = {"address": ray_address, "workers": pool.where()}
 
     notes += [f"Learned policy {folder} skipped: {reason}" for folder, reason in skipped_policies.items()]
-    if isinstance(simulator, str):
-        notes.append(f"Simulator columns, oracle and grid search missing: {simulator}")
+    if no_sim:
+        notes.append(f"Simulator columns, oracle and grid search missing: {no_sim}")
     return {
         **header,
         "pair": pair_info(pair),
         "machine": machine,
         "hf_confidence_threshold": confidence_threshold_variant(),
-        "simulator": {
-            "available": not isinstance(simulator, str),
-            "reason": simulator if isinstance(simulator, str) else None,
-        },
+        "simulator": {"available": not no_sim, "reason": no_sim},
         "latency": ", ".join(sorted({f"{m.kind} ({m.device})" for m in latencies.values()})),
         "policies": {name: {"folder": str(p.policy.folder), "pair": p.pair} for name, p in policies.items()},
         "skipped_policies": skipped_policies,

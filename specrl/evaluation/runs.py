@@ -1,6 +1,5 @@
-"""Playing episodes and summarising them: the real loop (our engine through the env), Hugging
-Face ``generate`` on the same prompts, and the aggregate of a row (tokens/sec, acceptance,
-latency spread).
+"""Hugging Face ``generate`` on an evaluation's prompts, and the aggregate of a row (tokens/sec,
+acceptance, latency spread) from played episodes (:mod:`specrl.trace_evaluation`).
 
 Definitions used in every report:
 
@@ -19,82 +18,21 @@ Definitions used in every report:
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
-from specrl.controllers.base import Controller
 from specrl.engine.types import GenerationStats, throughput
-from specrl.envs.rollout import EpisodeSummary, run_episode
+from specrl.envs.rollout import EpisodeSummary
 from specrl.envs.scenario import Scenario
 from specrl.envs.spec_decode import SHIFT_SEPARATOR
 from specrl.evaluation.roster import Episode
 from specrl.hf_assisted import hf_generate
 from specrl.models import ModelPair
+from specrl.trace_evaluation import EpisodeRecord
 
 #: Bin edges of the per-step acceptance-fraction histogram (accepted / proposed, steps that proposed).
 ACCEPTANCE_BINS = tuple(round(0.1 * i, 1) for i in range(11))
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """The scalars of one env step."""
-
-    tokens: int
-    seconds: float
-    proposed: int
-    accepted: int
-    k: int
-    tau: float
-    domain: str
-    position: int  # tokens generated in the episode before this step
-
-
-@dataclass
-class EpisodeRecord:
-    """One played episode: its totals and, for our engine, its steps."""
-
-    summary: EpisodeSummary
-    steps: list[StepRecord] = field(default_factory=list)
-
-
-class StepRecorder(gym.Wrapper):
-    """Keeps the :class:`StepRecord` of every step of the current episode (``self.steps``)."""
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        self.steps: list[StepRecord] = []
-
-    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
-        self.steps = []
-        return self.env.reset(**kwargs)
-
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
-        observation, reward, terminated, truncated, info = self.env.step(action)
-        self.steps.append(
-            StepRecord(
-                info["tokens"],
-                info["seconds"],
-                info["proposed"],
-                info["accepted"],
-                info["k"],
-                info["tau"],
-                info["domain"],
-                info["episode_tokens"] - info["tokens"],
-            )
-        )
-        return observation, reward, terminated, truncated, info
-
-
-def play(
-    recorder: StepRecorder, controller: Controller, episode: Episode, options: dict | None = None
-) -> EpisodeRecord:
-    """One episode of ``controller`` in the recorded env (reset with the episode's seed and options)."""
-    summary = run_episode(recorder, controller, seed=episode.seed, options=options or episode.options)
-    return EpisodeRecord(summary, recorder.steps)
 
 
 def hf_episode(
@@ -223,6 +161,3 @@ def trajectory(record: EpisodeRecord) -> dict[str, list]:
         "proposed": [s.proposed for s in steps],
         "accepted": [s.accepted for s in steps],
     }
-
-
-Runner = Callable[[Episode], EpisodeRecord]
