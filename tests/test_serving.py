@@ -94,9 +94,9 @@ def test_shipped_stream_draws_each_prompt_once_in_its_segments():
     ("text", "message"),
     [
         ("segments: [{name: a, requests: {code: 2}}]\nadaptaton: {every: 2}\n", "Did you mean 'adaptation'"),
-        ("segments: [{name: a, requests: {code: -1}}]\n", "count >= 0"),
+        ("segments: [{name: a, requests: {code: -1}}]\n", "requests.code must be >= 0"),
         ("segments: []\n", "segments is empty"),
-        ("segments: [{name: a, requests: [code]}]\n", "must map domains to request counts"),
+        ("segments: [{name: a, requests: [code]}]\n", "must be a mapping of domains to request counts"),
         ("segments: [{name: a, requests: {code: 2}}]\nadaptation: {holdout: 1.5}\n", "holdout"),
         ("segments: [{name: a, requests: {code: 2}}]\nadaptation: {steps: 0}\n", "adaptation.steps"),
         ("segments: [{name: a, requests: {code: 2}}]\nsplit: heldout\n", "split must be one of"),

@@ -1,24 +1,21 @@
-"""Serving a request stream whose domain mix shifts, with online adaptation of the draft.
+"""Where the engine meets requests (docs/design.md section 8).
 
-``stream_file`` (a stream's spec: its segments and adaptation) -> ``requests`` (the arrivals) ->
-``side_by_side`` (setups served side by side, the comparison harness of a stream) with
-``adaptation`` (re-distil, judge on held-back traffic, swap). ``experiments/serve_stream.py`` runs
-it and writes the page (its tables, plot and TensorBoard scalars live beside it, in
-``experiments/benchmarks/``).
-
-``continuous`` serves requests that arrive over time with continuous batching in the real loop
-(``experiments/batch_real.py``), the counterpart of the batch simulator.
+A request stream whose domain mix shifts, served with online draft adaptation: ``stream_file`` (a
+stream's spec and its requests), ``side_by_side`` (setups served side by side) and ``adaptation``
+(re-distil, judge on held-back traffic, swap); ``experiments/serve_stream.py`` runs it.
+``continuous``: requests that arrive over time, served with continuous batching in the real loop.
 """
 
 from specrl.serving.adaptation import AdaptationResult, DraftAdapter, LiveDraft, Traffic, TrafficBuffer
 from specrl.serving.continuous import ContinuousRun, TimedRequest, scenario_requests, serve_continuous
-from specrl.serving.requests import Request, draw_requests
 from specrl.serving.side_by_side import Setup, build_setups, serve_request, serve_stream
 from specrl.serving.stream_file import (
     AdaptationSpec,
+    Request,
     Segment,
     StreamError,
     StreamSpec,
+    draw_requests,
     load_stream,
     shipped_streams,
 )

@@ -37,8 +37,7 @@ from specrl.embedded.train import distillation_loss
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.timing import DeviceClock
 from specrl.models import ModelPair
-from specrl.serving.requests import Request
-from specrl.serving.stream_file import AdaptationSpec
+from specrl.serving.stream_file import AdaptationSpec, Request
 
 
 @dataclass

@@ -20,8 +20,7 @@ from specrl.engine.timing import DeviceClock
 from specrl.engine.types import throughput
 from specrl.models import ModelPair
 from specrl.serving.adaptation import AdaptationResult, DraftAdapter, LiveDraft, TrafficBuffer
-from specrl.serving.requests import Request
-from specrl.serving.stream_file import StreamSpec
+from specrl.serving.stream_file import Request, StreamSpec
 
 
 @dataclass

@@ -4,55 +4,52 @@ A stream file (``specrl/streams/*.yaml``, or any path) names what differs from t
 dataclasses below. Its segments run in order; each holds a count of requests per domain, dealt in a
 seeded random order within the segment, so the domain mix changes over time::
 
-    description: "Code, then mostly arithmetic, then prose."
     pair: {preset: small}
-    split: test
     segments:
       - {name: code, requests: {code: 20, prose: 4}}
       - {name: math, requests: {math: 32, code: 4, prose: 4}}
-      - {name: prose, requests: {prose: 20, code: 4}}
     adaptation: {every: 8, steps: 16, adapt_below: 0.5}
 
-A prompt is used at most once per stream (a repeated greedy request would be an exact copy of a
-request the draft was just trained on). Errors name the file, the key and the fix: ``StreamError``.
+A file is validated strictly as a scenario file is; errors name the file, the key and the fix
+(``StreamError``). A prompt is used at most once per stream (a repeated greedy request would copy
+one the draft was just trained on).
 """
 
 from __future__ import annotations
 
+import json
+import random
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import Field, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass as section
 
 from specrl.embedded.corpus import SPLITS
 from specrl.engine.sampling import SamplingConfig
 from specrl.envs.scenario import PairSpec, ScenarioError
-from specrl.envs.scenario.parsing import check_leaf, check_leaves, check_mapping
+from specrl.envs.scenario.schema import SECTION
+from specrl.validation import explain, known_fields
 
 STREAM_DIR = Path(__file__).resolve().parents[1] / "streams"
+HINTS = {"segments.requests": "a mapping of domains to request counts, e.g. {math: 8, code: 2}"}
 
 
 class StreamError(ScenarioError):
     """A stream file that cannot be used as written (the message names the key and the fix)."""
 
 
-@dataclass(frozen=True)
+@section(frozen=True, config=SECTION)
 class Segment:
     """A stretch of the stream: ``requests`` maps domain -> number of requests of that domain."""
 
     name: str
-    requests: Mapping[str, int]
+    requests: Mapping[str, Annotated[int, Field(ge=0)]]
 
     def __post_init__(self) -> None:
-        if not self.requests:
-            raise ValueError(f"segment '{self.name}': requests is empty; give counts, e.g. {{math: 8}}")
-        for domain, count in self.requests.items():
-            if not (isinstance(count, int) and not isinstance(count, bool) and count >= 0):
-                raise ValueError(
-                    f"segment '{self.name}': requests.{domain} must be a count >= 0, got {count!r}"
-                )
         if sum(self.requests.values()) == 0:
             raise ValueError(f"segment '{self.name}': every count is 0; give it at least one request")
 
@@ -61,65 +58,39 @@ class Segment:
         return sum(self.requests.values())
 
 
-@dataclass(frozen=True)
+@section(frozen=True, config=SECTION)
 class AdaptationSpec:
-    """How the draft is re-distilled on recent traffic (:mod:`specrl.serving.adaptation`).
+    """How the draft is re-distilled on recent traffic (:mod:`specrl.serving.adaptation`); the
+    defaults are the setting chosen on the shipped stream's validation split.
 
     Attributes:
         every: adapt after every ``every`` requests served; 0 never adapts.
         window: the most recent requests an adaptation learns from and is judged on.
-        replay: older requests kept besides the window (a uniform sample of all that left it), so
-            that a draft adapted to a new domain is still trained and judged on the earlier ones.
-        holdout: the share of requests held back, evenly spaced along the stream (one in four for
-            0.25): they never train a draft, and a candidate must do better on them than the live
-            draft.
-        steps: optimizer steps per adaptation: the step budget, never exceeded.
-        batch_size: sequences (prompt + output) per step.
-        lr: AdamW learning rate (constant over an adaptation's few steps).
-        temperature: the distillation temperature T of the KL term (as the embedded pair's distillation).
-        alpha: weight of the KL term; 1 - alpha on the LM loss (as the embedded pair's distillation).
+        replay: older requests kept besides the window (a uniform sample of all that left it).
+        holdout: the share of requests held back, evenly spaced along the stream: they never train
+            a draft, and a candidate must beat the live draft on them.
+        steps: optimizer steps per adaptation (never exceeded); batch_size: sequences per step.
+        lr: AdamW learning rate; temperature, alpha: the distillation loss's (as the embedded pair's).
         min_gain: a candidate goes live only if its held-back acceptance beats the live draft's by
             more than this.
         adapt_below: adapt only when the live draft's acceptance on the requests served since the
-            last adaptation point is below this (a draft still in its domain is left alone; 1.0
-            adapts every time).
+            last adaptation point is below this (1.0 adapts every time).
     """
 
-    # the defaults: the setting chosen on the validation split of the shipped stream
-    every: int = 8
-    window: int = 32
-    replay: int = 0
-    holdout: float = 0.25
-    steps: int = 16
-    batch_size: int = 8
-    lr: float = 3e-4
-    temperature: float = 2.0
-    alpha: float = 0.7
+    every: Annotated[int, Field(ge=0)] = 8
+    window: Annotated[int, Field(ge=2)] = 32
+    replay: Annotated[int, Field(ge=0)] = 0
+    holdout: Annotated[float, Field(gt=0, lt=1)] = 0.25
+    steps: Annotated[int, Field(ge=1)] = 16
+    batch_size: Annotated[int, Field(ge=1)] = 8
+    lr: Annotated[float, Field(gt=0)] = 3e-4
+    temperature: Annotated[float, Field(gt=0)] = 2.0
+    alpha: Annotated[float, Field(ge=0, le=1)] = 0.7
     min_gain: float = 0.0
-    adapt_below: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.every < 0:
-            raise ValueError(f"adaptation.every must be >= 0 (0: never adapt), got {self.every}")
-        if self.window < 2:
-            raise ValueError(f"adaptation.window must be >= 2 requests, got {self.window}")
-        if self.replay < 0:
-            raise ValueError(f"adaptation.replay must be >= 0 requests, got {self.replay}")
-        if not 0.0 < self.holdout < 1.0:
-            raise ValueError(f"adaptation.holdout must lie strictly between 0 and 1, got {self.holdout}")
-        for key in ("steps", "batch_size"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"adaptation.{key} must be >= 1, got {getattr(self, key)}")
-        if not 0.0 <= self.adapt_below <= 1.0:
-            raise ValueError(f"adaptation.adapt_below must lie in [0, 1], got {self.adapt_below}")
-        if not (self.lr > 0 and self.temperature > 0 and 0.0 <= self.alpha <= 1.0):
-            raise ValueError(
-                "adaptation: lr and temperature must be > 0 and alpha in [0, 1], got "
-                f"lr={self.lr}, temperature={self.temperature}, alpha={self.alpha}"
-            )
+    adapt_below: Annotated[float, Field(ge=0, le=1)] = 0.5
 
 
-@dataclass(frozen=True)
+@section(frozen=True, config=SECTION)
 class StreamSpec:
     """A request stream; a stream file's top-level keys are these fields."""
 
@@ -129,7 +100,7 @@ class StreamSpec:
     split: str = "test"  # the prompt split requests are drawn from (validation: to tune adaptation)
     segments: tuple[Segment, ...] = ()
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    max_new_tokens: int = 64
+    max_new_tokens: Annotated[int, Field(ge=1)] = 64
     seed: int = 0  # the order of requests, their sampling seeds, the holdout coins
     adaptation: AdaptationSpec = field(default_factory=AdaptationSpec)
     source: str | None = None
@@ -139,8 +110,6 @@ class StreamSpec:
             raise ValueError("segments is empty: give at least one, e.g. [{name: code, requests: {code: 8}}]")
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
 
     @property
     def size(self) -> int:
@@ -151,6 +120,10 @@ class StreamSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+SECTIONS = {"pair": PairSpec, "sampling": SamplingConfig, "adaptation": AdaptationSpec, "segments": Segment}
+STREAM = TypeAdapter(StreamSpec)
 
 
 def shipped_streams() -> list[str]:
@@ -169,46 +142,73 @@ def load_stream(name: str | Path) -> StreamSpec:
             f"{shipped_streams()}"
         )
     data = yaml.safe_load(path.read_text())
+    if isinstance(data, Mapping):
+        data = {"name": path.stem, **data, "source": str(path)}
     try:
-        spec = _parse(data, str(path))
-    except ScenarioError as error:
-        raise StreamError(str(error)) from None
-    except ValueError as error:  # a dataclass's own validation
-        raise StreamError(f"{path}: {error}") from None
-    return replace(spec, name=spec.name if "name" in (data or {}) else path.stem, source=str(path))
+        return STREAM.validate_json(json.dumps(data, default=str), strict=True)
+    except ValidationError as error:
+        raise StreamError(f"{path}: {explain(error, _known_keys, HINTS)}") from None
 
 
-def _parse(data: Any, source: str) -> StreamSpec:
-    top = check_mapping(data, StreamSpec, "", source)
-    kwargs: dict[str, Any] = check_leaves(
-        {k: v for k, v in top.items() if k in ("name", "description", "split", "max_new_tokens", "seed")},
-        StreamSpec,
-        "",
-        source,
-    )
-    if "pair" in top:
-        kwargs["pair"] = PairSpec(
-            **check_leaves(check_mapping(top["pair"], PairSpec, "pair", source), PairSpec, "pair.", source)
-        )
-    if "sampling" in top:
-        section = check_mapping(top["sampling"], SamplingConfig, "sampling", source)
-        kwargs["sampling"] = SamplingConfig(**check_leaves(section, SamplingConfig, "sampling.", source))
-    if "adaptation" in top:
-        section = check_mapping(top["adaptation"], AdaptationSpec, "adaptation", source)
-        kwargs["adaptation"] = AdaptationSpec(**check_leaves(section, AdaptationSpec, "adaptation.", source))
-    if "segments" in top:
-        if not isinstance(top["segments"], list):
-            raise StreamError(f"{source}: 'segments' must be a list of {{name, requests}} mappings")
-        segments = []
-        for i, item in enumerate(top["segments"]):
-            section = check_mapping(item, Segment, f"segments[{i}]", source)
-            name = check_leaf(section.get("name", f"segment{i}"), str, f"segments[{i}].name", source)
-            requests = section.get("requests")
-            if not isinstance(requests, Mapping):
-                raise StreamError(
-                    f"{source}: 'segments[{i}].requests' must map domains to request counts, "
-                    f"e.g. {{math: 8, code: 2}}, got {requests!r}"
-                )
-            segments.append(Segment(name=name, requests=dict(requests)))
-        kwargs["segments"] = tuple(segments)
-    return StreamSpec(**kwargs)
+def _known_keys(loc: tuple[str | int, ...]) -> list[str]:
+    return [key for key in known_fields(SECTIONS[str(loc[0])] if loc else StreamSpec) if key != "source"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of the stream.
+
+    Attributes:
+        index: position in the stream, from 0.
+        segment, domain, prompt: its segment's name, its domain and its prompt text.
+        seed: the sampling seed of its generation (the same for every setup served).
+        held_back: never used to train a draft; adaptations are judged on these. Evenly spaced (a
+            share ``adaptation.holdout`` of every stretch of the stream, with a seeded phase), so
+            the held-back slice of recent traffic always has requests of a domain that just arrived.
+    """
+
+    index: int
+    segment: str
+    domain: str
+    prompt: str
+    seed: int
+    held_back: bool
+
+
+def draw_requests(spec: StreamSpec, prompts: Mapping[str, Mapping[str, list[str]]]) -> list[Request]:
+    """The stream's requests: each segment's domain counts in a seeded random order, each domain's
+    prompts of ``spec.split`` (``prompts``: split -> domain -> texts, a pair's ``prompts``) taken in
+    a seeded random order without repetition.
+
+    Raises:
+        StreamError: more requests of a domain than the split has prompts of it.
+    """
+    rng = random.Random(f"stream:{spec.seed}")
+    holdout, phase = spec.adaptation.holdout, rng.random()
+    available = prompts.get(spec.split, {})
+    needed: dict[str, int] = {}
+    for segment in spec.segments:
+        for domain, count in segment.requests.items():
+            needed[domain] = needed.get(domain, 0) + count
+    pools = {}
+    for domain, count in needed.items():
+        texts = list(available.get(domain, []))
+        if count > len(texts):
+            raise StreamError(
+                f"{spec.source or spec.name}: the stream asks for {count} '{domain}' requests but the "
+                f"'{spec.split}' split has {len(texts)} '{domain}' prompts (splits and domains: "
+                f"{ {s: sorted(d) for s, d in prompts.items() if s in SPLITS} }); lower the "
+                "counts, or use another split or domain"
+            )
+        rng.shuffle(texts)
+        pools[domain] = texts
+    requests: list[Request] = []
+    for segment in spec.segments:
+        order = [domain for domain, count in segment.requests.items() for _ in range(count)]
+        rng.shuffle(order)
+        for domain in order:
+            n = len(requests)
+            held_back = int((n + 1) * holdout + phase) > int(n * holdout + phase)
+            seed = rng.randrange(2**31)
+            requests.append(Request(n, segment.name, domain, pools[domain].pop(), seed, held_back))
+    return requests
