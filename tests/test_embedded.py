@@ -13,14 +13,8 @@ from specrl.embedded import build
 from specrl.embedded.build import shipped_dir
 from specrl.embedded.corpus import PROMPT_DOMAINS, SPLITS, build_corpus, math_document, split_evaluation
 from specrl.envs import cached_traces, load_scenario, shipped_scenarios
-from specrl.traces import (
-    DEFAULT_PROMPTS_PER_DOMAIN,
-    TraceError,
-    TraceSet,
-    cache_key,
-    cache_parts,
-    pool_names,
-)
+from specrl.envs.trace_store import DEFAULT_PROMPTS_PER_DOMAIN, cache_key, cache_parts, pool_names
+from specrl.traces import TraceError, TraceSet
 
 SHIPPED_PROMPTS = json.loads((shipped_dir("small") / "prompts.json").read_text())
 

@@ -26,10 +26,11 @@ from specrl.envs import (
 )
 from specrl.envs.actions import to_engine_action
 from specrl.envs.scenario import DomainShift, Scenario, ScenarioError
+from specrl.envs.trace_store import cache_key, pool_names
 from specrl.features import FEATURE_VERSION
 from specrl.latency import LatencyError, LatencyModel, measure_drafter_costs
 from specrl.oracle import best_static, clairvoyant, clairvoyant_bound, realisations
-from specrl.traces import TraceError, TraceSet, cache_key, pool_names
+from specrl.traces import TraceError, TraceSet
 from specrl.traces.format import LookupFields, ModelFields
 
 POOL = DRAFTERS  # every drafter: draft, draft-mid, draft-int8, draft-int4, ngram, cascade

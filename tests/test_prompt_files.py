@@ -21,7 +21,8 @@ from specrl.envs.scenario.prompt_files import (
     split_of,
     unit_hash,
 )
-from specrl.traces import TraceSet, cache_key
+from specrl.envs.trace_store import cache_key
+from specrl.traces import TraceSet
 
 EXAMPLE = REPO / "examples" / "prompts"
 

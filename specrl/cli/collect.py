@@ -87,7 +87,7 @@ def collect(scenarios: list, args: argparse.Namespace) -> None:
     """Each scenario's traces of the splits asked for: loaded, or recorded and saved."""
     from specrl.envs.recording import cached_traces
     from specrl.envs.scenario import SPLITS
-    from specrl.traces.store import DEFAULT_PROMPTS_PER_DOMAIN, cache_key, cache_parts, trace_dirs
+    from specrl.envs.trace_store import DEFAULT_PROMPTS_PER_DOMAIN, cache_key, cache_parts, trace_dirs
 
     pair = None
     for scenario in scenarios:

@@ -170,7 +170,7 @@ class RayPool:
         return self.ray.get([actor.where.remote() for actor in self._actors])
 
     def collector(self) -> Callable[..., TraceSet]:
-        """A trace collector (:class:`specrl.traces.store.Collector`) that records on the workers:
+        """A trace collector (:data:`specrl.envs.recording.Collect`) that records on the workers:
         for :func:`specrl.envs.recording.cached_traces` (or every collection inside
         :func:`~specrl.envs.recording.recording_with`)."""
 

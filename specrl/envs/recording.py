@@ -1,14 +1,11 @@
-"""Recording acceptance traces: episodes of the real loop, decoded plainly and analysed.
-
-The trace-replay env collects what is missing through :func:`cached_traces`, and recording runs
-:class:`~specrl.envs.spec_decode.SpecDecodeEnv`, so this is env-level code (docs/design.md section 1):
-it imports the traces' format, analysis and cache, which import no env.
-"""
+"""Recording acceptance traces: episodes of the real loop (:class:`~specrl.envs.spec_decode.SpecDecodeEnv`),
+decoded plainly and analysed; and :func:`cached_traces`, a scenario's traces loaded from their
+store or recorded now."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +16,19 @@ import torch
 from specrl.engine.types import Action
 from specrl.envs.scenario import PairInfo, Scenario, SetupError, loaded_pair
 from specrl.envs.spec_decode import SpecDecodeEnv
+from specrl.envs.trace_store import (
+    DEFAULT_PROMPTS_PER_DOMAIN,
+    cache_key,
+    cache_parts,
+    pool_names,
+    sampling_facts,
+    stored_traces,
+    trace_dirs,
+)
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 from specrl.traces.analysis import analyse_segment, extend_past_eos
-from specrl.traces.format import Segment, Trace, TraceSet, make_fields
-from specrl.traces.store import Collector, load_or_collect, trace_dirs
+from specrl.traces.format import Segment, Trace, TraceError, TraceSet, make_fields
 
 
 def record_episode(
@@ -113,11 +118,7 @@ def trace_meta(pair: ModelPair, scenario: Scenario, split: str, prompts_per_doma
         "scenario": scenario.name,
         "split": split,
         "k_max": scenario.k_max,
-        "sampling": {
-            "temperature": scenario.sampling.temperature,
-            "top_k": scenario.sampling.top_k,
-            "top_p": scenario.sampling.top_p,
-        },
+        "sampling": sampling_facts(scenario),
         "context_window": pair.context_length,
         "vocab_size": pair.vocab_size,
         "max_new_tokens": scenario.max_new_tokens,
@@ -148,18 +149,21 @@ def collect_traces(
     return TraceSet.from_traces(traces, trace_meta(pair, env.scenario, split, prompts_per_domain, seed))
 
 
-_collector: list[Collector] = []  # the innermost recording_with's
+# Records a scenario's traces, called as collect_traces is: (pair, scenario, split, *,
+# prompts_per_domain, seed, progress).
+Collect = Callable[..., TraceSet]
+_collectors: list[Collect] = []  # the innermost recording_with's
 
 
 @contextmanager
-def recording_with(collect: Collector) -> Iterator[None]:
+def recording_with(collect: Collect) -> Iterator[None]:
     """Inside the block, :func:`cached_traces` records missing traces with ``collect`` (e.g.
     :meth:`specrl.distributed.RayPool.collector`) unless it is given one."""
-    _collector.append(collect)
+    _collectors.append(collect)
     try:
         yield
     finally:
-        _collector.pop()
+        _collectors.pop()
 
 
 def cached_traces(
@@ -170,39 +174,51 @@ def cached_traces(
     prompts_per_domain: int | None = None,
     seed: int = 0,
     progress: bool = True,
-    collect: Collector | None = None,
+    collect: Collect | None = None,
     record: bool = True,
 ) -> TraceSet:
-    """The scenario's traces for ``split``, shipped, cached or recorded now (``record``, with
-    progress): :func:`specrl.traces.store.load_or_collect` with ``collect``, by default this
-    process's :func:`collect_traces` (a :class:`~specrl.envs.scenario.PairInfo`, no weights
-    loaded, is loaded only to record, and a line on stderr says so), or :func:`recording_with`'s;
-    :meth:`specrl.distributed.RayPool.collector` records on Ray workers.
+    """The scenario's traces for ``split``: loaded if shipped or cached
+    (:mod:`specrl.envs.trace_store`), else recorded now (``record``, with progress) and cached under
+    ``$SPECRL_HOME/traces``. A scenario of several domains without a shift joins the traces of each
+    domain. ``prompts_per_domain`` defaults to ``DEFAULT_PROMPTS_PER_DOMAIN[split]``. Recording uses
+    ``collect``, else :func:`recording_with`'s, else this process's :func:`collect_traces` (a
+    :class:`~specrl.envs.scenario.PairInfo`, no weights loaded, is loaded only to record, and a
+    line on stderr says so); :meth:`specrl.distributed.RayPool.collector` records on Ray workers.
 
     Raises:
+        TraceError: an unknown split.
         SetupError: none shipped or cached and ``record`` is False; the message names the command
             that records them.
     """
-
-    def here(pair: ModelPair | PairInfo, scenario: Scenario, split: str, **kwargs: Any) -> TraceSet:
-        why = f"record the '{split}' traces of scenario '{scenario.name}' (none shipped or cached)"
-        return collect_traces(loaded_pair(pair, why), scenario, split, **kwargs)
-
-    def refuse(pair: ModelPair | PairInfo, part: Scenario, split: str, **kwargs: Any) -> TraceSet:
+    if split not in DEFAULT_PROMPTS_PER_DOMAIN:
+        raise TraceError(
+            f"unknown prompt split {split!r}: use one of {sorted(DEFAULT_PROMPTS_PER_DOMAIN)} "
+            "('heldout' became 'validation', for selection, and 'test', for reporting)"
+        )
+    n = DEFAULT_PROMPTS_PER_DOMAIN[split] if prompts_per_domain is None else prompts_per_domain
+    options = {"prompts_per_domain": n, "seed": seed, "progress": progress}
+    parts = cache_parts(scenario)
+    if parts != [scenario]:
+        return TraceSet.concatenate(
+            [cached_traces(part, split, pair, **options, collect=collect, record=record) for part in parts]
+        )
+    name = cache_key(scenario, split, n, seed) + ".npz"
+    traces = stored_traces([name, *pool_names(scenario, split, n, seed)], pair)
+    if traces is not None:
+        return traces
+    if not record:
         where = scenario.source if scenario.source and Path(scenario.source).is_file() else scenario.name
         raise SetupError(
-            f"no '{split}' traces of scenario '{part.name}' for pair '{pair.name}' are shipped or cached "
-            f"(looked in {', '.join(str(d) for d in trace_dirs(pair))}): record them with "
+            f"no '{split}' traces of scenario '{scenario.name}' for pair '{pair.name}' are shipped or "
+            f"cached (looked in {', '.join(str(d) for d in trace_dirs(pair))}): record them with "
             f"`specrl collect --scenarios {where} --split {split}`, or pass prepare=True "
             "to the env to record them now"
         )
-
-    return load_or_collect(
-        scenario,
-        split,
-        pair,
-        (collect or (_collector[-1] if _collector else here)) if record else refuse,
-        prompts_per_domain=prompts_per_domain,
-        seed=seed,
-        progress=progress,
-    )
+    collect = collect or (_collectors[-1] if _collectors else None)
+    if collect is None:
+        why = f"record the '{split}' traces of scenario '{scenario.name}' (none shipped or cached)"
+        traces = collect_traces(loaded_pair(pair, why), scenario, split, **options)
+    else:
+        traces = collect(pair, scenario, split, **options)
+    traces.save(trace_dirs(pair)[-1] / name)
+    return traces

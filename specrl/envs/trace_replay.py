@@ -31,10 +31,11 @@ from specrl.envs.recording import cached_traces
 from specrl.envs.replay import replay_step, segment_acceptance
 from specrl.envs.reward import step_info, step_reward
 from specrl.envs.scenario import Scenario, load_scenario
+from specrl.envs.trace_store import with_scenario
 from specrl.features import FEATURE_HIGH, FEATURE_LOW, N_FEATURES, FeatureTracker, GenerationSettings
 from specrl.latency import LatencyFamily, LatencyModel, step_shape
 from specrl.models import ModelPair
-from specrl.traces import Segment, Trace, TraceSet, with_scenario
+from specrl.traces import Segment, Trace, TraceSet
 
 RESET_OPTIONS = ("trace_index", "domain", "prompt_index")
 
