@@ -1,32 +1,18 @@
 """Measure a (target, draft) pair's latency on this device; save the latency model.
 
 ``--method loop`` (the default, what ``latency: calibrated`` uses): :func:`specrl.latency.learn`
-runs the engine's own decoding loop on the pair's train prompts, greedy and at temperature 1
-interleaved step by step, actions covering k = 0..k_max and a few tau cuts, warm-up excluded;
-it fits the first and the following draft forwards and the verify per sampling mode, and
-reports the error on held-out episodes. ``--method profile``: :func:`specrl.latency.profile`
-times target forwards over 1..k_max + 1 new tokens and one-token draft forwards in isolation
-at a grid of context lengths (KV cache, medians over repeats, interleaved, warm-up excluded;
-held-out midpoints for the fit error); the fallback, since it misses what the loop adds between
-forwards and the cost of sampling. ``--method batch``: :func:`specrl.latency.measure_batch_latency`
-times batched forwards over a grid of batch sizes and calibrates them on continuous batching of
-the ``arrivals`` scenario's train prompts (what the batch simulator, ``specrl/BatchReplay-v0``,
-reads; about 10 minutes on 2 CPU cores). Writes:
-
-  <out>.json   the latency model (the cache path that ``latency: calibrated`` reads, or its
-               ``__profiled`` or ``__batch`` sibling, unless --out is given; give that path as
-               ``latency: PATH``)
-  <out>.md     per sampling mode: verify ms by n x context, draft ms (first, next) by context;
-               the held-out fit error (also printed)
-  <out>.steps.json  (loop, with --save-steps) the recorded steps, to refit without measuring
-
-Measure on a quiet machine: other processes on the cores inflate and scatter the times.
+fits the draft and verify times of the engine's own decoding loop on the pair's train prompts.
+``--method profile``: :func:`specrl.latency.profile` times forwards in isolation over a grid of
+context lengths (the fallback: it misses what the loop adds between forwards). ``--method
+batch``: :func:`specrl.latency.measure_batch_latency`, batched forwards over batch sizes,
+calibrated on continuous batching (what the batch simulator reads). Writes ``<out>.json`` (by
+default the cache file ``latency: calibrated`` reads, or its ``__profiled``/``__batch``
+sibling), ``<out>.md`` (the tables and the held-out fit error) and, with ``--save-steps``, the
+recorded steps to refit without measuring. Measure on a quiet machine.
 
     specrl calibrate                                    # default pair -> the cache
     specrl calibrate --force --steps 6000               # measure again, more steps
-    specrl calibrate --out results/latency/small-cpu.json --save-steps
     specrl calibrate --method profile --out results/latency/small-cpu-profiled.json
-    specrl calibrate --method batch                     # the batch simulator's model
     specrl calibrate --preset tiny --steps 400 --out /tmp/t.json       # smoke
 """
 

@@ -1,28 +1,15 @@
-"""Run controllers through the real-loop env (``specrl/SpecDecode-v0``) and compare them.
+"""Run controllers through the real-loop env (``specrl/SpecDecode-v0``) and compare them: the quick
+look (``specrl evaluate`` is the full comparison).
 
-For every scenario, every episode seed is played by every controller (same prompt, same
-sampling seed), the controllers interleaved in a rotating order so that machine noise hits
-all alike; one untimed warm-up episode per scenario comes first. Per scenario it prints a
-table: tokens/sec (total tokens / total decode seconds over the episodes, wall-clock or
-modeled as the scenario says), the ratio to the first controller, acceptance rate
-(accepted / proposed draft tokens), mean k and mean tau asked for per step.
-
-Controllers (``--controllers``, the names of ``specrl.evaluation.roster``):
-
-  plain            plain decoding (the same as static:0)
-  static:K[:TAU]   the same (k, tau) every step
-  tcp              the seed's TCP-like heuristic (tau = 0)
-  tcp-tau0.25      the same with the seed's fixed confidence cut tau = 0.25
-  hf-heuristic     Hugging Face's "heuristic" draft-length schedule
-  hf-confidence    Hugging Face's dynamic confidence threshold
-
-Every controller's k is bounded by the scenario's k_max (the learned policy's bound too).
-This is the quick look; ``specrl evaluate`` is the full comparison (simulator columns,
-oracle, best static, HF generate, learned policies, repeats, plots, TensorBoard).
+Every episode seed of a scenario is played by every controller (same prompt, same sampling seed),
+in a rotating order so that machine noise hits all alike, after one untimed warm-up episode. Per
+scenario a table: tokens/sec (total tokens / total decode seconds, wall-clock or modeled as the
+scenario says), the ratio to the first controller, acceptance rate, mean k and tau asked for.
+Controllers are named as in ``specrl.evaluation.roster`` (plain, static:K[:TAU], tcp,
+tcp-tau0.25, hf-heuristic, hf-confidence), each bounded by the scenario's k_max.
 
     specrl compare                           # all shipped scenarios
-    specrl compare --scenarios code math_t1 --controllers static:0 tcp \\
-        --episodes 4
+    specrl compare --scenarios code math_t1 --controllers static:0 tcp --episodes 4
     specrl compare --preset tiny --time modeled --episodes 1   # smoke run
 """
 
@@ -32,7 +19,7 @@ import argparse
 import json
 from pathlib import Path
 
-from specrl.cli.pair_options import add_pair_arguments, check_pair_arguments
+from specrl.cli.pair_options import add_pair_arguments, check_pair_arguments, pair_values
 
 HELP = "run controllers in the real loop and compare them (the quick look)"
 
@@ -119,14 +106,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(str(error))
     if not scenarios:
         raise SystemExit("no scenarios: pass --scenarios PATH ... (specrl/scenarios/ holds the shipped ones)")
-    overrides = Overrides(
-        max_new_tokens=args.max_new_tokens,
-        preset=args.preset,
-        target=args.target,
-        draft=args.draft,
-        device=args.device,
-        dtype=args.dtype,
-    )
+    overrides = Overrides(max_new_tokens=args.max_new_tokens, **pair_values(args))
     scenarios = [overrides.apply(s) for s in scenarios]
     pairs: dict[PairSpec, specrl.ModelPair] = {}
     results: dict[str, dict] = {}
@@ -159,20 +139,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 "split": args.split,
                 "episodes": args.episodes,
                 "pair": pairs[spec].name,
-                "controllers": {
-                    name: {
-                        "tokens_per_s": s.tokens_per_s,
-                        "acceptance_rate": s.acceptance_rate,
-                        "mean_acceptance_length": s.mean_acceptance_length,
-                        "mean_k": s.mean_k,
-                        "mean_tau": s.mean_tau,
-                        "tokens": s.tokens,
-                        "seconds": s.seconds,
-                        "steps": s.steps,
-                        "return": s.episode_return,
-                    }
-                    for name, s in totals.items()
-                },
+                "controllers": {name: s.to_dict() for name, s in totals.items()},
             }
     print("\n\n".join(tables))
     if args.json is not None:

@@ -28,3 +28,8 @@ def check_pair_arguments(args: argparse.Namespace, parser: argparse.ArgumentPars
         if args.preset != parser.get_default("preset"):
             parser.error("give either --preset or --target and --draft")
         args.preset = None
+
+
+def pair_values(args: argparse.Namespace) -> dict:
+    """The pair options as keyword arguments (those of ``evaluation.scenario_choice.Overrides``)."""
+    return {name: getattr(args, name) for name in ("preset", "target", "draft", "device", "dtype")}
