@@ -294,10 +294,10 @@ def test_the_batch_size_schedule_reads_the_batch_from_the_observation_and_is_tun
     from specrl.features import FeatureTracker, GenerationSettings
 
     schedule = BatchScheduleController({4: 4, 8: 2, 32: 1})  # TensorRT-LLM's example
-    assert [schedule.k_at(b) for b in (1, 4, 5, 8, 9, 32, 33, 256)] == [4, 4, 2, 2, 1, 1, 0, 0]
+    assert [schedule.action_at(b).k for b in (1, 4, 5, 8, 9, 32, 33, 256)] == [4, 4, 2, 2, 1, 1, 0, 0]
     for batch in (1, 3, 8, 17, 64):
         tracker = FeatureTracker(GenerationSettings(128, 256, 48, batch_size=batch), prompt_length=10)
-        assert schedule.act(tracker.vector()).k == schedule.k_at(batch)
+        assert schedule.act(tracker.vector()).k == schedule.action_at(batch).k
     # tuned at 1, 4, 16, 64: each k holds up to the geometric middle; 0 above the last k > 0
     assert schedule_from_best_k({1: 4, 4: 3, 16: 1, 64: 0}) == {2: 4, 8: 3, 32: 1}
     assert schedule_from_best_k({1: 3, 4: 3, 16: 0, 64: 0}) == {8: 3}

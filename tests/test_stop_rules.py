@@ -14,13 +14,12 @@ from stable_baselines3 import PPO
 from test_engine import chi_square_p_value, exact_two_token_law
 
 import specrl
+from specrl.acceptance import AcceptancePredictor, PredictorError
 from specrl.controllers import LearnedController
 from specrl.controllers.stop_rules import (
-    AcceptancePredictor,
     AcceptanceThreshold,
     AdaEDLController,
     EntropyBound,
-    PredictorError,
     SpecDecPPController,
     stop_rule_table,
 )

@@ -41,9 +41,6 @@ class BatchScheduleController:
         self.actions = {bound: Action(k, tau) for bound, k in self.schedule.items()}
         self.off = Action(0, tau)
 
-    def k_at(self, batch_size: int) -> int:
-        return self.action_at(batch_size).k
-
     def action_at(self, batch_size: int) -> Action:
         return next((a for bound, a in self.actions.items() if batch_size <= bound), self.off)
 

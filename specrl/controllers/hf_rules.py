@@ -1,21 +1,9 @@
-"""The peers: the draft-length and confidence-threshold rules of Hugging Face assisted generation.
-
-Rewritten from the public source of transformers 5.24
-(``transformers/generation/candidate_generator.py``, ``AssistedCandidateGenerator``), in
-our own words and on our engine's :class:`Action` / :class:`StepResult`:
-
-- ``__init__`` lines 117-119: the draft length starts at ``num_assistant_tokens`` and the
-  confidence threshold at ``assistant_confidence_threshold``; their defaults are 20 and
-  0.4 (``configuration_utils.py`` lines 638-640), with the schedule ``"constant"``.
-- ``update_candidate_strategy`` lines 239-247: the ``"heuristic"`` schedule.
-- ``update_candidate_strategy`` lines 251-283 with ``_generate_candidates`` lines 323-336:
-  the dynamic confidence threshold (verified equal to HF's own ``update_candidate_strategy``,
-  run with scikit-learn, on thousands of random histories).
-- ``stopping_criteria.py`` lines 596-614 (``ConfidenceCriteria``) and ``utils.py`` lines
-  1692-1699: how the threshold cuts drafting.
-- ``utils.py`` line 4185: the strategy is updated once per verification with the
-  number of matched draft tokens; lines 4245-4252: only the ``"heuristic"`` schedule
-  carries its draft length over to the next ``generate`` call.
+"""The peers: the draft-length and confidence-threshold rules of Hugging Face assisted generation,
+rewritten in our words from the public source of transformers 5.24
+(``generation/candidate_generator.py``, ``AssistedCandidateGenerator.update_candidate_strategy``:
+the ``"heuristic"`` schedule and the dynamic confidence threshold, verified equal to HF's own,
+run with scikit-learn, on thousands of random histories; ``stopping_criteria.ConfidenceCriteria``:
+how the threshold cuts drafting). The defaults are HF's: 20 assistant tokens, threshold 0.4.
 """
 
 from __future__ import annotations
@@ -40,18 +28,9 @@ HF_MIN_ROC_SAMPLES = 6
 def roc_curve(
     labels: Sequence[int] | np.ndarray, scores: Sequence[float] | np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """ROC curve of the rule "predict positive when score >= threshold".
-
-    One point per distinct score, thresholds in decreasing order, preceded by the point
-    (0, 0) at threshold +inf: the same points as
-    ``sklearn.metrics.roc_curve(labels, scores, drop_intermediate=False)``, with numpy only.
-
-    Args:
-        labels: (n,) 1 for a positive (the draft token matched), 0 for a negative.
-        scores: (n,) the score of each sample (the draft's confidence).
-
-    Returns:
-        ``(fpr, tpr, thresholds)``, each of shape (d + 1,) for d distinct scores.
+    """ROC curve ``(fpr, tpr, thresholds)`` of "positive when score >= threshold": one point per
+    distinct score, thresholds decreasing, after (0, 0) at +inf; the points of
+    ``sklearn.metrics.roc_curve(labels, scores, drop_intermediate=False)``, in numpy.
 
     Raises:
         ValueError: if the lengths differ, or the labels are not all 0/1 with both present.
@@ -79,23 +58,10 @@ def min_cost_threshold(
     scores: Sequence[float] | np.ndarray,
     false_negative_cost: float = HF_FALSE_NEGATIVE_COST,
 ) -> float:
-    """The ROC threshold minimising ``fpr + false_negative_cost * fnr`` (HF's rule).
-
-    Ties go to the highest threshold (the first minimum in decreasing threshold order, as
-    ``np.argmin`` over sklearn's curve does). sklearn's default ``drop_intermediate=True``
-    removes only points that are the midpoint of their two neighbours; the cost is linear in
-    (fpr, tpr), so such a point is never the *first* minimum and dropping it changes nothing.
-    The +inf point costs ``false_negative_cost`` and the last point (fpr = tpr = 1) costs 1,
-    so for a cost above 1 the answer is always one of the observed scores.
-
-    Args:
-        labels: (n,) 1 for a matched draft token, 0 for the first rejected one.
-        scores: (n,) the draft's confidence in each of those tokens.
-        false_negative_cost: weight of the false-negative rate relative to the false-positive rate.
-
-    Returns:
-        The chosen threshold.
-    """
+    """The ROC threshold minimising ``fpr + false_negative_cost * fnr`` (HF's rule), ties to the
+    highest threshold, as ``np.argmin`` over sklearn's curve (the midpoints its default
+    ``drop_intermediate=True`` drops are never the first minimum of a linear cost). ``labels``: 1
+    for a matched draft token, 0 for the first rejected one; ``scores``: their confidences."""
     fpr, tpr, thresholds = roc_curve(labels, scores)
     cost = fpr + false_negative_cost * (1.0 - tpr)
     return float(thresholds[int(np.argmin(cost))])
@@ -122,37 +88,16 @@ def _check_draft_length(num_assistant_tokens: int, k_max: int | None) -> None:
 
 
 class HFHeuristicController:
-    """HF's ``num_assistant_tokens_schedule="heuristic"``: +2 after a fully accepted draft, else -1.
+    """HF's ``num_assistant_tokens_schedule="heuristic"``: after each verification, ``k += 2`` if
+    every drafted token was accepted, else ``k = max(1, k - 1)``; k starts at
+    ``min(num_assistant_tokens, k_max)``, tau stays fixed.
 
-    The rule, after each verification (HF ``update_candidate_strategy``, lines 239-247):
-    if every drafted token was accepted, ``k += 2``; otherwise ``k = max(1, k - 1)``.
-    k starts at ``min(num_assistant_tokens, k_max)``; tau stays fixed.
-
-    Differences from HF, all deliberate:
-        - HF never caps k (only the remaining length does). Here k is capped at ``k_max``
-          (default 8) so the peer acts in the same action space as the other controllers
-          and the learned policy; ``k_max=None`` removes the cap. The cap applies to the
-          state, so after a run of full acceptances one rejection lowers k below ``k_max``
-          at once.
-        - A step that proposed nothing leaves k unchanged. In HF an empty draft only
-          happens when the length budget is spent, where it counts as "all accepted" and
-          adds 2 on the way out; here an empty draft can also come from a ``tau`` cut at
-          the first position, which is no evidence that drafting more would pay.
-        - HF's ``"heuristic"`` schedule carries k over to the next ``generate`` call,
-          ``"heuristic_transient"`` restarts it. Both apply the same rule within a
-          generation. The default here is the transient one, so that generations (and env
-          episodes) are independent of the order they run in; ``persist_across_generations=True``
-          gives HF's ``"heuristic"``.
-        - HF's defaults also apply a 0.4 confidence threshold to drafting, adapted as in
-          :class:`HFConfidenceController`; this controller keeps the schedule alone, with a
-          fixed ``tau`` (default 0: no cut). ``HFConfidenceController(heuristic_k=True)``
-          combines the two as HF does.
-
-    Args:
-        num_assistant_tokens: starting draft length (HF's default 20).
-        k_max: cap on k, or None for none.
-        tau: fixed confidence cut in [0, 1].
-        persist_across_generations: keep k through :meth:`reset` (HF ``"heuristic"``).
+    Differences from HF, all deliberate: k is capped at ``k_max`` (None: no cap) to share the
+    other controllers' action space; a step that proposed nothing (a ``tau`` cut at the first
+    position) leaves k unchanged, where HF counts its empty draft as all accepted; k restarts
+    every generation (HF's ``"heuristic_transient"``) unless ``persist_across_generations``
+    (HF's ``"heuristic"``); HF's default 0.4 confidence threshold is left out (a fixed ``tau``,
+    default 0): ``HFConfidenceController(heuristic_k=True)`` combines the two as HF does.
     """
 
     def __init__(
@@ -199,52 +144,18 @@ class HFHeuristicController:
 class HFConfidenceController:
     """HF's dynamic assistant confidence threshold, as ``tau``, with a constant draft length.
 
-    HF's rule (``update_candidate_strategy`` lines 251-283, ``_generate_candidates`` lines
-    323-336), in our terms. The controller keeps, for the whole generation, a list of
-    (confidence, matched) samples. After each verification that proposed m tokens of
-    which a were accepted, it adds the confidences of the a accepted tokens with label 1
-    and, if a < m, the confidence of the first rejected token with label 0; tokens drafted
-    after the first rejection are dropped (their outcome says nothing about the draft on
-    the target's path). Once the list holds at least 6 samples and both labels, tau
-    becomes the threshold on the ROC curve of those samples that minimises
-    ``fpr + 3 * fnr`` (:func:`min_cost_threshold`), recomputed after every verification.
-    Until then tau stays at its last value, 0.4 at the start. k is constant:
-    ``min(num_assistant_tokens, k_max)``.
+    For the whole generation it keeps (confidence, matched) samples: after a verification that
+    proposed m tokens and accepted a, the a accepted ones labelled 1 and, if a < m, the first
+    rejected one labelled 0. Once there are at least 6 samples of both labels, tau becomes the
+    ROC threshold minimising ``fpr + 3 * fnr`` (:func:`min_cost_threshold`), recomputed after
+    every verification; until then it stays at 0.4. k is ``min(num_assistant_tokens, k_max)``.
 
-    Differences from HF:
-        - Where the cut falls. HF's ``ConfidenceCriteria`` checks a token *after* drafting
-          it, so the draft token whose probability fell below the threshold is still
-          proposed (and its outcome recorded), and drafting stops after it. Our engine stops
-          *before* that token (docs/design.md section 2), so it is never proposed nor recorded:
-          the engine reports its confidence but not whether it would have matched. Every
-          recorded confidence is therefore at least the tau in force when it was drafted,
-          and since the candidates are recorded confidences, tau never falls below its
-          starting value here, while HF's can. Exact parity would need an engine option to
-          propose the first low-confidence token and then stop.
-        - The confidence. HF records the assistant's probability, after the logits
-          processors, of the token it chose; our engine reports ``max_v q(v)`` after the
-          same processing. For greedy decoding the chosen token is the argmax and the two
-          coincide; when sampling, ours is >= HF's.
-        - k. HF drafts up to 20 tokens by default and never caps them; here k is capped at
-          ``k_max`` (default 8, None for no cap) to share the action space of the other
-          controllers. With ``heuristic_k=True``, k follows :class:`HFHeuristicController`'s
-          rule as well, as HF does when both settings are on.
-        - No optional dependency. HF adapts the threshold only when scikit-learn is
-          installed (otherwise it keeps 0.4 fixed); here the ROC curve is computed with
-          numpy and the rule always runs.
-        - Scope of the history. HF builds a new candidate generator for every ``generate``
-          call and writes the adapted threshold into a copy of the assistant's generation
-          config, so each call starts again from 0.4 with an empty history (whatever the
-          config's docstring says about persistence). :meth:`reset` does the same.
-
-    Args:
-        initial_threshold: tau before the first update, in (0, 1] (HF's default 0.4). HF
-            disables the adaptation when the threshold is 0; use a static or heuristic
-            controller for that.
-        num_assistant_tokens: the draft length (HF's default 20), capped at ``k_max``.
-        k_max: cap on k, or None for none.
-        false_negative_cost: weight of the false-negative rate in the cost (HF: 3).
-        heuristic_k: also move k by HF's +2 / -1 heuristic (restarted by :meth:`reset`).
+    Differences from HF: our engine stops *before* a token under the threshold (docs/design.md
+    section 2), HF after proposing it, so that token's outcome is never recorded and tau never
+    falls below its start here; the confidence is ``max_v q(v)`` (HF: the chosen token's
+    probability; equal when greedy); k is capped at ``k_max`` and, with ``heuristic_k``, moves
+    by :class:`HFHeuristicController`'s rule; the ROC curve needs no scikit-learn (HF keeps 0.4
+    without it); :meth:`reset` starts a new history, as HF's per-call candidate generator does.
     """
 
     def __init__(

@@ -30,16 +30,10 @@ class LearnedController:
     from that token's signals and its position (through the running product). It is stateless:
     the features carry the history, so :meth:`reset` and :meth:`observe` do nothing.
 
-    Inference runs on CPU. A decision is a handful of numpy calls on the program's own weights
-    (:class:`NumpyPolicy`, when the program is the MLP that :mod:`specrl.export` writes): a call
-    of the program is about twenty dispatched ops run by an FX graph module in Python, 0.2-0.5 ms
-    on this CPU depending on its load, against a 1% budget of a 15-30 ms iteration. The numpy
-    answer is used only where it cannot differ from the program's: when, in every action
-    dimension, the best logit leads the next by more than :data:`TIE_MARGIN` (float32 rounding
-    between the two paths is about 1e-6); otherwise the program itself decides, under
-    ``torch.inference_mode()`` with a preallocated (1, 19) input. A precomputed table of actions
-    means a decision allocates almost nothing.
-    One instance is not safe to share between threads (the input buffer is).
+    Inference runs on CPU, through :class:`NumpyPolicy` (a handful of numpy calls: the program is
+    a dozen dispatched ops run by Python, too slow for a 1% budget of an iteration) wherever its
+    answer cannot differ from the program's, else through the program itself. One instance is not
+    safe to share between threads (its input buffer is shared).
 
     A policy is trained on one model pair; it runs on any (the features are pair-independent),
     but its choices fit the pair it learned. :meth:`pair_warning` says when they differ. k is
@@ -161,16 +155,10 @@ TIE_MARGIN = 1e-3  # logits closer than this are left to the exported program (s
 
 
 class NumpyPolicy:
-    """The exported policy's MLP in numpy, for one observation at a time.
-
-    Same computation as :class:`specrl.export.PolicyModule`: the VecNormalize statistics in
-    float64, the Linear/Tanh (or ReLU) layers and the action head in float32, then the argmax of
-    each action dimension's logits. The program takes the argmax after a float32 softmax (SB3's
-    mode), which can break near-ties differently; so :meth:`__call__` returns None, and the
-    caller asks the program, when the two best logits of any dimension are within
-    :data:`TIE_MARGIN`. Beyond it both paths order the logits alike: their float32 results differ
-    by about 1e-6.
-    """
+    """The exported policy's MLP in numpy, for one observation at a time: the computation of
+    :class:`specrl.export.PolicyModule`, then the argmax of each action dimension's logits. The
+    program's argmax follows a float32 softmax, which can break near-ties differently, so
+    :meth:`__call__` returns None (ask the program) when two logits are within :data:`TIE_MARGIN`."""
 
     ACTIVATIONS = {"Tanh": np.tanh, "ReLU": lambda x: np.maximum(x, 0.0)}
     #: Observations :meth:`of` compares both paths on before it trusts the numpy one.
@@ -184,13 +172,9 @@ class NumpyPolicy:
 
     @classmethod
     def of(cls, policy: ExportedPolicy) -> NumpyPolicy | None:
-        """The numpy twin of an exported policy, or None when its network is not the known MLP.
-
-        The layer kinds and the clip come from ``metadata["network"]``, the weights and
-        statistics from the program's state dict (``policy_net.<i>.*``, ``action_net.*``,
-        ``mean``, ``std``), the action layout from the mapping. The twin is used only after it
-        acted as the program on :attr:`PROBES` random observations (where it answers at all).
-        """
+        """The numpy twin of an exported policy (layers from ``metadata["network"]``, weights from
+        the program's state dict), or None when its network is not the known MLP or it acts
+        otherwise than the program on :attr:`PROBES` random observations."""
         try:
             network = policy.metadata["network"]
             weights = {name: tensor.detach().numpy() for name, tensor in policy.module.state_dict().items()}

@@ -1,26 +1,16 @@
-"""Training-free and predictor-based per-token stop rules from the literature, as controllers.
-
-Both draft up to a cap ``k`` and decide after every drafted token whether to keep drafting,
-through the engine's per-token hook (:class:`specrl.engine.types.StopRule`), from signals the
-draft forward already computed. The trace-replay simulator asks the same rule with the recorded
+"""Per-token stop rules from the literature, as controllers: draft up to a cap ``k`` and decide
+after every drafted token, through the engine's per-token hook (:class:`specrl.engine.types.StopRule`),
+whether to keep drafting. The trace-replay simulator asks the same rules with the recorded
 signals, so both replay exactly.
 
-- :class:`AdaEDLController`: AdaEDL (Agrawal, Jeon and Lee, "AdaEDL: Early Draft Stopping for
-  Speculative Decoding of Large Language Models via an Entropy-based Lower Bound on Token
-  Acceptance Probability", 2024, arXiv:2410.18351). Stop when the entropy-based lower bound on
-  the token's acceptance probability, ``1 - sqrt(gamma * H(q))``, falls below ``lambda``;
-  ``lambda`` follows the running rejection rate.
-- :class:`SpecDecPPController`: a SpecDec++-style rule (Huang, Guo and Wang, "SpecDec++:
-  Boosting Speculative Decoding via Adaptive Candidate Lengths", COLM 2025, arXiv:2405.19715).
-  SpecDec++ trains an acceptance-prediction head and stops when the predicted chance of a
-  rejection crosses a threshold. Here the predictor is :class:`AcceptancePredictor`, a logistic
-  regression on the draft's confidence and entropy fitted on train traces
-  (:func:`specrl.rule_tuning.fit_acceptance_predictor`). Two forms, both tuned on validation traces
-  (:func:`specrl.rule_tuning.tune_specdecpp`): ``cumulative=False`` stops when the predicted
-  acceptance probability of the next draft token falls below ``threshold``; ``cumulative=True``
-  (the paper's criterion) stops when the predicted probability that every token drafted so far
-  is accepted, the product of the per-token predictions, falls below ``threshold``, i.e. when
-  the chance of a rejection among them exceeds ``1 - threshold``.
+- :class:`AdaEDLController`: AdaEDL (Agrawal, Jeon and Lee, 2024, arXiv:2410.18351): stop when
+  the entropy lower bound on the acceptance probability, ``1 - sqrt(gamma * H(q))``, falls below
+  ``lambda``, which follows the running rejection rate.
+- :class:`SpecDecPPController`: SpecDec++-style (Huang, Guo and Wang, COLM 2025,
+  arXiv:2405.19715), with :class:`AcceptancePredictor` (a logistic regression on the draft's
+  signals) in place of the paper's trained head: stop when the predicted acceptance of the next
+  token (``cumulative=False``) or of every token drafted so far (the paper's criterion) falls
+  below ``threshold``. Both are tuned on validation traces (:mod:`specrl.rule_tuning`).
 """
 
 from __future__ import annotations
@@ -29,14 +19,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-# the predictor lives below the controllers (the exported policy and the envs read it too)
-from specrl.acceptance import (  # noqa: F401  (re-exported: its public home before)
-    PREDICTOR_FEATURES,
-    PREDICTOR_FORMAT,
-    PREDICTOR_FORMAT_VERSION,
-    AcceptancePredictor,
-    PredictorError,
-)
+from specrl.acceptance import AcceptancePredictor
 from specrl.engine.types import Action, StepResult, StopRule
 
 # ---- AdaEDL ---------------------------------------------------------------------------------
@@ -59,10 +42,8 @@ class EntropyBound:
 class AdaEDLController:
     """AdaEDL: draft up to ``k`` tokens, stop early on the entropy bound (see the module doc).
 
-    ``lambda`` starts at ``lambda_init`` and, after every step that proposed tokens, moves
-    toward that step's rejection rate: ``lambda <- beta * lambda + (1 - beta) * (1 - a / m)``,
-    so a draft that is often rejected stops earlier. This adaptation is our reading of the
-    paper's "adaptive" threshold; ``gamma`` is the one parameter we tune (on validation).
+    After every step that proposed tokens, ``lambda <- beta * lambda + (1 - beta) * (1 - a / m)``
+    (our reading of the paper's adaptive threshold); ``gamma`` is tuned on validation.
 
     Args:
         k: the cap on draft tokens per step.

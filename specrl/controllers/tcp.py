@@ -14,45 +14,14 @@ SEED_CONFIDENCE_CUT = 0.25
 class TCPController:
     """Additive increase / additive decrease of k on the recent acceptance rate.
 
-    The rule, applied after every verification that proposed at least one token:
-
-    1. append ``(accepted, proposed)`` of the step to a window holding the last
-       ``window`` such verifications;
-    2. ``rate = sum(accepted) / sum(proposed)`` over the window;
-    3. ``rate < low``: ``k -= step``; ``rate > high``: ``k += step``; otherwise k stays;
-    4. clamp k to ``[k_min, k_max]``.
-
-    ``tau`` is fixed. A step that proposed nothing (the budget left no room, or ``tau``
-    cut drafting at the first position) carries no evidence: it neither enters the
-    window nor triggers an adjustment.
-
-    The window is *not* cleared when k changes; it is simply the last ``window``
-    verifications, whatever k each used. This is the seed's rule and keeps it simple.
-    One consequence: after a run of rejections, k keeps falling by ``step`` per
-    verification until enough better verifications have displaced the bad ones, so k
-    overshoots downward after a burst of rejections (and upward after a burst of
-    acceptances). That lag is part of what a learned controller can beat.
-
-    Defaults and why:
-        - ``window=8``: at k around 5 that is about 40 proposed tokens, so a single
-          rejection moves the rate by a few percent rather than flipping the decision,
-          while a domain shift is noticed within a few dozen tokens.
-        - ``low=0.7``, ``high=0.85``, ``step=1``, ``initial_k=5``: the seed's values.
-        - ``k_min=1``: k = 0 proposes nothing, so the rate could never recover from it.
-        - ``k_max=8``: the largest k of the default scenarios' action space.
-        - ``tau=0.0``: no confidence cut; :meth:`with_confidence_cut` gives the seed's
-          variant with ``tau = 0.25``.
-
-    Args:
-        window: number of recent verifications (that proposed at least one token) in
-            the acceptance-rate window; >= 1.
-        low: decrease k when the window's rate is strictly below this.
-        high: increase k when the window's rate is strictly above this; >= ``low``.
-        step: how much k moves per adjustment; >= 1.
-        k_min: smallest k; >= 1.
-        k_max: largest k; >= ``k_min``.
-        initial_k: k before any evidence, also restored by :meth:`reset`.
-        tau: the fixed confidence cut in [0, 1].
+    After every verification that proposed a token: append its (accepted, proposed) to a window
+    of the last ``window`` such verifications; if accepted / proposed over the window is below
+    ``low``, ``k -= step``; above ``high``, ``k += step``; clamp k to ``[k_min, k_max]``. A step
+    that proposed nothing carries no evidence and is skipped. The window is not cleared when k
+    changes (the seed's rule), so k overshoots after a burst of rejections or acceptances: a lag
+    a learned controller can beat. ``tau`` is fixed; :meth:`with_confidence_cut` gives the seed's
+    variant with ``tau = 0.25``. ``low``, ``high``, ``step`` and ``initial_k`` are the seed's;
+    ``k_min`` is 1 because at k = 0 the rate could never recover.
 
     Example::
 
