@@ -1,40 +1,24 @@
 """A model plus one KV cache over B rows of different lengths: the engine's one cache interface.
 
-Speculative decoding accepts a different number of tokens in every row (ragged acceptance), so
-the cache is a grid of slots, one column per feed position, shared by the rows; a row's tokens
-fill its valid slots in order, and their positions (RoPE) count the row's valid slots, so holes
-change nothing a row sees: attention never reads a masked slot. A single sequence is a batch of
-one: its rollbacks cut the tail, so it never has a hole, and its feeds run with the model's own
-causal mask and positions, as a plain KV-cached decode does.
+The cache is a grid of slots shared by the rows (docs/design.md, "One KV cache interface"); a
+row's positions (RoPE) count its own valid slots, so holes change nothing a row sees. A single
+sequence never has a hole and runs with the model's own causal mask and positions.
 
-- ``feed(tokens, counts)`` appends one column per token to every row; row r's first
-  ``counts[r]`` tokens are real, the rest padding (holes). Prompts of different lengths are fed
-  right-padded, so a padding slot has its row's tokens before it. A row with nothing to prefill
-  has only padding there, fully masked attention rows: transformers' attention returns finite
-  values for them (tested: no NaN enters a cache), and no query ever reads those slots.
-- ``rollback(lengths)`` keeps the first ``lengths[r]`` tokens of row r: its later slots become
-  holes. Columns that are holes in every row are cut from the tail. Nothing is recomputed, and
-  no row is cut back to another row's length.
-- ``admit(prefixes)`` prefills new rows apart and joins them after the batch's rows (requests
-  joining a running batch): the narrower grid's rows get holes on the right; nothing is recomputed.
-- ``select(rows)`` keeps some rows (finished rows leave the batch); ``compact()`` packs each row's
-  tokens to the left when holes take more than half the cache (a gather, no forward).
+- ``feed(tokens, counts)`` appends one column per token to every row, row r's first
+  ``counts[r]`` real, the rest holes. A row with only padding has fully masked attention rows:
+  transformers returns finite values for them (tested), and no query reads those slots.
+- ``rollback(lengths)`` keeps the first ``lengths[r]`` tokens of row r; columns that are holes in
+  every row are cut from the tail. Nothing is recomputed.
+- ``admit(prefixes)`` prefills new rows apart and joins them; ``select(rows)`` keeps some rows;
+  ``compact()`` packs each row's tokens to the left when holes pass ``COMPACT_AT`` (a gather).
 
-Two storages behind the same interface (``CacheSettings.kind``):
-
-- ``dynamic``: transformers' ``DynamicCache``, grown by each feed and cropped by a rollback.
-  Sliding-window layers (Mistral, Gemma 2/3, Qwen2 with ``use_sliding_window``) keep only the
-  last ``window - 1`` tokens; their cache records past states until the next rollback, which
-  trims them back to the window, so a rollback may go back to any length since the previous one,
-  not before it (the engine never goes further). Such a cache holds no holes: one row at a time.
-- ``static``: transformers' ``StaticCache``, allocated once (gpt-fast's cache): a feed writes its
-  columns in place at the grid's width and a rollback only moves that width back, so every decode
-  forward keeps its shapes and ``torch.compile`` can run it (``compile``: one graph per token
-  count up to ``COMPILED_TOKENS``; prefills run eagerly).
-
-The grid's bookkeeping (each row's slots, the width: :class:`~specrl.engine.grid.SlotGrid`, whose
-rules the batch simulator follows too) is kept on the host, so neither feeding nor rolling back
-reads the device: on a GPU such a read waits for every queued kernel.
+Storages (``CacheSettings.kind``): ``dynamic``, transformers' ``DynamicCache``; sliding-window
+layers keep past states until the next rollback trims them, so a rollback may go back to any
+length since the previous one, and such a cache holds one row, no holes. ``static``, its
+``StaticCache``, allocated once: a rollback moves the grid's width back, so decode forwards keep
+their shapes and ``torch.compile`` can run them (one graph per token count up to
+``COMPILED_TOKENS``). The grid's bookkeeping (:class:`~specrl.engine.grid.SlotGrid`) stays on
+the host: feeding and rolling back never read the device.
 """
 
 from __future__ import annotations

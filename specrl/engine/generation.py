@@ -1,18 +1,11 @@
 """Generations in progress: B sequences decoded together, one action per step; a single
 sequence is a batch of one.
 
-Serving engines (vLLM, TensorRT-LLM) decode many requests together and speculate with the same k
-for every row. One :class:`Generation` holds the rows; each step (:func:`specrl.engine.step.speculative_step`)
-drafts for every row with the drafter the action names, verifies every row in one target forward,
-accepts each row's own tokens with the lossless rule (ragged acceptance: each row keeps its own
-accepted length), and rolls each cache back to each row's own accepted prefix
-(:class:`~specrl.engine.cache.KVCache`: the rejected slots become holes; nothing is recomputed and
-no row is cut to another's length).
-
-Rows that finish (EOS, their budget, the context window) leave the batch, and new prompts may join
-it between steps (:meth:`Generation.add`: continuous batching; their prefill runs apart and their
-caches join the batch's). Each row's output is distributed as the target's alone; greedy rows
-equal plain greedy decoding of that prompt.
+Each step (:func:`specrl.engine.step.speculative_step`) drafts for every row with the action's
+drafter, verifies every row in one target forward, accepts each row's own tokens losslessly and
+rolls each cache back to each row's accepted prefix. Rows that finish leave the batch; prompts
+may join between steps (:meth:`Generation.add`: continuous batching). Each row's output is
+distributed as the target's alone.
 """
 
 from __future__ import annotations
@@ -37,16 +30,11 @@ class PromptTooLongError(ValueError):
 
 
 class Generation:
-    """B prompts decoded together with the target and a drafter per step (see the module doc).
-
-    ``step(action)`` runs one iteration for every row still active; ``done`` once every row has
-    finished; ``output_ids(r)`` is row r's generated text. The prompts are prefilled into the
-    target's cache and the default draft's at construction (timed: ``prefill_seconds``). Every
-    other drafter an action names (:mod:`specrl.engine.drafters`) is built on first use, with its
-    own state, and catches up on the rows then, within that step's drafting time. With
-    ``keep_target_logits`` every step also returns the target's logits at the positions it
-    emitted (:attr:`StepResult.target_logits`).
-    """
+    """B prompts decoded together (see the module doc): ``step(action)`` for every active row,
+    ``done`` once every row finished, ``output_ids(r)`` row r's generated tokens. The prompts are
+    prefilled at construction (timed: ``prefill_seconds``); a drafter other than the draft is
+    built on first use and catches up on the rows within that step's drafting time.
+    ``keep_target_logits``: each step also returns the target's logits at what it emitted."""
 
     def __init__(
         self,
@@ -168,35 +156,17 @@ class Generation:
         return [step.results[step.rows.index(row)] for step in self.steps if row in step.rows]
 
     def row_stats(self, row: int) -> GenerationStats:
-        """Row ``row``'s totals; its seconds are those of the steps it took part in (its latency),
-        its tokens and draft counts its own."""
+        """Row ``row``'s totals: the seconds of the steps it took part in (its latency), its own
+        tokens and draft counts."""
         steps = [step for step in self.steps if row in step.rows]
-        mine = self.row_steps(row)
-        return GenerationStats(
-            new_tokens=len(self.output_ids(row)),
-            steps=len(steps),
-            prefill_seconds=self.prefill_seconds,
-            draft_seconds=sum(step.draft_seconds for step in steps),
-            verify_seconds=sum(step.verify_seconds for step in steps),
-            num_draft_tokens=sum(result.proposed for result in mine),
-            num_accepted_tokens=sum(result.accepted for result in mine),
-            num_drafts=sum(result.proposed > 0 for result in mine),
-        )
+        return _totals(steps, self.row_steps(row), len(self.output_ids(row)), self.prefill_seconds)
 
     def stats(self) -> GenerationStats:
         """The batch's totals: every row's tokens over the batch's time (its throughput); a draft
         is a row's step that drafted (vLLM counts one per request and step)."""
         results = [result for step in self.steps for result in step.results]
-        return GenerationStats(
-            new_tokens=sum(len(self.output_ids(r)) for r in range(len(self.tokens))),
-            steps=len(self.steps),
-            prefill_seconds=self.prefill_seconds,
-            draft_seconds=sum(step.draft_seconds for step in self.steps),
-            verify_seconds=sum(step.verify_seconds for step in self.steps),
-            num_draft_tokens=sum(result.proposed for result in results),
-            num_accepted_tokens=sum(result.accepted for result in results),
-            num_drafts=sum(result.proposed > 0 for result in results),
-        )
+        new_tokens = sum(len(self.output_ids(r)) for r in range(len(self.tokens)))
+        return _totals(self.steps, results, new_tokens, self.prefill_seconds)
 
     def target_logits(self, row: int) -> torch.Tensor | None:
         """(new tokens, V): the target's logits at every position row ``row`` generated, when kept."""
@@ -260,3 +230,17 @@ class Generation:
             self.active = []
         for cache in self.caches():
             cache.compact(COMPACT_AT)
+
+
+def _totals(steps: list[Step], results: list[StepResult], new_tokens: int, prefill: float) -> GenerationStats:
+    """The totals of ``steps`` (their seconds) and ``results`` (their draft counts)."""
+    return GenerationStats(
+        new_tokens=new_tokens,
+        steps=len(steps),
+        prefill_seconds=prefill,
+        draft_seconds=sum(step.draft_seconds for step in steps),
+        verify_seconds=sum(step.verify_seconds for step in steps),
+        num_draft_tokens=sum(result.proposed for result in results),
+        num_accepted_tokens=sum(result.accepted for result in results),
+        num_drafts=sum(result.proposed > 0 for result in results),
+    )

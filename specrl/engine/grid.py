@@ -1,22 +1,10 @@
-"""Where each row's tokens sit in a batch's KV cache: the slot grid's bookkeeping, on the host.
+"""Where each row's tokens sit in a batch's KV cache: the slot grid's rules, on token counts.
 
-A batch's cache (:class:`~specrl.engine.cache.KVCache`) is a grid of slots, one column per feed
-position, shared by the rows; attention reads all of it, so a row's rejected proposals and a
-joined row's padding are holes that still cost. :class:`SlotGrid` is the grid's one set of rules,
-on token counts alone (no tensor): the cache applies them to its keys and values, and the batch
+:class:`~specrl.engine.cache.KVCache` applies them to its keys and values, and the batch
 simulator (:class:`~specrl.envs.batch_replay.BatchReplayEnv`) prices its steps at the width they
-give, so the two cannot drift apart.
-
-- ``feed(n, counts)`` appends n columns; row r's first ``counts[r]`` are its tokens, the rest holes;
-- ``rollback(lengths)`` keeps the first ``lengths[r]`` tokens of row r (its later slots become
-  holes), then columns that are holes in every row are cut from the tail;
-- ``select(rows)`` keeps some rows (the tail no row uses is cut); ``join(other)`` appends another
-  grid's rows, the narrower grid's rows getting holes on the right;
-- ``pack()`` moves each row's tokens to the left (the cache's ``compact``), when ``holes()`` take
-  more than ``COMPACT_AT`` of the grid.
-
-``step(fed, kept)`` and ``admit(prefix_lengths)`` are what a speculative step and a prefill do to
-the grid, on counts: the simulator's way in (tested against the engine's cache).
+give, so the two cannot drift apart. A row's rejected proposals and a joined row's padding are
+holes that attention still reads. :meth:`SlotGrid.step` and :meth:`SlotGrid.admit` are what a
+speculative step and a prefill do to the grid: the simulator's way in (tested against the cache).
 """
 
 from __future__ import annotations

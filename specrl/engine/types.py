@@ -11,16 +11,10 @@ if TYPE_CHECKING:
 
 @runtime_checkable
 class StopRule(Protocol):
-    """A per-token stop decision, asked inside the draft loop after each drafted token.
-
-    Called with the drafted token's signals, already computed by the draft forward (no
-    extra model call): its ``position`` in the draft (0 for the first token), the draft's
-    ``confidence`` max_v q(v) and the ``entropy`` of q (nats). True stops drafting: that
-    token is not proposed (its draft forward has been paid), exactly as the tau cut. A rule
-    that needs the step's observation is given it by its controller in ``act``. The
-    trace-replay simulator calls the same rule with the recorded signals, so the decision
-    replays exactly.
-    """
+    """A per-token stop decision, asked after each drafted token with its ``position`` (0 for the
+    first), the draft's ``confidence`` max_v q(v) and the ``entropy`` of q (nats). True stops
+    drafting before that token, as the tau cut does. The trace replay asks the same rule with the
+    recorded signals, so the decision replays exactly."""
 
     def __call__(self, position: int, confidence: float, entropy: float) -> bool: ...
 
@@ -78,12 +72,8 @@ class Action:
 
 
 class Outcome(NamedTuple):
-    """What one speculative iteration decided for one row, without its time or tokens: the part
-    the engine reads off its judgement and the trace replay reads off a trace. A
-    :class:`StepResult` is assembled from it in one place (:meth:`StepResult.assemble`).
-
-    Attributes: as :class:`StepResult`'s of the same names.
-    """
+    """What one iteration decided for one row, without its time or tokens (the engine reads it
+    off its judgement, the trace replay off a trace); fields as :class:`StepResult`'s."""
 
     k: int
     proposed: int
@@ -106,21 +96,18 @@ class StepResult:
         proposed: m, draft tokens proposed (m <= k; fewer when tau or the stop rule stopped drafting).
         accepted: a, proposed tokens the target accepted (a <= m).
         emitted: tokens appended to the output, a + 1 (fewer if EOS or the budget cut it).
-        draft_seconds: device-synchronised time spent drafting (a cascade's inner verification
-            included; a drafter's catch-up on tokens it had not seen, too).
+        draft_seconds: device-synchronised time spent drafting (a drafter's catch-up included).
         verify_seconds: device-synchronised time of the target forward, acceptance and rollback.
         confidences: max_v q_i(v) of every drafted position, including the one that stopped
             drafting under tau or the stop rule (so len is m or m + 1); 1.0 for an n-gram's
             point mass.
         entropies: entropy (nats) of q_i at the same positions.
         acceptance_probs: per proposed position, min(1, p_i(x_i) / q_i(x_i)) (greedy: 0 or 1).
-        stopped_by_tau: drafting ended early, before k: a confidence fell below tau or the
-            action's stop rule said stop (the name predates stop rules; feature 7 reads it).
+        stopped_by_tau: drafting ended before k by tau or the action's stop rule.
         context_length: sequence length (prompt + generated) before the step.
         tokens: the emitted token ids.
-        target_logits: the target's logits at each emitted position, (emitted, V), from the verify
-            forward (the distribution each emitted token was decided by); only when the generation
-            keeps them (``keep_target_logits``), else None.
+        target_logits: (emitted, V) the verify forward's logits at each emitted position, when
+            the generation keeps them (``keep_target_logits``), else None.
     """
 
     action: Action
@@ -272,17 +259,10 @@ GENERATION_TOTALS = (
 
 @dataclass
 class GenerationStats:
-    """Per-generation totals, or of many added together (:meth:`add`); the one totals type (an
-    env episode's :class:`~specrl.envs.EpisodeSummary` extends it). ``tokens_per_s`` counts new
-    tokens over prefill + decode time.
-
-    The draft counts carry vLLM's names and definitions (``vllm/v1/spec_decode/metrics.py``), so
-    our numbers and vLLM's read the same: ``num_drafts`` counts each row's steps that drafted at
-    least one token, ``num_draft_tokens`` the tokens drafted, ``num_accepted_tokens`` those the
-    target accepted, and ``mean_acceptance_length`` is 1 + num_accepted_tokens / num_drafts (the
-    bonus or corrected token included). ``steps`` counts target forwards after the prefill,
-    plain steps included: ``tokens_per_step`` is new tokens over them.
-    """
+    """Per-generation totals, or of many added together (:meth:`add`); an env episode's
+    :class:`~specrl.envs.EpisodeSummary` extends it. ``tokens_per_s`` counts new tokens over
+    prefill + decode time. The draft counts carry vLLM's names and definitions
+    (``vllm/v1/spec_decode/metrics.py``); ``steps`` counts target forwards after the prefill."""
 
     new_tokens: int = 0
     steps: int = 0

@@ -1,44 +1,19 @@
-"""A family of machines: latency models a policy is trained over, so it learns to read prices.
+"""A family of machines: the latency models a portable policy trains over (docs/design.md,
+"Machines"): the shipped calibrations (``profiles/*.json``; over batch sizes ``profiles/batch/``),
+GPU-like profiles (:class:`GpuLike`), and perturbations of each (:func:`perturbed`), drawn once
+so that each model keeps its caches across episodes. :data:`HELD_OUT` names the profiles no
+shipped policy trains on.
 
-A policy trained on one latency model learns that machine's prices. Trained over a family, each
-episode priced by a machine drawn from it, and shown the prices (:mod:`specrl.features`, version
-4), it learns how prices decide k. The family holds:
+The GPU-like numbers (:data:`GPU_LIKE`) model machines; a GPU's own calibration replaces them:
 
-- **measured** profiles: the calibrations this project has measured, shipped as data
-  (``specrl/latency/profiles/*.json``; each file's ``measurement`` says when and how; the batch
-  simulator's calibrations over batch sizes in ``profiles/batch/``);
-- **GPU-like** profiles (:class:`GpuLike`): a verification nearly flat in the tokens it is fed up
-  to a knee, then linear, and a draft at a few percent of a target forward; over batch sizes, the
-  knee counts the tokens of every row, so a batch fills the device and speculation stops paying;
-- **perturbations** around each: the draft's price and the verification's growth per token
-  scaled by log-normal factors, and on every other one a **step** in the verification (from some
-  token count a row on, every verification costs a share of a one-token verification more: the
-  staircase of this project's Xeon, whose 4th token costs 1.7 ms where the others cost 0.4-0.6,
-  or a GPU's jump to matrix-matrix kernels at another token count) (:func:`perturbed`). They are
-  drawn once when the family is built, so that each model keeps its tables' caches across
-  episodes.
-
-:data:`HELD_OUT` names the profiles no shipped policy trains on: three measured calibrations (one of
-them of a CPU kind the family has no other profile of, one measured after the shipped policies
-were trained) and one GPU-like profile; ``experiments/profiles.py`` evaluates there.
-
-Where the GPU-like numbers come from (:data:`GPU_LIKE`; they are models of machines, not
-measurements: a GPU's own calibration, ``specrl.latency.calibrated`` there, replaces them):
-
-- the knee is the tokens per forward at which a forward turns from reading weights to computing
-  on them. By the roofline, a bf16 model does 2 FLOPs per parameter and token and reads 2 bytes
-  per parameter, so the knee is the GPU's dense bf16 FLOPs over its memory bandwidth (A100 SXM
-  312 TFLOPS / 2.0 TB/s = 156 tokens, H100 SXM 989 / 3.35 = 295, H200 989 / 4.8 = 206, L4
-  121 / 0.3 = 403, from NVIDIA's data sheets); kernels reach it later than the roofline, so the
-  profiles put it at about half;
-- feeding two tokens instead of one costs a step (``jump``): the matrix-vector kernels give way to
-  matrix-matrix ones. llama.cpp's benchmark of a 7B f16 model on a V100 (issue 3649) takes 32.6 ms
-  for one token and 39 ms for two or three; Medusa (Cai et al. 2024, Table 1) reports a decoding
-  step with its tree verification at 1.18-1.27x a plain one. Above it, a few percent up to the
-  knee (``below``);
-- the draft at 2-11% of a target forward: Leviathan et al. (2023, Table 4) measured c = 0.02,
-  0.04 and 0.11 for T5-small, -base and -large drafting for T5-XXL; an EAGLE head is 1.4-3.4% of
-  its target's parameters (Li et al. 2024, section 4).
+- the knee (tokens per forward where a forward turns compute-bound) is about half the roofline's
+  bf16 FLOPs over memory bandwidth (A100 SXM 156 tokens, H100 SXM 295, H200 206, L4 403: NVIDIA's
+  data sheets);
+- two tokens instead of one cost a step (``jump``: matrix-matrix kernels): llama.cpp issue 3649
+  (7B f16 on a V100: 32.6 ms for one token, 39 ms for two or three), Medusa (Cai et al. 2024,
+  Table 1: 1.18-1.27x); above it, a few percent up to the knee (``below``);
+- the draft at 2-11% of a target forward: Leviathan et al. (2023, Table 4: c = 0.02-0.11 for
+  T5 drafts of T5-XXL); an EAGLE head is 1.4-3.4% of its target (Li et al. 2024, section 4).
 """
 
 from __future__ import annotations
@@ -127,10 +102,7 @@ GPU_LIKE = (
     GpuLike("a100-eagle", target_ms=12.0, knee=80, jump=0.25, below=0.08, draft_ratio=0.03),
     GpuLike("h200", target_ms=6.0, knee=100, jump=0.12, below=0.05, draft_ratio=0.05),
 )
-# The profiles no shipped policy trains on: the calibration of the EPYC machine the default was
-# trained on (Dec 4), one of an Intel Xeon (2 threads, Dec 5: a CPU kind the family holds no other
-# profile of), one GPU-like profile, and the calibration of an EPYC machine measured after the
-# shipped policies were trained (Dec 6).
+# The profiles no shipped policy trains on (docs/design.md, "Machines").
 HELD_OUT = ("cpu-epyc-2t-dec", "cpu-xeon-2t", "gpu-like-h200", "cpu-epyc-2t-dec6")
 
 
@@ -139,12 +111,9 @@ def _measured(batch: bool) -> list[Path]:
 
 
 def with_pool_prices(model: LatencyModel) -> LatencyModel:
-    """``model``, pricing every drafter of the pool: a drafter it has not measured at
-    :data:`~specrl.latency.cost_model.CONSTANT_DRAFTER_COSTS`, the small pair's prices measured on
-    2 AMD EPYC cores (Dec 1, ``results/drafters/drafters.md``), which the EPYC calibrations lack
-    (the Xeon's are its own: 1.87, 1.44, 4.05, 0.05 and 2.49 for draft-mid, -int8, -int4, ngram
-    and cascade, against 1.86, 1.27, 3.85, 0.05 and 2.35). ``measurement["drafter_costs_from"]``
-    names the drafters filled in."""
+    """``model``, pricing every drafter of the pool: one it has not measured at
+    :data:`~specrl.latency.cost_model.CONSTANT_DRAFTER_COSTS` (measured on 2 EPYC cores, Dec 1);
+    ``measurement["drafter_costs_from"]`` names the drafters filled in."""
     missing = {d: cost for d, cost in CONSTANT_DRAFTER_COSTS.items() if d not in model.drafter_costs}
     if not missing:
         return model

@@ -1,25 +1,14 @@
-"""The loop-learned latency model: fit recorded steps (:mod:`specrl.latency.records`) to tables.
+"""The loop-learned latency model: recorded steps (:mod:`specrl.latency.records`) fitted to tables.
 
-:func:`learn` records the pair's loop and fits it; :func:`fit_records` is the fit alone.
-
-The fit is robust and (where noise is the question) monotone. Each group of steps (a mode and
-n for the verify; a mode and a draft length for the draft) is winsorised at median + 8 MAD: an
-occasional preemption of the process must not move a cost, while ordinary jitter stays, since
-the real loop's wall clock contains it too. Then least squares over the steps, means and not
-medians, because a run's time is the sum of its steps: the verify as an intercept per n plus a
-context slope growing linearly in n (attention reads the cache once per new token); the draft
-as first + (forwards - 1) * next, each a line in the context; every slope >= 0. Lines in the
-context, not a table per context bin: over the recorded contexts (a prompt plus up to 192
-tokens) the cost is linear within the noise, a line uses every step for every context, and it
-continues to the context window (the grid's last point) where no step was recorded. The verify
-intercepts are made non-decreasing in n by isotonic regression with one exception: a decrease
-larger than 3 standard errors is kept (:func:`~specrl.latency.isotonic.tolerant_isotonic`;
-``fit_records(significance=math.inf)`` pools every violation). The table's context points are
-quantiles of the recorded contexts (where the data were) and the window.
-
-Held-out error: the fit is repeated without every fifth episode and its predicted totals are
-compared with those episodes' measured ones (per mode, and per action k: what a static
-controller would see); ``fit_error`` keeps the numbers.
+:func:`learn` records the pair's loop and fits it; :func:`fit_records` is the fit alone. Per mode,
+each group of steps (an n for the verify, a draft length for the draft) is winsorised at median +
+8 MAD (a preemption must not move a cost; ordinary jitter stays, as the loop's wall clock has it),
+then fitted by least squares (means, since a run's time is the sum of its steps): the verify as
+an intercept per n plus a context slope growing linearly in n, the draft as first + (forwards -
+1) * next, each a line in the context; every slope >= 0. Lines use every step for every context
+and continue to the window. The verify intercepts are made non-decreasing in n unless a decrease
+exceeds 3 standard errors (:func:`~specrl.latency.isotonic.tolerant_isotonic`). The held-out
+error refits without every fifth episode and compares those episodes' totals.
 """
 
 from __future__ import annotations
@@ -64,13 +53,9 @@ def _nonnegative_lstsq(columns: list[np.ndarray], y: np.ndarray, slopes: Sequenc
 def _verify_lines(
     n: np.ndarray, context: np.ndarray, seconds: np.ndarray, n_max: int, z: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(intercepts (n_max,), slopes (n_max,)) of verify seconds = a_n + (b0 + b1 (n - 1)) * ctx.
-
-    Least squares over all steps of a mode: an intercept per n, and a context slope that grows
-    linearly with n (attention reads the cache once per new token), b0, b1 >= 0. The
-    intercepts are then made non-decreasing in n by :func:`_tolerant_isotonic` over the
-    steps' residuals; with slopes growing in n, the rows are then ordered at every context.
-    """
+    """(intercepts (n_max,), slopes (n_max,)) of verify seconds = a_n + (b0 + b1 (n - 1)) * ctx,
+    b0, b1 >= 0 (attention reads the cache once per new token); the intercepts made
+    non-decreasing in n over the steps' residuals, so the rows are ordered at every context."""
     x = context.astype(np.float64)
     columns = [(n == m).astype(np.float64) for m in range(1, n_max + 1)] + [x, (n - 1) * x]
     coef = _nonnegative_lstsq(columns, seconds, slopes=(n_max, n_max + 1))

@@ -1,48 +1,18 @@
 """The latency model: modeled seconds of a speculative step's draft and verify, from tables.
 
-A speculative step of B rows costs ``draft_forwards`` draft forwards over (B, 1) plus one target
-forward over (B, ``proposed + 1``) new tokens a row (docs/design.md section 2; the rows of a batch
-are padded to the longest feed, and drafting runs until the last row stops: :func:`step_shape`).
-:meth:`LatencyModel.step_seconds` is the one definition of a step's modeled time; the envs
-(one sequence or a batch), the trace simulators and the oracle use it.
+Per sampling mode ("greedy": temperature 0; "sampled"), on a grid of batch sizes B and contexts::
 
-The model, per sampling mode ("greedy": temperature 0; "sampled": temperature > 0), on a grid
-of batch sizes and context lengths::
-
-    draft  = 0                                                          if draft_forwards == 0
-           = (first(B, ctx) + (draft_forwards - 1) * next(B, ctx)) * draft_scale(B)  otherwise
+    draft  = (first(B, ctx) + (draft_forwards - 1) * next(B, ctx)) * draft_scale(B), 0 if no forward
     verify = target(B, proposed + 1, ctx) * verify_scale(B, proposed + 1)
     prefill(m prompts joining B rows) = c0 + c1 m p + c2 m p^2 + c3 (B + m) max(ctx - 1, p)
 
-A single sequence is the batch of one: a model measured on one row (``batch_sizes`` (1,), every
-loop-learned, profiled or constant model) is that slice alone. The context of a batch is its KV
-cache grid's width plus one (the grid holds every row's tokens but its last, holes included: see
-:class:`~specrl.engine.cache.KVCache`), as a single sequence's cache holds all its tokens but the
-last. ``draft_scale`` and ``verify_scale`` (default 1) carry what a batch's real steps cost over
-its forwards timed alone (:mod:`specrl.latency.batch`); the prefill coefficients (default 0)
-price admissions, which only the batch simulator counts.
-
-Other drafters (:mod:`specrl.engine.drafters`) are priced relative to the draft: a step of drafter
-d costs ``drafter_costs[d]`` times the draft's seconds for the same positions (measured in the loop
-by :mod:`specrl.latency.drafters`; the draft's own price is 1).
-
-The first draft forward after a verification is priced apart from the following ones: in the
-loop it is measurably dearer (on the small pair on CPU, 3.05 ms against 2.53 ms for each next
-one; likely because the target's forward has just evicted the draft's weights from the CPU
-caches, and the draft catches up on two tokens after a full acceptance). The sampled mode has
-its own tables: drawing tokens (``torch.multinomial``), the residual distribution and the
-uniform draws of the acceptance test cost time that greedy steps do not spend. A model answers
-for one mode at a time; :meth:`LatencyModel.for_sampling` gives the one for a scenario's
-:class:`~specrl.engine.sampling.SamplingConfig` (the envs call it), and a file holds both.
-
-Interpolation: linear in the batch size between grid sizes, exact in n (each n keeps its own
-row), piecewise linear in the context between grid points, clamped (constant) outside the grid.
-Beyond the tabulated n the target cost is extrapolated linearly from the last two rows.
-
-Where the tables come from: :mod:`specrl.latency.fit` (learned from the loop),
-:mod:`specrl.latency.profiling` (forwards in isolation), :mod:`specrl.latency.batch` (batched
-forwards, calibrated on continuous batching) or :meth:`LatencyModel.from_cost_model`
-(constant); how they are stored: :mod:`specrl.latency.fileformat`.
+:meth:`LatencyModel.step_seconds` is the one definition of a step's modeled time (envs, trace
+simulators, oracle). A single sequence is the batch of one; a batch's context is its cache grid's
+width plus one, and its rows are priced at :func:`step_shape`. Another drafter d costs
+``drafter_costs[d]`` times the draft's seconds. The first draft forward after a verification is
+priced apart: in the loop it is dearer (the target's forward has evicted the draft's weights from
+the CPU caches). Interpolation: linear in B and in the context between grid points, clamped
+outside; exact in n, extrapolated linearly beyond the last row.
 """
 
 from __future__ import annotations
@@ -159,34 +129,17 @@ def step_shape(rows: Sequence[Any]) -> tuple[int, int]:
 class LatencyModel:
     """Modeled seconds of a step's draft and verify, for one sampling mode (see the module doc).
 
-    Context lengths follow :attr:`StepResult.context_length`: the tokens in the sequence
-    before the step. The target's cache then holds all of them but the last, and a verify
-    runs one forward over the last emitted token plus the proposals. For a batch, the context is
-    its cache grid's width plus one (the module doc).
-
-    A model holds the tables of both modes and answers for one, :attr:`mode` ("greedy" when
-    built or loaded); :meth:`for_sampling` gives the view for another mode (same tables).
+    Contexts follow :attr:`StepResult.context_length` (the tokens before the step). A model holds
+    the tables of both modes and answers for :attr:`mode` ("greedy" when built or loaded);
+    :meth:`for_sampling` gives the view of another mode, sharing the tables.
 
     Attributes:
-        pair: the pair it was measured for (``ModelPair.name``), or "any" for a constant model.
-        device: the device key (:func:`~specrl.latency.store.device_key`) it was measured on,
-            or "any".
-        dtype: the models' dtype ("float32", ...), or "any".
-        batch_sizes: the grid of batch sizes (rows per forward), strictly increasing; (1,) for a
-            model of a single sequence.
-        kind: "loop" (:func:`~specrl.latency.fit.learn`), "profiled"
-            (:func:`~specrl.latency.profiling.profile`), "batch"
-            (:func:`~specrl.latency.batch.measure_batch_latency`) or "constant"
-            (:meth:`from_cost_model`).
-        mode: the sampling mode this view prices, "greedy" or "sampled".
-        contexts: the grid of context lengths, strictly increasing.
-        costs: mode -> :class:`ForwardCosts` on that grid.
-        draft_scale: (len(batch_sizes),) or None (1): real drafting over the forwards timed alone.
-        verify_scale: (len(batch_sizes), n_max) or None (1): the same for verification.
-        prefill: the coefficients c0..c3 of an admission's prefill (the module doc).
-        fit_error: held-out fit error (:func:`~specrl.latency.fit.heldout_error`, or the
-            profile's), or None.
-        measurement: how the tables were made (steps or repeats, what is included, versions, ...).
+        pair, device, dtype: what it was measured for ("any" for a constant or synthetic model).
+        batch_sizes, contexts: the grid, each strictly increasing; (1,) for one sequence.
+        kind: one of :data:`~specrl.latency.fileformat.KINDS` (how the tables were made).
+        costs: mode -> :class:`ForwardCosts`.
+        draft_scale, verify_scale, prefill: the batch model's calibration (module doc).
+        fit_error: the held-out fit error, or None; measurement: how it was made.
     """
 
     def __init__(
@@ -210,10 +163,9 @@ class LatencyModel:
         prefill: Sequence[float] = (0.0, 0.0, 0.0, 0.0),
     ) -> None:
         """Build from the greedy tables (``target_table`` (B, n_max, C), ``draft_table`` the first
-        draft forward (B, C), ``draft_next_table`` the following ones, default equal to the first;
-        without the batch axis when ``batch_sizes`` is one size) and ``sampled``, a mapping with
-        the three ``*_seconds`` keys of the file format (default: the greedy tables).
-        ``drafter_costs``: drafter -> its price relative to the draft."""
+        draft forward (B, C), ``draft_next_table`` the following ones, default the first's; no
+        batch axis needed for one size) and ``sampled`` (the file's three ``*_seconds`` keys;
+        default the greedy tables)."""
         contexts = [int(c) for c in contexts]
         batch_sizes = [int(b) for b in batch_sizes]
         for name, grid, least in (("contexts", contexts, 0), ("batch_sizes", batch_sizes, 1)):
@@ -267,12 +219,8 @@ class LatencyModel:
         self._rows: dict[Any, tuple[float, float, list[float]]] = {}
 
     def for_sampling(self, sampling: SamplingConfig | None) -> LatencyModel:
-        """The view of this model that prices steps decoded with ``sampling``.
-
-        Greedy settings (temperature 0, or None) give the greedy view, any temperature > 0 the
-        sampled one. The views share the tables and are cached: the same call returns the same
-        object, and a view of the mode this one already prices is this one.
-        """
+        """The view that prices steps decoded with ``sampling`` (None: greedy). Views share the
+        tables and are cached: the same call returns the same object."""
         mode = sampling_mode(sampling)
         view = self._views.get(mode)
         if view is None:
@@ -413,20 +361,12 @@ class LatencyModel:
         drafter: str = DEFAULT_DRAFTER,
         rows: int = 1,
     ) -> tuple[float, float]:
-        """(draft seconds, verify seconds) of one speculative step of ``rows`` rows. The one
-        definition.
-
-        draft = draft_seconds(context_length, ``draft_forwards``, rows) (one forward per drafted
-        position, the tau-stopped one included: :attr:`StepResult.draft_forwards`; the first
-        priced apart from the following ones) times :meth:`drafter_cost` of ``drafter``;
-        verify = target_seconds(``proposed`` + 1, context_length, rows); both in this view's
-        sampling mode. A batch's step is priced at its :func:`step_shape` and its grid's width
-        plus one.
-        """
+        """(draft seconds, verify seconds) of one speculative step of ``rows`` rows: the one
+        definition (module doc). ``draft_forwards`` counts the tau-stopped forward too
+        (:attr:`StepResult.draft_forwards`)."""
         if draft_forwards < 0 or proposed < 0:
             raise ValueError(f"draft_forwards and proposed must be >= 0, got {draft_forwards}, {proposed}")
-        # Simulators call this tens of thousands of times a second: the values at a context
-        # length are computed once (by the same interpolation as the other methods) and kept.
+        # The simulators' hot path: the values at a context are interpolated once and kept.
         key = context_length if rows == 1 else (rows, context_length)
         row = self._rows.get(key)
         if row is None:
@@ -461,10 +401,9 @@ class LatencyModel:
         return float(np.dot(self.prefill, prefill_terms(prompt_lengths, rows, context_length)))
 
     def price_line(self, rows: int = 1, context_length: float = PLAIN_REFERENCE_CONTEXT) -> PriceLine:
-        """The prices of a step of ``rows`` rows after ``context_length`` tokens, as the features
-        read them (:class:`specrl.features.PriceLine`, the prior of their fit): the verification's
-        line through one and ``n_max`` tokens a row, its curve (the seconds of 1..``n_max``
-        tokens a row), and the mean of the draft's first and next forwards."""
+        """The prices of a step of ``rows`` rows after ``context_length`` tokens as the features
+        read them (:class:`specrl.features.PriceLine`): the verification's line through one and
+        ``n_max`` tokens a row, its curve over 1..``n_max``, and the mean draft forward."""
         context = max(0, round(context_length))
         self._check_context(context)
         curve = self._target(np.arange(1, self.n_max + 1), np.array([context]), rows)[:, 0].tolist()
@@ -480,8 +419,7 @@ class LatencyModel:
 
     @property
     def plain_tokens_per_s(self) -> float:
-        """Plain decoding throughput of one sequence at context 256 (``PLAIN_REFERENCE_CONTEXT``: a
-        ~100-token prompt plus a 128-token episode): :meth:`plain_throughput` of one row."""
+        """:meth:`plain_throughput` of one row at ``PLAIN_REFERENCE_CONTEXT``."""
         return self.plain_throughput()
 
     # ---- construction -------------------------------------------------------------------------

@@ -1,13 +1,8 @@
-"""Timed steps of the real loop: what the loop-learned model is fitted to.
-
-The default way to measure (:func:`~specrl.latency.learn`; what
-:func:`~specrl.latency.calibrated` and ``latency: calibrated`` give): run the engine's own loop
-(:meth:`Generation.step`) on the pair's train prompts, greedy and at temperature 1 interleaved
-step by step, with actions covering k = 0..k_max and a few tau values, after an untimed
-warm-up; record each step's device-synchronised draft and verify seconds
-(:class:`StepRecords`, :func:`record_loop`). Why the default: it prices what the simulator
-replaces, the loop's steps, including what isolated forwards miss (cache effects between the
-models, sampling, the engine's per-step work), on the machine it will run on.
+"""Timed steps of the real loop, what the loop-learned model is fitted to (:func:`record_loop`):
+the engine's own steps on the pair's train prompts, greedy and sampled interleaved, every k and a
+few tau cuts, each step's device-synchronised draft and verify seconds. It prices what the
+simulator replaces, including what isolated forwards miss (cache effects between the models,
+sampling, the engine's per-step work).
 """
 
 from __future__ import annotations
