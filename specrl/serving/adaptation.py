@@ -1,25 +1,12 @@
 """Online draft adaptation: re-distil the draft on recent traffic, and swap it in only if it is better.
 
-The teacher comes for free: every served request keeps the target's logits at the positions it
-generated, taken from the verify forwards that decided those tokens (``keep_target_logits``), so
-adaptation never runs the target. An adaptation, run in between requests (serving pauses; its wall
-time is charged to the stream):
-
-1. the live draft is scored on the requests served since the last adaptation point; if its
-   acceptance there is at least ``adapt_below``, the draft is still in its domain: nothing is done;
-2. a copy of the live draft is trained for at most ``steps`` optimizer steps on the generated tokens
-   of the buffer's requests that are not held back, with the embedded pair's distillation loss (KL to the
-   temperature-softened target plus the LM loss, :func:`specrl.embedded.train.distillation_loss`);
-3. the candidate is rejected if a loss or a weight is not finite;
-4. candidate and live draft are scored on the held-back requests (the acceptance speculative
-   decoding would see on their outputs: greedy agreement with the target, or the expected
-   acceptance sum_v min(p, q) when sampling); the candidate goes live only if it beats the live
-   draft by more than ``min_gain``.
-
-The live draft is never modified: a candidate is a copy, and going live is one reference swap
-between requests (:class:`LiveDraft`), which keeps the previous draft for :meth:`LiveDraft.rollback`.
-The output of speculative decoding does not depend on the draft, so neither adaptation nor a swap
-can change what is generated, only how fast.
+An adaptation runs in between requests (docs/design.md section 8, "Online draft adaptation"): it
+skips while the live draft's acceptance on the requests since the last check is at least
+``adapt_below``; else it trains a copy for at most ``steps`` steps on the traffic not held back
+(the embedded pair's distillation loss; the teacher is the target's logits kept from the verify
+forwards, so the target never runs again), rejects a non-finite update, and swaps the copy in only
+if it beats the live draft on the held-back requests by more than ``min_gain``. The live draft is
+never modified, so the output of decoding (which does not depend on the draft) never changes.
 """
 
 from __future__ import annotations
@@ -42,17 +29,9 @@ from specrl.serving.stream_file import AdaptationSpec, Request
 
 @dataclass
 class Traffic:
-    """A served request as training data.
-
-    Attributes:
-        request: the request.
-        token_ids: prompt + generated tokens.
-        prompt_length: the prompt's share of ``token_ids``.
-        teacher: the target's log-probabilities at the generated positions (position
-            ``prompt_length - 1 + j`` predicts generated token j), (generated, V) float16; None when
-            the request was served without keeping the target's logits (then an adaptation scores
-            it with a target forward).
-    """
+    """A served request as training data: prompt + generated ``token_ids``, and ``teacher``, the
+    target's log-probabilities at the generated positions ((generated, V) float16; None when it was
+    served without keeping the target's logits: an adaptation then scores it with the target)."""
 
     request: Request
     token_ids: list[int]
@@ -62,8 +41,7 @@ class Traffic:
 
 class TrafficBuffer:
     """What an adaptation learns from: the ``window`` most recent served requests, plus (``replay``) a
-    uniform sample of the older ones (reservoir sampling over every request that left the window), so
-    a draft adapted to a new domain is still trained and judged on the traffic it served before."""
+    uniform sample of the older ones (reservoir sampling over every request that left the window)."""
 
     def __init__(self, window: int, replay: int = 0, seed: int = 0) -> None:
         self.recent: deque[Traffic] = deque(maxlen=window)
@@ -102,14 +80,9 @@ class TrafficBuffer:
 
 
 class LiveDraft:
-    """The draft that serves requests. Replaced whole by :meth:`swap`, never changed in place, so a
-    request sees one draft from start to end; the draft it replaced is kept for :meth:`rollback`.
-
-    Attributes:
-        model: the draft that serves now.
-        previous: the draft before the last swap (None before the first).
-        version: 0 for the original draft, +1 at every swap or rollback.
-    """
+    """The draft that serves requests (``model``). Replaced whole by :meth:`swap`, never changed in
+    place, so a request sees one draft from start to end; the draft it replaced (``previous``) is
+    kept for :meth:`rollback`. ``version``: 0 for the original draft, +1 at every swap or rollback."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
@@ -130,21 +103,11 @@ class LiveDraft:
 
 @dataclass
 class AdaptationResult:
-    """What one adaptation did.
-
-    Attributes:
-        after_request: the index of the last request served before it.
-        steps: optimizer steps taken (<= the budget).
-        seconds: its wall time (teacher scoring, training, judging), device-synchronised.
-        train_requests, held_requests: the window's requests it trained on and was judged on.
-        live_score, candidate_score: held-back acceptance of the live draft and the candidate
-            (candidate None when training stopped on a non-finite value); for a check that
-            skipped, live_score is the live draft's acceptance on the requests since the last check.
-        swapped: whether the candidate went live.
-        reason: why it did or did not.
-        losses: the training loss at every step.
-        live_by_domain, candidate_by_domain: the two held-back acceptances per domain.
-    """
+    """What one adaptation did, after request ``after_request``: its optimizer steps and wall time
+    (device-synchronised), the requests it trained on and was judged on, the held-back acceptance
+    of the live draft and the candidate, overall and per domain (for a check that skipped,
+    ``live_score`` is the live draft's on the requests since the last check), whether the candidate
+    went live and why, and the loss at every step."""
 
     after_request: int
     steps: int
@@ -235,8 +198,7 @@ class DraftAdapter:
 
     @torch.no_grad()
     def score_with_target(self, entries: list[Traffic]) -> None:
-        """Fill ``teacher`` of entries served without the target's logits: one batched teacher-forced
-        forward of the target (the serving loop keeps the logits, so it never needs this)."""
+        """Fill ``teacher`` of entries served without the target's logits: batched target forwards."""
         for batch in _chunks(entries, self.spec.batch_size):
             ids, mask = self._pad(batch)
             logits = self.pair.target(input_ids=ids, attention_mask=mask).logits[..., : self.pair.vocab_size]
@@ -269,9 +231,8 @@ class DraftAdapter:
     @torch.no_grad()
     def acceptance(self, draft: torch.nn.Module, entries: list[Traffic]) -> tuple[float, dict[str, float]]:
         """The acceptance speculative decoding would see for ``draft`` on the generated part of
-        ``entries``, over all and per domain: greedy, the share of positions where the draft's argmax
-        is the target's; sampling, the mean of sum_v min(p(v), q(v)) under the stream's sampling
-        settings. Needs each entry's ``teacher``; runs the draft only."""
+        ``entries``, over all and per domain: greedy, argmax agreement with the teacher; sampling,
+        the mean of sum_v min(p(v), q(v)). Runs the draft only."""
         sums: dict[str, list[float]] = {}
         for batch in _chunks(entries, self.spec.batch_size):
             ids, mask = self._pad(batch)

@@ -1,29 +1,19 @@
 """Continuous batching in the real loop: requests arrive over time, join the running batch when a
 row is free, and leave it when they finish; one controller acts once per batched step.
 
-This is the real-loop counterpart of the batch simulator (``specrl/BatchReplay-v0``), with the
-same clock: time is the batch's own measured, device-synchronised work (each step's drafting and
-verification, and the prefill of the requests it admits), and requests arrive on that clock. A
-request is admitted once its arrival time has passed and the batch has fewer than ``max_batch``
-rows; an empty batch waits for the next arrival, idle time that no controller is charged for.
-Throughput is every request's tokens over the busy seconds. The features are the batch's, as in
-the simulator: one ``FeatureTracker`` for the whole run, told the batch's rows after every change.
+The real-loop counterpart of the batch simulator (``specrl/BatchReplay-v0``), on the same clock:
+the batch's own measured, device-synchronised work (steps, and the prefill of the requests it
+admits); an empty batch waits for the next arrival, idle time no controller is charged for.
+Throughput is every request's tokens over the busy seconds::
 
-    scenario = load_scenario("arrivals")  # its load is relative to the machine: priced by its latency
     latency = scenario.latency_model(pair)  # the machine's batch calibration
     requests = scenario_requests(scenario, pair, split="test", seed=0, latency=latency)
     run = serve_continuous(pair, controller, requests, 64, 128, prices=latency.price_line)
-    run.tokens_per_s, run.outputs[i], run.batch_sizes
-
-:func:`scenario_requests` draws a scenario's requests the way the batch simulator draws its traces:
-each request's domain by the scenario's weights, a prompt of that domain's split uniformly, and the
-arrival times of the scenario's ``batch.load`` (all at 0 for a fixed batch; a load relative to the
-machine, ``load_unit: plain``, is turned into seconds by the serving machine's latency model).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,7 +23,7 @@ from specrl.controllers.base import Controller
 from specrl.engine.decoder import ControlLoop
 from specrl.engine.generation import Generation
 from specrl.engine.sampling import SamplingConfig
-from specrl.engine.types import Step, throughput
+from specrl.engine.types import throughput
 from specrl.envs.scenario import Scenario
 from specrl.envs.trace_replay import request_arrivals
 from specrl.features import Prices
@@ -62,17 +52,9 @@ class Admission:
 
 @dataclass
 class ContinuousRun:
-    """What a continuous-batching run served.
-
-    Attributes:
-        outputs: every request's generated token ids, in request order.
-        busy_seconds: the batch's measured work: steps plus prefills.
-        prefill_seconds: the part of it spent prefilling admitted requests.
-        batch_sizes: the rows of every step, in order.
-        ks: every step's k.
-        finished_at: every request's completion time on the busy clock (idle waits included).
-        admissions: every admission, in order.
-    """
+    """What a continuous-batching run served: every request's output (in request order), the busy
+    seconds (steps plus prefills) and the prefills' share, every step's rows and k, every request's
+    completion time on the clock (idle waits included), and every admission."""
 
     outputs: list[list[int]]
     busy_seconds: float
@@ -99,10 +81,10 @@ def scenario_requests(
     count: int | None = None,
     latency: LatencyModel | None = None,
 ) -> list[TimedRequest]:
-    """``count`` (default ``batch.requests``) requests of ``scenario``'s ``split`` prompts, in
-    arrival order (see the module doc); the same ``seed`` gives the same requests and arrivals.
-    ``latency``, the serving machine's latency model over batch sizes, turns a load relative to
-    the machine (``batch.load_unit: plain``) into seconds (:meth:`BatchSpec.seconds_load`)."""
+    """``count`` (default ``batch.requests``) requests of ``scenario``'s ``split`` prompts, drawn as
+    the batch simulator draws its traces, in arrival order (``batch.load``); the same ``seed`` gives
+    the same requests and arrivals. ``latency``, the serving machine's latency model, turns a load
+    relative to the machine (``batch.load_unit: plain``) into seconds."""
     rng = np.random.default_rng(seed)
     sets = scenario.with_overrides(split=split).prompt_sets(pair)
     count = count or scenario.batch.requests
@@ -124,16 +106,12 @@ def serve_continuous(
     seed: int = 0,
     stop_at_eos: bool = True,
     progress: bool = False,
-    on_step: Callable[[Generation, Step], None] | None = None,
     prices: Prices | None = None,
 ) -> ContinuousRun:
-    """Serve ``requests`` (in arrival order) with continuous batching; see the module doc.
-    ``on_step(generation, step)``, if given, sees every batched step as it ends. ``prices``: the
-    prior of the price features (:mod:`specrl.features`), the machine's batched latency model's
-    ``price_line``, as the batch simulator gives it; a policy of feature version 5 reads the
-    verification's curve from it. Given none, a policy that reads prices takes this machine's
-    cached calibrations (:func:`specrl.engine.decoder.default_prices`); with none cached (a
-    warning says so) it sees a flat curve (a GPU's)."""
+    """Serve ``requests`` (in arrival order) with continuous batching (module doc). ``prices``: the
+    price features' prior, the machine's batched latency model's ``price_line``, as the batch
+    simulator gives it; given none, a policy that reads prices takes this machine's cached
+    calibrations (:func:`specrl.engine.decoder.default_prices`)."""
     if not requests:
         raise ValueError("no requests to serve: give at least one TimedRequest")
     if max_batch < 1:
@@ -178,8 +156,6 @@ def serve_continuous(
         clock, busy = clock + step.seconds, busy + step.seconds
         sizes.append(step.batch_size)
         ks.append(step.action.k)
-        if on_step is not None:
-            on_step(generation, step)
         for row in step.finished:
             finished_at[row_of[row]] = clock
         bar.update(len(step.finished))

@@ -1,10 +1,9 @@
 """Serve a request stream with several setups side by side: (draft frozen or adapted) x controller.
 
-Every setup serves every request, one request at a time; the setups take turns within a request
-in an order rotated by the request's index, so machine noise hits all of them alike. A setup with
-an adapter re-distils its own draft after every ``adaptation.every`` requests, in between requests
-(serving pauses, and the adaptation's wall time is charged to that setup's stream). Every request
-of every setup is logged: its tokens, time, draft acceptance and the draft version that served it.
+Every setup serves every request, one at a time, in an order rotated by the request's index (so
+machine noise hits all alike). A setup with an adapter re-distils its own draft after every
+``adaptation.every`` requests, in between requests, its wall time charged to that setup. Every
+request of every setup is logged: tokens, time, acceptance and the draft version that served it.
 """
 
 from __future__ import annotations
@@ -25,17 +24,9 @@ from specrl.serving.stream_file import Request, StreamSpec
 
 @dataclass
 class Setup:
-    """One way of serving the stream.
-
-    Attributes:
-        name: e.g. "adapted + tcp".
-        controller: chooses (k, tau) at every step (reset at every request).
-        draft: the live draft of this setup.
-        adapter: re-distils ``draft`` on this setup's own traffic; None for a frozen draft.
-        records: one dict per served request (see :func:`serve_request`).
-        outputs: the generated token ids of every request.
-        adaptations: every adaptation run.
-    """
+    """One way of serving the stream (e.g. "adapted + tcp"): its controller, its live draft, and
+    for an adapting setup the adapter and the traffic it learns from; then its logs (a record and
+    the output of every request served, every adaptation)."""
 
     name: str
     controller: Controller
@@ -122,10 +113,7 @@ def serve_stream(
     progress: bool = True,
 ) -> list[Setup]:
     """Serve ``requests`` with every setup (module doc), after an untimed warm-up; returns the setups
-    with their logs.
-
-    ``on_request`` and ``on_adaptation`` are called with each record and each adaptation as they
-    happen (TensorBoard, progress lines)."""
+    with their logs. ``on_request`` and ``on_adaptation`` see each record and adaptation as it happens."""
     warm_up(pair, spec, setups, requests[0])
     every = spec.adaptation.every
     for request in tqdm(requests, desc=f"stream {spec.name}", unit="request", disable=not progress):
