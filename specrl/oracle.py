@@ -1,4 +1,5 @@
-"""The two bounds every comparison carries, computed on traces with modeled time.
+"""The clairvoyant oracles: the two bounds every comparison on traces carries (modeled time), and
+the batch simulator's oracle, a bound and the labels the batch policy imitates.
 
 - **Clairvoyant optimum** (:func:`clairvoyant`): knowing every acceptance outcome in
   advance, the minimum modeled time to emit a trace, by dynamic programming over positions:
@@ -22,14 +23,17 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from specrl.engine.sampling import SamplingConfig
-from specrl.engine.types import DEFAULT_DRAFTER, Outcome, throughput
+from specrl.engine.types import DEFAULT_DRAFTER, Action, Outcome, throughput
+from specrl.envs.batch_replay import BatchReplayEnv
 from specrl.envs.replay import replay_step
 from specrl.envs.trace_replay import realise_acceptance
 from specrl.latency import LatencyModel
+from specrl.trace_evaluation import controller_throughput, rates_by_batch
 from specrl.traces import Segment, Trace, TraceSet
 
 
@@ -215,3 +219,72 @@ def best_static(
         table[setting] = sum((per_setting[setting] for per_setting in runs), Bound(0, 0.0)).tokens_per_s
     (k, tau, drafter), best = max(table.items(), key=lambda item: item[1])
     return StaticBound(k=k, tau=tau, tokens_per_s=best, table=table, drafter=drafter)
+
+
+# ---- the batch simulator ----------------------------------------------------------------------
+
+
+class RolloutOracle:
+    """Labels a step in the batch simulator by what each (k, tau) gains: tokens - lam[B] * seconds,
+    B the batch's size now and lam[B] a throughput there (:func:`rates_by_batch`). With
+    ``horizon`` 1 the gain is the next step's, known in advance (``env.preview``; the one-step
+    oracle). Past one step, each action is taken on a fork of the episode (``env.fork``) and
+    ``continuation`` (acting on the observation alone: a static k, a schedule, a policy) plays up
+    to ``horizon - 1`` more steps, prefill counted: the labels of one step of policy iteration
+    over the continuation (AggreVaTe). Under load a step's cost comes later: a step that
+    speculates leaves its rows at different lengths, with holes in the grid and admissions one at
+    a time (``results/batch/labels.md``), which only the rollout sees."""
+
+    def __init__(
+        self, env: BatchReplayEnv, lam: dict[int, float], continuation: Any = None, horizon: int = 1
+    ) -> None:
+        if horizon < 1:
+            raise ValueError(f"horizon must be at least 1 step, got {horizon}")
+        self.env, self.lam, self.continuation, self.horizon = env, lam, continuation, horizon
+
+    def reset(self) -> None:
+        pass
+
+    def regrets(self, taus: tuple[float, ...] = (0.0,)) -> np.ndarray:
+        """For every (k, tau): how much less than the best action it gains, in plain steps' worth
+        (lam[B] times a plain step's seconds now). A tau never helps the oracle, which knows the
+        outcomes, but its regret is what a controller that sees only the past pays or saves."""
+        lam = self.lam.get(len(self.env.active), self.lam[0])  # lam[B], else over all sizes
+        ks = range(self.env.scenario.k_max + 1)
+        gains = np.array([[self._gain(Action(k, tau), lam) for tau in taus] for k in ks])
+        return (gains.max() - gains) / (lam * self.env.preview(0)[1])
+
+    def _gain(self, action: Action, lam: float) -> float:
+        if self.horizon == 1:
+            tokens, seconds = self.env.preview(action.k, action.tau)
+            return tokens - lam * seconds
+        twin, gain = self.env.fork(), 0.0
+        for _ in range(self.horizon):
+            observation, _, done, _, info = twin.step(action)
+            gain += info["tokens"] - lam * info["seconds"]
+            if done:
+                break
+            action = self.continuation.act(observation)
+        return gain
+
+    def act(self, observation) -> Action:
+        return Action(int(self.regrets()[:, 0].argmin()))
+
+    def observe(self, result) -> None:
+        pass
+
+
+def oracle_rates(env: BatchReplayEnv, controller, episodes: int, rounds: int = 3) -> dict[int, float]:
+    """The one-step oracle's lam[B]: tokens per second of the steps at each batch size (key 0: over
+    all), starting at ``controller``'s and refined to the oracle's own ``rounds`` times
+    (Dinkelbach's iteration, per batch size). Prefill is left out: an episode admits every request
+    once whatever the steps do."""
+    lam = rates_by_batch(env, controller, episodes, prefill=False)
+    for _ in range(rounds):
+        lam = {**lam, **rates_by_batch(env, RolloutOracle(env, lam), episodes, prefill=False)}
+    return lam
+
+
+def batch_clairvoyant(env: BatchReplayEnv, controller, episodes: int) -> float:
+    """The one-step oracle's throughput (tokens over busy seconds), lam[B] refined from ``controller``'s."""
+    return controller_throughput(env, RolloutOracle(env, oracle_rates(env, controller, episodes)), episodes)

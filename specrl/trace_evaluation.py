@@ -1,5 +1,6 @@
-"""Playing episodes: a controller in any env with its steps recorded, and controllers and batch
-policies scored on recorded traces in the trace-replay simulator.
+"""Playing episodes: a controller in any env with its steps recorded, controllers and batch
+policies scored on recorded traces in the trace-replay simulator, and controllers scored in the
+batch simulator (tokens and seconds by batch size, :class:`EpisodeTally`).
 
 Every evaluation on traces resets trace i of repeat r with :func:`episode_seed`, so a rule
 (:func:`evaluate_controller`) and a learned policy stepping all traces at once
@@ -10,6 +11,7 @@ training and ``specrl evaluate``'s simulator columns all score on traces through
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +21,9 @@ import numpy as np
 
 from specrl.acceptance import AcceptancePredictor
 from specrl.controllers.base import Controller
+from specrl.engine.types import throughput
 from specrl.envs import EpisodeSummary, Scenario, TraceReplayEnv, run_episode
+from specrl.envs.batch_replay import BatchReplayEnv
 from specrl.envs.rollout import EPISODE_SUMMARY
 from specrl.envs.vec_replay import VecTraceReplay
 from specrl.latency import LatencyModel
@@ -154,3 +158,68 @@ def evaluate_policy(
                 result.add(infos[row][EPISODE_SUMMARY])
             live &= ~dones
     return result
+
+
+# ---- the batch simulator ----------------------------------------------------------------------
+
+
+@dataclass
+class EpisodeTally:
+    """One episode's tokens and seconds by batch size (key 0: over all), and the steps at each
+    (batch size, k)."""
+
+    tokens: dict[int, float] = field(default_factory=dict)
+    seconds: dict[int, float] = field(default_factory=dict)
+    steps: Counter = field(default_factory=Counter)
+
+    @property
+    def throughput(self) -> float:
+        """Tokens over seconds, over the whole episode."""
+        return throughput(self.tokens[0], self.seconds[0])
+
+
+def play_episode(env: BatchReplayEnv, controller, seed: int, prefill: bool = True) -> EpisodeTally:
+    """``controller``'s episode with ``seed``; the seconds of the steps alone if not ``prefill``."""
+    tally = EpisodeTally()
+    observation, _ = env.reset(seed=seed)
+    controller.reset()
+    done = False
+    while not done:
+        observation, _, done, _, info = env.step(controller.act(observation))
+        controller.observe(info["step_result"])
+        spent = info["seconds"] - (0.0 if prefill else info["prefill_seconds"])
+        for size in (0, info["batch_size"]):
+            tally.tokens[size] = tally.tokens.get(size, 0.0) + info["tokens"]
+            tally.seconds[size] = tally.seconds.get(size, 0.0) + spent
+        tally.steps[(info["batch_size"], info["k"])] += 1
+    return tally
+
+
+def play_episodes(env: BatchReplayEnv, controller, episodes: int, prefill: bool = True) -> list[EpisodeTally]:
+    """The episodes with seeds 0..episodes-1, each tallied on its own: each episode's throughput
+    pairs controllers episode by episode
+    (:func:`specrl.evaluation.intervals.paired_ratio_interval`);
+    pooled, they give :func:`controller_throughput`."""
+    return [play_episode(env, controller, seed, prefill) for seed in range(episodes)]
+
+
+def pooled_throughput(tallies: list[EpisodeTally]) -> float:
+    """Tokens over busy seconds over every episode of ``tallies``."""
+    return throughput(sum(t.tokens[0] for t in tallies), sum(t.seconds[0] for t in tallies))
+
+
+def rates_by_batch(env: BatchReplayEnv, controller, episodes: int, prefill: bool = True) -> dict[int, float]:
+    """Tokens over seconds at each batch size a controller's episodes met (key 0: over all); the
+    seconds of the steps alone if not ``prefill``."""
+    tokens: dict[int, float] = {}
+    seconds: dict[int, float] = {}
+    for tally in play_episodes(env, controller, episodes, prefill):
+        for size, value in tally.tokens.items():
+            tokens[size] = tokens.get(size, 0.0) + value
+            seconds[size] = seconds.get(size, 0.0) + tally.seconds[size]
+    return {size: throughput(tokens[size], seconds[size]) for size in tokens}
+
+
+def controller_throughput(env: BatchReplayEnv, controller, episodes: int) -> float:
+    """Tokens over busy seconds, summed over episodes with seeds 0..episodes-1."""
+    return rates_by_batch(env, controller, episodes)[0]

@@ -23,6 +23,7 @@ from specrl.envs.scenario import BatchSpec, DomainShift, Scenario, ScenarioError
 from specrl.envs.trace_replay import arrival_times
 from specrl.latency import LatencyError, LatencyModel
 from specrl.latency.batch import calibration_runs, measure_batch_latency
+from specrl.oracle import RolloutOracle, batch_clairvoyant
 
 SIZES, TOKENS, CONTEXTS = (1, 4, 16, 64), tuple(range(1, 10)), (33, 161, 321)  # grids 32, 160, 320 wide
 
@@ -311,7 +312,7 @@ def test_the_batch_size_schedule_reads_the_batch_from_the_observation_and_is_tun
 
 
 def test_the_one_step_oracle_takes_the_k_of_least_regret_and_beats_every_static_k():
-    """The one-step clairvoyant (batch_control.clairvoyant): each step's k is the one whose
+    """The one-step clairvoyant (oracle.batch_clairvoyant): each step's k is the one whose
     previewed gain is highest, so its regret is 0; knowing the outcomes, it emits faster than any
     static k at a batch of one."""
     env = BatchReplayEnv(scenario(size=1, requests=6), latency=synthetic_latency(), split="validation")
@@ -321,11 +322,11 @@ def test_the_one_step_oracle_takes_the_k_of_least_regret_and_beats_every_static_
     }
     best = max(static, key=static.get)
     env.reset(seed=0)
-    oracle = batch_control.OneStepOracle(env, {0: static[best]})
+    oracle = RolloutOracle(env, {0: static[best]})
     regrets = oracle.regrets((0.0, 0.5))
     assert regrets.shape == (env.scenario.k_max + 1, 2) and regrets.min() == 0.0
     assert oracle.act(None).k == int(regrets[:, 0].argmin())
-    assert batch_control.clairvoyant(env, specrl.StaticController(best), 2) > static[best]
+    assert batch_clairvoyant(env, specrl.StaticController(best), 2) > static[best]
 
 
 def test_episodes_tallied_one_by_one_pair_controllers_on_the_same_draws():
@@ -390,11 +391,13 @@ def test_the_rollout_oracle_prices_each_k_by_the_steps_that_follow_it():
     env.reset(seed=0)
     env.step(np.array([2, 0]))
     lam = {0: 30.0}
-    one_step = batch_control.OneStepOracle(env, lam).regrets((0.0, 0.5))
+    priced = np.array([[env.preview(k, tau) for tau in (0.0, 0.5)] for k in range(env.scenario.k_max + 1)])
+    previewed = priced[..., 0] - lam[0] * priced[..., 1]  # the next step's gains, known in advance
+    one_step = (previewed.max() - previewed) / (lam[0] * priced[0, 0, 1])
     plain = specrl.StaticController(0)
-    assert np.allclose(batch_control.RolloutOracle(env, lam, plain, 1).regrets((0.0, 0.5)), one_step)
+    assert np.allclose(RolloutOracle(env, lam, plain, 1).regrets((0.0, 0.5)), one_step)
     positions = [row.position for row in env.active]
-    regrets = batch_control.RolloutOracle(env, lam, plain, 200).regrets()
+    regrets = RolloutOracle(env, lam, plain, 200).regrets()
     assert [row.position for row in env.active] == positions
     gains, prefills = [], 0.0
     for k in range(env.scenario.k_max + 1):
@@ -412,7 +415,7 @@ def test_the_rollout_oracle_prices_each_k_by_the_steps_that_follow_it():
     assert np.allclose(regrets[:, 0], expected) and regrets.min() == 0.0
     assert not np.allclose(regrets[:, 0], one_step[:, 0])  # looking ahead changes the labels
     with pytest.raises(ValueError, match="horizon must be at least 1"):
-        batch_control.RolloutOracle(env, lam, plain, 0)
+        RolloutOracle(env, lam, plain, 0)
 
 
 def test_imitation_fits_the_policy_to_the_labels_of_the_run_that_follows():

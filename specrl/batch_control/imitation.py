@@ -16,10 +16,11 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecNormalize
 from tqdm.auto import tqdm
 
-from specrl.batch_control.oracles import RolloutOracle
-from specrl.batch_control.schedule import FIXED, batch_of, controller_throughput, cutoff_from, rates_by_batch
+from specrl.batch_control.schedule import FIXED, batch_of, cutoff_from
 from specrl.controllers.batch_schedule import BatchCutoffController, BatchScheduleController
 from specrl.controllers.static import StaticController
+from specrl.oracle import RolloutOracle
+from specrl.trace_evaluation import controller_throughput, rates_by_batch
 from specrl.training.run_folder import BEST_MODEL, BEST_NORMALIZER
 
 # the cuts the imitation stage labels: none. With (0.0, 0.3, 0.5, 0.7) the imitated policy did worse on

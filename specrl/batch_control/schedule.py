@@ -1,92 +1,23 @@
-"""The batch-size rules a serving engineer tunes, and what they are measured with: throughput in
-the batch simulator, the vLLM / TensorRT-LLM schedule (the best k at each fixed batch size, on
-**validation**) and the switch that ends speculation above a batch size (vLLM's
-``speculative_disable_by_batch_size``), tuned the same way for any controller.
-
-``experiments/batch_real.py`` and ``train_batch.py`` tune and score with these, so the schedule and
-the cut-off mean the same thing in every table.
-"""
+"""The batch-size rules a serving engineer tunes on validation in the batch simulator: the vLLM /
+TensorRT-LLM schedule (the best k at each fixed batch size) and the switch that ends speculation
+above a batch size (vLLM's ``speculative_disable_by_batch_size``), for any controller."""
 
 from __future__ import annotations
 
 import math
-from collections import Counter
-from dataclasses import dataclass, field
 
 from tqdm.auto import tqdm
 
 from specrl.controllers.batch_schedule import BatchCutoffController, schedule_from_best_k
 from specrl.controllers.static import StaticController
-from specrl.engine.types import throughput
 from specrl.envs.batch_replay import BatchReplayEnv
 from specrl.envs.scenario import load_scenario
+from specrl.trace_evaluation import controller_throughput
 
 #: The fixed-batch scenarios the schedule and the cut-off are tuned on, smallest first.
 FIXED = ["batch_1", "batch_4", "batch_16", "batch_64"]
 #: The scenarios whose load varies (continuous batching with arrivals).
 ARRIVALS = ["arrivals"]
-
-
-@dataclass
-class EpisodeTally:
-    """One episode's tokens and seconds by batch size (key 0: over all), and the steps at each
-    (batch size, k)."""
-
-    tokens: dict[int, float] = field(default_factory=dict)
-    seconds: dict[int, float] = field(default_factory=dict)
-    steps: Counter = field(default_factory=Counter)
-
-    @property
-    def throughput(self) -> float:
-        """Tokens over seconds, over the whole episode."""
-        return throughput(self.tokens[0], self.seconds[0])
-
-
-def play_episode(env: BatchReplayEnv, controller, seed: int, prefill: bool = True) -> EpisodeTally:
-    """``controller``'s episode with ``seed``; the seconds of the steps alone if not ``prefill``."""
-    tally = EpisodeTally()
-    observation, _ = env.reset(seed=seed)
-    controller.reset()
-    done = False
-    while not done:
-        observation, _, done, _, info = env.step(controller.act(observation))
-        controller.observe(info["step_result"])
-        spent = info["seconds"] - (0.0 if prefill else info["prefill_seconds"])
-        for size in (0, info["batch_size"]):
-            tally.tokens[size] = tally.tokens.get(size, 0.0) + info["tokens"]
-            tally.seconds[size] = tally.seconds.get(size, 0.0) + spent
-        tally.steps[(info["batch_size"], info["k"])] += 1
-    return tally
-
-
-def play_episodes(env: BatchReplayEnv, controller, episodes: int, prefill: bool = True) -> list[EpisodeTally]:
-    """The episodes with seeds 0..episodes-1, each tallied on its own: each episode's throughput
-    pairs controllers episode by episode
-    (:func:`specrl.evaluation.intervals.paired_ratio_interval`);
-    pooled, they give :func:`controller_throughput`."""
-    return [play_episode(env, controller, seed, prefill) for seed in range(episodes)]
-
-
-def pooled_throughput(tallies: list[EpisodeTally]) -> float:
-    """Tokens over busy seconds over every episode of ``tallies``."""
-    return throughput(sum(t.tokens[0] for t in tallies), sum(t.seconds[0] for t in tallies))
-
-
-def rates_by_batch(env: BatchReplayEnv, controller, episodes: int, prefill: bool = True) -> dict[int, float]:
-    """Tokens over seconds at each batch size a controller's episodes met (key 0: over all); the
-    seconds of the steps alone if not ``prefill``."""
-    tokens: dict[int, float] = {}
-    seconds: dict[int, float] = {}
-    for tally in play_episodes(env, controller, episodes, prefill):
-        for size, value in tally.tokens.items():
-            tokens[size] = tokens.get(size, 0.0) + value
-            seconds[size] = seconds.get(size, 0.0) + tally.seconds[size]
-    return {size: throughput(tokens[size], seconds[size]) for size in tokens}
-
-
-def controller_throughput(env: BatchReplayEnv, controller, episodes: int) -> float:
-    """Tokens over busy seconds, summed over episodes with seeds 0..episodes-1."""
-    return rates_by_batch(env, controller, episodes)[0]
 
 
 def batch_of(name: str) -> int:
