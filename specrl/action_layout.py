@@ -27,12 +27,22 @@ def check_action_mapping(k_max: Any, tau_grid: Any) -> tuple[int, tuple[float, .
         raise ValueError(f"tau_grid must be a non-empty list of numbers in [0, 1], got {tau_grid!r}")
     if any(isinstance(tau, bool) or not isinstance(tau, (int, float, np.number)) for tau in tau_grid):
         raise ValueError(f"tau_grid must hold numbers, got {list(tau_grid)!r}")
-    grid = tuple(float(tau) for tau in tau_grid)
-    if any(not 0.0 <= tau <= 1.0 for tau in grid) or any(
-        a >= b for a, b in zip(grid, grid[1:], strict=False)
+    return int(k_max), check_grid("tau_grid", tau_grid)
+
+
+def check_grid(key: str, values: Any, from_zero: bool = False) -> tuple[float, ...]:
+    """``values`` as a tuple of floats strictly increasing within [0, 1] (starting at 0 when
+    ``from_zero``: a stop grid's first threshold never stops); a ValueError naming ``key`` otherwise."""
+    grid = tuple(float(value) for value in values)
+    start = "start at 0 and " if from_zero else ""
+    if (
+        not grid
+        or (from_zero and grid[0] != 0.0)
+        or any(not 0.0 <= value <= 1.0 for value in grid)
+        or any(a >= b for a, b in zip(grid, grid[1:], strict=False))
     ):
-        raise ValueError(f"tau_grid must be strictly increasing within [0, 1], got {list(grid)}")
-    return int(k_max), grid
+        raise ValueError(f"{key} must {start}be strictly increasing within [0, 1], got {list(grid)}")
+    return grid
 
 
 def check_stop_dimension(stop_grid: Any, predictor: Any) -> tuple[float, ...] | None:
@@ -51,10 +61,7 @@ def check_stop_dimension(stop_grid: Any, predictor: Any) -> tuple[float, ...] | 
         raise ValueError("a stop dimension needs both stop_grid and its acceptance predictor")
     if not isinstance(stop_grid, (list, tuple)) or len(stop_grid) < 2:
         raise ValueError(f"stop_grid must list at least two thresholds, got {stop_grid!r}")
-    grid = tuple(float(h) for h in stop_grid)
-    if grid[0] != 0.0 or any(not 0.0 <= h <= 1.0 for h in grid) or list(grid) != sorted(set(grid)):
-        raise ValueError(f"stop_grid must start at 0 and increase strictly within [0, 1], got {list(grid)}")
-    return grid
+    return check_grid("stop_grid", stop_grid, from_zero=True)
 
 
 def check_drafters(drafters: Any) -> tuple[str, ...]:

@@ -9,9 +9,8 @@ from the file's folder, ``prompts.domains`` defaults to the file's one domain an
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,50 +99,3 @@ def parse(data: Any, source: str, base_dir: Path) -> Scenario:
     if "domains" not in given and spec.single_domain is not None:
         spec = replace(spec, domains={spec.single_domain: 1.0})
     return replace(scenario, prompts=spec, source=source)
-
-
-# ---- the hand-written checks the stream files (specrl.serving.stream_file) still read through -------
-
-
-def check_mapping(data: Any, cls: type, key: str, source: str) -> dict[str, Any]:
-    """``data`` as a dict whose keys are fields of ``cls``; otherwise a ScenarioError."""
-    if not isinstance(data, Mapping):
-        where = f"'{key}'" if key else "the top level"
-        raise ScenarioError(f"{source}: {where} must be a mapping of keys to values, got {data!r}")
-    known = [f.name for f in fields(cls) if f.name != "source"]
-    for name in data:
-        if name not in known:
-            raise ScenarioError(f"{source}: {unknown_key((key, name) if key else (name,), known)}")
-    return dict(data)
-
-
-def check_leaf(value: Any, kind: type, key: str, source: str, optional: bool = False) -> Any:
-    """Check one leaf value; ints are accepted where floats are expected."""
-    if value is None and optional:
-        return None
-    ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value, ok = float(value), True
-    if kind is float and ok and not math.isfinite(value):
-        ok = False
-    if not ok:
-        expected = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[kind]
-        expected += " or null" if optional else ""
-        raise ScenarioError(f"{source}: '{key}' must be {expected}, got {value!r}")
-    return value
-
-
-def check_leaves(data: dict[str, Any], cls: type, prefix: str, source: str) -> dict[str, Any]:
-    """Type-check the scalar fields of a flat section against the dataclass annotations
-    (strings such as "float" or "str | None", since the modules use postponed annotations)."""
-    kinds = {"int": int, "float": float, "str": str, "bool": bool}
-    out = {}
-    for f in fields(cls):
-        if f.name not in data:
-            continue
-        annotation = str(f.type).replace(" ", "")
-        optional = annotation.endswith("|None")
-        out[f.name] = check_leaf(
-            data[f.name], kinds[annotation.removesuffix("|None")], prefix + f.name, source, optional
-        )
-    return out

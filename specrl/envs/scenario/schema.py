@@ -16,8 +16,8 @@ import numpy as np
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass
 
+from specrl.action_layout import check_drafters, check_grid
 from specrl.embedded.corpus import SPLITS
-from specrl.engine.drafters.registry import DRAFTERS
 from specrl.engine.sampling import SamplingConfig
 from specrl.envs.scenario.pairs import PairInfo, PairSpec
 from specrl.envs.scenario.prompt_files import (
@@ -325,22 +325,9 @@ class Scenario:
     source: str | None = None  # the file it was loaded from, if any (not a key of the file)
 
     def __post_init__(self) -> None:
-        for key in ("tau_grid", "stop_grid"):
-            grid = tuple(getattr(self, key))
-            if not grid or any(not 0.0 <= value <= 1.0 for value in grid) or list(grid) != sorted(set(grid)):
-                raise ValueError(
-                    f"{key} must be a non-empty, strictly increasing list of values in [0, 1], "
-                    f"got {list(grid)}"
-                )
-        if not self.drafters or len(set(self.drafters)) != len(self.drafters):
-            raise ValueError(
-                f"drafters must be a non-empty list of distinct names, got {list(self.drafters)}"
-            )
-        unknown = [d for d in self.drafters if d not in DRAFTERS]
-        if unknown:
-            raise ValueError(f"unknown drafter(s) {unknown} in drafters; choose among {list(DRAFTERS)}")
-        if self.stop_grid[0] != 0.0:
-            raise ValueError(f"stop_grid must start with 0 (never stop), got {list(self.stop_grid)}")
+        check_grid("tau_grid", self.tau_grid)
+        check_grid("stop_grid", self.stop_grid, from_zero=True)
+        check_drafters(list(self.drafters))
         last = 0
         for shift in self.shift:
             if not last < shift.after_tokens < self.max_new_tokens:
