@@ -1,18 +1,11 @@
 """Hugging Face ``generate`` on a (target, draft) pair: the peers' own engine, timed by the wall clock.
 
-Shared by ``experiments/bench_decode.py`` and the evaluation harness (``specrl.evaluation``).
-
-In transformers 5.x the assisted-generation settings (``num_assistant_tokens``, its schedule,
-``assistant_confidence_threshold``) are read from the *assistant's* ``generation_config``;
-passing them to ``generate()`` does nothing. So an assisted run owns a
-:class:`~transformers.GenerationConfig` (:func:`assistant_config`) that is swapped onto the
-draft for its calls only (:func:`assistant_settings`). HF's dynamic confidence threshold
-adapts (ROC over recorded confidences) only when scikit-learn is installed, otherwise it stays
-at its start value: :func:`confidence_threshold_variant` says which one runs, and every report
-records it.
-
-Every run emits exactly ``max_new_tokens`` tokens (``eos_token_id=None``); the time is the wall
-clock of the whole ``generate`` call, prefill included, device-synchronised.
+Transformers 5.x reads the assisted-generation settings (``num_assistant_tokens``, its schedule,
+``assistant_confidence_threshold``) from the *assistant's* ``generation_config``, so a run swaps
+its own config onto the draft for its calls only (:func:`assistant_settings`). HF's dynamic
+confidence threshold adapts only when scikit-learn is installed (:func:`confidence_threshold_variant`,
+which every report records). Every run emits exactly ``max_new_tokens`` tokens; its time is the
+whole call's, prefill included, device-synchronised.
 """
 
 from __future__ import annotations
@@ -77,10 +70,7 @@ def assistant_settings(draft: torch.nn.Module, config: GenerationConfig | None) 
 
 
 class ForwardCounter:
-    """Counts forward calls of the target and the draft (a pre-hook: microseconds per call).
-
-    Use as a context manager, or call :meth:`remove` when done.
-    """
+    """Counts forward calls of the target and the draft (pre-hooks; a context manager)."""
 
     def __init__(self, pair: ModelPair) -> None:
         self.counts = {"target": 0, "draft": 0}
@@ -118,14 +108,8 @@ def generate_kwargs(max_new_tokens: int, temperature: float, top_k: int = 0, top
 
 @dataclass
 class HFRun:
-    """One timed ``generate`` call.
-
-    Attributes:
-        ids: the new token ids.
-        seconds: wall clock of the whole call (prefill included), device-synchronised.
-        target_forwards: target forward calls (prefill and first verification are one).
-        draft_forwards: draft forward calls.
-    """
+    """One timed ``generate`` call: the new ids, its seconds (the whole call, device-synchronised)
+    and the forward calls of each model (prefill and first verification are one)."""
 
     ids: list[int]
     seconds: float
@@ -144,23 +128,10 @@ def hf_generate(
     top_p: float = 1.0,
     counter: ForwardCounter | None = None,
 ) -> HFRun:
-    """Run ``pair.target.generate`` once, with the draft as assistant when ``assistant`` is given.
-
-    Args:
-        pair: the models.
-        prompt_ids: the prompt's token ids.
-        max_new_tokens: tokens to emit (EOS does not stop the call).
-        temperature: 0 for greedy.
-        seed: seeds torch's global generator before the call (HF samples from it).
-        assistant: the assistant's generation_config (see :func:`assistant_config`); None for
-            plain ``generate`` without an assistant.
-        top_k: top-k filter when sampling (0 = off).
-        top_p: nucleus filter when sampling (1 = off).
-        counter: a :class:`ForwardCounter` on ``pair``; one is made (and removed) if None.
-
-    Returns:
-        The new ids, the seconds and the forward counts of the call.
-    """
+    """Run ``pair.target.generate`` once for exactly ``max_new_tokens`` tokens (temperature 0:
+    greedy), with the draft as assistant under ``assistant`` (:func:`assistant_config`; None: plain
+    ``generate``). ``seed`` seeds torch's global generator (HF samples from it); ``counter``: a
+    :class:`ForwardCounter` on ``pair``, one is made for the call if None."""
     own_counter = counter is None
     counter = counter or ForwardCounter(pair)
     counter.reset()

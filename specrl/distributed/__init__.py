@@ -1,13 +1,6 @@
-"""Scale-out on Ray: trace collection and real-loop evaluation sharded by prompt across workers.
-
-- :mod:`~specrl.distributed.cluster`: connecting to Ray (a local instance, or a cluster's
-  address, refused within seconds when nothing answers); :class:`RayError`.
-- :mod:`~specrl.distributed.workers`: :class:`RayPool`, one worker actor per share of the
-  prompts, each loading the pair once; a shard whose worker dies is retried once on a fresh
-  worker, then the run fails naming the prompts lost.
-
-Ray is an optional dependency (``pip install 'specrl[ray]'``); nothing here imports it until a
-pool is made.
+"""Scale-out on Ray (docs/design.md, "Scale-out on Ray"): trace collection and real-loop
+evaluation sharded by prompt across workers that each load the pair once (:class:`RayPool`);
+connecting to Ray (:func:`connect`). Ray is optional: nothing here imports it until a pool is made.
 """
 
 from specrl.distributed.cluster import RayError, WorkerLost, connect

@@ -1,9 +1,7 @@
 """Connecting to Ray: a local instance, or an existing cluster, with errors that say what to do.
 
-``ray.init`` waits about 20 s on an address where no Ray cluster answers (one attempt a second).
-:func:`connect` first opens a TCP connection with a short timeout (a closed port fails at once),
-then lets Ray try for :data:`CONNECT_SECONDS` only (``RAY_NUM_REDIS_GET_RETRIES``, unless set),
-since something else may accept the connection (a proxy, another service).
+``ray.init`` waits about 20 s on an address where nothing answers, so :func:`connect` first opens a
+TCP connection with a short timeout, then lets Ray try for :data:`CONNECT_SECONDS` only.
 """
 
 from __future__ import annotations
@@ -81,8 +79,7 @@ def connect(address: str | None = LOCAL, *, num_cpus: int | None = None) -> Any:
     if address != "auto":
         probe(address)
     os.environ.setdefault("RAY_NUM_REDIS_GET_RETRIES", str(CONNECT_SECONDS))
-    # ray.init can also block without end (a server that accepts and never answers): it runs in a
-    # daemon thread, abandoned if it has not returned in time.
+    # ray.init can block without end (a server that accepts and never answers): a daemon thread.
     outcome: list[BaseException | None] = []
 
     def join() -> None:

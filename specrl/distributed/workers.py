@@ -1,16 +1,11 @@
 """Work sharded by prompt across Ray workers, each loading the pair once.
 
 A :class:`RayPool` holds up to ``workers`` actors (:class:`PairWorker`), made on first use and
-reused by every later call, so a run loads the pair once per worker however many scenarios it
-records or evaluates. Jobs (trace prompts, evaluation episodes) are cut into contiguous shards,
-one per worker, and the results are joined in the jobs' order: because every job carries its
-own seeds (:class:`~specrl.envs.recording.TraceJob`, the evaluation's episodes), the joined
-result is the one a single process gives.
-
-A shard whose worker dies (the process exits, the node goes away) is retried once on a fresh
-worker; a second death raises :class:`~specrl.distributed.cluster.WorkerLost` naming the
-prompts of that shard. An exception raised by the work itself is not retried (it would only
-raise again): it is re-raised as it is.
+reused by every later call. Jobs are cut into contiguous shards, one per worker, and the results
+joined in the jobs' order; every job carries its own seeds, so the result is a single process's.
+A shard whose worker dies is retried once on a fresh worker, then
+:class:`~specrl.distributed.cluster.WorkerLost` names its prompts; an exception raised by the work
+itself is re-raised as it is.
 """
 
 from __future__ import annotations
@@ -72,18 +67,16 @@ class PairWorker:
 
 
 class RayPool:
-    """Ray workers that each hold the pair ``spec`` loads.
+    """Ray workers that each hold the pair ``spec`` loads (a local target/draft path must exist
+    on every node).
 
     Args:
-        spec: the pair every worker loads (an embedded preset is built or read from each node's
-            cache; a local target/draft path must exist on every node).
-        address: where Ray runs (:func:`~specrl.distributed.cluster.connect`): "local" (a private
-            instance on this machine), "auto", or a cluster's HOST:PORT.
-        workers: how many workers; default: the cluster's CPUs / ``cpus_per_worker`` (its GPUs
+        address: where Ray runs (:func:`~specrl.distributed.cluster.connect`).
+        workers: default: the cluster's CPUs / ``cpus_per_worker`` (its GPUs / ``gpus_per_worker``
             when the pair runs on CUDA).
         cpus_per_worker: CPUs Ray reserves for a worker, and torch's threads in it.
-        gpus_per_worker: GPUs Ray reserves for a worker; default 1 when the cluster has GPUs and
-            the pair does not ask for the CPU, else 0.
+        gpus_per_worker: default 1 when the cluster has GPUs and the pair does not ask for the
+            CPU, else 0.
         worker: the actor class (a :class:`PairWorker`; a subclass can add work).
     """
 

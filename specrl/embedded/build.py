@@ -56,9 +56,8 @@ def has_mid(pair_dir: Path) -> bool:
 
 
 def ensure_pair(preset: str = "small", seed: int = 0) -> Path:
-    """The directory of a built pair: shipped weights if the package has them, else the
-    cache, else build it now (with progress) into the cache. A cached pair built before its
-    preset had a mid draft gets one distilled into it (:func:`add_mid`)."""
+    """The directory of a built pair: shipped weights if the package has them, else the cache, else
+    built now into the cache. A cached pair without its preset's mid draft gets one (:func:`add_mid`)."""
     if preset not in PRESETS:
         raise ValueError(f"unknown embedded-pair preset {preset!r}; choose one of {sorted(PRESETS)}")
     if seed == 0 and is_complete(shipped_dir(preset)):
@@ -88,21 +87,16 @@ def build(
     command: str | None = None,
     max_seconds: float | None = None,
 ) -> Path:
-    """Build corpus, tokenizer, target and distilled draft; write them atomically to out_dir.
+    """Build corpus, tokenizer, target and distilled draft (and the mid draft) of ``preset_name``
+    from ``seed``; write them atomically to ``out_dir`` (replaced only when the build succeeded).
 
     Args:
-        preset_name: a key of ``PRESETS``.
-        seed: decides the corpus split of math, prompt cuts, initialisation and batches.
-        out_dir: final directory; replaced only when the build has fully succeeded.
-        save_dtype: weights dtype on disk (e.g. ``torch.float16`` for shipped weights).
+        save_dtype: weights dtype on disk (``torch.float16`` for shipped weights).
         device: training device; default CUDA if available.
         command: the command line recorded in the model card.
-        max_seconds: a wall-clock cap from the start of the build to the end of training
-            (held-out evaluation and saving come after). Each model trains at most its preset's
-            steps and stops early at its share of the time left, in proportion to the estimated
-            FLOPs of what remains (:func:`~specrl.embedded.presets.training_flops`); the card's
-            ``budget`` records the steps done, the cap and whether it was hit. None (the default):
-            the preset's steps, exactly as without the option.
+        max_seconds: a wall-clock cap from the start of the build to the end of training: each
+            model stops early at its share of the time left (:class:`Deadlines`); the card's
+            ``budget`` records it. None: the preset's steps.
     """
     preset = PRESETS[preset_name]
     out_dir = Path(out_dir)
@@ -230,9 +224,8 @@ def distil_mid(
     target, tokenizer, train_streams, heldout_streams, preset, seed: int, deadline: float | None = None
 ) -> tuple[object, dict]:
     """Distil the preset's second draft (``mid``) from ``target`` as the draft is (same data mix and
-    loss, ``mid_steps`` steps, or fewer if ``deadline`` passes), from seed + 2; return it and its card
-    entry. On a CPU it trains in fp32 (bf16 autocast there is several times slower;
-    :func:`~specrl.embedded.train.train`)."""
+    loss, its own steps or fewer if ``deadline`` passes), from seed + 2, in fp32 on a CPU; return
+    it and its card entry."""
     assert preset.mid is not None
     started = time.time()
     device = next(target.parameters()).device

@@ -1,34 +1,15 @@
 """Offline text for the embedded pair: its training corpus and its prompt sets.
 
-The models train on three domains (``DOMAINS``), text every Python install carries:
+The models train on three domains (``DOMAINS``): ``code``, standard-library ``.py`` files;
+``prose``, their docstrings and comments; ``math``, seeded generated arithmetic (out of domain for
+the draft). Files are split into train and held-out by a hash of their relative path (stable across
+machines with the same Python); held-out prompts are cut only from held-out text, then dealt into
+the ``validation`` and ``test`` splits (``SPLITS``, docs/design.md section 4b).
 
-* ``code``  - standard-library ``.py`` source files.
-* ``prose`` - the docstrings and comments of those same files.
-* ``math``  - procedurally generated arithmetic (seeded), out of domain for the draft.
-
-Files are split into train and held-out sets by a hash of their relative path, so the
-split is stable across machines with the same Python version. Held-out prompts are cut
-only from held-out files (and from math generated with a different seed).
-
-Prompts come in three disjoint splits per domain (``SPLITS``, the evaluation protocol of
-docs/design.md section 4b): ``train`` (the traces PPO trains on), ``validation`` (checkpoint
-selection, tuning) and ``test`` (reported). The held-out prompts of a domain are cut as one
-list, then dealt into test and validation in alternating blocks (:func:`split_evaluation`).
-
-Three more domains are prompt-only (``PROMPT_DOMAINS``): neither model ever trains on them.
-Their text comes from files every Debian machine with a Python install has, read when the
-pair is built; the prompts are saved in the pair's ``prompts.json``, so nothing reads these
-files at run time:
-
-* ``c_header`` - C headers of the Python install (``sysconfig.get_paths()["include"]``):
-  train, validation and test prompts (a PPO training domain).
-* ``perl``     - the Perl modules of Debian's Essential package ``perl-base``
-  (``/usr/lib/<multiarch>/perl-base/**/*.pm``): train, validation and test (a PPO training domain).
-* ``license``  - the license texts of Debian's Essential package ``base-files``
-  (``/usr/share/common-licenses``): **test prompts only**, the unseen test domain that no
-  training, distillation, PPO training or checkpoint selection sees.
-
-A prompt-only domain whose files are absent on the building machine gets no prompts.
+Three prompt-only domains (``PROMPT_DOMAINS``), which neither model trains on, are read from files
+a Debian machine with Python has when the pair is built (and saved in its ``prompts.json``):
+``c_header`` and ``perl`` (all three splits) and ``license`` (test only: the unseen test domain).
+A prompt-only domain whose files are absent gets no prompts.
 """
 
 from __future__ import annotations
@@ -152,13 +133,9 @@ def prompt_from(document: str, rng: random.Random, min_chars: int, max_chars: in
 
 
 def split_evaluation(prompts: list[str], block: int = EVALUATION_BLOCK) -> dict[str, list[str]]:
-    """Held-out prompts dealt into ``test`` and ``validation`` in alternating blocks.
-
-    Blocks of ``min(block, len(prompts) // 2)`` prompts (at least 1), the first block to
-    test: with 64 prompts, test gets 0-7, 16-23, 32-39, 48-55 and validation 8-15, 24-31, ...
-    The first prompts of each split are the ones traces are recorded for, so a held-out
-    list whose first 16 prompts were recorded keeps all 16 traces (8 test, 8 validation).
-    """
+    """Held-out prompts dealt into ``test`` and ``validation`` in alternating blocks of
+    ``min(block, len(prompts) // 2)`` prompts (at least 1), the first to test: with 64 prompts,
+    test gets 0-7, 16-23, ... and validation 8-15, 24-31, ..."""
     size = max(1, min(block, len(prompts) // 2))
     splits: dict[str, list[str]] = {"test": [], "validation": []}
     for start in range(0, len(prompts), size):
@@ -205,16 +182,10 @@ def common_licenses() -> tuple[Path, list[Path]]:
 
 @dataclass(frozen=True)
 class PromptSource:
-    """A prompt-only domain: where its files are, which splits it has, how long its prompts are.
-
-    Attributes:
-        description: where the text comes from (saved in ``prompts.json``).
-        files: returns the source folder and its files (sorted; empty when absent).
-        splits: ``SPLITS`` (a training domain) or ``("test",)`` (the unseen test domain).
-        limits: minimum and maximum prompt length in characters.
-        heldout_percent: share of files (by path hash) held out for validation and test
-            prompts, for a domain with a train split.
-    """
+    """A prompt-only domain: where its text comes from (``description``, saved in
+    ``prompts.json``), ``files()`` (its folder and sorted files, empty when absent), its splits
+    (``SPLITS``, or ``("test",)``), its prompts' length limits in characters and the share of
+    files held out for validation and test prompts."""
 
     description: str
     files: Callable[[], tuple[Path, list[Path]]]
@@ -275,15 +246,9 @@ def source_prompts(name: str, source: PromptSource, seed: int, count: int) -> di
 
 
 def build_corpus(seed: int, max_files: int | None, prompts_per_domain: int, heldout_percent: int) -> Corpus:
-    """Read the stdlib, split it, generate math, and cut prompt sets (see the module doc).
-
-    Args:
-        seed: seeds math generation and prompt cutting.
-        max_files: use only the first N stdlib files (tiny preset); None for all.
-        prompts_per_domain: prompts per domain in ``train``, and in ``validation`` and
-            ``test`` together.
-        heldout_percent: share of files (by path hash) held out of training.
-    """
+    """Read the stdlib, split it, generate math, and cut prompt sets (module doc): ``seed`` seeds
+    math and prompt cutting; ``max_files`` (None: all) stdlib files are read; ``prompts_per_domain``
+    in ``train``, and in ``validation`` and ``test`` together; ``heldout_percent`` of files held out."""
     root = Path(sysconfig.get_paths()["stdlib"])
     corpus = Corpus(text={s: {d: [] for d in DOMAINS} for s in ("train", "heldout")})
     files = stdlib_files(max_files)

@@ -73,7 +73,7 @@ def training_flops(preset: Preset, shape: ModelShape, teacher: ModelShape | None
 
 
 PRESETS: dict[str, Preset] = {
-    # Seconds to build on 2 CPU cores; for tests. Quality is irrelevant, shapes are real.
+    # For tests: seconds to build on 2 CPU cores; quality is irrelevant, shapes are real.
     "tiny": Preset(
         name="tiny",
         vocab_size=384,
@@ -96,8 +96,7 @@ PRESETS: dict[str, Preset] = {
         eval_batches=2,
         mid=ModelShape(hidden=48, layers=2, heads=2, intermediate=96),
     ),
-    # The default. Sized so speculation can pay on a CPU: the 27M target costs ~9 ms per
-    # forward at batch 1 (context 200), the one-layer 1.8M draft ~0.5 ms (about 1/20).
+    # The default, sized so speculation pays on a CPU (a 27M target, a one-layer 1.8M draft).
     "small": Preset(
         name="small",
         vocab_size=4096,
@@ -118,18 +117,12 @@ PRESETS: dict[str, Preset] = {
         distill_alpha=0.7,
         prompts_per_domain=64,
         eval_batches=8,
-        # About 3x the draft's parameters, two layers: between the draft and the 27M target.
         mid=ModelShape(hidden=384, layers=2, heads=6, intermediate=1024),
-        mid_steps=500,  # fp32 on 2 CPU cores: about 3.5 s a step with the target as teacher
+        mid_steps=500,
     ),
     # For one GPU (experiments/gpu_check.py, with a wall-clock cap: build(max_seconds=...)): a
-    # 312M-parameter target (24 layers of 1024) and an 8.5M two-layer draft distilled from it.
-    # Step counts sized for about 3 minutes on one H200 in bf16 autocast, by estimate only (no GPU
-    # was available to check it): training_flops() gives 3.3e13 FLOPs per target step (16,384 tokens)
-    # and 1.2e13 per distillation step (the target's forward dominates); at an assumed 200 TFLOP/s
-    # (about 20% of the H200's dense bf16 peak: HF eager Llama, fp32 logits and loss) that is 0.17 s
-    # and 0.06 s a step, so 600 + 500 steps take about 130 s, after ~30 s of corpus, tokenizer and
-    # encoding on the host. 600 x 16,384 tokens is about one pass over the 10.8M training tokens.
+    # 312M-parameter target and an 8.5M draft; steps sized by training_flops() for about 3 minutes
+    # on one H200 (an estimate; no GPU has checked it).
     "gpu": Preset(
         name="gpu",
         vocab_size=4096,

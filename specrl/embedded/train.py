@@ -102,15 +102,9 @@ def _autocast(device: torch.device, enabled: bool = True):
 def distillation_loss(
     logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor, temperature: float, alpha: float
 ) -> torch.Tensor:
-    """KD plus LM loss: ``alpha * T^2 * KL(teacher_T || student_T) + (1 - alpha) * CE(labels)``.
-
-    Args:
-        logits: the student's logits, (N, V) over N positions.
-        teacher_logits: the teacher's logits (or log-probabilities) at the same positions, (N, V).
-        labels: the next token at each position, (N,).
-        temperature: T, softens both distributions in the KL term (T^2 keeps its gradient scale).
-        alpha: weight of the KL term.
-    """
+    """KD plus LM loss: ``alpha * T^2 * KL(teacher_T || student_T) + (1 - alpha) * CE(labels)``
+    over N positions: the student's (N, V) logits, the teacher's logits or log-probabilities, the
+    (N,) next tokens; T softens both distributions (T^2 keeps the gradient's scale)."""
     kl = F.kl_div(
         F.log_softmax(logits / temperature, -1),
         F.log_softmax(teacher_logits.float() / temperature, -1),
@@ -132,15 +126,12 @@ def train(
     bf16: bool = True,
     deadline: float | None = None,
 ) -> list[float]:
-    """Pre-train (no teacher) or distill (teacher given): KL to the temperature-softened
-    teacher distribution, weighted ``distill_alpha``, plus the LM loss. Returns losses, one per
-    step done.
+    """Pre-train (no teacher) or distil (:func:`distillation_loss`); the losses, one per step done.
 
     ``steps`` defaults to the preset's for the role; ``bf16`` runs forwards under bf16 autocast
-    (how the shipped pair was built; on the 2-core CPU this project is built on it is several times
-    slower than fp32: 13 s against 2 s for the small target's forward over a training batch).
-    ``deadline`` (a ``time.monotonic()`` value): stop after the step that passes it, the learning
-    rate schedule still the one of ``steps`` (a wall-clock cap, not a shorter schedule).
+    (how the shipped pair was built; several times slower than fp32 on a CPU). ``deadline`` (a
+    ``time.monotonic()`` value): stop after the step that passes it, the learning rate schedule
+    still the one of ``steps``.
     """
     device = next(student.parameters()).device
     steps = steps or (preset.draft_steps if teacher is not None else preset.target_steps)

@@ -1,10 +1,6 @@
-"""Which vLLM the proposer works with, and errors that say what to install.
-
-The custom-class proposer's interface (``propose(sampled_token_ids, num_tokens_no_spec,
-token_ids_cpu, ...)``, rows without request ids, no draft probabilities) is vLLM 0.32's
+"""Which vLLM the proposer works with: the custom-class proposer interface of vLLM 0.32
 (``vllm/v1/worker/gpu_model_runner.py``); other versions pass other arguments, so they are refused
-by name rather than run wrong.
-"""
+by name rather than run wrong."""
 
 from __future__ import annotations
 

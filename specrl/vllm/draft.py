@@ -1,17 +1,12 @@
 """The draft model inside vLLM: a KV cache row per request that drafts with it, rolled back to what
 vLLM accepted.
 
-vLLM runs the target; the proposer runs the draft, specrl's own
-:class:`~specrl.engine.drafters.model.ModelDrafter`, over the requests of a step that draft with it,
-together in one batch of forwards (each request with its own k and its own cut). A request keeps its
-row between steps. Before drafting, the row is rolled back to the longest prefix of what it holds
-(the request's tokens and its last proposal) that the request's tokens still start with: what
-vLLM accepted of that proposal. The tokens vLLM emitted since are fed in the first forward.
-Nothing is recomputed.
-
-Rows of requests that are not in a step (finished, preempted) leave at once; a request that comes
-back is prefilled again. A request that is in the step but drafts with the lookup, or not at all,
-keeps its row, which catches up whenever other rows draft.
+The proposer runs specrl's own :class:`~specrl.engine.drafters.model.ModelDrafter` over the
+requests of a step that draft with it, in one batch (each with its own k and cut). A request keeps
+its row between steps; before drafting, the row is rolled back to the longest prefix of what it
+holds (its tokens and its last proposal) that the request's tokens still start with, and the tokens
+vLLM emitted since are fed in the first forward. Rows of requests not in a step leave at once; a
+request in the step that does not draft with the model keeps its row, which catches up later.
 """
 
 from __future__ import annotations

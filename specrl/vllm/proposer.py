@@ -1,50 +1,21 @@
-"""specrl's controllers inside vLLM: a proposer for ``speculative_config={"method": "custom_class"}``.
+"""specrl's controllers inside vLLM: a proposer for ``speculative_config={"method": "custom_class"}``
+(docs/design.md section 8, "Inside vLLM").
 
-vLLM V1 builds the proposer from its config, then asks it once per engine step for draft tokens:
-``propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)`` gets, for each request row of
-the batch, the tokens that request emitted in the step just verified (its accepted drafts plus
-one: so the acceptance of the last proposal), its token count and its whole token array. It
-returns each row's draft, of any length; vLLM verifies them with its own rejection sampler. A
-draft without probabilities is a point mass, so the output is exactly vLLM's without speculation.
+Once per engine step vLLM calls ``propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)``
+with, per request row, the tokens it emitted in the step just verified (so the acceptance of the
+last proposal), its token count and its token array; the proposer returns each row's draft, which
+vLLM verifies as a point mass (exact at any temperature). Per request it keeps what the engine
+keeps per sequence: a :class:`~specrl.features.FeatureTracker` fed with each verified step and a
+controller asked for the next action. Drafters: ``ngram`` (the lookup over the request's tokens)
+and ``draft``, a draft model sharing the target's tokenizer (:mod:`specrl.vllm.draft`).
 
-Per request this proposer keeps what specrl's own engine keeps per sequence: a
-:class:`~specrl.features.FeatureTracker` fed with each verified step, and a controller asked for
-the next action (k, tau, stop, drafter). Two drafters:
-
-- ``ngram``: the n-gram lookup over the request's own tokens;
-- ``draft``: a draft model that shares the target's tokenizer (``draft=`` or
-  ``$SPECRL_VLLM_DRAFT``, a folder or Hugging Face id), run by the proposer with a KV cache row
-  per request, rolled back to what vLLM accepted (:mod:`specrl.vllm.draft`). The requests that
-  draft with it in a step draft together, each with its own k and cut.
-
-An action names its drafter; without a draft model every action drafts with the lookup. What vLLM
-does not report is set as in training and named here:
-
-- the sampling temperature (per request in vLLM, not given to a proposer): ``temperature``,
-  default 0;
-- verification time is the wall time between two ``propose`` calls (vLLM's whole step, shared by
-  the rows, as the engine's verify seconds are); drafting time is the proposer's own;
-- acceptance probabilities are those of point masses: 1 for accepted tokens, 0 from the first
-  rejected one on (the target's law is not given to a proposer);
-- the price features are fitted from these measured steps, with a prior when one is given
-  (``prices=`` or ``$SPECRL_VLLM_PRICES``: a profile of the latency family such as
-  ``gpu-like-h100``, or a latency model file of the serving machine, ``calibrate.py --out``).
-  Without one they are 0 until the window's drafts differ in length, and the verification's
-  curve (feature version 5) reads flat: vLLM's machine is not one any cached calibration measured.
-
-vLLM is given no draft probabilities, so it verifies every proposed token as a point mass: the
-output is exact at any temperature, and the draft proposes its most likely token.
-
-vLLM does not pass request ids to a custom proposer, and its batch rows move as requests finish.
-A request is therefore recognised by its first tokens (up to 16) and its length (a row must continue a known
-request: same first tokens, its old length plus the tokens it just emitted). Two requests with the
-same first tokens and length are indistinguishable; they may swap histories, which changes what
-the controller sees, never the output.
-
-A failure inside the proposer for one request (a controller that raises, a request longer than
-the draft's context window) turns speculation off for that request only, logged once; a failure
-of the draft's batched forward turns it off for the requests of that batch. The engine goes on
-and the output is unchanged.
+What vLLM does not tell a proposer is set as in training: the temperature (``temperature``,
+default 0); verification time (the wall time between two calls); acceptance probabilities (point
+masses); the price features' prior (``prices=`` or ``$SPECRL_VLLM_PRICES``; else measured from
+vLLM's steps alone). vLLM passes no request ids, so a request is recognised by its first tokens
+and its length; two requests alike in both may swap histories, which changes what the controller
+sees, never the output. A failure for one request (or for the draft's batched forward) turns
+speculation off for those requests, logged once; the output is unchanged.
 """
 
 from __future__ import annotations
@@ -70,27 +41,21 @@ from specrl.vllm.draft import DRAFT, DraftRows
 
 logger = logging.getLogger(__name__)
 
-#: The environment variable that names the controller when vLLM builds the proposer (vLLM passes
-#: the proposer nothing but its own config): ``tcp`` (default), ``plain``, ``static:K[:TAU]``,
-#: ``hf-heuristic``, ``hf-confidence``, or a policy (a shipped name such as ``default``, or a folder).
+#: The controller (vLLM passes the proposer nothing but its own config): ``tcp`` (default),
+#: ``plain``, ``static:K[:TAU]``, ``hf-heuristic``, ``hf-confidence``, or a policy's name or folder.
 CONTROLLER_VARIABLE = "SPECRL_VLLM_CONTROLLER"
-#: The environment variable that turns speculation off above a batch size: ``N`` speculates with at
-#: most N running requests (vLLM's ``speculative_disable_by_batch_size``, and specrl's
-#: :class:`~specrl.controllers.BatchCutoffController`); above it the controllers are not asked (they
-#: still hear every verified step); unset: at every batch size.
+#: Speculate only with at most N running requests (vLLM's ``speculative_disable_by_batch_size``);
+#: above it the controllers are not asked (they still hear every verified step); unset: always.
 MAX_BATCH_VARIABLE = "SPECRL_VLLM_MAX_BATCH"
-#: The environment variable that names the draft model (a folder or Hugging Face id); unset: the
-#: n-gram lookup drafts for every action.
+#: The draft model (a folder or Hugging Face id); unset: the n-gram lookup drafts for every action.
 DRAFT_VARIABLE = "SPECRL_VLLM_DRAFT"
-#: The environment variable that names the price features' prior (:func:`proposer_prices`): a
-#: profile of the latency family (``gpu-like-h100``, ...) or a latency model's JSON file; unset:
-#: no prior, the prices are measured from vLLM's steps alone.
+#: The price features' prior (:func:`proposer_prices`): a latency profile (``gpu-like-h100``, ...)
+#: or a latency model's JSON file; unset: none.
 PRICES_VARIABLE = "SPECRL_VLLM_PRICES"
 FINGERPRINT = 16  # a request is recognised by this many first tokens (and its length)
 FORGET_AFTER = 256  # calls a request may go unseen (preempted, prefilling) before it is forgotten
 DEFAULT_MAX_NEW_TOKENS = 256  # the generated-tokens feature's scale when vLLM's budget is unknown
-#: The proposers alive in this process (vLLM builds its own; a benchmark in the engine's process
-#: reads their :attr:`Proposer.seconds` here).
+#: The proposers alive in this process (a benchmark reads their :attr:`Proposer.seconds`).
 LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -161,10 +126,9 @@ def controller_factory(
     target: str | None = None,
 ) -> Callable[[], Controller]:
     """A new controller per request from a controller's name or a policy (folder or shipped name),
-    or a factory given as it is. A rule is built per request (rules keep their own window); a
-    policy is loaded once and shared (it is stateless: the features carry the history). A policy
-    that chooses a drafter not among ``drafters`` (those the proposer runs) is refused; one trained
-    on another pair than the ``target`` vLLM serves is logged as a warning."""
+    or a factory as it is. A rule is built per request (rules keep their own window); a policy is
+    loaded once and shared (the features carry the history). A policy that chooses a drafter not
+    among ``drafters`` is refused; one trained on another pair than ``target`` is warned of."""
     from specrl.controllers.learned import LearnedController
     from specrl.evaluation.roster import RULES, make_controller
 
@@ -201,19 +165,12 @@ class Proposer:
         vllm_config: vLLM's config: k_max is ``num_speculative_tokens``, the context window
             ``max_model_len``, the vocabulary the target's, the n-gram orders
             ``prompt_lookup_min/max`` (default 1 and 3), the draft's device and dtype the target's.
-        controller: a controller name or policy (default: ``$SPECRL_VLLM_CONTROLLER``, else tcp),
-            or a function that returns a new controller.
-        draft: the draft model, a folder or Hugging Face id sharing the target's tokenizer
-            (default: ``$SPECRL_VLLM_DRAFT``; neither: the lookup drafts), or a loaded
-            ``(model, vocab_size)``.
+        controller, draft, max_batch, prices: as the environment variables above say (each
+            defaults to its variable); also a function that returns a new controller, a loaded
+            ``(model, vocab_size)`` draft, a latency model or a ``Prices`` function.
         k_max, context_window, vocab_size: without a vllm_config.
-        max_batch: speculate only with at most this many requests in the step (default:
-            ``$SPECRL_VLLM_MAX_BATCH``, else always).
         temperature: the temperature the features are told (vLLM does not tell a proposer).
         max_new_tokens: the scale of the generated-tokens feature.
-        prices: the price features' prior (:func:`proposer_prices`): a latency profile's name
-            (the one nearest the serving GPU), a latency model's JSON file, a model, or a
-            ``Prices`` function (default: ``$SPECRL_VLLM_PRICES``, else none).
     """
 
     def __init__(

@@ -2,14 +2,8 @@
 
 Requests arrive on a clock that advances by the engine's measured steps (and jumps to the next
 arrival when nothing runs), as :func:`specrl.serving.continuous.serve_continuous` serves specrl's
-own engine: every engine serves the same requests at the same arrival times, and idle waiting costs
-no wall time. At most ``limit`` requests run together (a fixed batch: ``limit`` rows kept full).
-
-Metrics carry vLLM's names: generation tokens per busy second, time per output token (TPOT) per
-request, and the speculative counters ``vllm:spec_decode_num_drafts``, ``..._num_draft_tokens``,
-``..._num_accepted_tokens`` and ``..._num_accepted_tokens_per_pos`` read before and after, from which
-the acceptance rate, the mean acceptance length and the acceptance per position follow as vLLM's own
-logger computes them.
+own engine, so every engine serves the same requests at the same arrival times. Metrics carry
+vLLM's names and are computed as vLLM's own logger computes them.
 """
 
 from __future__ import annotations
