@@ -19,7 +19,6 @@ from specrl.training.comparison import (
     Bar,
     SimulatorRow,
     StaticSetting,
-    comparison_ratios,
     comparison_table,
     stored_results,
 )
@@ -71,7 +70,6 @@ def test_a_row_is_stored_under_the_label_keys_and_its_ratios_read_back_the_same(
     ]
     ratios = simulated.ratios()
     assert ratios == pytest.approx({"tcp": 110 / 80, "best static": 1.1, "best rule": 1.1, "oracle": 0.55})
-    assert comparison_ratios(json.loads(json.dumps(stored))) == ratios  # as metadata.json reads back
 
 
 def test_the_best_rule_is_the_fastest_rule_of_the_row_or_the_best_static_setting():

@@ -1,22 +1,10 @@
 """The one real-loop comparison loop: every player (a controller in an env, or HF ``generate``)
-on every episode, repeated, in an order that spreads the machine's slow and fast phases over
-all of them alike, each player of an episode on the same random draws (the same reset seed).
-
-Used by the evaluation harness, ``specrl train`` (its real-loop check), ``specrl compare`` and
-the benchmark scripts of ``experiments/``; each keeps its own protocol by choosing the order, the
-seeds and the warm-up:
-
-- order: :func:`shuffled` (a seeded random order per episode), :func:`rotating` (episode i starts
-  with player i), :func:`alternating` (every other repeat backwards) or :func:`fixed`; any
-  ``(names, repeat, index) -> names`` works;
-- seeds: :func:`episode_seed_of` (the episode's own seed in every repeat), :func:`repeat_seed`
-  (the repeat's number), :func:`unseeded` (0: players that draw nothing) or any
-  ``(episode, repeat, index) -> seed``;
-- warm-up: untimed passes over the first episode, or over a cheaper one (``warmup_episode``).
-
-Paired ratios (:func:`paired_ratio`) compare two players within each repeat, so drift of the
-machine between repeats cancels; :func:`specrl.evaluation.intervals.paired_ratio_interval` gives
-a ratio's 95% interval (a ratio whose interval holds 1 is a tie).
+on every episode, repeated, each player of an episode on the same random draws (the same reset
+seed), in an order that spreads the machine's slow and fast phases over all alike. Each caller
+keeps its protocol by choosing the order (:func:`shuffled`, :func:`rotating`, :func:`alternating`,
+:func:`fixed`), the seeds (:func:`episode_seed_of`, :func:`repeat_seed`, :func:`unseeded`) and the
+warm-up. :func:`paired_ratio` compares two players within each repeat, so drift between repeats
+cancels (its 95% interval: :mod:`specrl.evaluation.intervals`).
 """
 
 from __future__ import annotations
@@ -107,11 +95,8 @@ def compare(
     """Play every player on every episode, ``repeats`` times; return the timed trials in run order.
 
     First ``warmup`` untimed passes of ``warmup_players`` (default: all) over ``warmup_episode``
-    (default: the first episode) with its repeat-0 seed; then, for each repeat and each episode,
-    every player in the order ``order`` gives, all on the seed ``seed`` gives (so they see the
-    same random draws).
-    ``on_trial`` is called after every episode played (with None for a warm-up one), e.g. to move
-    a progress bar.
+    (default: the first episode); then, per repeat and episode, every player in ``order``'s
+    order on ``seed``'s seed. ``on_trial`` is called after every episode (None for a warm-up one).
     """
     names = list(players)
     for _ in range(warmup):

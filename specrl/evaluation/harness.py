@@ -54,25 +54,14 @@ HF_PLAIN, HF_ASSISTED = "hf-generate", "hf-generate-assisted"
 
 @dataclass
 class Settings:
-    """What :func:`evaluate_scenario` runs (``specrl evaluate`` documents each option).
+    """What :func:`evaluate_scenario` runs (``specrl evaluate --help`` documents each option).
 
-    Attributes:
-        episodes: real-loop episodes: the first prompts of ``split``, round robin over the start
-            domains (:func:`~specrl.evaluation.roster.first_episodes`).
-        sim_prompts_per_domain: traces of ``split`` per start domain in the simulator (raised to
-            cover ``episodes`` if needed, so the real-loop episodes are among the traces).
-        split: the prompt split: "test" (reported results) or "validation" (tuning).
-        repeats: timed repeats of every real-loop row.
-        warmup: untimed passes over the first episode before the repeats, of every row or of
-            ``warmup_rows`` (the models' caches and kernels are shared: one row warms them all).
-        statics: static rows (roster names) run in both columns besides plain.
-        rules: rule-based rows (roster names).
-        tuned: per-token stop rules tuned on validation traces in the simulator
-            (``roster.TUNED_RULES``; run only when the simulator is available).
-        hf: run Hugging Face ``generate`` (plain and assisted).
-        time: the real loop's time source, "wallclock" or "modeled".
-        seed: episode i of a scenario's plan resets with seed + i; also seeds the run order.
-        progress: show progress bars.
+    ``episodes`` real-loop episodes are the first prompts of ``split`` round robin over the start
+    domains; the simulator replays ``sim_prompts_per_domain`` traces per start domain (raised to
+    cover the episodes). ``warmup`` untimed passes over the first episode come first, of every
+    row or of ``warmup_rows`` (one row warms the shared caches and kernels). ``tuned`` rules run
+    only with the simulator; ``time`` is the real loop's ("wallclock" or "modeled"); episode i
+    resets with seed ``seed + i``, which also seeds the run order.
     """
 
     episodes: int = 1
@@ -95,9 +84,8 @@ RealLoop = Callable[..., tuple[dict[str, list[list[EpisodeRecord]]], dict[str, A
 
 
 def hf_assistant(pair: ModelPair, k_max: int) -> tuple[Any, dict[str, Any]]:
-    """HF's assisted generation with its dynamic confidence threshold, k bounded by ``k_max``:
-    the draft's generation_config with ``num_assistant_tokens = k_max`` and the schedule
-    "constant" (the counterpart of our ``hf-confidence``), the threshold left at HF's default."""
+    """HF's assisted generation with its dynamic confidence threshold (our ``hf-confidence``'s
+    counterpart): ``num_assistant_tokens = k_max``, schedule "constant", HF's default threshold."""
     config = assistant_config(
         pair.draft.generation_config, num_assistant_tokens=k_max, num_assistant_tokens_schedule="constant"
     )
@@ -285,9 +273,8 @@ def run_interleaved(
     settings: Settings,
     name: str,
 ) -> dict[str, list[list[EpisodeRecord]]]:
-    """``warmup`` untimed passes over the first episode, then ``repeats`` passes over the plan,
-    every row on every episode (its own seed), rows shuffled (seeded) per episode
-    (:func:`~specrl.evaluation.compare.compare`). Returns row -> repeat -> episodes."""
+    """:func:`~specrl.evaluation.compare.compare` of the rows, shuffled (seeded) per episode, each
+    on the episode's seed, after the warm-up; returns row -> repeat -> episodes."""
     warmed = len(runners) if settings.warmup_rows is None else len(settings.warmup_rows)
     total = warmed * settings.warmup + len(runners) * settings.repeats * len(plan)
     with tqdm(
@@ -313,10 +300,8 @@ def build_rows(
     names: list[str],
     policies: dict[str, LearnedController],
 ) -> dict[str, dict[str, Any]]:
-    """The table rows in order: plain, statics, best static, rules, learned, HF, oracle.
-
-    A static that ran only because it is the best in hindsight appears once, as ``best-static``.
-    """
+    """The table rows in order: plain, statics, best static, rules, learned, HF, oracle (a static
+    that ran only as the best in hindsight appears once, as ``best-static``)."""
 
     def row(name: str, kind: str, label: str, **extra: Any) -> dict[str, Any]:
         return {"label": label, "kind": kind, "real": real_rows.get(name), "sim": sim_rows.get(name), **extra}
@@ -359,11 +344,8 @@ def build_rows(
 
 
 def add_ratios(rows: dict[str, dict[str, Any]], real_time: str) -> None:
-    """Per column: ``speedup`` over plain (HF rows: over HF plain generate) and ``ratio_to_tcp``.
-
-    HF rows are always timed by the wall clock: with a modeled real loop (``real_time``) their
-    ratio to TCP would compare two clocks, so it is None.
-    """
+    """Per column: ``speedup`` over plain (HF rows: over HF plain generate) and ``ratio_to_tcp``
+    (None for HF rows, timed by the wall clock, when the real loop's time is modeled)."""
     for column in ("real", "sim"):
 
         def reference(name: str, column: str = column) -> float | None:
@@ -403,11 +385,8 @@ def simulator_summary(no_sim: str | None, bounds: dict | None, traces: int) -> d
 def load_policies(
     folders: list[Path], pair_name: str
 ) -> tuple[dict[str, LearnedController], dict[str, str], list[str]]:
-    """The learned policies that load, the reason for each that does not, and pair warnings.
-
-    A missing folder or an invalid policy is a data absence, reported, not an error: the row is
-    skipped and the report says why.
-    """
+    """The learned policies that load, the reason for each that does not (its row is skipped and
+    the report says why), and pair warnings."""
     from specrl.export import PolicyError
 
     policies, skipped, warnings = {}, {}, []

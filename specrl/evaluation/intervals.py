@@ -1,11 +1,8 @@
 """A paired ratio with its 95% interval: the one rule every page uses to call a comparison.
 
-Two players measured in the same repeats (:func:`specrl.evaluation.compare.compare`) give one
-ratio per repeat, ours / theirs, so drift of the machine between repeats cancels. The ratio shown
-is :func:`~specrl.evaluation.compare.paired_ratio` (the median of those per-repeat ratios); its
-95% interval is the t interval of their mean, with n - 1 degrees of freedom. A ratio whose interval
-holds 1 is a tie: with 3 repeats the interval reaches 4.30 standard errors each side, with 4
-repeats 3.18, with many about 2.
+Two players measured in the same repeats give one ratio per repeat, ours / theirs; the ratio
+shown is their median (:func:`~specrl.evaluation.compare.paired_ratio`), its interval the t
+interval of their mean with n - 1 degrees of freedom. A ratio whose interval holds 1 is a tie.
 """
 
 from __future__ import annotations
@@ -70,11 +67,9 @@ class RatioInterval:
 
 
 def paired_ratio_interval(ours: Sequence[float], theirs: Sequence[float]) -> RatioInterval:
-    """``ours`` over ``theirs`` (speeds of the same repeats, in the same order): the
-    :func:`~specrl.evaluation.compare.paired_ratio` (median of the per-repeat ratios) and the 95%
-    t interval, n - 1 degrees of freedom, of the mean of the per-repeat ratios (on the ratios
-    themselves, not their logs: near 1 the two agree to a few parts in a thousand, and the
-    linear standard error is the one the pages published before). No interval with one repeat."""
+    """``ours`` over ``theirs`` (speeds of the same repeats, in the same order): the median of the
+    per-repeat ratios and the 95% t interval of their mean (on the ratios, not their logs). No
+    interval with one repeat."""
     ratios = [a / b for a, b in zip(ours, theirs, strict=True)]
     if not ratios:
         raise ValueError("a paired ratio needs at least one repeat")

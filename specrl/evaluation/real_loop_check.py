@@ -1,16 +1,9 @@
-"""A trained policy against the bar in the real loop (wall clock) on test prompts: the check, after
-``specrl train``'s comparison on test traces (:mod:`specrl.training.comparison`), that
-the simulator's ranking holds on the machine.
-
-Every role of a scenario's :class:`~specrl.training.comparison.Bar` and the exported policy run
-through the evaluation harness's real loop (:func:`specrl.evaluation.harness.run_real_loop`):
-every controller on every prompt in each repeat, in a seeded random order per prompt, so the
-machine's slow and fast phases hit them alike, after one untimed pass of plain decoding over the
-first prompt (it warms the models' caches and kernels for every controller).
-Tokens/s is the median over repeats; PPO's ratios are paired (the median over repeats of PPO's
-throughput over the other controller's in the same repeat: the machine's drift between repeats
-cancels), each with its 95% interval over repeats
-(:func:`~specrl.evaluation.intervals.paired_ratio_interval`; a ratio whose interval holds 1 is a tie).
+"""A trained policy against the bar in the real loop (wall clock) on test prompts: the check,
+after ``specrl train``'s comparison on test traces (:mod:`specrl.training.comparison`), that the
+simulator's ranking holds on the machine. Every role of the scenario's
+:class:`~specrl.training.comparison.Bar` and the policy run through the harness's real loop
+(:func:`specrl.evaluation.harness.run_real_loop`) after one untimed pass of plain decoding;
+tokens/s is the median over repeats, PPO's ratios are paired, each with its 95% interval.
 """
 
 from __future__ import annotations
@@ -44,9 +37,8 @@ from specrl.training.comparison import (
 
 @dataclass
 class RealLoopRow:
-    """One scenario in the real loop: the median tokens/s by role, PPO's paired ratio to each
-    role and that ratio with its 95% interval over repeats (no interval with one repeat), and the
-    best static setting that ran."""
+    """One scenario in the real loop: the median tokens/s by role, PPO's paired ratio to each role
+    and its 95% interval, and the best static setting that ran."""
 
     tokens_per_s: dict[str, float]
     paired: dict[str, float]
@@ -73,9 +65,8 @@ def in_real_loop(
     versus: Mapping[str, LearnedController] | None = None,
 ) -> RealLoopRow:
     """The scenario's bar and ``policy`` in the real loop on its first ``prompts`` test prompts per
-    domain (:func:`~specrl.evaluation.roster.episode_plan`: prompt i reset with seed ``seed + i``
-    in every repeat), ``repeats`` times (see the module doc); ``versus``: other policies by name,
-    run alongside (the row's paired ratios then include the policy's to each)."""
+    domain (:func:`~specrl.evaluation.roster.episode_plan`), ``repeats`` times; ``versus``: other
+    policies by name, run alongside (the paired ratios then include the policy's to each)."""
     env = SpecDecodeEnv(scenario, pair=pair, split="test", time="wallclock", latency=latency)
     controllers = {**bar.rules(scenario), BEST_STATIC: bar.best_static.controller(), PPO: policy}
     extra = dict(versus or {})
@@ -110,10 +101,8 @@ def check_scenarios(
     seed: int,
     versus: Mapping[str, LearnedController] | None = None,
 ) -> dict[str, RealLoopRow]:
-    """The scenarios ``names`` (on ``preset``'s pair, with wall-clock time) in the real loop
-    (:func:`in_real_loop`, with the policies ``versus`` alongside), each against the bar of its row
-    of the simulator comparison (``rows``) or, for a scenario not compared there, a bar computed now
-    on its test traces, the best static setting over its own tau grid."""
+    """:func:`in_real_loop` of the scenarios ``names`` (on ``preset``'s pair), each against the bar
+    of its row of the simulator comparison (``rows``), or one computed now on its test traces."""
     result = {}
     for name in names:
         scenario = load_scenario(name).with_overrides(preset=preset)
@@ -137,9 +126,9 @@ def check_scenarios(
 
 
 def real_loop_table(rows: dict[str, RealLoopRow]) -> str:
-    """Markdown: a row per scenario, the median tokens/s of every rule, the best static setting
-    and PPO, then PPO's paired ratios to plain decoding, TCP, the best static setting and the best
-    rule (named). A rule a scenario did not run (the pool rule without a pool) is shown as "-"."""
+    """Markdown: per scenario, the median tokens/s of every rule ("-" where it did not run), the
+    best static setting and PPO, then PPO's paired ratios to plain, TCP, the best static setting
+    and the best rule (named)."""
     present = {role for row in rows.values() for role in row.tokens_per_s}
     rules = [role for role in ROLES if role in present and role not in (BEST_STATIC, PPO)]
     lines = []
@@ -161,8 +150,7 @@ def real_loop_table(rows: dict[str, RealLoopRow]) -> str:
 
 
 def versus_table(rows: dict[str, RealLoopRow], versus: Sequence[str]) -> str:
-    """Markdown: a row per scenario and policy run alongside, the medians of both and PPO's paired
-    ratio to it, with its 95% interval and n."""
+    """Markdown: per scenario and policy run alongside, both medians and PPO's paired ratio to it."""
     lines = [
         [
             scenario,
@@ -181,8 +169,7 @@ def versus_table(rows: dict[str, RealLoopRow], versus: Sequence[str]) -> str:
 def real_loop_section(
     rows: dict[str, RealLoopRow], prompts: int, repeats: int, versus: Sequence[str] = ()
 ) -> str:
-    """The results page's section of the real loop: its heading, the protocol and the table (and
-    PPO against the policies run alongside, ``versus``)."""
+    """The results page's section of the real loop: heading, protocol, tables."""
     alongside = (
         f"\nAgainst the policies run alongside it (the same prompts, order and pairing):\n\n"
         f"{versus_table(rows, versus)}\n"

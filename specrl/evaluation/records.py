@@ -1,14 +1,7 @@
-"""Timed run records, the dicts a benchmark keeps of every generation it times: a ``repeat``, a
-token count, ``seconds`` and, where it drafts, ``proposed`` and ``accepted``.
-
-The definitions every benchmark page uses (docs/design.md section 6):
-
-- speed of a repeat: the tokens of its runs over their seconds (not a mean of rates);
-- a configuration's speed: the median over repeats;
-- a speed-up: the paired ratio, the median over repeats of the ratio within the same repeat, with
-  its 95% interval and n (:func:`~specrl.evaluation.intervals.paired_ratio_interval` of
-  :func:`paired_speeds`; a speed-up whose interval holds 1 is a tie);
-- acceptance: accepted / proposed over every run.
+"""Timed run records, the dicts a benchmark keeps of every generation it times (a ``repeat``, a
+token count, ``seconds``, and where it drafts ``proposed`` and ``accepted``), and the definitions
+every benchmark page uses (docs/design.md section 6): a repeat's speed is its tokens over its
+seconds; a configuration's, the median over repeats; a speed-up, the paired ratio.
 """
 
 from __future__ import annotations

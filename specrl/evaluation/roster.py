@@ -1,19 +1,10 @@
-"""The controllers a comparison runs, by name; and the test episodes it runs them on.
-
-Names (the command-line spelling of ``run_controller.py`` and ``evaluate.py``, and the keys of
-their JSON):
-
-- ``plain``: plain decoding, k = 0 (the same as ``static:0``).
-- ``static:K[:TAU]``: the same (k, tau) every step.
-- ``tcp``: the seed's TCP-like heuristic, tau = 0.
-- ``tcp-tau0.25``: the same with the seed's fixed confidence cut tau = 0.25.
-- ``hf-heuristic``: our re-implementation of Hugging Face's "heuristic" draft-length schedule.
-- ``hf-confidence``: our re-implementation of Hugging Face's dynamic confidence threshold.
-- ``adaedl``, ``specdec++``: the per-token stop rules of :mod:`specrl.controllers.stop_rules`,
-  tuned per scenario on validation traces by the harness (:func:`specrl.rule_tuning.tuned_rules`), so
-  :func:`make_controller` cannot build them from a name alone.
-
-Every controller's k is bounded by the scenario's ``k_max``.
+"""The controllers a comparison runs, by name (the command line's spelling and the keys of its
+JSON), and the episodes it runs them on. ``plain`` is k = 0; ``static:K[:TAU]`` the same (k, tau)
+every step; ``tcp`` and ``tcp-tau0.25`` the seed's TCP-like heuristic without and with its cut;
+``hf-heuristic`` and ``hf-confidence`` our versions of Hugging Face's rules; ``adaedl`` and
+``specdec++`` the per-token stop rules, tuned per scenario on validation traces by the harness
+(:func:`specrl.rule_tuning.tuned_rules`), so not built from a name alone. Every controller's k
+is bounded by the scenario's ``k_max``.
 """
 
 from __future__ import annotations
@@ -66,11 +57,8 @@ def parse_static(name: str) -> tuple[int, float]:
 
 
 def make_controller(name: str, k_max: int) -> Controller:
-    """A controller from its name (see the module doc), bounded by the scenario's ``k_max``.
-
-    Raises:
-        ControllerNameError: for an unknown name, a malformed static, or K outside 0..k_max.
-    """
+    """A controller from its name (see the module doc), bounded by ``k_max``; ControllerNameError
+    for an unknown name, a malformed static, or K outside 0..k_max."""
     if name == "plain":
         return StaticController(0)
     if name.startswith("static:"):
@@ -109,8 +97,7 @@ def label(name: str) -> str:
 
 @dataclass(frozen=True)
 class Episode:
-    """One evaluation episode (a prompt of the scenario's split, test in the harness): the
-    env's ``reset(seed=seed, options=options)``."""
+    """One evaluation episode, a prompt of the scenario's split: ``reset(seed=seed, options=options)``."""
 
     domain: str
     prompt_index: int

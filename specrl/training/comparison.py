@@ -1,14 +1,9 @@
 """A trained policy against the bar on test traces, in the simulator (modeled time).
 
 The bar of a scenario (:class:`Bar`): plain decoding, TCP, the HF heuristic, AdaEDL and the
-SpecDec++-style rule with their settings tuned on validation traces, the seed's pool rule (pool
-scenarios, its k tuned on validation traces), and the best static (k, tau, drafter) in hindsight
-on the test traces; above it the clairvoyant oracle. Test traces are reported once, never
-selected on (docs/design.md section 4b); every controller of a row sees the same acceptance draws
-(:mod:`specrl.trace_evaluation`).
-
-A row (:class:`SimulatorRow`) holds tokens/s by role (:data:`ROLES`) and the best static setting
-as a :class:`StaticSetting`; tables and ``metadata.json`` write labels from them.
+SpecDec++-style rule tuned on validation traces, the pool rule (pool scenarios), and the best
+static (k, tau, drafter) in hindsight on the test traces; above it the clairvoyant oracle. Every
+controller of a row sees the same acceptance draws (:mod:`specrl.trace_evaluation`).
 """
 
 from __future__ import annotations
@@ -33,8 +28,7 @@ from specrl.tables import markdown_table
 from specrl.trace_evaluation import evaluate_controller, evaluate_policy
 from specrl.traces import TraceSet
 
-# The roles of a comparison's columns. BEST_STATIC is the best static setting in hindsight, the
-# one static row of these comparisons ("static" is the word the real-loop table prints for it).
+# The roles of a comparison's columns; BEST_STATIC is the best static setting in hindsight.
 PLAIN, TCP, HF_HEURISTIC, ADAEDL, SPECDECPP, POOL_RULE = (
     "plain",
     "tcp",
@@ -76,9 +70,7 @@ class StaticSetting:
 @dataclass
 class Bar:
     """What a policy is measured against in one scenario: the best static setting in hindsight
-    on the test traces (and its tokens/s there), and the settings of the tuned rules by role
-    (AdaEDL's and the SpecDec++-style rule's, tuned on validation traces; the pool rule's
-    ``{"k": k}`` in a pool scenario)."""
+    (and its tokens/s), and the settings of the tuned rules by role."""
 
     best_static: StaticSetting
     best_static_tokens_per_s: float
@@ -106,15 +98,14 @@ def geometric_mean(values: Iterable[float]) -> float:
 
 
 def best_rule_role(tokens_per_s: Mapping[str, float]) -> str:
-    """The role of the fastest rule in a row of tokens/s by role: the best static setting or one of
-    the :data:`BAR_RULES` the row has (the static setting first on ties)."""
+    """The role of the fastest rule in a row of tokens/s by role, the best static setting first on ties."""
     roles = [BEST_STATIC, *(role for role in BAR_RULES if role in tokens_per_s)]
     return max(roles, key=tokens_per_s.__getitem__)
 
 
 def ppo_ratios(tokens_per_s: Mapping[str, float]) -> dict[str, float]:
-    """PPO's ratios in a row (tokens/s by role): to TCP, to the best static setting, to the best
-    rule (the best of the :data:`BAR_RULES` in the row and that setting) and to the oracle."""
+    """PPO's ratios in a row (tokens/s by role) to TCP, the best static setting, the best rule and
+    the oracle."""
     static = tokens_per_s[BEST_STATIC]
     best_rule = tokens_per_s[best_rule_role(tokens_per_s)]
     return {
@@ -146,16 +137,10 @@ class SimulatorRow:
         }
 
 
-def comparison_ratios(stored: Mapping[str, float]) -> dict[str, float]:
-    """:func:`ppo_ratios` of a row as ``metadata.json`` stores it (:meth:`SimulatorRow.stored`):
-    every key is a role but one, the best static setting's label."""
-    return ppo_ratios({(name if name in ROLES else BEST_STATIC): value for name, value in stored.items()})
-
-
 class Comparison:
     """The comparison's shared footing: the pair, its latency model, the acceptance draws per
-    sampled trace (``repeats``), the policy's action space's tau grid and acceptance predictor
-    (None without the per-token stop dimension), and the SpecDec++-style rule's predictor."""
+    sampled trace, the policy's tau grid and predictor (None without a stop dimension), and the
+    SpecDec++-style rule's predictor."""
 
     def __init__(
         self,
@@ -173,8 +158,7 @@ class Comparison:
 
     def bar(self, scenario: Scenario, traces: TraceSet, tau_grid: Sequence[float] | None = None) -> Bar:
         """The scenario's :class:`Bar`: the best static setting over ``tau_grid`` (default: the
-        policy's) on ``traces`` (in hindsight), the rules tuned on validation traces (once per
-        scenario: checkpoint selection and the test report share the tuning)."""
+        policy's) on ``traces``, the rules tuned on validation traces (once per scenario)."""
         grid = self.tau_grid if tau_grid is None else tau_grid
         static = best_static(traces, self.latency, grid, count=self.repeats, drafters=scenario.drafters)
         return Bar(
@@ -210,9 +194,7 @@ class Comparison:
         return max(speeds, key=speeds.__getitem__)
 
     def rules_on(self, scenario: Scenario, traces: TraceSet) -> tuple[dict[str, float], Bar]:
-        """Tokens/s of plain decoding, every rule of the scenario's :class:`Bar` and the best static
-        setting in hindsight on ``traces`` (test traces for the report, validation traces for
-        checkpoint selection), with that bar."""
+        """Tokens/s of every rule of the scenario's :class:`Bar` on ``traces``, with that bar."""
         bar = self.bar(scenario, traces)
         tokens_per_s = {
             role: evaluate_controller(controller, scenario, traces, self.latency, self.repeats).tokens_per_s
@@ -239,9 +221,8 @@ class Comparison:
 
 
 def stored_results(rows: Mapping[str, SimulatorRow], trained: Iterable[str]) -> dict[str, Any]:
-    """What an exported policy's ``metadata.json`` keeps of the comparison: every row
-    (:meth:`SimulatorRow.stored`) and the geometric mean over the ``trained`` scenarios of PPO's
-    ratio to TCP."""
+    """What an exported policy's ``metadata.json`` keeps of the comparison: every row and the
+    geometric mean over the ``trained`` scenarios of PPO's ratio to TCP."""
     return {
         "sim_test_tokens_per_s": {name: row.stored() for name, row in rows.items()},
         "ratio_vs_tcp_sim_test": geometric_mean(rows[name].ratios()["tcp"] for name in trained),
@@ -249,10 +230,7 @@ def stored_results(rows: Mapping[str, SimulatorRow], trained: Iterable[str]) -> 
 
 
 def comparison_table(rows: Mapping[str, SimulatorRow]) -> str:
-    """Markdown: a row per scenario, tokens/s per role, and PPO's ratios to TCP, to the best
-    static setting in hindsight, to the best of every rule (that static setting included) and to
-    the clairvoyant oracle. A role a scenario has no value for (the pool rule without a pool) is
-    shown as "-"."""
+    """Markdown: per scenario, tokens/s per role ("-" where it has none) and PPO's ratios."""
     present = {role for row in rows.values() for role in row.tokens_per_s}
     names = [role for role in ROLES if role in present and role not in (BEST_STATIC, PPO, ORACLE)] + [PPO]
     columns = [*names, "best static", "oracle"]
@@ -270,8 +248,7 @@ def comparison_table(rows: Mapping[str, SimulatorRow]) -> str:
 
 
 def simulator_section(rows: Mapping[str, SimulatorRow], selected_ratio: float, note: str) -> str:
-    """The results page's section of the comparison: its heading, what it is (the checkpoint's
-    validation ratio to TCP, ``note`` on the unseen domain: :func:`unseen_note`) and the table."""
+    """The results page's section of the comparison: heading, what it is, ``note`` and the table."""
     return (
         "#### Test traces, simulator (modeled time), tokens/s\n\n"
         f"Checkpoint selected on validation traces (ratio vs TCP {selected_ratio:.3f} there); "
@@ -281,8 +258,7 @@ def simulator_section(rows: Mapping[str, SimulatorRow], selected_ratio: float, n
 
 
 def unseen_note(scenarios: Iterable[Scenario], pair: ModelPair) -> str:
-    """A sentence naming the compared scenarios whose domain has no train prompts (the unseen
-    test domain); empty when there are none."""
+    """A sentence naming the scenarios whose domain has no train prompts; empty when none."""
     unseen = []
     for scenario in scenarios:
         try:

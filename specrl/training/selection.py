@@ -1,14 +1,9 @@
 """Checkpoint selection in the simulator: the deterministic policy against every rule of the bar
-on the validation traces of every training scenario and of the single-domain ones (never test
-traces: docs/design.md section 4b).
-
-A checkpoint is scored by its *worst* ratio over the scenarios to the best rule of each (the best
-of TCP, the HF heuristic, AdaEDL, the SpecDec++-style rule and the best static setting in
-hindsight, all on the same traces and draws): a policy that wins on mixed traffic and loses on
-code is not kept over one that never loses. A run trained over a family of machines
-(:class:`~specrl.latency.LatencyFamily`) is scored on several of its profiles, one footing each:
-every scenario under every profile is an entry, ``<scenario>@<profile>``, with the rules tuned
-under that profile.
+on validation traces (never test traces: docs/design.md section 4b). A checkpoint is scored by
+its *worst* ratio over the scenarios to each one's best rule, so a policy that wins on mixed
+traffic and loses on code is not kept over one that never loses. A run over a family of machines
+is scored under several profiles: every scenario under every profile is an entry,
+``<scenario>@<profile>``, with the rules tuned under that profile.
 """
 
 from __future__ import annotations
@@ -47,15 +42,9 @@ def entry_name(scenario: str, profile: str, footings: Mapping[str, Any]) -> str:
 
 
 class PolicyVsRules:
-    """A policy against the bar of each scenario on its ``traces`` (validation traces), under each
-    footing (profile name -> :class:`Comparison`; one for a run on one machine). The rules run
-    once, here (:meth:`Comparison.rules_on`); calling the object scores a policy.
-
-    Attributes:
-        entries: entry name (:func:`entry_name`) -> (its footing, its scenario).
-        rules: per entry, tokens/s by role (plain decoding, the rules, the best static setting).
-        bars: per entry, its :class:`~specrl.training.comparison.Bar` (the rules' settings).
-    """
+    """A policy against the bar of each scenario on its validation ``traces``, under each footing
+    (profile name -> :class:`Comparison`). The rules run once, here: ``rules`` and ``bars`` by
+    entry (:func:`entry_name`); calling the object scores a policy."""
 
     def __init__(
         self,
@@ -82,9 +71,8 @@ class PolicyVsRules:
         return role, tokens[role]
 
     def score(self, tokens_per_s: dict[str, float]) -> dict[str, Any]:
-        """Scores of tokens/s per scenario: ``worst_ratio_vs_best_rule`` (what selection
-        maximises), ``ratio_vs_tcp`` (the geometric mean over scenarios, the older summary) and
-        ``scalars`` (<scenario>/tokens_per_s, /ratio_vs_best_rule and /ratio_vs_tcp)."""
+        """Scores of tokens/s per entry: ``worst_ratio_vs_best_rule`` (what selection maximises),
+        ``ratio_vs_tcp`` (geometric mean) and TensorBoard ``scalars``."""
         vs_best = {name: value / self.best_rule(name)[1] for name, value in tokens_per_s.items()}
         vs_tcp = {name: value / self.rules[name][TCP] for name, value in tokens_per_s.items()}
         scalars = {f"{name}/tokens_per_s": value for name, value in tokens_per_s.items()}
@@ -116,9 +104,9 @@ def part_entry(part: str) -> str:
 
 
 def selection_section(selection: PolicyVsRules, kept: dict[str, Any], warm: dict[str, Any] | None) -> str:
-    """The results page's section on checkpoint selection: per training scenario, the best rule
-    on validation traces, the kept checkpoint's ratio to it and (with a warm start) the rule
-    cloned there; then, plainly, whether the kept checkpoint beats the best rule everywhere."""
+    """The results page's section on checkpoint selection: per entry, the best rule on validation,
+    the kept checkpoint's ratio to it and the rule a warm start cloned there; then whether the
+    kept checkpoint beats the best rule everywhere."""
     lines = []
     for name, ratio in kept["ratio_vs_best_rule"].items():
         role, tokens = selection.best_rule(name)
