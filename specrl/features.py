@@ -44,17 +44,11 @@ positions pool every row's, lengths are means over rows, and ``batch_size`` coun
  19   lookup_available        tokens the n-gram lookup could propose now / 16, clipped; 0 when
                               the generation's drafters do not include ``ngram``
  20   acceptance_draft        accepted / proposed over the last 4 proposing steps of ``draft`` (0)
- 21   acceptance_draft-mid    the same for ``draft-mid`` (0)
- 22   acceptance_draft-int8   the same for ``draft-int8`` (0)
- 23   acceptance_draft-int4   the same for ``draft-int4`` (0)
- 24   acceptance_ngram        the same for ``ngram`` (0)
- 25   acceptance_cascade      the same for ``cascade`` (0)
+ 21-  acceptance_draft-mid..  the same for ``draft-mid``, ``draft-int8``, ``draft-int4``, ``ngram``,
+ 25                           ``cascade`` (0)
  26   drafter_draft           1 if the last step drafted with ``draft``, else 0 (0 before a step)
- 27   drafter_draft-mid       the same for ``draft-mid``
- 28   drafter_draft-int8      the same for ``draft-int8``
- 29   drafter_draft-int4      the same for ``draft-int4``
- 30   drafter_ngram           the same for ``ngram``
- 31   drafter_cascade         the same for ``cascade``
+ 27-  drafter_draft-mid...    the same for ``draft-mid``, ``draft-int8``, ``draft-int4``, ``ngram``,
+ 31                           ``cascade``
  32   lookup_order            the length of the n-gram the lookup matched now (3, 2, 1) / 3; 0
                               without a match or when the drafters do not include ``ngram``
  33   draft_price             seconds per draft forward over the last 16 steps / the seconds of
@@ -66,72 +60,28 @@ positions pool every row's, lengths are means over rows, and ``batch_size`` coun
  35   verify_step_2           what the 2nd token per row adds to a verification of the batch
                               now over the 1st, / the one-token verification / 0.5, clipped:
                               the prior's curve (0 without a prior)
- 36   verify_step_3           the same for the 3rd token over the 2nd
- 37   verify_step_4           the same for the 4th token over the 3rd
- 38   verify_step_5           the same for the 5th token over the 4th
- 39   verify_step_6           the same for the 6th token over the 5th
- 40   verify_step_7           the same for the 7th token over the 6th
- 41   verify_step_8           the same for the 8th token over the 7th
- 42   verify_step_9           the same for the 9th token over the 8th
+ 36-  verify_step_3..9        the same for the 3rd to the 9th token, each over the one before
+ 42
  43   priced_k                the k (0..8) a step's expected tokens per second is highest at,
                               under these prices and acceptance_prob_short as each draft
                               token's acceptance, / 16 (0 before a proposing step)
 ====  ======================  =============================================================
 
-**Prices** (33, 34) are what decides k on a machine, as ratios, so they do not depend on its
-absolute speed: a verification costs ``fixed + per_token * tokens`` (``tokens``: the tokens the
-target is fed, B rows times the longest row's proposals + 1, as rows are padded), fitted over the
-last 32 steps of measured (or, in the simulators, latency-model) verify seconds; a one-token
-verification of B rows is ``fixed + per_token * B``.
+**Prices** (33-43; docs/design.md section 8, "Drafters"): a verification costs ``fixed +
+per_token * tokens`` (``tokens``: B rows times the longest row's proposals + 1), fitted over the
+last :data:`PRICE_WINDOW` steps' verify seconds by a ridge regression toward a **prior**
+:class:`PriceLine`'s relative slope (``per_token / fixed``), worth :data:`PRIOR_STEPS` steps, since
+a controller that never changes k never identifies the slope. The prior is the latency model's in
+the simulators and the machine's calibration in the engine; before the first step the prices are
+the prior's; without one the fit is the data's alone and the prices are 0 until it is identified.
+The shape features (35-42) are the prior's curve ``(c(t) - c(t - 1)) / c(1) /`` :data:`STEP_NORM`,
+``c(t)`` its seconds for the batch now fed t tokens a row (past its table, the last step repeats).
+``priced_k`` takes each draft token as accepted with probability a = acceptance_prob_short, so k
+tokens drafted emit ``1 + a + ... + a^k`` per row in ``draft_price * k + c(k + 1) / c(1)``
+one-token verifications (without a curve, ``1 + verify_token_price * k``); the smallest best k.
 
-A line needs steps that verified different token counts, and a controller that never changes k
-(a static rule, a deterministic policy without a tau stop) never gives them. So the fit leans on
-a **prior**, :class:`PriceLine`: the latency model's (the simulators price with it; the engine
-takes the machine's calibration, ``SpeculativeDecoder(..., prices=model.price_line)``; a loop
-given none takes this machine's cached calibrations, :func:`specrl.latency.calibration.machine_prices`,
-for a controller that reads prices). The
-slope is a ridge regression toward the prior's *relative* slope (``per_token / fixed``, which
-does not depend on the machine's speed either), worth :data:`PRIOR_STEPS` steps one token a row
-away from the window's mean: steps that vary their tokens outweigh it within a few steps, and
-steps that do not leave the prior's shape, scaled to the measured seconds. Before the first step
-the prices are the prior's. Without a prior (the vLLM proposer) the fit is the data's alone, the
-last identified line stands while the window's token counts do not vary, and the prices are 0
-before one. On this project's CPU a 9-token verification costs about twice a 1-token one
-(verify_token_price about 0.12); on a GPU below its knee it is nearly flat (about 0.01).
-
-**The verification's shape** (35-42). A straight line hides what decides k on many machines: a GPU
-pays a step for the second token (matrix-vector kernels give way to matrix-matrix ones) and
-almost nothing for the next ones; this project's Xeon verifies 1-3 tokens at 0.4-0.6 ms a token,
-then steps by 1.7 ms at the 4th, so k = 2 is its best static setting; an EPYC pays most for the
-2nd. These features are the prior's curve, token by token: ``(c(t) - c(t - 1)) / c(1) /``
-:data:`STEP_NORM` for t = 2..9 tokens a row, where ``c(t)`` is the prior's seconds of a
-verification of the batch now fed t tokens a row (beyond the prior's table, its last step
-repeats). The shape is the machine's calibration (the latency model's, in the simulators), not
-the window's fit: a static controller verifies one token count, and single steps' timings are
-too noisy to tell a 5% step from noise. Its level cancels in the ratio, so a machine that runs
-uniformly faster or slower (drift) keeps the same shape.
-
-**What the prices mean for k** (43). A curve of eight numbers is a lot to learn to read from a
-few dozen machines. ``priced_k`` reads it: with ``a`` = acceptance_prob_short, a step drafting k
-tokens is expected to emit ``1 + a + ... + a^k`` tokens per row (each token accepted with
-probability a, independently: Leviathan et al. 2023) in ``draft_price * k + c(k + 1) / c(1)``
-one-token verifications (the prior's curve; without one, the fitted line:
-``1 + verify_token_price * k``), and ``priced_k`` is the k in 0..:data:`PRICED_K_MAX` with the
-most tokens per second (the smallest such k on ties). On this project's Xeon at a = 0.6 it is 2,
-on the EPYC calibrations 4-5: what their best static settings are.
-
-Versions are prefixes: version 1 is the first 19 features (one draft, before the drafter pool),
-version 2 the first 32, version 3 the first 33 (the lookup's match order: a trigram match predicts
-the next tokens far better than a single token's; ``results/pool/signals.md`` measures it),
-version 4 the first 35 (the prices: a policy that reads the machine's prices, not one machine's),
-version 5 all 44 (the verification's shape, and the k it prices best: the line's two numbers
-told the Xeon and the EPYC calibrations apart too little for a policy to choose k on them). A
-policy records its version and sees the first ``FEATURE_COUNTS[version]`` features, so an older
-policy still runs, on the features it was trained with.
-
-Changing a definition, the order, or a constant below changes ``FEATURE_VERSION``; an
-exported policy records the version it was trained with, and a version this specrl does not
-compute is refused.
+Versions are prefixes: a policy records its version and sees the first ``FEATURE_COUNTS[version]``
+features. Changing a definition, the order, or a constant below changes ``FEATURE_VERSION``.
 """
 
 from __future__ import annotations
