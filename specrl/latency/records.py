@@ -8,7 +8,7 @@ sampling, the engine's per-step work).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -115,6 +115,43 @@ def calibration_prompts(pair: ModelPair, rng: np.random.Generator, room: int) ->
 
 
 @torch.inference_mode()
+def loop_steps(
+    pair: ModelPair,
+    lanes: Sequence[tuple[SamplingConfig, Callable[[], Action]]],
+    steps: int,
+    warmup_steps: int,
+    max_new_tokens: int,
+    seed: int,
+    progress: bool,
+) -> list[tuple[int, int, StepResult]]:
+    """Step one live generation per lane in turn, ``warmup_steps + steps`` steps in all, so that
+    every lane meets the same machine noise. A lane is (its sampling, its next action); each lane
+    goes through the pair's train prompts (:func:`calibration_prompts`) in the same order, a new
+    generation when its last one finished. Returns (lane, episode, result) of each step after the
+    warm-up (an episode numbers a generation, unique over the lanes)."""
+    from tqdm import tqdm
+
+    from specrl.engine.generation import Generation  # engine -> latency is one way: import late
+
+    prompts = calibration_prompts(pair, np.random.default_rng(seed), room=max_new_tokens)
+    live: list[Generation | None] = [None] * len(lanes)
+    started, episodes = [0] * len(lanes), [0] * len(lanes)
+    recorded = []
+    bar = tqdm(range(warmup_steps + steps), desc=f"timing {pair.name}", unit="step", disable=not progress)
+    for done in bar:
+        lane = done % len(lanes)
+        sampling, next_action = lanes[lane]
+        generation = live[lane]
+        if generation is None or generation.done:
+            prompt, count = prompts[started[lane] % len(prompts)], started[lane]
+            generation = live[lane] = Generation(pair, [prompt], max_new_tokens, sampling, seed=seed + count)
+            episodes[lane], started[lane] = count * len(lanes) + lane, count + 1
+        result = generation.step(next_action()).merged()
+        if done >= warmup_steps:
+            recorded.append((lane, episodes[lane], result))
+    return recorded
+
+
 def record_loop(
     pair: ModelPair,
     *,
@@ -126,50 +163,23 @@ def record_loop(
     seed: int = 0,
     progress: bool = True,
 ) -> StepRecords:
-    """Time ``steps`` steps of the engine's loop, greedy and sampled interleaved step by step.
-
-    Two generations are live at a time, one greedy and one at ``temperature``, on the pair's
-    train prompts; each step takes the next action of its mode's shuffled cycle of
-    :func:`calibration_actions`, so every action meets the same machine noise. A finished
-    generation is replaced by one on the next prompt. The first ``warmup_steps`` steps are
-    run the same way and dropped.
-    """
-    from tqdm import tqdm
-
-    from specrl.engine.generation import Generation  # engine -> latency is one way: import late
-
+    """Time ``steps`` steps of the engine's loop (:func:`loop_steps`), greedy and at
+    ``temperature`` interleaved; each mode's steps go through shuffled cycles of
+    :func:`calibration_actions`."""
     if k_max < 1 or steps < 1 or warmup_steps < 0:
         raise ValueError(
             f"k_max and steps must be >= 1 and warmup_steps >= 0, got {k_max}, {steps}, {warmup_steps}"
         )
-    rng = np.random.default_rng(seed)
-    prompts = calibration_prompts(pair, rng, room=max_new_tokens)
-    samplings = (SamplingConfig(), SamplingConfig(temperature=temperature))
+    rng = np.random.default_rng(seed + 1)
     cycle = calibration_actions(k_max)
     cycles: list[list[Action]] = [[], []]
-    live: list[Generation | None] = [None, None]
-    episodes = [0, 0]
-    started = 0
-    recorded: list[tuple[StepResult, bool, int]] = []
-    bar = tqdm(
-        total=warmup_steps + steps, desc=f"timing the loop of {pair.name}", unit="step", disable=not progress
-    )
-    done = 0
-    while done < warmup_steps + steps:
-        mode = done % 2  # greedy, sampled, greedy, ...
-        generation = live[mode]
-        if generation is None or generation.done:
-            prompt = prompts[started % len(prompts)]
-            generation = live[mode] = Generation(
-                pair, [prompt], max_new_tokens, samplings[mode], seed=seed + started, stop_at_eos=True
-            )
-            episodes[mode], started = started, started + 1
+
+    def next_action(mode: int) -> Action:
         if not cycles[mode]:
             cycles[mode] = [cycle[i] for i in rng.permutation(len(cycle))]
-        result = generation.step(cycles[mode].pop()).merged()
-        if done >= warmup_steps:
-            recorded.append((result, bool(mode), episodes[mode]))
-        done += 1
-        bar.update(1)
-    bar.close()
-    return StepRecords.from_steps(recorded)
+        return cycles[mode].pop()
+
+    modes = enumerate((SamplingConfig(), SamplingConfig(temperature)))
+    lanes = [(sampling, lambda mode=mode: next_action(mode)) for mode, sampling in modes]
+    recorded = loop_steps(pair, lanes, steps, warmup_steps, max_new_tokens, seed, progress)
+    return StepRecords.from_steps([(result, bool(lane), episode) for lane, episode, result in recorded])
