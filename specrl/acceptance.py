@@ -1,10 +1,7 @@
-"""P(a drafted token is accepted | the draft's signals): the acceptance predictor.
-
-A logistic regression on the draft's confidence and entropy, the signals the engine hands a
-per-token stop rule. It sits below the controllers: the SpecDec++-style rule and the per-token
-stop dimension of the envs apply it (:mod:`specrl.controllers.stop_rules`), an exported policy
-carries one (:mod:`specrl.export`), and :func:`specrl.rule_tuning.fit_acceptance_predictor` fits it
-on train traces.
+"""P(a drafted token is accepted | the draft's signals): the acceptance predictor, a logistic
+regression on the draft's confidence and entropy. The per-token stop rules apply it
+(:mod:`specrl.controllers.stop_rules`), an exported policy carries one, and
+:func:`specrl.rule_tuning.fit_acceptance_predictor` fits it on train traces.
 """
 
 from __future__ import annotations
@@ -29,16 +26,9 @@ class PredictorError(ValueError):
 
 
 class AcceptancePredictor:
-    """P(a drafted token is accepted | its draft signals), a logistic regression.
-
-    Inputs: the draft's confidence max_v q(v) and the entropy of q (nats), the signals the
-    engine hands a :class:`~specrl.engine.types.StopRule`. Features, in this order:
-    ``PREDICTOR_FEATURES`` = (1, confidence, log confidence, entropy).
-
-    Attributes:
-        weights: (4,) coefficients of the features.
-        metadata: where it was fitted (pair, scenarios, split, sample count, fit quality).
-    """
+    """P(a drafted token is accepted | its draft signals): a logistic regression on
+    ``PREDICTOR_FEATURES`` of the draft's confidence max_v q(v) and the entropy of q (nats), with
+    ``weights`` (4,) and ``metadata`` (where it was fitted, the fit's quality)."""
 
     def __init__(self, weights: Sequence[float], metadata: dict[str, Any] | None = None) -> None:
         weights = [float(w) for w in weights]
@@ -86,12 +76,8 @@ class AcceptancePredictor:
         iterations: int = 50,
         metadata: dict[str, Any] | None = None,
     ) -> AcceptancePredictor:
-        """Maximum-likelihood fit by iteratively reweighted least squares (Newton's method).
-
-        ``target`` may be soft: a sampled trace's acceptance probability min(1, q/p) is the
-        expected outcome of the accept test, so cross-entropy with soft targets is the right
-        loss for it; a greedy trace's targets are 0 or 1.
-        """
+        """Maximum-likelihood fit by iteratively reweighted least squares. ``target`` may be soft (a
+        sampled trace's acceptance probability min(1, q/p), the accept test's expected outcome)."""
         x = cls.features(confidence, entropy)
         y = np.clip(np.asarray(target, dtype=np.float64), 0.0, 1.0)
         if len(y) < len(PREDICTOR_FEATURES) or len(x) != len(y):

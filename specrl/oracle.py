@@ -1,21 +1,15 @@
 """The clairvoyant oracles: the two bounds every comparison on traces carries (modeled time), and
 the batch simulator's oracle, a bound and the labels the batch policy imitates.
 
-- **Clairvoyant optimum** (:func:`clairvoyant`): knowing every acceptance outcome in
-  advance, the minimum modeled time to emit a trace, by dynamic programming over positions:
-  T(j) = min_{k, d} [ seconds of the step at j with k and drafter d + T(j + tokens it emits) ],
-  T(end) = 0, per segment, d over the drafters offered (the draft alone by default).
-  Only tau = 0 is searched: a tau cut after i proposals gives the same outcome as
-  k = i and costs one more draft forward, so it never helps a controller that knows the
-  outcomes. No controller can emit the trace faster; its tokens/sec is an upper bound.
-- **Best static (k, tau, drafter) in hindsight** (:func:`best_static`): every (k, tau) of the
-  grid with every drafter offered, replayed unchanged over all traces; the one with the highest
-  throughput.
+- **Clairvoyant optimum** (:func:`clairvoyant`): knowing every acceptance outcome, the least
+  modeled time to emit a trace, by dynamic programming over positions, T(j) = min_{k, d}
+  [seconds of the step at j + T(j + tokens it emits)]. Only tau = 0 is searched: a cut after i
+  proposals gives k = i's outcome for one more draft forward. Its tokens/sec is an upper bound.
+- **Best static (k, tau, drafter) in hindsight** (:func:`best_static`): the grid's setting of
+  the highest throughput (total tokens / total seconds) over all traces.
 
-Throughput over many traces is total tokens / total seconds. With sampling, acceptance is
-random: both bounds are computed on the same ``realisations`` per trace (seeded draws, each
-with the law of the real loop, one uniform per position shared by the drafters), and a
-controller is compared on the same draws.
+With sampling both bounds use the same seeded ``realisations`` per trace, the draws a controller
+is compared on.
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""Figures of an evaluation run, drawn from its ``results.json`` contents (matplotlib, Agg backend).
-
-- :func:`plot_tokens_per_s`: tokens/sec of every controller in every scenario, simulator and real loop.
-- :func:`plot_shift`: k and tau against the tokens generated through a domain shift (code -> math),
-  the TCP heuristic against the learned policy.
-- :func:`plot_acceptance`: the distribution of the per-step acceptance fraction (accepted / proposed).
-- :func:`bar_groups`: grouped bars of any named series (the drafter bench).
-- :func:`save_figure`: write any figure atomically (every script's plots go through it).
-
-:func:`write_plots` draws all of them into a folder. matplotlib is a dependency of the package.
+"""Figures of an evaluation run, drawn from its ``results.json`` contents (:func:`write_plots`),
+and :func:`save_figure`, :func:`bar_groups` for every script's plots (matplotlib, Agg backend).
 """
 
 from __future__ import annotations
@@ -120,8 +112,7 @@ def shift_controllers(result: dict) -> list[str]:
 
 def shift_series(trajectory: dict[str, list]) -> dict[str, list]:
     """What :func:`plot_shift` draws for one trajectory: k and tau as steps over the tokens each
-    step emitted, so ``x`` runs from the first step's position to the end of the last step (its
-    accepted tokens + 1) and ``k``, ``tau`` repeat their last value to close the last step."""
+    step emitted, ``x`` running to the end of the last step, its values repeated to close it."""
     position = list(trajectory["position"])
     if not position:
         return {"x": [], "k": [], "tau": [], "domain": []}
@@ -144,9 +135,8 @@ def segments(result: dict) -> list[tuple[int, int, str]]:
 
 
 def plot_shift(result: dict, path: Path) -> Path:
-    """k and tau per step against tokens generated, over the whole budget: each segment shaded and
-    named, each shift a dashed line, and where an episode ended before its budget (an EOS soon
-    after a shift, say) an end mark, so a short segment is visible as short rather than missing."""
+    """k and tau per step against tokens generated, over the whole budget: segments shaded and
+    named, shifts dashed, and an end mark where an episode ended before its budget."""
     names = shift_controllers(result)
     colors = _colors(names, "tab10")
     fig, (ax_k, ax_tau) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)

@@ -1,9 +1,6 @@
-"""Fit and tune the rule baselines in the trace-replay simulator, never on test traces.
-
-The SpecDec++-style rule needs an acceptance predictor (fitted on *train* traces) and a
-threshold; AdaEDL needs its entropy scale gamma. Both are chosen here by throughput in the
-simulator (modeled time) on *validation* traces (docs/design.md section 4b): the same footing as a
-learned policy whose checkpoint is selected on validation.
+"""Fit and tune the rule baselines in the trace-replay simulator: the SpecDec++-style rule's
+acceptance predictor on *train* traces, its threshold and AdaEDL's gamma by throughput on
+*validation* traces (docs/design.md section 4b), the footing of a learned policy's selection.
 """
 
 from __future__ import annotations
@@ -30,10 +27,8 @@ CAPS = (4, 6, 8)
 
 
 def on_trajectory_signals(traces: TraceSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(confidence, entropy, acceptance probability) at every emitted position of every trace.
-
-    Positions past a segment's end (stored after an EOS) are left out: no step proposes there.
-    """
+    """(confidence, entropy, acceptance probability) at every emitted position of every trace
+    (not past a segment's end, where no step proposes)."""
     a = traces.arrays
     keep = np.concatenate(
         [
@@ -136,8 +131,8 @@ def tune_adaedl(
 
 def fitting_traces(scenario: Scenario, pair: ModelPair, split: str) -> tuple[Scenario, TraceSet]:
     """The scenario and ``split`` traces ("train" or "validation") to fit or tune a rule for
-    ``scenario`` with: its own, or, for a scenario without prompts in that split (the unseen test
-    domain), the mixed training workload's at the same temperature. Never test traces."""
+    ``scenario`` with: its own, or, without prompts in that split (the unseen test domain), the
+    mixed workload's at the same temperature."""
     if split == "test":
         raise ValueError("rules are fitted and tuned on train or validation traces, never on test")
     try:
@@ -162,8 +157,7 @@ def tuned_rules(
     predictor: AcceptancePredictor,
     repeats: int = 1,
 ) -> dict[str, Tuned]:
-    """AdaEDL and the SpecDec++-style rule for ``scenario``, tuned on validation traces
-    (:func:`validation_traces`), by name."""
+    """AdaEDL and the SpecDec++-style rule for ``scenario``, tuned on validation traces, by name."""
     tuning, validation = fitting_traces(scenario.with_overrides(time="modeled"), pair, "validation")
     return {
         tuned.name: tuned

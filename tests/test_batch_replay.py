@@ -291,7 +291,8 @@ def test_bad_batch_sections_are_refused_by_name():
 
 
 def test_the_batch_size_schedule_reads_the_batch_from_the_observation_and_is_tuned_per_size():
-    from specrl.controllers.batch_schedule import BatchScheduleController, schedule_from_best_k
+    from specrl.batch_control.schedule import schedule_from_best_k
+    from specrl.controllers.batch_schedule import BatchScheduleController
     from specrl.features import FeatureTracker, GenerationSettings
 
     schedule = BatchScheduleController({4: 4, 8: 2, 32: 1})  # TensorRT-LLM's example

@@ -1,8 +1,5 @@
-"""Training pieces of the batch-aware policy (``experiments/train_batch.py``): imitation of the
-rollout oracle's labels (DAgger), the model under training as a controller, and the validation
-callback that scores each checkpoint against the tuned schedule as it would serve (with its
-cut-off) and keeps the best that holds plain decoding's speed at every fixed batch size.
-"""
+"""Training pieces of the batch-aware policy: imitation of the rollout oracle's labels (DAgger),
+and the validation callback that keeps the best checkpoint against the tuned schedule."""
 
 from __future__ import annotations
 
@@ -23,10 +20,7 @@ from specrl.oracle import RolloutOracle
 from specrl.trace_evaluation import controller_throughput, rates_by_batch
 from specrl.training.run_folder import BEST_MODEL, BEST_NORMALIZER
 
-# the cuts the imitation stage labels: none. With (0.0, 0.3, 0.5, 0.7) the imitated policy did worse on
-# validation (0.963 of the schedule against 0.992, 4 rounds of 4 episodes): the past predicts a cut's
-# regret too weakly, and the labels cost a replay of every k per tau.
-IMITATION_TAUS = (0.0,)
+IMITATION_TAUS = (0.0,)  # the cuts labelled: none (labelled cuts imitated worse, results/batch/)
 LABEL_HORIZON = 1  # steps a label plays out: the action, then the schedule (1: the step alone)
 LABEL_EVERY = 1  # one visited state labelled in this many (a label plays k_max + 1 runs)
 
@@ -54,15 +48,10 @@ class PolicyController:
 
 
 class Validation(BaseCallback):
-    """Score the policy on validation against the tuned schedule and plain decoding; keep the best
-    (model, normaliser) by :meth:`rank`: by score among the checkpoints that keep ``PLAIN_FLOOR``
-    of plain decoding at every fixed batch size, ahead of those that do not.
-
-    ``envs``: validation envs by entry, a scenario's name or ``<scenario>@<profile>`` when the
-    policy is selected under several machines; ``schedules``: the schedule each entry's machine
-    tuned. With ``cutoff`` each checkpoint is scored as it serves on one machine, switched off
-    above the batch sizes where it is slower than plain decoding; over several machines it is
-    scored as it is (a cut-off belongs to one machine)."""
+    """Score the policy on validation against the tuned schedule (``schedules``, by entry: a
+    scenario or ``<scenario>@<profile>``) and plain decoding; keep the best (model, normaliser)
+    by :meth:`rank`. With ``cutoff`` (one machine) a checkpoint is scored as it serves, switched
+    off above the batch sizes where it is slower than plain decoding."""
 
     def __init__(
         self,
@@ -143,8 +132,7 @@ def fit_to_labels(
     model: PPO, optimizer, inputs: torch.Tensor, costs: torch.Tensor, taus: list[int], seed: int
 ):
     """Fit the policy's (k, tau) distribution to minimise its expected regret on ``costs`` (states,
-    k, len(taus)) at ``inputs`` (normalised observations), its tau kept to the labelled indices
-    ``taus``, with a little entropy left for PPO to explore from; at least ``FIT_UPDATES`` Adam steps."""
+    k, len(taus)) at ``inputs``, its tau kept to the labelled ``taus``, a little entropy left."""
     generator = torch.Generator().manual_seed(seed)
     epochs = -(-FIT_UPDATES * FIT_BATCH // len(costs))
     for _ in range(epochs):
@@ -182,19 +170,13 @@ def imitate(
     horizon: int = LABEL_HORIZON,
     every: int = LABEL_EVERY,
 ) -> list[dict]:
-    """DAgger toward one step of policy iteration over the schedule (stage 1 of
-    ``experiments/train_batch.py``), in place on ``model``.
+    """DAgger toward one step of policy iteration over the schedule, in place on ``model``.
 
-    One state in ``every`` visited is labelled with the regret of every (k, tau), tau in
-    ``IMITATION_TAUS``: how much less than the best action the run gains that takes it and then
-    follows the schedule for up to ``horizon`` steps (:class:`RolloutOracle`). The schedule is
-    the one tuned for the episode's machine (``schedules``, by :func:`machine_of`), and the
-    oracle's rates are measured on that machine, its schedule playing an episode priced by it
-    alone. Round 0 follows the schedule, later rounds the policy. The policy's (k, tau)
-    distribution is fit to minimise its expected regret over every label so far, its tau kept to
-    those values, with a little entropy left for PPO to explore from. Returns each round's fit:
-    labelled states, the policy's mean regret on them, and the least mean regret of one (k, tau)
-    everywhere."""
+    One visited state in ``every`` is labelled with the regret of every (k, tau) by the
+    :class:`~specrl.oracle.RolloutOracle` over the schedule of the episode's machine
+    (:func:`machine_of`), its rates measured on that machine. Round 0 follows the schedule, later
+    rounds the policy, which is fit to every label so far (:func:`fit_to_labels`). Returns each
+    round's fit: labelled states, the policy's mean regret, the best single (k, tau)'s."""
     tau_grid = next(iter(envs.values())).tau_grid
     taus = [tau_grid.index(tau) for tau in IMITATION_TAUS]
     observations, regrets, fits = [], [], []

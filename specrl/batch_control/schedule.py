@@ -5,10 +5,11 @@ above a batch size (vLLM's ``speculative_disable_by_batch_size``), for any contr
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from tqdm.auto import tqdm
 
-from specrl.controllers.batch_schedule import BatchCutoffController, schedule_from_best_k
+from specrl.controllers.batch_schedule import BatchCutoffController
 from specrl.controllers.static import StaticController
 from specrl.envs.batch_replay import BatchReplayEnv
 from specrl.envs.scenario import load_scenario
@@ -50,6 +51,26 @@ def tune_cutoff(envs: dict[str, BatchReplayEnv], controller, episodes: int) -> i
             for name, env in envs.items()
         }
     )
+
+
+def schedule_from_best_k(best_k: Mapping[int, int]) -> dict[int, int]:
+    """A schedule from the best k measured at some batch sizes: each size's k holds up to the
+    geometric middle between it and the next measured size, the last one's up to that size; 0
+    above (nothing was measured there) and above the last size whose best k is positive (merged
+    where neighbours agree)."""
+    sizes = sorted(best_k)
+    schedule: dict[int, int] = {}
+    for i, size in enumerate(sizes):
+        bound = math.isqrt(size * sizes[i + 1]) if i + 1 < len(sizes) else size  # nothing measured above
+        schedule[bound] = int(best_k[size])
+    while schedule and list(schedule.values())[-1] == 0:  # 0 above the cut-off is the default
+        schedule.pop(list(schedule)[-1])
+    merged: dict[int, int] = {}
+    for bound, k in schedule.items():  # a run of equal k is one entry, its largest bound
+        if merged and list(merged.values())[-1] == k:
+            merged.pop(list(merged)[-1])
+        merged[bound] = k
+    return merged or {1: 0}
 
 
 def cutoff_from(vs_plain: dict[int, float]) -> int | None:

@@ -1,16 +1,12 @@
-"""k by batch size: the schedule vLLM and TensorRT-LLM ship for batched speculation, and the
-switch that turns any controller's speculation off above a batch size.
-
-vLLM's ``num_speculative_tokens_per_batch_size`` and TensorRT-LLM's ``draft_len_schedule`` map
-the batch size to a number of draft tokens, 0 (no speculation) above a cut-off; for example
-``{4: 4, 8: 2, 32: 1}`` drafts 4 tokens up to batch 4, 2 up to 8, 1 up to 32 and none above.
-vLLM's ``speculative_disable_by_batch_size`` is the cut-off alone, over whatever chooses k:
-:class:`BatchCutoffController`.
+"""k by batch size: the schedule vLLM (``num_speculative_tokens_per_batch_size``) and TensorRT-LLM
+(``draft_len_schedule``) ship for batched speculation, e.g. ``{4: 4, 8: 2, 32: 1}``: 4 draft
+tokens up to batch 4, 2 up to 8, 1 up to 32, none above; and vLLM's
+``speculative_disable_by_batch_size``, the cut-off alone over any controller. They are tuned in
+:mod:`specrl.batch_control.schedule`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,26 +51,6 @@ class BatchScheduleController:
 
     def __repr__(self) -> str:
         return f"BatchScheduleController({self.schedule})"
-
-
-def schedule_from_best_k(best_k: Mapping[int, int]) -> dict[int, int]:
-    """A schedule from the best k measured at some batch sizes: each size's k holds up to the
-    geometric middle between it and the next measured size, the last one's up to that size; 0
-    above (nothing was measured there) and above the last size whose best k is positive (merged
-    where neighbours agree)."""
-    sizes = sorted(best_k)
-    schedule: dict[int, int] = {}
-    for i, size in enumerate(sizes):
-        bound = math.isqrt(size * sizes[i + 1]) if i + 1 < len(sizes) else size  # nothing measured above
-        schedule[bound] = int(best_k[size])
-    while schedule and list(schedule.values())[-1] == 0:  # 0 above the cut-off is the default
-        schedule.pop(list(schedule)[-1])
-    merged: dict[int, int] = {}
-    for bound, k in schedule.items():  # a run of equal k is one entry, its largest bound
-        if merged and list(merged.values())[-1] == k:
-            merged.pop(list(merged)[-1])
-        merged[bound] = k
-    return merged or {1: 0}
 
 
 class BatchCutoffController:

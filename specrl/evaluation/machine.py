@@ -3,9 +3,6 @@
 
 from __future__ import annotations
 
-from specrl import quiet as quiet  # first: transformers' import, without its optional noise
-
-# isort: split
 import datetime
 import os
 import platform

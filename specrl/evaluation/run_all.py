@@ -1,10 +1,6 @@
-"""One evaluation run: every scenario of a run on one pair, side by side
-(:func:`~specrl.evaluation.harness.evaluate_scenario` each), into one results record, and its files:
-``results.json``, ``results.md``, the plots and TensorBoard scalars.
-
-The real loop may run on a pool of Ray workers (:class:`specrl.distributed.workers.RayPool`, made
-by the caller: the distributed layer sits above this one); missing traces are then recorded on
-the workers too.
+"""One evaluation run: every scenario on one pair (:func:`~specrl.evaluation.harness.evaluate_scenario`
+each) into one results record, and its files: ``results.json``, ``results.md``, the plots and
+TensorBoard scalars. The real loop may run on a Ray pool the caller makes.
 """
 
 from __future__ import annotations
@@ -38,22 +34,13 @@ def evaluate_all(
     ray_address: str | None = None,
 ) -> dict[str, Any]:
     """Every scenario (all on one pair) with ``settings``, the learned policies of ``policy_folders``
-    among the rows; a missing or invalid policy is skipped and the record says why.
+    among the rows (a missing or invalid one is skipped and the record says why).
 
-    Args:
-        header: the record's first entries, as the caller names the run (``evaluate.py``: date,
-            command, argv, config; the page reads the config's workload and timing).
-        simulate: whether to add the simulator columns, the oracle and the grid search (without:
-            the record says "--no-sim was given", the command line's flag).
-        pool: a Ray pool that plays the real loop and records missing traces, or None; the caller
-            closes it.
-        ray_address: the address ``pool`` connected to, recorded with its workers.
-
-    Returns:
-        The results record: ``header``, then pair, machine (``loadavg_end`` added at the end, and
-        with a pool ``ray``: its address and workers), hf_confidence_threshold, simulator, latency,
-        policies, skipped_policies, notes, scenarios (per scenario
-        :func:`~specrl.evaluation.harness.evaluate_scenario`) and summary.
+    ``header`` holds the record's first entries, as the caller names the run (date, command,
+    argv, config); ``simulate``: add the simulator columns; ``pool``: a Ray pool that plays the
+    real loop and records missing traces (the caller closes it), connected to ``ray_address``.
+    Returns the results record: ``header``, then pair, machine, hf_confidence_threshold,
+    simulator, latency, policies, skipped_policies, notes, scenarios and summary.
     """
     pair = scenarios[0].pair.load()
     warn_if_busy(pair)
