@@ -1,49 +1,25 @@
 """specrl inside Hugging Face ``generate``: a ``custom_generate`` callable that decodes speculatively.
 
-Transformers 5.x lets ``generate`` hand its decoding loop to a callable (``custom_generate=``),
-which gets the prepared ``input_ids``, logits processors, stopping criteria and generation
-config, plus any keyword argument of its own signature. :func:`speculative_generate` is such a
-callable: it runs specrl's engine (:class:`~specrl.engine.Generation`, the same lossless
-iteration as :class:`~specrl.SpeculativeDecoder`), with a specrl controller or an exported policy
-choosing (k, tau) before every iteration::
+Transformers 5.x hands ``generate``'s decoding loop to ``custom_generate=``, with the prepared
+``input_ids``, logits processors, stopping criteria and generation config, plus any keyword of its
+own signature. :func:`speculative_generate` runs specrl's engine there, a controller or an exported
+policy choosing (k, tau) before every iteration::
 
-    import specrl
-    from specrl.hf import speculative_generate
+    out = target.generate(input_ids, custom_generate=speculative_generate, draft=draft_model,
+                          controller="default", max_new_tokens=64)   # prompt + new tokens
 
-    out = target.generate(
-        input_ids,
-        custom_generate=speculative_generate,
-        draft=draft_model,                           # a causal LM with the target's vocabulary
-        controller=specrl.LearnedController.load("default"),   # or TCPController(), a folder path ...
-        max_new_tokens=64,
-    )                                                # prompt + new tokens, as plain generate returns
-
-What carries over from ``generate``: ``max_new_tokens`` / ``max_length``, ``eos_token_id`` and
-every stopping criterion (stop strings, max time ...), ``do_sample`` with ``temperature``,
-``top_k`` and ``top_p`` (read from the warpers ``generate`` prepared, so its defaults hold: with
-``do_sample=True`` and no ``top_k``, HF's default top-k of 50 applies to both models), and
-``return_dict_in_generate`` (a :class:`SpeculativeGenerateOutput` whose ``stats`` and ``steps``
-are the engine's). A batch of prompts, left-padded as ``generate`` takes them, decodes as the
-engine's rows (each row on its own prompt, without the padding; one controller acts for the
-batch), and a row that stops leaves the batch; the output is right-padded with ``pad_token_id``
-as ``generate``'s is. Greedy output equals plain ``generate`` of each prompt; sampled output has
-its law.
-
-What does not: beams, several return sequences, right padding, any other logits processor
-(repetition penalty, min length, bad words ...) and scores, logits, attentions or hidden states
-in the output: each is refused with an error that names it. The callable keeps its own KV
-caches (a pre-filled ``cache`` passed in is refused).
-
-Sampling draws from specrl's own generator, seeded by ``seed`` or, when it is not given, by one
-draw from torch's global generator, so ``torch.manual_seed`` makes runs repeatable as with
-plain ``generate`` (the streams differ: the same seed gives another, equally distributed sample).
+Honoured: ``max_new_tokens`` / ``max_length``, ``eos_token_id`` and every stopping criterion,
+``do_sample`` with the temperature/top-k/top-p warpers ``generate`` prepared (so its defaults
+hold), ``return_dict_in_generate`` (:class:`SpeculativeGenerateOutput`, with the engine's
+``stats`` and ``steps``), and a left-padded batch (the engine's rows, one controller; the output
+right-padded with ``pad_token_id``). Greedy output equals plain ``generate``; sampled output has its
+law. Refused, each by name: beams, several return sequences, right padding, any other logits
+processor, scores/logits/attentions/hidden states in the output, and a pre-filled cache. Sampling
+draws from specrl's own generator, seeded by ``seed`` or by one draw from torch's global one.
 """
 
 from __future__ import annotations
 
-from specrl import quiet as quiet  # first: transformers' import, without its optional noise
-
-# isort: split
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +41,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from specrl.controllers import Controller, LearnedController, TCPController
 from specrl.engine import Generation, GenerationStats, SamplingConfig, StepResult
 from specrl.engine.decoder import drive
-from specrl.models import ModelPair
+from specrl.models import ModelPair, output_rows
 
 __all__ = ["SpeculativeGenerateOutput", "pair_from_models", "speculative_generate"]
 
@@ -75,24 +51,11 @@ _WARPERS = (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
 
 @dataclass
 class SpeculativeGenerateOutput(GenerateDecoderOnlyOutput):
-    """``generate``'s decoder-only output (``return_dict_in_generate=True``) plus the engine's record.
-
-    Attributes:
-        sequences: (batch, prompt + new) token ids, as ``generate`` returns.
-        stats: the generation's totals (tokens/s, acceptance rate, steps ...; every row's tokens).
-        steps: one :class:`~specrl.StepResult` per speculative iteration (the batch's rows as one
-            step, :func:`~specrl.engine.types.merge_rows`; a single prompt's own).
-    """
+    """``generate``'s decoder-only output plus the engine's record: the generation's ``stats`` and
+    one :class:`~specrl.StepResult` per iteration in ``steps`` (a batch's rows merged into one)."""
 
     stats: GenerationStats | None = None
     steps: list[StepResult] | None = None
-
-
-def _output_rows(model: PreTrainedModel) -> int:
-    head = model.get_output_embeddings()
-    if head is not None and getattr(head, "weight", None) is not None:
-        return int(head.weight.shape[0])
-    return int(model.config.get_text_config().vocab_size)
 
 
 def pair_from_models(
@@ -101,20 +64,13 @@ def pair_from_models(
     tokenizer: Any = None,
     vocab_size: int | None = None,
 ) -> ModelPair:
-    """A :class:`~specrl.ModelPair` around two already loaded HF causal LMs (no loading, no tokenizer needed).
-
-    Args:
-        target: the model that verifies (its output is what the pair produces).
-        draft: the model that proposes; same device, same vocabulary.
-        tokenizer: optional; only needed to decode text (``ModelPair.encode``, ``SpeculativeDecoder``
-            with string prompts).
-        vocab_size: the shared vocabulary, when the two output layers differ only by padding rows
-            (some families round the embedding up); default: both must have the same number of
-            output rows, and that is the vocabulary.
+    """A :class:`~specrl.ModelPair` around two loaded HF causal LMs on one device (``tokenizer``:
+    only to encode text). ``vocab_size``: the shared vocabulary when the output layers differ only
+    by padding rows; default: both must have the same number of output rows.
 
     Raises:
-        ValueError: a model is not a PreTrainedModel, the two sit on different devices, or their
-            vocabularies differ (the message gives both sizes and the fix).
+        ValueError: a model is not a decoder-only PreTrainedModel, the two sit on different
+            devices, or their vocabularies differ (the message gives both sizes and the fix).
     """
     for role, model in (("target", target), ("draft", draft)):
         if not isinstance(model, PreTrainedModel):
@@ -131,7 +87,7 @@ def pair_from_models(
             f"the target is on {target.device} and the draft on {draft.device}; move both to one device "
             f"(draft.to(target.device))"
         )
-    target_rows, draft_rows = _output_rows(target), _output_rows(draft)
+    target_rows, draft_rows = output_rows(target), output_rows(draft)
     if vocab_size is None:
         if target_rows != draft_rows:
             raise ValueError(
@@ -283,28 +239,23 @@ def speculative_generate(
     vocab_size: int | None = None,
     **model_kwargs: Any,
 ) -> torch.LongTensor | SpeculativeGenerateOutput:
-    """Decode speculatively inside ``model.generate(..., custom_generate=speculative_generate, draft=...)``.
-
-    ``generate`` calls this with its prepared arguments; the four below are passed to ``generate``
-    by name and reach this function untouched.
+    """Decode speculatively inside ``model.generate(..., custom_generate=speculative_generate, draft=...)``
+    (module doc); the four arguments below are passed to ``generate`` by name.
 
     Args:
-        draft: the draft model (required): a causal LM on the target's device with the same
-            vocabulary.
-        controller: chooses (k, tau) each iteration: a specrl controller
-            (:class:`~specrl.StaticController`, :class:`~specrl.TCPController`, a
-            :class:`~specrl.LearnedController` ...), an exported policy folder or a shipped
-            policy's name (loaded as a LearnedController); default the TCP-like heuristic.
+        draft: the draft model (required): a causal LM on the target's device, same vocabulary.
+        controller: a specrl controller, an exported policy folder or a shipped policy's name
+            (:func:`resolve_controller`); default the TCP-like heuristic.
         seed: seed of the sampling generator (default: drawn from torch's global generator).
         vocab_size: the shared vocabulary when the output layers differ only by padding rows.
 
     Returns:
-        (1, prompt + new tokens) ids, as plain ``generate``; with ``return_dict_in_generate=True``
-        a :class:`SpeculativeGenerateOutput` (``sequences``, ``stats``, ``steps``).
+        (batch, prompt + new tokens) ids, as plain ``generate``; with ``return_dict_in_generate``
+        a :class:`SpeculativeGenerateOutput`.
 
     Raises:
         ValueError: no draft, a draft the target cannot verify, or no room for a new token.
-        NotImplementedError: batch size > 1 or a ``generate`` option the engine does not honour.
+        NotImplementedError: a ``generate`` option the engine does not honour.
     """
     if draft is None:
         raise ValueError(

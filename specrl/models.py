@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specrl import quiet as quiet  # first: transformers' import, without its optional noise
-
-# isort: split
 import torch
 from transformers import (
     AutoModelForCausalLM,
@@ -18,8 +17,6 @@ from transformers import (
     PreTrainedTokenizerBase,
     cache_utils,
 )
-
-from specrl.quiet import no_progress_bars
 
 EMBEDDED_PREFIX = "specrl-zoo-"  # an embedded pair's name: specrl-zoo-<preset>
 # Cache layers that crop back exactly: the dynamic layer, and the dummy layer of a block without
@@ -42,12 +39,8 @@ class UnsupportedArchitectureError(PairError):
 
 
 def check_cache(cache, config) -> None:
-    """Refuse a cache with a layer that ``crop`` cannot put back exactly, naming the architecture.
-
-    Full-attention and sliding-window layers (the engine records their past until each
-    rollback) are supported; recurrent state (Mamba / linear attention layers of hybrid
-    models) is not: it cannot be rewound to an earlier position without a recompute.
-    """
+    """Refuse a cache with a layer that ``crop`` cannot put back exactly (recurrent state: Mamba or
+    linear-attention layers cannot be rewound without a recompute), naming the architecture."""
     bad = sorted(
         {
             type(layer).__name__
@@ -86,15 +79,9 @@ KV_CACHES = ("dynamic", "static")
 
 @dataclass(frozen=True)
 class CacheSettings:
-    """How a generation keeps its KV caches (:class:`specrl.engine.cache.KVCache`, one grid of
-    slots over the rows, for a single sequence as for a batch).
-
-    Attributes:
-        kind: ``dynamic`` (transformers' ``DynamicCache``: grows by concatenation, cut by crop)
-            or ``static`` (``StaticCache``: allocated once at the context window plus a step's
-            room, rolled back by moving its width; what ``torch.compile`` and CUDA graphs need).
-        compile: run the decode forwards (a few tokens each) through ``torch.compile``; static only.
-    """
+    """How a generation keeps its KV caches (:class:`specrl.engine.cache.KVCache`): ``kind``
+    ``dynamic`` (transformers' ``DynamicCache``) or ``static`` (``StaticCache``, allocated once; what
+    ``torch.compile`` needs); ``compile``: run the decode forwards through ``torch.compile``."""
 
     kind: str = "dynamic"
     compile: bool = False
@@ -114,16 +101,12 @@ class ModelPair:
     """A target and a draft that share a tokenizer, on one device.
 
     Attributes:
-        vocab_size: the shared vocabulary; logits rows beyond it (embedding padding that
-            some model families add) are dropped for both models.
+        vocab_size: the shared vocabulary; logits rows beyond it (embedding padding) are dropped.
         context_length: the smaller of the two models' context windows.
-        prompts: train, validation and test prompt sets per domain, for the embedded pairs.
-        card: the embedded pair's model card (JSON), else None.
-        mid: a second draft of another size (``draft-mid`` and the cascade's upper stage of the
-            drafter pool), or None.
-        derived: models derived from these, built on first use and kept for the pair's life
-            (the drafter pool's quantised drafts: drafter name -> (the draft it was made from, copy)).
-        cache: how generations keep their KV caches (:class:`CacheSettings`).
+        prompts: split -> domain -> prompt texts, for the embedded pairs; card: their model card.
+        mid: a second draft of another size (``draft-mid``, the cascade's upper stage), or None.
+        derived: models derived from these on first use and kept for the pair's life (the
+            quantised drafts: drafter name -> (the draft it was made from, copy)).
     """
 
     target: PreTrainedModel
@@ -155,6 +138,17 @@ def check_device(device: torch.device) -> None:
         )
 
 
+def placement(
+    device: str | torch.device | None, dtype: torch.dtype | str | None
+) -> tuple[torch.device, torch.dtype]:
+    """The device (checked) and dtype asked for, each defaulted for the machine."""
+    device = torch.device(device) if device is not None else default_device()
+    check_device(device)
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    return device, dtype or default_dtype(device)
+
+
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -183,6 +177,20 @@ def _check_source(name: str, role: str) -> str:
             )
         return str(path)
     return name
+
+
+@contextmanager
+def no_progress_bars() -> Iterator[None]:
+    """transformers' weight-loading bars off inside the block (as they were after it)."""
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
 
 
 def _load(name: str, role: str, device: torch.device, dtype: torch.dtype, trust_remote_code: bool):
@@ -225,9 +233,17 @@ def check_tokenizers(
         )
 
 
+def output_rows(model: PreTrainedModel) -> int:
+    """The rows of the model's output layer (its vocabulary, padding included)."""
+    head = model.get_output_embeddings()
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    return int(model.config.get_text_config().vocab_size)
+
+
 def check_output_rows(model: PreTrainedModel, vocab_size: int, role: str) -> None:
     """Refuse a model with fewer output rows than its tokenizer has tokens."""
-    rows = model.get_output_embeddings().weight.shape[0]
+    rows = output_rows(model)
     if rows < vocab_size:
         raise PairError(
             f"the {role} model has {rows} output rows but its tokenizer has "
@@ -243,14 +259,9 @@ def load_draft(
     dtype: torch.dtype | str | None = None,
     trust_remote_code: bool = False,
 ) -> tuple[PreTrainedModel, int]:
-    """A draft model for a target that another engine runs (vLLM serves the target, specrl drafts):
-    ``draft`` loaded and checked against ``target``'s tokenizer (only the tokenizer of the target
-    is loaded). Returns the model and the shared vocabulary's size."""
-    device = torch.device(device) if device is not None else default_device()
-    check_device(device)
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    dtype = dtype or default_dtype(device)
+    """A draft model for a target another engine runs (vLLM), checked against ``target``'s tokenizer
+    (the only part of the target loaded). Returns the model and the shared vocabulary's size."""
+    device, dtype = placement(device, dtype)
     try:
         target_tok = AutoTokenizer.from_pretrained(
             _check_source(target, "target"), trust_remote_code=trust_remote_code
@@ -266,9 +277,8 @@ def load_draft(
 
 def target_folders(pair_name: str) -> set[str]:
     """Where the target of the pair named ``pair_name`` may live, resolved: an embedded pair's
-    target folders (shipped in the package and built in the cache), else the part of
-    ``target+draft`` before the ``+``. What a host that knows only the model it serves (vLLM, HF
-    ``generate``) compares a policy's pair with."""
+    shipped and cached target folders, else the part of ``target+draft`` before the ``+`` (what a
+    host that knows only the model it serves compares a policy's pair with)."""
     if pair_name.startswith(EMBEDDED_PREFIX):
         from specrl.embedded.build import cached_dir, shipped_dir
 
@@ -301,30 +311,22 @@ def load_pair(
     """Load a target and a draft model that share a tokenizer.
 
     Args:
-        target: HF id or local path of the target; with ``draft``, or neither.
-        draft: HF id or local path of the draft.
+        target, draft: HF ids or local paths; both, or neither (an embedded pair).
         preset: an embedded pair ("small", the default, or "tiny" for tests); built on
             first use if its weights are neither shipped nor cached.
-        device: default CUDA when present, else CPU.
-        dtype: default bf16 on GPU, fp32 on CPU.
+        device: default CUDA when present, else CPU; dtype: default bf16 on GPU, fp32 on CPU.
         trust_remote_code: passed to ``from_pretrained``; never set unless you ask.
         seed: seed of an embedded pair's build.
-        mid: HF id or local path of a second draft of another size (the drafter pool's
-            ``draft-mid``); an embedded pair loads its own when it has one.
-        kv_cache: ``dynamic`` or ``static`` KV caches for single-sequence generation
-            (:class:`CacheSettings`); static is what ``compile`` needs.
-        compile: ``torch.compile`` the decode forwards (CUDA is where it pays).
+        mid: HF id or local path of a second draft of another size (``draft-mid``); an embedded
+            pair loads its own when it has one.
+        kv_cache, compile: :class:`CacheSettings`.
     """
     if (target is None) != (draft is None):
         raise PairError("give both target and draft, or neither (for the embedded pair)")
     if target is not None and preset is not None:
         raise PairError("give either target/draft or preset, not both")
     cache = CacheSettings(kv_cache, compile)
-    device = torch.device(device) if device is not None else default_device()
-    check_device(device)
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    dtype = dtype or default_dtype(device)
+    device, dtype = placement(device, dtype)
 
     prompts: dict = {}
     card = None

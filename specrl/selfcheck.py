@@ -1,40 +1,25 @@
-"""Is the engine lossless on this device? A self-check to run on your own GPU (or CPU).
+"""Is the engine lossless on this device? ``specrl check --device cuda [--json FILE]``.
 
-    specrl check --device cuda                   # the three checks below
-    specrl check --device cpu --samples 300 --json selfcheck.json
+The models are small random Llamas made in memory (the test suite's; no download, no build):
 
-It needs no download and no build: the models are small random Llamas made in memory on the
-device (the same ones the test suite uses on the CPU).
-
-1. **Greedy equality** (pass/fail; float32 with TF32 off): for every k of a grid and tau in
-   {0, 0.5}, speculative greedy decoding emits exactly the target's own greedy decoding, recomputed
-   from the whole sequence for every token (no cache), with the dynamic and the static KV cache.
-   The draft is the target with noise on its head, so tokens are both accepted and rejected; the
-   check requires both, else equality would be trivial.
-2. **Greedy agreement in bfloat16** (information, not pass/fail): the same runs in bf16, and how
-   many tokens agree before the first divergence. Exact equality is not a property of bf16: a
-   verification feeds k + 1 tokens where the reference feeds one, the kernels round differently
-   for different shapes, and a near-tie between two tokens can flip; after it the two sequences
-   differ legitimately.
-3. **The law of sampled tokens** (pass/fail): over n seeded generations at temperature 1, k = 3,
-   tau 0 and 0.5, the counts of the first two tokens against their exact law computed from the
-   target alone; a vocabulary of 6 makes 36 cells, and the chi-square p-value must exceed 1e-3.
-
-:func:`run_selfcheck` returns all of it as a JSON-able dict; ``passed`` is the strict checks'.
-The building blocks (:func:`reference_greedy`, :func:`exact_two_token_law`,
-:func:`two_token_counts`, :func:`chi_square_p_value`) are the test suite's as well.
+1. **Greedy equality** (pass/fail; float32, TF32 off): for a grid of k and tau in {0, 0.5},
+   speculative greedy decoding with the dynamic and the static cache emits exactly the target's
+   greedy decoding recomputed without a cache. The draft is the target with noise on its head;
+   the check requires both accepted and rejected tokens, else equality would be trivial.
+2. **Greedy agreement in bfloat16** (information): the same in bf16, and how many tokens agree
+   before the first divergence (:data:`BF16_WHY`).
+3. **The law of sampled tokens** (pass/fail): the first two tokens of n seeded generations at
+   temperature 1 against their exact law from the target alone, on a vocabulary of 6 (36 cells);
+   the chi-square p-value must exceed :data:`P_VALUE_FLOOR`.
 """
 
 from __future__ import annotations
 
-from specrl import quiet as quiet  # first: transformers' import, without its optional noise
-
-# isort: split
 import contextlib
-import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
@@ -43,6 +28,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from specrl.controllers import StaticController
 from specrl.engine.decoder import SpeculativeDecoder, drive
 from specrl.engine.sampling import SamplingConfig
+from specrl.hf import pair_from_models
 from specrl.models import CacheSettings, ModelPair, check_device
 
 P_VALUE_FLOOR = 1e-3  # chi-square p-values below this fail the sampling check
@@ -101,20 +87,9 @@ def memory_pair(
     name: str,
 ) -> ModelPair:
     """A :class:`ModelPair` of two models in memory (moved to ``device`` and ``dtype``)."""
-    device = torch.device(device)
-    check_device(device)
-    vocab_size = target.config.vocab_size
-    return ModelPair(
-        target=target.to(device=device, dtype=dtype).eval(),
-        draft=draft.to(device=device, dtype=dtype).eval(),
-        tokenizer=word_tokenizer(vocab_size),
-        device=device,
-        dtype=dtype,
-        name=name,
-        vocab_size=vocab_size,
-        context_length=min(target.config.max_position_embeddings, draft.config.max_position_embeddings),
-        eos_token_id=vocab_size - 1,
-    )
+    check_device(torch.device(device))
+    target, draft = (model.to(device=device, dtype=dtype).eval() for model in (target, draft))
+    return replace(pair_from_models(target, draft, word_tokenizer(target.config.vocab_size)), name=name)
 
 
 def noisy_copy(vocab_size: int, noise: float, seed: int, context: int = 128) -> LlamaForCausalLM:
@@ -143,7 +118,7 @@ def small_vocab_pair(device: str | torch.device, dtype: torch.dtype = torch.floa
 
 def with_cache(pair: ModelPair, cache: str) -> ModelPair:
     """The same models with another KV cache (a name of :data:`CACHES`)."""
-    return dataclasses.replace(pair, cache=CACHES[cache])
+    return replace(pair, cache=CACHES[cache])
 
 
 @contextlib.contextmanager
@@ -202,13 +177,10 @@ def two_token_counts(
     drafter: str = "draft",
     batch: int = 1,
 ) -> torch.Tensor:
-    """(V, V) counts of the first two tokens of ``n`` speculative generations of ``prompt``.
-
-    The budget is k + 1 tokens, so the first step really proposes up to k (the engine clips k to
-    the room left: a budget of two would test k = 1 only); each generation stops once every row
-    has emitted two tokens, which cannot change them. With ``batch`` > 1 the prompt fills all
-    rows but the last of each generation, and the last holds a longer prompt, so the rows are
-    ragged from the start; seeds 0, 1, ... give the generations."""
+    """(V, V) counts of the first two tokens of ``n`` speculative generations of ``prompt`` (seeds
+    0, 1, ...). The budget is k + 1 tokens, so the first step really proposes up to k; each
+    generation stops once every row has two tokens. With ``batch`` > 1 the prompt fills all rows
+    but the last, which holds a longer prompt, so the rows are ragged from the start."""
     counts = torch.zeros(pair.vocab_size, pair.vocab_size)
     decoder = SpeculativeDecoder(pair, StaticController(k, tau, drafter))
     options = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
@@ -267,8 +239,7 @@ def check_greedy(
 ) -> dict:
     """Speculative greedy decoding of each prompt for every (cache, k, tau) against
     :func:`reference_greedy` of the target. Strict: ``passed`` is whether every run equals the
-    reference and some run both accepted and rejected draft tokens; else ``passed`` is None and
-    the agreement (tokens before the first divergence) is the result."""
+    reference and some run both accepted and rejected draft tokens; else ``passed`` is None."""
     runs = []
     for index, prompt in enumerate(prompts):
         expected = reference_greedy(pair.target, prompt, tokens)
