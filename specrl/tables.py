@@ -1,7 +1,4 @@
-"""The one markdown-table writer of every report (results pages, README blocks, TensorBoard text).
-
-A leaf module: it imports nothing from specrl, so any layer may use it.
-"""
+"""The one markdown-table writer of every report; a leaf module any layer may use."""
 
 from __future__ import annotations
 
@@ -14,17 +11,9 @@ ALIGNMENTS = {None: "---", "": "---", "left": ":---", "right": "---:", "center":
 def markdown_table(
     header: Sequence[object], rows: Iterable[Sequence[object]], align: Sequence[str | None] | None = None
 ) -> str:
-    """A GitHub markdown table: ``| a | b |``, the rule, then one line per row (no trailing newline).
-
-    Args:
-        header: the column titles.
-        rows: the cells of each row, in the header's order; written with ``str`` as they are
-            (format numbers before, and escape a literal ``|`` as ``\\|``).
-        align: per column None (plain ``---``), "left", "right" or "center"; None for all plain.
-
-    Raises:
-        ValueError: a row or ``align`` whose length is not the header's, or an unknown alignment.
-    """
+    """A GitHub markdown table, no trailing newline: cells written with ``str`` (format numbers
+    before; escape a literal ``|``), ``align`` per column None, "left", "right" or "center".
+    ValueError for a row or ``align`` of another length than the header, or an unknown alignment."""
     align = [None] * len(header) if align is None else list(align)
     if len(align) != len(header):
         raise ValueError(f"align has {len(align)} entries for {len(header)} columns")

@@ -27,8 +27,7 @@ def batch_of(name: str) -> int:
 
 
 def tune_schedule(envs: dict[str, BatchReplayEnv], episodes: int) -> tuple[dict[int, int], dict[int, int]]:
-    """The batch-size schedule as a serving engineer tunes it: at each fixed batch (scenario name
-    -> its validation env), the k of the highest throughput; returns (best k by batch size, schedule)."""
+    """The best k at each fixed batch (scenario name -> its validation env) and the schedule from it."""
     best_k = {}
     for name, env in tqdm(envs.items(), desc="tune the schedule (validation)"):
         speeds = {
@@ -40,9 +39,8 @@ def tune_schedule(envs: dict[str, BatchReplayEnv], episodes: int) -> tuple[dict[
 
 
 def tune_cutoff(envs: dict[str, BatchReplayEnv], controller, episodes: int) -> int | None:
-    """The cut-off of :class:`BatchCutoffController` for ``controller``, tuned on validation like
-    the schedule: :func:`cutoff_from` its throughput over plain decoding's at each fixed batch
-    (scenario name -> its validation env)."""
+    """The cut-off of :class:`BatchCutoffController` for ``controller``: :func:`cutoff_from` its
+    throughput over plain decoding's at each fixed batch (scenario name -> validation env)."""
     plain = StaticController(0)
     return cutoff_from(
         {
@@ -55,9 +53,8 @@ def tune_cutoff(envs: dict[str, BatchReplayEnv], controller, episodes: int) -> i
 
 def schedule_from_best_k(best_k: Mapping[int, int]) -> dict[int, int]:
     """A schedule from the best k measured at some batch sizes: each size's k holds up to the
-    geometric middle between it and the next measured size, the last one's up to that size; 0
-    above (nothing was measured there) and above the last size whose best k is positive (merged
-    where neighbours agree)."""
+    geometric middle between it and the next size (the last one's up to that size), 0 above the
+    last positive k, equal neighbours merged."""
     sizes = sorted(best_k)
     schedule: dict[int, int] = {}
     for i, size in enumerate(sizes):

@@ -13,24 +13,11 @@ DEFAULT_POOL = ("draft", "ngram")
 class PoolRuleController:
     """Choose the drafter each step by its recent acceptance; k and tau fixed.
 
-    The rule:
-
-    1. each drafter keeps the acceptance (accepted / proposed; 0 when it proposed nothing,
-       as an n-gram lookup without a match) of its last ``window`` steps;
-    2. a drafter not tried yet is tried first, in the order given;
-    3. otherwise every ``explore_every``-th step goes to the drafter used least recently (so a
-       drafter that fell behind gets a fresh look after the text changes), and every other step
-       to the drafter with the best mean acceptance over its window (ties: the order given).
-
-    The rule is deterministic, so every run of a comparison sees the same choices for the same
-    outcomes. It looks at acceptance only, as the seed describes it, not at what a drafter's
-    token costs: that is what a learned policy over the pool can add.
-
-    Args:
-        drafters: names from :mod:`specrl.engine.drafters`; the pair must offer them.
-        k, tau: the fixed action for whichever drafter is chosen.
-        window: steps per drafter in its acceptance window; >= 1.
-        explore_every: every this many steps the least recently used drafter is tried; 0 never.
+    Each drafter keeps the acceptance (accepted / proposed; 0 when it proposed nothing) of its
+    last ``window`` steps. A drafter not tried yet goes first; then every ``explore_every``-th
+    step (0: never) goes to the drafter used least recently, the others to the best mean
+    acceptance (ties: the order given). Deterministic; it looks at acceptance only, as the seed
+    describes it, not at what a drafter's token costs: that is what a learned policy can add.
     """
 
     def __init__(

@@ -1,15 +1,9 @@
-"""The k the machine's prices make fastest: the observation's ``priced_k``, with a probe.
-
-:mod:`specrl.features` (version 5) prices every k from 0 to 8 at the recent acceptance: a step
-drafting k tokens is expected to emit ``1 + a + ... + a^k`` tokens a row for
-``draft_price * k + c(k + 1) / c(1)`` one-token verifications, where ``c`` is the machine's
-verification curve. This rule plays that k (with no confidence cut). It needs no tuning and no
-training, and it carries to any machine whose prices the features read; it is the warm start's
-teacher wherever it is the fastest rule on validation (:mod:`specrl.training.warm_start`).
-It is not in the bar the learned controller is compared with: that holds the rules others ship.
-
-A rule that stops drafting stops measuring acceptance, so after :data:`PROBE_AFTER` steps without
-a draft it drafts one token, and the acceptance it measures decides the next k.
+"""The k the machine's prices make fastest: the observation's ``priced_k`` (feature version 5),
+which prices every k from 0 to 8 at the recent acceptance on the machine's verification curve.
+It needs no tuning nor training and carries to any machine whose prices the features read; it is
+the warm start's teacher where it is the fastest rule on validation, not part of the bar. A rule
+that stops drafting stops measuring acceptance, so after :data:`PROBE_AFTER` steps without a
+draft it drafts one token.
 """
 
 from __future__ import annotations

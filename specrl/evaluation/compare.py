@@ -18,7 +18,6 @@ from typing import Any, Generic, TypeVar
 import gymnasium as gym
 
 from specrl.controllers.base import Controller
-from specrl.engine.types import throughput
 from specrl.envs.rollout import EpisodeSummary, run_episode
 
 R = TypeVar("R")
@@ -124,11 +123,6 @@ def env_players(env: gym.Env, controllers: Mapping[str, Controller]) -> dict[str
         name: (lambda options, seed, controller=controller: run_episode(env, controller, seed, options))
         for name, controller in controllers.items()
     }
-
-
-def tokens_per_s(summaries: Sequence[EpisodeSummary]) -> float:
-    """Total tokens over total seconds of some episodes (one repeat's, say)."""
-    return throughput(sum(s.tokens for s in summaries), sum(s.seconds for s in summaries))
 
 
 def by_player(trials: Sequence[Trial[R]], players: Sequence[str]) -> dict[str, list[list[R]]]:

@@ -21,7 +21,7 @@ from specrl.provenance import git_state
 
 
 def warn_if_busy(pair: ModelPair) -> None:
-    """Oversubscribed CPU threads (torch's pool spinning next to other jobs) slow small models 10-100x."""
+    """Warn when the machine is busy: oversubscribed threads slow small models 10-100x."""
     busy = cpu_contention(pair.device)
     if busy and torch.get_num_threads() > 1:
         print(

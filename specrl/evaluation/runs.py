@@ -42,14 +42,9 @@ def hf_episode(
     episode: Episode,
     assistant: Any,
 ) -> EpisodeRecord:
-    """The episode's prompt through HF ``generate``, segment by segment like the env's domain shift.
-
-    Each segment runs up to the scenario's next shift point (or ``max_new_tokens``) with EOS
-    ignored; at a shift, a held-out prompt of the new domain (index: the episode's prompt index,
-    wrapped) is appended after the env's separator. The context is cut to leave room for the
-    remaining budget, as :class:`~specrl.envs.SpecDecodeEnv` does at a shift. ``steps`` counts target
-    forwards (prefill and first verification are one).
-    """
+    """The episode's prompt through HF ``generate``, segment by segment as the env's domain shift
+    does (EOS ignored; at a shift, a prompt of the new domain appended after the env's separator,
+    the context cut to leave room for the rest). ``steps`` counts target forwards."""
     context = pair.encode(prompt_sets[episode.domain][episode.prompt_index])
     ends = [shift.after_tokens for shift in scenario.shift] + [scenario.max_new_tokens]
     sampling = scenario.sampling

@@ -14,15 +14,9 @@ from specrl.envs.scenario import PairSpec, Scenario
 
 @dataclass(frozen=True)
 class Overrides:
-    """What changes in every scenario of a run (None: the scenario's own).
-
-    Attributes:
-        max_new_tokens: tokens per episode (must exceed any shift point).
-        latency: the latency source of modeled time (a source name or a latency .json file).
-        preset: an embedded pair preset instead of the scenario's.
-        target, draft: a hub id or path of a target and draft, together, instead of the preset.
-        device, dtype: where and in what the pair runs.
-    """
+    """What changes in every scenario of a run (None: the scenario's own): tokens per episode,
+    the latency source of modeled time, an embedded pair ``preset`` or a hub ``target`` and
+    ``draft`` together, and the pair's device and dtype."""
 
     max_new_tokens: int | None = None
     latency: str | None = None
@@ -51,11 +45,7 @@ class Overrides:
 
 def choose_scenarios(names: Sequence[str] | None, split: str, overrides: Overrides) -> list[Scenario]:
     """The scenarios ``names`` (YAML paths or shipped names) with ``overrides``; without names,
-    every shipped scenario with prompts in ``split`` (the others are named on stderr).
-
-    Raises:
-        SystemExit: the scenarios name different pairs (one run evaluates one pair).
-    """
+    every shipped scenario with prompts in ``split``. SystemExit if they name different pairs."""
     scenarios = []
     for name in names or shipped_scenarios():
         scenario = overrides.apply(load_scenario(name))
