@@ -42,6 +42,7 @@ import statistics
 import time
 from pathlib import Path
 
+from benchmarks.figures import bar_groups
 from profiles_parts import page
 from profiles_parts.kept_runs import kept_run, page_footer
 from profiles_parts.rows import PRICED, curve_steps, prices, profile_row, rule_predictor_of

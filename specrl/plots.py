@@ -1,5 +1,5 @@
 """Figures of an evaluation run, drawn from its ``results.json`` contents (:func:`write_plots`),
-and :func:`save_figure`, :func:`bar_groups` for every script's plots (matplotlib, Agg backend).
+and :func:`save_figure`, which writes every script's plots (matplotlib, Agg backend).
 """
 
 from __future__ import annotations
@@ -34,30 +34,6 @@ def save_figure(fig: Any, path: Path) -> Path:
         plt.close(fig)
         tmp.unlink(missing_ok=True)
     return path
-
-
-def bar_groups(
-    path: Path,
-    groups: list[str],
-    series: dict[str, list[float]],
-    ylabel: str,
-    title: str,
-    reference: float | None = None,
-) -> Path:
-    """Grouped bars: x = ``groups``, one bar per series name; a dashed line at ``reference``."""
-    colors = _colors(list(series), "tab10")
-    width = 0.8 / max(1, len(series))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(groups) * max(1, len(series)) * 0.35), 4.2))
-    x = np.arange(len(groups))
-    for i, (name, values) in enumerate(series.items()):
-        ax.bar(x + (i - (len(series) - 1) / 2) * width, values, width, label=name, color=colors[name])
-    if reference is not None:
-        ax.axhline(reference, color="black", linestyle="--", linewidth=0.8)
-    ax.set_xticks(x, groups)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8, ncol=min(3, len(series)))
-    return save_figure(fig, path)
 
 
 def plot_tokens_per_s(results: dict, path: Path) -> Path:

@@ -95,7 +95,7 @@ def markdown(report: dict) -> str:
 
 def plot(report: dict, path: Path) -> None:
     """Speed-up at the best static k, grouped by domain, one bar per drafter."""
-    from specrl.plots import bar_groups
+    from benchmarks.figures import bar_groups
 
     table, config = report["table"], report["config"]
     bar_groups(

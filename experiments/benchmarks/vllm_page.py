@@ -153,7 +153,7 @@ def markdown(report: dict, picture: str) -> str:
 
 def plot(report: dict, path: Path) -> Path:
     """Bars: each shown engine's ratio to no speculation on every test workload."""
-    from specrl.plots import bar_groups
+    from benchmarks.figures import bar_groups
 
     rows = report["rows"]
     workloads = list(next(iter(rows.values())))
