@@ -54,7 +54,6 @@ from specrl.export import load_policy
 from specrl.io import write_text_atomic
 from specrl.latency import HELD_OUT
 from specrl.latency.family import profiles as latency_profiles
-from specrl.plots import bar_groups
 from specrl.training.inputs import (
     DEFAULT_EVAL_SCENARIOS,
     DEFAULT_SCENARIOS,
