@@ -44,11 +44,17 @@ positions pool every row's, lengths are means over rows, and ``batch_size`` coun
  19   lookup_available        tokens the n-gram lookup could propose now / 16, clipped; 0 when
                               the generation's drafters do not include ``ngram``
  20   acceptance_draft        accepted / proposed over the last 4 proposing steps of ``draft`` (0)
- 21-  acceptance_draft-mid..  the same for ``draft-mid``, ``draft-int8``, ``draft-int4``, ``ngram``,
- 25                           ``cascade`` (0)
+ 21   acceptance_draft-mid    the same for ``draft-mid`` (0)
+ 22   acceptance_draft-int8   the same for ``draft-int8`` (0)
+ 23   acceptance_draft-int4   the same for ``draft-int4`` (0)
+ 24   acceptance_ngram        the same for ``ngram`` (0)
+ 25   acceptance_cascade      the same for ``cascade`` (0)
  26   drafter_draft           1 if the last step drafted with ``draft``, else 0 (0 before a step)
- 27-  drafter_draft-mid...    the same for ``draft-mid``, ``draft-int8``, ``draft-int4``, ``ngram``,
- 31                           ``cascade``
+ 27   drafter_draft-mid       the same for ``draft-mid``
+ 28   drafter_draft-int8      the same for ``draft-int8``
+ 29   drafter_draft-int4      the same for ``draft-int4``
+ 30   drafter_ngram           the same for ``ngram``
+ 31   drafter_cascade         the same for ``cascade``
  32   lookup_order            the length of the n-gram the lookup matched now (3, 2, 1) / 3; 0
                               without a match or when the drafters do not include ``ngram``
  33   draft_price             seconds per draft forward over the last 16 steps / the seconds of
@@ -60,8 +66,13 @@ positions pool every row's, lengths are means over rows, and ``batch_size`` coun
  35   verify_step_2           what the 2nd token per row adds to a verification of the batch
                               now over the 1st, / the one-token verification / 0.5, clipped:
                               the prior's curve (0 without a prior)
- 36-  verify_step_3..9        the same for the 3rd to the 9th token, each over the one before
- 42
+ 36   verify_step_3           the same for the 3rd token over the 2nd
+ 37   verify_step_4           the same for the 4th token over the 3rd
+ 38   verify_step_5           the same for the 5th token over the 4th
+ 39   verify_step_6           the same for the 6th token over the 5th
+ 40   verify_step_7           the same for the 7th token over the 6th
+ 41   verify_step_8           the same for the 8th token over the 7th
+ 42   verify_step_9           the same for the 9th token over the 8th
  43   priced_k                the k (0..8) a step's expected tokens per second is highest at,
                               under these prices and acceptance_prob_short as each draft
                               token's acceptance, / 16 (0 before a proposing step)
