@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from script_runs import run_script, script
+from script_runs import REPO, run_script, script
 
-from specrl.batch_control.schedule import cutoff_sentence, report_cutoffs
 from specrl.evaluation import records
 from specrl.evaluation.compare import alternating, compare, repeat_seed, unseeded
 from specrl.evaluation.intervals import paired_ratio_interval
@@ -169,7 +168,10 @@ def test_batch_real_names_every_policys_rows_and_its_page_puts_them_side_by_side
     assert side[4] == "| arrivals | 1.100 [1.065, 1.122] n=3 |" and "within a repeat" in side[0]
 
 
-def test_the_cutoff_of_every_policy_is_named_on_a_page():
+def test_the_cutoff_of_every_policy_is_named_on_a_page(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))  # the page's module (not a script)
+    from benchmarks.batch_real_page import cutoff_sentence, report_cutoffs
+
     several = {"cutoffs": {"ppo:seed0": 8, "ppo:seed1": None}}
     assert report_cutoffs(several) == {"ppo:seed0": 8}
     assert "`ppo:seed0+cutoff` above 8 rows" in cutoff_sentence(several)

@@ -7,11 +7,35 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from specrl.batch_control.schedule import cutoff_sentence
 from specrl.evaluation.intervals import paired_ratio_interval
 from specrl.evaluation.machine import origin_line
 from specrl.io import write_report
 from specrl.tables import markdown_table
+
+
+def report_cutoffs(report: dict) -> dict[str, int]:
+    """A report's tuned cut-offs by policy label: ``cutoffs`` (several policies), or the one policy's
+    ``cutoff`` as ``ppo``'s (the reports of one policy, older ones too); policies never slower than
+    plain decoding have none."""
+    cutoffs = report.get("cutoffs") or {"ppo": report.get("cutoff")}
+    return {label: cutoff for label, cutoff in cutoffs.items() if cutoff is not None}
+
+
+def cutoff_sentence(report: dict) -> str:
+    """How the ``+cutoff`` rows were made, if the report has them."""
+    cutoffs = report_cutoffs(report)
+    if not cutoffs:
+        return ""
+    if list(cutoffs) == ["ppo"]:
+        switched = f"`ppo+cutoff` is the policy with speculation off above {cutoffs['ppo']} rows"
+    else:
+        each = ", ".join(f"`{label}+cutoff` above {cutoff} rows" for label, cutoff in cutoffs.items())
+        switched = f"The `+cutoff` rows are each policy with speculation off above a batch size ({each})"
+    return (
+        f" {switched} (vLLM's `speculative_disable_by_batch_size`), the cut-off tuned on validation: "
+        "between the last fixed batch size where the policy beats plain decoding and the first where "
+        "it does not."
+    )
 
 
 def markdown(report: dict, picture: str) -> str:

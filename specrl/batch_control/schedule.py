@@ -88,28 +88,3 @@ def with_cutoff(roster: dict, cutoff: int | None, label: str = "ppo") -> dict:
     if label not in roster or cutoff is None:
         return roster
     return {**roster, f"{label}+cutoff": BatchCutoffController(roster[label], cutoff)}
-
-
-def report_cutoffs(report: dict) -> dict[str, int]:
-    """A report's tuned cut-offs by policy label: ``cutoffs`` (several policies), or the one policy's
-    ``cutoff`` as ``ppo``'s (the reports of one policy, older ones too); policies never slower than
-    plain decoding have none."""
-    cutoffs = report.get("cutoffs") or {"ppo": report.get("cutoff")}
-    return {label: cutoff for label, cutoff in cutoffs.items() if cutoff is not None}
-
-
-def cutoff_sentence(report: dict) -> str:
-    """How the ``+cutoff`` rows were made, if the report has them."""
-    cutoffs = report_cutoffs(report)
-    if not cutoffs:
-        return ""
-    if list(cutoffs) == ["ppo"]:
-        switched = f"`ppo+cutoff` is the policy with speculation off above {cutoffs['ppo']} rows"
-    else:
-        each = ", ".join(f"`{label}+cutoff` above {cutoff} rows" for label, cutoff in cutoffs.items())
-        switched = f"The `+cutoff` rows are each policy with speculation off above a batch size ({each})"
-    return (
-        f" {switched} (vLLM's `speculative_disable_by_batch_size`), the cut-off tuned on validation: "
-        "between the last fixed batch size where the policy beats plain decoding and the first where "
-        "it does not."
-    )
