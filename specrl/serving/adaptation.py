@@ -200,8 +200,7 @@ class DraftAdapter:
     def score_with_target(self, entries: list[Traffic]) -> None:
         """Fill ``teacher`` of entries served without the target's logits: batched target forwards."""
         for batch in _chunks(entries, self.spec.batch_size):
-            ids, mask = self._pad(batch)
-            logits = self.pair.target(input_ids=ids, attention_mask=mask).logits[..., : self.pair.vocab_size]
+            _, logits = self._forward(self.pair.target, batch)
             for row, entry in enumerate(batch):
                 entry.teacher = teacher_log_probs(logits[row, generated(entry)])
 
@@ -212,8 +211,7 @@ class DraftAdapter:
         losses: list[float] = []
         for _ in range(spec.steps):
             batch = [self.rng.choice(train) for _ in range(spec.batch_size)]
-            ids, mask = self._pad(batch)
-            logits = candidate(input_ids=ids, attention_mask=mask).logits[..., : self.pair.vocab_size]
+            ids, logits = self._forward(candidate, batch)
             rows = [(row, generated(entry)) for row, entry in enumerate(batch)]
             student = torch.cat([logits[row, span] for row, span in rows]).float()  # (N, V)
             labels = torch.cat([ids[row, span.start + 1 : span.stop + 1] for row, span in rows])  # (N,)
@@ -235,8 +233,7 @@ class DraftAdapter:
         the mean of sum_v min(p(v), q(v)). Runs the draft only."""
         sums: dict[str, list[float]] = {}
         for batch in _chunks(entries, self.spec.batch_size):
-            ids, mask = self._pad(batch)
-            logits = draft(input_ids=ids, attention_mask=mask).logits[..., : self.pair.vocab_size].float()
+            logits = self._forward(draft, batch)[1].float()
             for row, entry in enumerate(batch):
                 span = generated(entry)
                 q_logits, p_log_probs = logits[row, span], entry.teacher.to(logits.device, torch.float32)
@@ -251,8 +248,8 @@ class DraftAdapter:
         overall = sum(a for a, _ in sums.values()) / max(1, sum(n for _, n in sums.values()))
         return overall, {domain: a / max(1, n) for domain, (a, n) in sorted(sums.items())}
 
-    def _pad(self, batch: list[Traffic]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Right-padded ids and attention mask, (B, T) each."""
+    def _forward(self, model: torch.nn.Module, batch: list[Traffic]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch's token ids, right-padded (B, T), and ``model``'s logits over them (B, T, V)."""
         width = max(len(entry.token_ids) for entry in batch)
         pad = self.pair.eos_token_id if self.pair.eos_token_id is not None else 0
         ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -260,7 +257,8 @@ class DraftAdapter:
         for row, entry in enumerate(batch):
             ids[row, : len(entry.token_ids)] = torch.tensor(entry.token_ids)
             mask[row, : len(entry.token_ids)] = 1
-        return ids.to(self.pair.device), mask.to(self.pair.device)
+        ids, mask = ids.to(self.pair.device), mask.to(self.pair.device)
+        return ids, model(input_ids=ids, attention_mask=mask).logits[..., : self.pair.vocab_size]
 
 
 def generated(entry: Traffic) -> slice:

@@ -156,16 +156,10 @@ def _known_keys(loc: tuple[str | int, ...]) -> list[str]:
 
 @dataclass(frozen=True)
 class Request:
-    """One request of the stream.
-
-    Attributes:
-        index: position in the stream, from 0.
-        segment, domain, prompt: its segment's name, its domain and its prompt text.
-        seed: the sampling seed of its generation (the same for every setup served).
-        held_back: never used to train a draft; adaptations are judged on these. Evenly spaced (a
-            share ``adaptation.holdout`` of every stretch of the stream, with a seeded phase), so
-            the held-back slice of recent traffic always has requests of a domain that just arrived.
-    """
+    """One request of the stream: its position (from 0), segment, domain, prompt and sampling seed
+    (the same for every setup served). ``held_back`` requests never train a draft: adaptations are
+    judged on them. They are evenly spaced (a share ``adaptation.holdout`` of every stretch, with a
+    seeded phase), so recent traffic always holds some of a domain that just arrived."""
 
     index: int
     segment: str
