@@ -1,8 +1,5 @@
 """KV-cached, lossless speculative decoding: one engine over rows (a single sequence is a batch of one)."""
 
-from specrl import quiet as quiet  # first: transformers' import, without its optional noise
-
-# isort: split
 from specrl.engine.decoder import BatchOutputs, ControlLoop, SpeculativeDecoder
 from specrl.engine.drafters import DRAFTERS, DrafterError
 from specrl.engine.generation import Generation, PromptTooLongError

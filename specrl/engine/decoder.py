@@ -16,12 +16,9 @@ if TYPE_CHECKING:  # controllers depend on the engine, not the other way round
 
 
 class SpeculativeDecoder:
-    """Lossless speculative decoding of a (target, draft) pair.
-
-    Before every iteration the controller is asked for an :class:`Action`, given the
-    observation vector of :mod:`specrl.features` (the same one the envs produce), and after
-    it is told the :class:`StepResult`. The output is distributed exactly as sampling from
-    the target alone, whatever the controller does.
+    """Lossless speculative decoding of a (target, draft) pair: the controller picks each step's
+    :class:`Action` from the observation of :mod:`specrl.features` (the envs' own) and is told the
+    :class:`StepResult`. The output is distributed as sampling from the target alone.
 
     Example::
 
@@ -30,11 +27,8 @@ class SpeculativeDecoder:
         out = decoder.generate("def fib(n):", max_new_tokens=64)
         print(out.text, out.stats.tokens_per_s)
 
-    ``prices``: the prior of the price features (:mod:`specrl.features`), a latency model's
-    ``price_line``. A policy of feature version 4 or later reads the machine's prices (version 5
-    also the calibration's verification curve); given none, it takes this machine's cached
-    calibrations of the pair (:func:`default_prices`), and where none is cached (a warning says
-    so) they are measured from the steps alone and the curve's features are 0.
+    ``prices``: the price features' prior, a latency model's ``price_line``; default this
+    machine's cached calibrations of the pair (:func:`default_prices`).
     """
 
     def __init__(self, pair: ModelPair, controller: Controller, prices: Prices | None = None) -> None:
@@ -65,15 +59,10 @@ class SpeculativeDecoder:
     def generate(
         self, prompt: str | list[int] | Sequence[str | list[int]], max_new_tokens: int = 64, **options
     ) -> GenerationOutput | BatchOutputs:
-        """Decode one prompt to the end, or a list of prompts together: one action per step, each
-        row accepting its own tokens.
-
-        A string or a list of token ids is one prompt, and one :class:`GenerationOutput` comes
-        back; a list of strings or of token-id lists is a batch, and a :class:`BatchOutputs` (one
-        output per prompt, in order; its ``stats`` are the batch's totals: every row's tokens over
-        the batch's time) comes back. ``options``: temperature, top_k, top_p, seed, stop_at_eos,
-        keep_target_logits (each output then carries the target's logits at every generated
-        position, taken from the verify forwards)."""
+        """Decode one prompt (a string or token ids: a :class:`GenerationOutput`) or a list of
+        them together (a :class:`BatchOutputs`, ``stats`` the batch's totals) to the end.
+        ``options``: temperature, top_k, top_p, seed, stop_at_eos, keep_target_logits (each
+        output then carries the target's logits at every generated position)."""
         if isinstance(prompt, (list, tuple)) and not prompt:
             raise ValueError(
                 "the prompt is empty: an empty list holds no token ids and no prompts; give at least one "
@@ -117,11 +106,9 @@ class BatchOutputs(list):
 
 
 class ControlLoop:
-    """The one controller loop: before every step the controller is given the observation of
-    :mod:`specrl.features` and picks the action every row takes; after it, the features account
-    for the step (:meth:`FeatureTracker.update`, B = 1 the batch of one) and the controller
-    observes it as one step (:meth:`Step.merged`). The decoder, :mod:`specrl.hf` and continuous
-    batching (:mod:`specrl.serving.continuous`) all step generations through it."""
+    """The one controller loop (the decoder, :mod:`specrl.hf`, continuous batching): the controller
+    picks every row's action from the features' observation, the features account for the step,
+    and the controller observes it as one step (:meth:`Step.merged`)."""
 
     def __init__(self, generation: Generation, controller: Controller, prices: Prices | None = None) -> None:
         self.generation, self.controller = generation, controller
@@ -156,9 +143,7 @@ class ControlLoop:
 
 
 def default_prices(controller: Controller, pair: ModelPair) -> Prices | None:
-    """The prior a controller that reads the machine's prices brings when none is given: its
-    ``machine_prices(pair)`` (a learned policy of feature version 4 or later and the priced rule:
-    this machine's cached calibrations), else None."""
+    """The controller's ``machine_prices(pair)`` where it reads the machine's prices, else None."""
     lookup = getattr(controller, "machine_prices", None)
     return None if lookup is None else lookup(pair)
 

@@ -1,10 +1,7 @@
-"""The lossless accept/reject rule of speculative sampling, for any proposal law q.
-
-Notation of the papers (Leviathan et al. 2023; Chen et al. 2023): q is the proposal's
-distribution, p the verifier's, x_1..x_m the proposed tokens. The rule holds whatever q is, as
-long as each x_i was drawn from q_i given the tokens before it: a model draft's softmax, the
-point mass of an n-gram lookup, or a cascade's middle model. The engine verifies proposals
-against the target with it, and a cascade verifies its small draft against its middle model.
+"""The lossless accept/reject rule of speculative sampling (Leviathan et al. 2023; Chen et al.
+2023), for any proposal law q, as long as each x_i was drawn from q_i given the tokens before it;
+p is the verifier's law. The engine verifies against the target with it, a cascade its small
+draft against its middle model.
 """
 
 from __future__ import annotations
@@ -17,11 +14,8 @@ from specrl.engine.sampling import SamplingConfig
 
 
 def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, p - q)), (B, V): the law of the token emitted at the first rejection.
-
-    Where p <= q everywhere (p == q) a rejection has probability 0; p is returned so the
-    result is always a distribution.
-    """
+    """norm(max(0, p - q)), (B, V): the law of the token emitted at the first rejection (p where
+    p == q, whose rejection has probability 0)."""
     excess = (p - q).clamp(min=0)
     total = excess.sum(-1, keepdim=True)
     return torch.where(total > 0, excess / total.clamp_min(1e-30), p)
@@ -52,9 +46,7 @@ def judge(
     generator: torch.Generator | None,
 ) -> Judgement:
     """Accept x_i while u_i < p_i(x_i) / q_i(x_i); then a correction or bonus token. Every row at
-    once, all on the device: the engine reads the outcome to the host once per step, with the
-    emitted tokens. The uniforms are drawn for the whole (B, w) block, then one draw per row for
-    the next token: a seed fixes every row's outcome.
+    once, on the device; uniforms for the whole (B, w) block, then one draw per row.
 
     Args:
         proposal: (B, w) the proposed tokens x_1..x_m of each row, right-padded to w = max m.
@@ -92,10 +84,8 @@ def judge(
 def read_outcomes(
     judgement: Judgement, proposal: torch.Tensor, proposed: list[int]
 ) -> list[tuple[int, int, list[int], list[float]]]:
-    """Every row's outcome read to the host in one read: (accepted, next token, the proposed
-    tokens, their acceptance probabilities). Packed in float32, the probabilities' own dtype,
-    which holds token ids exactly (vocabularies are below 2**24) and which every device supports
-    (MPS has no float64)."""
+    """Every row's (accepted, next token, proposed tokens, acceptance probabilities) in one host
+    read, packed in float32 (exact for token ids below 2**24; MPS has no float64)."""
     rows, w = proposal.shape
     packed = torch.cat(
         [

@@ -1,15 +1,6 @@
-"""The draft's per-position signals (confidence max q, entropy of q), kept on the device.
-
-A host read of a device value waits for every kernel queued before it. On a GPU with small models
-that wait, not the arithmetic, is what a step costs (gpt-fast keeps its decode loop free of them).
-So a drafter computes each position's signals on the device and reads them to the host:
-
-- at once, one read for both, only when the action's cut needs them to decide whether to draft on
-  (``tau > 0`` or a stop rule: :attr:`Action.needs_signals`);
-- otherwise once per step, all positions together (:meth:`DraftSignals.read`).
-
-The engine's other host reads are per step too: the verdict (:func:`specrl.engine.rejection.judge`)
-and the emitted tokens. Tests count the reads (``tests/test_host_reads.py``).
+"""The draft's per-position signals (confidence max q, entropy of q), kept on the device: read at
+once only when the action's cut needs them (:attr:`Action.needs_signals`), else once per step
+(docs/design.md, "Host reads"; ``tests/test_host_reads.py`` counts the reads).
 """
 
 from __future__ import annotations
@@ -25,12 +16,10 @@ from specrl.engine.types import Action
 class DraftSignals:
     """The signals of one step's drafted positions, for rows drafting together ((B, V) laws).
 
-    ``halts(positions, q, active)`` returns, for each of the ``rows`` rows, whether ``action``
-    stops drafting before the token drawn from ``q`` at that row's position: all False, without
-    a read, when no action needs signals. ``action`` is one for every row, or one per row (the
-    requests of a serving engine each have their own: :mod:`specrl.vllm`). Only the ``active``
-    rows (default: all) look at this position: theirs are the signals recorded. ``read()``
-    returns every row's confidences and entropies, position by position, as host floats.
+    ``halts(positions, q, active)``: per row, whether its action stops drafting before the token
+    drawn from ``q`` (all False, without a read, when no action needs signals); ``action`` is one
+    for every row or one per row. Only the ``active`` rows' signals are recorded. ``read()``:
+    every row's confidences and entropies, position by position, as host floats.
     """
 
     def __init__(self, action: Action | Sequence[Action], rows: int = 1) -> None:

@@ -1,7 +1,5 @@
-"""One speculative iteration over the rows: draft, verify, accept losslessly, roll back.
-
-Notation of the papers (Leviathan et al. 2023; Chen et al. 2023): q is the drafter's
-distribution, p the target's, x_1..x_m the proposed tokens. A single sequence is a batch of one.
+"""One speculative iteration over the rows: draft, verify, accept losslessly, roll back (q the
+drafter's law, p the target's, x_1..x_m the proposals; a single sequence is a batch of one).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Staged speculative decoding (Spector and Re 2023): a small draft drafts for a middle model,
 whose output is what the target verifies.
 
-Inside the cascade the small draft proposes ``inner_k`` tokens at a time and the middle model
-verifies them with the same lossless rule the target uses (:func:`specrl.engine.rejection.judge`),
-so the tokens it emits are distributed exactly as sampling from the middle model token by token.
-That makes the middle model's distribution at each emitted position the proposal law q the
-target needs; it comes out of the middle model's verify forwards, at no extra cost.
+The small draft proposes ``inner_k`` tokens at a time and the middle model verifies them with the
+lossless rule (:func:`specrl.engine.rejection.judge`), so what it emits is distributed as the
+middle model's samples: its distributions from the verify forwards are the q the target needs.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""Prompt-lookup drafting: propose what followed the latest earlier occurrence of the text's tail.
-
-As HF's prompt-lookup decoding (Saxena 2023) and vLLM's ``ngram`` speculator, without a model:
-the last n tokens (n from ``max_ngram`` down to ``min_ngram``) are searched for in the prompt and
-the text generated so far, and the tokens that followed the most recent match are proposed. The
-proposal is a function of the sequence, so q is a point mass on it: a proposed token is accepted
-with probability p(x), and a rejection draws from norm(max(0, p - q)), which is p with x removed.
-The output is exact for sampling as for greedy decoding.
+"""Prompt-lookup drafting (HF's prompt lookup, vLLM's ``ngram``): propose what followed the latest
+earlier occurrence of the text's last n tokens (n from ``max_ngram`` down to ``min_ngram``). The
+proposal is a function of the sequence, so q is a point mass: the rule stays exact.
 """
 
 from __future__ import annotations
@@ -24,10 +19,8 @@ from specrl.engine.types import Action
 
 class NGramIndex:
     """The n-gram index of one sequence: for each n, the latest position that followed every n-gram.
-
-    It is kept as a prefix of the sequence it was given, like a KV cache: a call extends it by the
-    tokens it has not seen (a few dictionary updates per new token), so a lookup costs the same at
-    any context length; a sequence that does not extend the indexed prefix is indexed afresh."""
+    Like a KV cache it covers a prefix of the sequence and a call extends it by the new tokens; a
+    sequence that does not extend the indexed prefix is indexed afresh."""
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         if not 1 <= min_ngram <= max_ngram:
@@ -60,13 +53,9 @@ class NGramIndex:
         self._indexed = tokens.copy()
 
     def longest_match(self, sequence: Sequence[int] | torch.Tensor) -> tuple[int, int] | None:
-        """(L,) -> (n, start): the length n of the longest tail that occurred earlier, and where the
-        text that followed its latest earlier occurrence starts (the lookup proposes from there);
-        None without a match.
-
-        An earlier occurrence of the tail's n tokens must start before L - n (the tail itself does
-        not count). A policy asks this before every step (the lookup features) and the drafter
-        again when it proposes; the index answers both from the tokens new since the last call."""
+        """(L,) -> (n, start): the length n of the longest tail that occurred earlier (the tail
+        itself does not count), and where the text that followed its latest earlier occurrence
+        starts; None without a match."""
         tokens = _array(sequence)
         self._index(tokens)
         length = len(tokens)

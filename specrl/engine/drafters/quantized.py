@@ -1,21 +1,11 @@
-"""INT8 and INT4 copies of a draft, quantised with torchao (PyTorch's maintained quantisation
-library; ``torch.ao.quantization`` is deprecated in its favour).
+"""INT8 and INT4 weight-only copies of a draft, quantised with torchao.
 
-- ``int8``: int8 weights, per output channel, on every linear layer (``Int8WeightOnlyConfig``).
-- ``int4``: int4 weights in groups of 32 (``IntxWeightOnlyConfig(weight_dtype=torch.int4)``).
-  torchao's dedicated int4 layouts (``Int4WeightOnlyConfig``) do not run here: on CPU they need
-  the ``mslk`` kernels or bf16 weights, and the int32 plain layout refuses the CPU
-  (``Int4PlainInt32Tensor does not support device 'cpu' yet``).
+- ``int8``: int8 weights per output channel on every linear layer (``Int8WeightOnlyConfig``);
+- ``int4``: int4 weights in groups of 32 (``IntxWeightOnlyConfig``; torchao's dedicated int4
+  layouts do not run on CPU).
 
-Weight-only, because it is the cheapest torchao path on this CPU at batch 1: one forward of the
-default draft took 1.4 ms in fp32, 1.9 ms with int8 weights, 5.8 ms with int8 weights and
-activations, 3.8 ms with int4 weights and 11.4 ms with int4 weights and int8 activations
-(2 busy CPU cores, context 200). The draft is small enough to sit in cache, so there is no memory
-traffic for quantisation to save; the bench (``experiments/bench_drafters.py``) measures it in the loop.
-
-The embeddings stay in full precision (a lookup, not a matmul); the output projection is
-quantised like every other linear layer. Quantisation changes q, and the accept/reject rule is
-exact for whatever q the draft reports, so the output stays lossless: only acceptance changes.
+Weight-only is torchao's cheapest path on CPU at batch 1; embeddings stay in full precision.
+Quantisation changes q, and the accept/reject rule is exact for any q: only acceptance changes.
 """
 
 from __future__ import annotations

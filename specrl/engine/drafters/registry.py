@@ -10,9 +10,8 @@
 ``cascade``    the draft drafting for ``draft-mid``, which proposes to the target
 =============  ==================================================================================
 
-Models are shared by every generation of the pair (a quantised copy is made on first use and
-kept in ``pair.derived``); each generation gets its own drafter state (KV caches), so
-generations never see each other.
+Models are shared by the pair's generations (a quantised copy is made once, kept in
+``pair.derived``); each generation gets its own drafter state.
 """
 
 from __future__ import annotations
