@@ -64,6 +64,7 @@ from benchmarks.decode_page import render_markdown
 from benchmarks.decode_summary import summarize, warn_mismatches
 from benchmarks.forward_costs import measure_forward_costs
 from benchmarks.prompts import DOMAINS
+from benchmarks.result_folder import Run, write_readme
 
 import specrl
 from specrl.evaluation.machine import command_line, loadavg, machine_info, pair_info, warn_if_busy
@@ -235,6 +236,12 @@ def main(argv: list[str] | None = None) -> dict:
     markdown = render_markdown(report)
     write_text_atomic(out / "bench.json", json.dumps(report, indent=1, default=str) + "\n")
     write_text_atomic(out / "bench.md", markdown)
+    measured = (
+        "Plain, static, TCP and Hugging Face assisted decoding on the default pair, and the forward "
+        "costs (wall clock)."
+    )
+    run = Run("Decoding benchmark", measured, report["command"], machine, ["bench.md"], ["bench.json"])
+    write_readme(out, run)
     print(markdown)
     print(f"wrote {out / 'bench.json'} and {out / 'bench.md'}")
     return report

@@ -11,9 +11,7 @@ hindsight: the best of them is "the best rule"), and
 - ``alone``: a policy trained on that profile alone (``--latency-profiles P --perturbations 0``),
   for each profile of ``--alone`` and each of ``--alone-seeds`` (default: ``--seeds``): what
   carrying costs;
-- ``--also NAME=FOLDER``: other exported policies, on every profile (``previous``: the default
-  shipped before the family, trained on this machine's prices, kept in
-  ``results/profiles/previous_default``).
+- ``--also NAME=FOLDER``: other exported policies, on every profile (an earlier default, say).
 
 Each trained run keeps ``policy.pt2``, ``metadata.json`` and ``results.md`` under
 ``<out>/runs/<arm>/seed<N>/``; a run kept there is not run again (an interrupted call resumes).
@@ -24,11 +22,10 @@ with ``=``, since they begin with ``--``), and ``--scenarios`` names the scenari
 ``--split validation`` compares on validation traces instead: to choose between policies under a
 profile held out of their training (a validation machine) without looking at the test traces.
 
-    python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 2 --alone-seeds 0 1 \\
-        --also v4=results/profiles/v4/seed0 previous=results/profiles/previous_default
+    python experiments/profiles.py --carried specrl/policies/default --seeds 0 1 2 --alone-seeds 0 1
     python experiments/profiles.py --carried specrl/policies/pool --seeds 0 1 2 --alone-seeds 0 \\
         --scenarios mixed_pool code_pool prose_pool math_pool --out results/profiles/pool \\
-        --also previous=results/profiles/previous_pool warm-start=results/profiles/pool/warm_start \\
+        --also warm-start=results/profiles/pool/warm_start \\
         --train="--scenarios mixed_pool --select-scenarios code_pool prose_pool math_pool \\
         --eval-scenarios code_pool prose_pool math_pool --no-stop --no-warm-start"
 """
@@ -43,13 +40,14 @@ import time
 from pathlib import Path
 
 from benchmarks.figures import bar_groups
+from benchmarks.result_folder import Run, write_readme
 from profiles_parts import page
 from profiles_parts.kept_runs import kept_run, page_footer
 from profiles_parts.rows import PRICED, curve_steps, prices, profile_row, rule_predictor_of
 from tqdm.auto import tqdm
 
 from specrl.envs import ScenarioError, cached_traces
-from specrl.evaluation.machine import command_line
+from specrl.evaluation.machine import command_line, machine_clause
 from specrl.export import load_policy
 from specrl.io import write_text_atomic
 from specrl.latency import HELD_OUT
@@ -104,7 +102,7 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
         default="test",
         help="the traces compared on: test (the report), or validation (to choose between policies)",
     )
-    parser.add_argument("--out", type=Path, default=REPO / "results" / "profiles")
+    parser.add_argument("--out", type=Path, default=REPO / "results" / "profiles_alone")
     return parser, parser.parse_args()
 
 
@@ -209,6 +207,14 @@ def main() -> None:
         f"{args.split.capitalize()} traces, simulator: the family-trained policy on each machine",
         reference=1.0,
     )
+    measured = (
+        f"The policy trained over the latency family (`{args.carried or 'trained here'}`) on every latency "
+        f"profile side by side ({args.split} traces, simulator), against the rules re-tuned there and "
+        f"policies trained on each profile alone; {', '.join(sorted(held))} held out of its training."
+    )
+    run = Run("Policies on machines they never trained on", measured, command, machine_clause("simulator"),
+              ["profiles.md"], ["profiles.json"], ["profiles.png"])  # fmt: skip
+    write_readme(args.out, run)
     print(text)
 
 

@@ -8,7 +8,7 @@ repeat, the machine's drift cancelled by pairing within a repeat. Its own run is
 (2 prompts x 2 repeats); this one is sized to resolve a margin of a few percent.
 
     python experiments/real_loop_check.py --policy default --scenarios code prose math \\
-        --prompts 8 --repeats 4 --out results/real_loop/default
+        --prompts 8 --repeats 4 --out results/real_loop/epyc
     python experiments/real_loop_check.py --policy default --versus here=FOLDER ...  # two policies
 """
 
@@ -18,6 +18,8 @@ import argparse
 import json
 import time
 from pathlib import Path
+
+from benchmarks.result_folder import Run, write_readme
 
 from specrl.controllers.learned import LearnedController
 from specrl.envs import cached_traces
@@ -112,6 +114,15 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(args.out / "real_loop.md", text)
     write_text_atomic(args.out / "real_loop.json", json.dumps(record, indent=2))
+    measured = (
+        f"The policy `{args.policy}` against every rule of the bar in the real loop: {args.prompts} "
+        f"test prompts per domain of {', '.join(args.scenarios)}, {args.repeats} interleaved repeats, "
+        "paired ratios with their 95% interval"
+        + (f"; alongside, {', '.join(args.versus)}." if args.versus else ".")
+    )
+    run = Run(f"{policy.name} against the best rule, real loop: `{args.out.name}`", measured, command,
+              machine_clause(latency.device), ["real_loop.md"], ["real_loop.json"])  # fmt: skip
+    write_readme(args.out, run)
     print(text)
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 from benchmarks.stream import seeds_with_different_outputs, serve_seed
-from benchmarks.stream_page import render, spread_markdown, write_seed
+from benchmarks.stream_page import render, spread_markdown, write_readme_of, write_seed
 
 from specrl.controllers import LearnedController, TCPController
 from specrl.evaluation.machine import warn_if_busy
@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         page = spread_markdown(reports)
         write_text_atomic(out / "stream.md", page)
         print(page)
+    write_readme_of(out, reports)
     if bad := seeds_with_different_outputs(reports):
         raise SystemExit(f"greedy outputs differ from plain decoding for seed(s) {bad}")
     return reports

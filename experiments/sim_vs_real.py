@@ -33,12 +33,20 @@ import platform
 import time
 from pathlib import Path
 
+from benchmarks.result_folder import Run, commit_line, write_readme
 from sim_vs_real_parts import SPLIT, render, scenario_rows, summarize
 
 from specrl.envs import load_scenario
 from specrl.evaluation.machine import command_line
 from specrl.io import write_text_atomic
 from specrl.latency import LatencyModel, calibrated
+from specrl.provenance import git_state
+
+MEASURED = (
+    "Modeled episode time against wall clock per controller and scenario: the same controllers on the "
+    "same test episodes in the trace-replay simulator and in the real loop, and the gap split into the "
+    "latency model's error and the acceptance process's."
+)
 
 
 def parse_args() -> argparse.Namespace:
@@ -82,11 +90,22 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def write_readme_of(results: dict, stem: Path) -> None:
+    """The run's section of its result folder's README.md."""
+    commit = commit_line({"git": results["git"]}) if results.get("git") else "not recorded"
+    files = [f"{stem.name}.md"], [f"{stem.name}.json"]
+    run = Run(f"Simulator against the real loop: `{stem.name}`", MEASURED, results["command"],
+              results.get("machine", "not recorded"), *files, commit=commit)  # fmt: skip
+    write_readme(stem.parent, run)
+
+
 def main() -> None:
     args = parse_args()
     if args.render is not None:  # re-render a run's markdown from its JSON
-        text = render(json.loads(args.render.read_text()))
+        results = json.loads(args.render.read_text())
+        text = render(results)
         write_text_atomic(args.render.with_suffix(".md"), text)
+        write_readme_of(results, args.render.with_suffix(""))
         print(text)
         return
     command = command_line()
@@ -116,6 +135,7 @@ def main() -> None:
         "pair": pair.name,
         "split": SPLIT,
         "machine": f"{platform.processor() or platform.machine()}, {latency.device}",
+        "git": git_state(),
         "load_average": [load_before, os.getloadavg()[0]],
         "seconds": round(time.perf_counter() - started),
         **summarize(rows, noise),
@@ -124,6 +144,7 @@ def main() -> None:
     write_text_atomic(Path(args.out).with_suffix(".json"), json.dumps(results, indent=2))
     text = render(results)
     write_text_atomic(Path(args.out).with_suffix(".md"), text)
+    write_readme_of(results, Path(args.out))
     print("\n" + text)
 
 

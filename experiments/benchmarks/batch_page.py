@@ -5,9 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchmarks.result_folder import Run, write_readme
 from specrl.evaluation.machine import origin_line
 from specrl.io import write_report
 from specrl.tables import markdown_table
+
+MEASURED = (
+    "B test prompts decoded together, one k for every row, each row accepting its own tokens: "
+    "speed-up over plain batched decoding by batch size and k, acceptance per row, the cost of a "
+    "verification; every output checked against plain batched decoding."
+)
 
 
 def markdown(report: dict) -> str:
@@ -101,3 +108,6 @@ def write(report: dict, out: Path) -> None:
     """``batch.json``, ``batch.md`` and ``batch.png`` in ``out``."""
     write_report(out / "batch", report, markdown(report))
     plot(report, out / "batch.png")
+    run = Run("Speed-up by batch size and k", MEASURED, report["command"], report["machine"],
+              ["batch.md"], ["batch.json"], ["batch.png"])  # fmt: skip
+    write_readme(out, run)

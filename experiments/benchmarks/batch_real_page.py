@@ -7,10 +7,18 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from benchmarks.result_folder import Run, write_readme
 from specrl.evaluation.intervals import paired_ratio_interval
 from specrl.evaluation.machine import origin_line
 from specrl.io import write_report
 from specrl.tables import markdown_table
+
+MEASURED = (
+    "Continuous batching in the real loop (requests join the running batch when a row is free): "
+    "every controller's tokens per busy second on test requests, its paired ratio to the "
+    "batch-size schedule tuned on validation, the simulator's ratio beside it, and whether its "
+    "outputs equal plain decoding's."
+)
 
 
 def report_cutoffs(report: dict) -> dict[str, int]:
@@ -195,4 +203,8 @@ def write(report: dict, out: Path) -> str:
     page = markdown(report, out.with_suffix(".png").name)
     write_report(out, report, page)
     plot(report, out.with_suffix(".png"))
+    files = [out.with_suffix(suffix).name for suffix in (".md", ".json", ".png")]
+    run = Run(f"Continuous batching in the real loop: `{out.name}`", MEASURED, report["command"],
+              report["machine"], files[:1], files[1:2], files[2:])  # fmt: skip
+    write_readme(out.parent, run)
     return page

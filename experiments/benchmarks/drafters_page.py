@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.drafters import QUANTIZED
+from benchmarks.result_folder import Run, write_readme
 from specrl.evaluation.machine import describe_commit, describe_machine
 from specrl.io import write_report
 from specrl.tables import markdown_table
@@ -114,3 +115,12 @@ def write(report: dict, out: Path) -> None:
     """``drafters.json``, ``drafters.md`` and ``drafters.png`` in ``out``."""
     write_report(out / "drafters", report, markdown(report))
     plot(report, out / "drafters.png")
+    batch = report["config"].get("batch", 1)
+    title = "The drafter pool" + (f" in batches of {batch}" if batch > 1 else "")
+    measured = (
+        "Every drafter and the pool rule per domain in the real loop: acceptance, cost per drafted "
+        "position, speed-up at the best static k (chosen on validation, reported on test)"
+        + (f"; every domain's prompts decoded {batch} at a time." if batch > 1 else ".")
+    )
+    files = ["drafters.md"], ["drafters.json"], ["drafters.png"]
+    write_readme(out, Run(title, measured, report["command"], report["machine"], *files))

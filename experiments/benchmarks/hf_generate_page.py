@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchmarks.result_folder import Run, write_readme
 from specrl.evaluation.machine import describe_commit, describe_machine
 from specrl.io import write_report
 from specrl.tables import markdown_table
@@ -60,3 +61,11 @@ def write(report: dict, stem: str | Path, command: str) -> None:
     """``stem.json`` (the report with its ``command``) and ``stem.md``."""
     report = {**report, "command": command}
     write_report(stem, report, markdown(report, command))
+    stem = Path(stem)
+    measured = (
+        "specrl's controllers inside Hugging Face `generate` "
+        "(`custom_generate=specrl.hf.speculative_generate`) against HF's own assisted generation, same "
+        "pair and prompts; every output checked equal to plain `generate`."
+    )
+    files = [f"{stem.name}.md"], [f"{stem.name}.json"]
+    write_readme(stem.parent, Run("specrl inside HF generate", measured, command, report["machine"], *files))

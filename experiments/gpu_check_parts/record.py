@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.result_folder import Run, write_readme
+
 from gpu_check_parts.budgets import AIM_SECONDS
 from gpu_check_parts.page import render_markdown
 from specrl.evaluation.machine import command_line
@@ -68,3 +70,15 @@ class Record:
         self.report["seconds"] = round(self.elapsed(), 1)
         self.report["passed"] = all(s["status"] == "ok" for s in self.report["stages"].values())
         write_report(self.out / "gpu_check", self.report, render_markdown(self.report))
+        env = self.report["stages"].get("environment", {}).get("result") or {}
+        names = ("gpu", "device", "cpus", "torch", "cuda", "transformers", "python")
+        machine = ", ".join(f"{name} {env[name]}" for name in names if env.get(name)) or "not recorded"
+        measured = (
+            "On one GPU: whether specrl is lossless there (greedy equality, the law of the first sampled "
+            "tokens), an embedded pair built and calibrated on the device, a quick policy trained, and "
+            "every controller benchmarked in the real loop and the simulator; each stage timed."
+            + (" A smoke run: every budget shrunk, its numbers mean nothing." if self.report["smoke"] else "")
+        )
+        run = Run("One GPU: lossless, and what speculation buys", measured, self.report["command"], machine,
+                  ["gpu_check.md"], ["gpu_check.json"], commit=env.get("commit"))  # fmt: skip
+        write_readme(self.out, run)
