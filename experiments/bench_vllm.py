@@ -21,7 +21,7 @@ setting runs in a process of its own:
 - no speculation and the first policy again with Intel OpenMP preloaded (``LD_PRELOAD``, as vLLM's
   CPU backend advises), when the library is found.
 
-Workloads (``specrl.vllm.serve``: a busy clock, so every engine serves the same requests at the same
+Workloads (``vllm_engines.serve``: a busy clock, so every engine serves the same requests at the same
 arrival times): the ``arrivals`` scenario's requests (a quiet phase, then a burst; ``--requests`` of
 them) and fixed batches of 1, 4 and 16 rows kept full (2 requests a row, at least 8).
 

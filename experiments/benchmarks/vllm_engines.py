@@ -8,16 +8,79 @@ import hashlib
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 #: The script whose ``--worker`` runs one engine.
 SCRIPT = Path(__file__).resolve().parent.parent / "bench_vllm.py"
 FIXED = (1, 4, 16)
 ARRIVALS = "arrivals"
 MAX_ROWS = 64  # the arrivals scenario's batch limit
+
+
+def serve(
+    llm: Any,
+    requests: Sequence[tuple[Sequence[int], float]],
+    limit: int,
+    max_new_tokens: int,
+) -> dict[str, Any]:
+    """Serve ``requests`` ((prompt token ids, arrival on the busy clock), in arrival order) greedily
+    with at most ``limit`` running; every request generates ``max_new_tokens`` (EOS ignored). The
+    clock advances by the engine's measured steps and jumps to the next arrival when nothing runs,
+    as :func:`specrl.serving.serve_continuous` serves specrl's own engine.
+
+    Returns tokens, busy seconds, tokens per busy second, TPOT p50 and p99 over requests, the mean
+    batch, the outputs (token ids per request) and the speculative summary."""
+    from vllm import SamplingParams
+
+    from specrl.vllm.serve import spec_counters, spec_summary
+
+    engine = llm.llm_engine
+    params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, ignore_eos=True)
+    before = spec_counters(llm)
+    clock = busy = 0.0
+    waiting, running = 0, 0
+    first: dict[int, float] = {}
+    finished: dict[int, float] = {}
+    outputs: dict[int, list[int]] = {}
+    batches: list[int] = []
+    while waiting < len(requests) or running:
+        if not running:
+            clock = max(clock, requests[waiting][1])  # an idle engine waits for the next arrival
+        while waiting < len(requests) and running < limit and requests[waiting][1] <= clock:
+            engine.add_request(str(waiting), {"prompt_token_ids": list(requests[waiting][0])}, params)
+            waiting, running = waiting + 1, running + 1
+        batches.append(running)
+        start = time.perf_counter()
+        step = engine.step()
+        spent = time.perf_counter() - start
+        clock, busy = clock + spent, busy + spent
+        for output in step:
+            index = int(output.request_id)
+            tokens = output.outputs[0].token_ids
+            if tokens and index not in first:
+                first[index] = clock
+            if output.finished:
+                finished[index], outputs[index] = clock, list(tokens)
+                running -= 1
+    tokens = sum(len(o) for o in outputs.values())
+    tpot = [(finished[i] - first[i]) / (len(outputs[i]) - 1) for i in outputs if len(outputs[i]) > 1]
+    return {
+        "tokens": tokens,
+        "busy_seconds": busy,
+        "tokens_per_s": tokens / busy if busy else 0.0,
+        "tpot_p50": statistics.median(tpot) if tpot else None,
+        "tpot_p99": statistics.quantiles(tpot, n=100)[98] if len(tpot) > 1 else None,
+        "mean_batch": statistics.fmean(batches) if batches else 0.0,
+        "outputs": [outputs[i] for i in range(len(requests))],
+        "spec": spec_summary(before, spec_counters(llm)),
+    }
 
 
 def worker(path: str) -> None:
@@ -29,7 +92,6 @@ def worker(path: str) -> None:
     from vllm import LLM
 
     from specrl.vllm.compat import require_vllm
-    from specrl.vllm.serve import serve
 
     require_vllm()
     llm = LLM(
