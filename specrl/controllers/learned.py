@@ -21,36 +21,17 @@ from specrl.models import served_target, target_folders
 class LearnedController:
     """Acts with an exported PPO policy (a policy folder, see :mod:`specrl.export`).
 
-    The policy maps the observation vector of :mod:`specrl.features` to ``[k, tau_index]`` or
-    ``[k, tau_index, stop_index]``, the same mapping as the envs
-    (:func:`specrl.envs.actions.to_engine_action`): ``Action(k, tau_grid[tau_index], stop=rule)``,
-    where ``rule`` is the per-token stop rule of ``stop_grid[stop_index]`` over the policy's own
-    acceptance predictor (:func:`~specrl.controllers.stop_rules.stop_rule_table`). So both decisions
-    run: the step's cap and cut, chosen from the observation, and the stop after each drafted token,
-    from that token's signals and its position (through the running product). It is stateless:
-    the features carry the history, so :meth:`reset` and :meth:`observe` do nothing.
-
-    Inference runs on CPU, through :class:`NumpyPolicy` (a handful of numpy calls: the program is
-    a dozen dispatched ops run by Python, too slow for a 1% budget of an iteration) wherever its
-    answer cannot differ from the program's, else through the program itself. One instance is not
-    safe to share between threads (its input buffer is shared).
-
-    A policy is trained on one model pair; it runs on any (the features are pair-independent),
-    but its choices fit the pair it learned. :meth:`pair_warning` says when they differ. k is
-    at most the policy's ``k_max``; the engine still clips k to the context window and the
-    remaining token budget, as for every controller.
-
-    Attributes:
-        policy: the loaded :class:`~specrl.export.ExportedPolicy`.
-        metadata: its ``metadata.json``.
-        k_max: the largest k it picks.
-        tau_grid: the tau values it picks from.
-        pair: name of the pair it was trained on.
+    The policy maps the observation of :mod:`specrl.features` to ``[k, tau_index]`` (and a stop
+    index, a drafter index), as the envs do (:func:`specrl.envs.actions.to_engine_action`); the
+    stop index picks a per-token stop rule over the policy's own acceptance predictor. It is
+    stateless: the features carry the history. Inference runs on CPU through :class:`NumpyPolicy`
+    wherever its answer cannot differ from the program's (the program's dispatch in Python is too
+    slow for a 1% budget of an iteration), else through the program. Not thread-safe (one input
+    buffer). It runs on any pair; :meth:`pair_warning` says when it learned on another.
 
     Example::
 
-        controller = LearnedController.load("default")   # the shipped policy (specrl/policies/default)
-        controller = LearnedController.load("runs/my_policy")   # or any exported policy folder
+        controller = LearnedController.load("default")   # a shipped policy, or any policy folder
         decoder = specrl.SpeculativeDecoder(pair, controller)
     """
 
@@ -94,11 +75,8 @@ class LearnedController:
         return f"learned:{self.policy.folder.name}"
 
     def machine_prices(self, pair: Any) -> Prices | None:
-        """The prior of the price features when a loop is given none
-        (:func:`specrl.engine.decoder.default_prices`): for a policy that reads the machine's prices
-        (feature version 4 or later), this machine's cached calibrations of ``pair``
-        (:func:`specrl.latency.calibration.machine_prices`, which warns when there are none);
-        None for an older policy."""
+        """The prior of the price features when a loop is given none: this machine's cached
+        calibrations of ``pair`` for a policy that reads prices (feature version 4 on), else None."""
         if self.n_features < FEATURE_COUNTS[PRICED_VERSION]:
             return None
         return machine_prices(pair, f"policy {self.policy.folder}")
@@ -123,12 +101,8 @@ class LearnedController:
         """Nothing to forget: the observation carries the history."""
 
     def act(self, observation: Any) -> Action:
-        """The policy's deterministic action for one (N_FEATURES,) observation (it reads the
-        first :attr:`n_features`, its feature version's).
-
-        Raises:
-            ValueError: the observation does not have shape (N_FEATURES,).
-        """
+        """The policy's deterministic action for one (N_FEATURES,) observation (it reads its
+        version's first :attr:`n_features`); ValueError for another shape."""
         if np.shape(observation) != (N_FEATURES,):
             raise ValueError(
                 f"LearnedController expects the ({N_FEATURES},) observation of specrl.features, got "

@@ -22,7 +22,6 @@ from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 from specrl.tables import markdown_table
 from specrl.training.comparison import (
-    BAR_RULES,
     BEST_STATIC,
     PLAIN,
     PPO,
@@ -32,6 +31,7 @@ from specrl.training.comparison import (
     Comparison,
     SimulatorRow,
     StaticSetting,
+    best_rule_role,
 )
 
 
@@ -46,10 +46,8 @@ class RealLoopRow:
     intervals: dict[str, RatioInterval]
 
     def best_rule(self) -> str:
-        """The role of the :data:`~specrl.training.comparison.BAR_RULES` and the best static
-        setting with the highest median tokens/s."""
-        roles = [role for role in (*BAR_RULES, BEST_STATIC) if role in self.tokens_per_s]
-        return max(roles, key=self.tokens_per_s.__getitem__)
+        """The role of the fastest rule that ran (:func:`~specrl.training.comparison.best_rule_role`)."""
+        return best_rule_role(self.tokens_per_s)
 
 
 def in_real_loop(
