@@ -30,103 +30,62 @@ class SpecDecodeEnv(gym.Env):
 
     ## Description
 
-    Each episode decodes one prompt with the scenario's (target, draft) pair and sampling
-    settings. Each step runs one iteration of the lossless engine (docs/design.md section 2): the
-    draft proposes up to ``k`` tokens, stopping early before a token whose confidence
-    ``max q`` is below ``tau``; the target verifies them in one forward; 1 to k + 1 tokens are
-    emitted. The output is the target's whatever the actions, so actions only change time.
+    Each episode decodes one prompt with the scenario's (target, draft) pair and sampling. Each
+    step runs one iteration of the lossless engine (docs/design.md section 2): the draft proposes
+    up to ``k`` tokens, stopping before a token whose confidence ``max q`` is below ``tau``; the
+    target verifies them in one forward; 1 to k + 1 tokens are emitted. The output is the
+    target's whatever the actions, so actions only change time.
 
-    Domain shift: a scenario may list ``shift: [{after_tokens: N, domain: D}, ...]``. When the
-    episode has generated N tokens (or its current segment ended at EOS before that), a
-    prompt of domain D (drawn with ``np_random`` from the same split) is appended to the text
-    so far, after a newline, and decoding continues on the longer context: a new engine
-    generation is started on it (its prefill is not counted in the reward, like the first
-    one), while the episode, its budget and the observation history carry on. So one episode
-    of ``code_to_math`` is code that turns into arithmetic mid-way, out of the draft's domain.
-    If the context would not leave room for the remaining budget, its oldest tokens are dropped.
+    Domain shift (``shift: [{after_tokens: N, domain: D}, ...]``): once the episode has generated
+    N tokens (or its segment ended at EOS), a prompt of domain D is appended after a newline and
+    a new engine generation continues on the longer context (its prefill not counted), while the
+    episode, its budget and the observation history carry on; the oldest tokens are dropped if
+    the context would not leave room for the remaining budget.
 
     ## Action Space
 
-    ``MultiDiscrete([k_max + 1, len(tau_grid)])``: ``[k, tau_index]`` with k in 0..k_max (0 is a
-    plain target step) and tau = ``tau_grid[tau_index]``. Defaults: k_max = 8 and
-    tau_grid = (0.0, 0.1, ..., 0.9); both set by the scenario. ``step`` also accepts a
-    :class:`specrl.Action` with ``k <= k_max`` and any tau in [0, 1], so that baseline
-    controllers with continuous thresholds run unquantised. A scenario with several ``drafters``
-    adds a last dimension, the drafter index (``[k, tau_index, drafter_index]``). Anything else
-    raises :class:`InvalidActionError`.
+    ``MultiDiscrete([k_max + 1, len(tau_grid)])`` (:func:`specrl.envs.actions.make_action_space`),
+    plus ``len(stop_grid)`` per-token stop thresholds with a ``predictor`` and the drafter index
+    when the scenario offers several drafters; a :class:`specrl.Action` with any tau in [0, 1] too
+    (:func:`~specrl.envs.actions.to_engine_action`). Anything else raises :class:`InvalidActionError`.
 
     ## Observation Space
 
-    ``Box(0, 1, (33,), float32)``: the feature vector of :mod:`specrl.features`
-    (``FEATURE_NAMES``, ``FEATURE_VERSION``), the same one ``SpeculativeDecoder`` gives online
-    controllers: acceptance rates over short and long windows, the last step's proposed /
-    accepted / k / tau, draft confidence statistics, the draft/verify cost ratio, context
-    length, progress, temperature and batch size. In ``modeled`` time the cost ratio comes
-    from the modeled seconds.
+    ``Box(0, 1, (N_FEATURES,), float32)``: :mod:`specrl.features`, the vector
+    ``SpeculativeDecoder`` gives online controllers.
 
     ## Rewards
 
-    ``r_t = (n_t - rho * dt_t) / scale`` (:func:`specrl.envs.reward.step_reward`): n_t tokens
-    emitted by the step, dt_t its draft + verify seconds, rho the scenario's reference
-    throughput (``reward.reference_tokens_per_s``, default: plain decoding under the latency
-    model, :attr:`LatencyModel.plain_tokens_per_s`), scale a positive constant (default 1).
-    The return, (N - rho * T) / scale, orders policies as their episode tokens/sec N / T do
-    (N does not depend on the policy); raw per-step tokens/sec would not. Time is
-    ``wallclock`` (the engine's device-synchronised seconds: noisy) or ``modeled``:
-    ``latency.seconds(step_result)`` of the env's :class:`~specrl.latency.LatencyModel`
-    (deterministic; the draft forwards and the verify width of the step at its context
-    length, :meth:`LatencyModel.step_seconds`). The latency model is the ``latency`` argument,
-    else the scenario's ``latency`` key: ``calibrated`` (learned from the decoding loop on this
-    device and cached: ``specrl calibrate``, or ``prepare=True``), ``constant`` (the
-    ``cost_model`` constants) or a file.
-
-    ``info`` of a step: ``tokens``, ``seconds`` (the reward's dt), ``tokens_per_s``,
-    ``proposed``, ``accepted``, ``drafts`` (1 if it drafted), ``k`` (asked), ``k_used`` (after
-    clipping to the budget), ``tau``, ``domain``, ``segment``, ``episode_tokens``, ``episode_seconds`` and
-    ``step_result`` (the :class:`StepResult`, with the reward's seconds, for controllers'
-    ``observe``). With modeled time the info is deterministic; the measured seconds stay in
-    ``env.unwrapped.generation.steps``. ``info`` of ``reset``: ``domain``, ``prompt_index``,
+    ``r_t = (n_t - rho * dt_t) / scale`` (:mod:`specrl.envs.reward`, docs/design.md section 3):
+    n_t the tokens the step emitted, dt_t its seconds, ``wallclock`` (the engine's) or ``modeled``
+    (the latency model's, deterministic), rho ``reward.reference_tokens_per_s`` or plain
+    decoding's throughput under the latency model. ``info`` of a step: :func:`step_info`'s keys
+    and ``step_result`` (with the reward's seconds); of ``reset``: ``domain``, ``prompt_index``,
     ``prompt``, ``split``, ``prompt_tokens``, ``generation_seed``.
 
     ## Starting State
 
-    ``reset(seed=, options=)`` draws a domain with the scenario's weights and a prompt of that
-    domain uniformly, both with ``self.np_random``, and a seed for the engine's sampling.
-    ``options`` may fix ``domain`` and/or ``prompt_index`` (for evaluation over a prompt set).
+    ``reset(seed=, options=)`` draws a domain with the scenario's weights, a prompt of it and a
+    sampling seed from ``self.np_random``; ``options`` may fix ``domain`` and ``prompt_index``.
 
     ## Episode End
 
-    Terminated when the generation is finished: ``max_new_tokens`` tokens, an EOS (with
+    Terminated when the generation finishes: ``max_new_tokens`` tokens, an EOS (with
     ``stop_at_eos``, in the last segment) or a full context window. Never truncated.
 
     ## Arguments
 
-    ```python
-    gymnasium.make("specrl/SpecDecode-v0", scenario="envs/code.yaml")   # a path or a shipped name
-    gymnasium.make("specrl/SpecDecode-v0", scenario=Scenario(...), pair=pair, split="test",
-                   time="modeled")
-    ```
-
-    - ``scenario``: a YAML path, a shipped scenario name ("code", "math_t1", ...) or a
-      :class:`Scenario`.
-    - ``pair``: an already loaded :class:`ModelPair`, used instead of loading the scenario's.
-    - ``split``: overrides the scenario's prompt split ("train", "validation" or "test").
-    - ``time``: overrides the scenario's time source ("wallclock" or "modeled").
-    - ``latency``: a :class:`~specrl.latency.LatencyModel` to use instead of the scenario's
-      (``env.latency``; None when neither modeled time nor rho needs one).
-    - ``predictor``: an :class:`~specrl.controllers.stop_rules.AcceptancePredictor`; adds the
-      per-token stop dimension ``len(stop_grid)`` to the action space (``stop_rule_table``).
-    - ``prepare``: calibrate the scenario's latency model when it needs one and none is cached
-      (about 2 minutes, with progress); without it a missing one raises
-      :class:`~specrl.envs.scenario.SetupError` naming the command that measures it.
+    - ``scenario``: a YAML path, a shipped scenario name or a :class:`Scenario`.
+    - ``pair``: a loaded :class:`ModelPair` instead of the scenario's.
+    - ``split``, ``time``: override the scenario's prompt split and time source.
+    - ``latency``: a :class:`~specrl.latency.LatencyModel` instead of the scenario's (``env.latency``;
+      None when neither modeled time nor rho needs one).
+    - ``predictor``: an :class:`~specrl.controllers.stop_rules.AcceptancePredictor`; adds the stop dimension.
+    - ``prepare``: calibrate a missing latency model now; without it, :class:`SetupError` names the command.
 
     ## Version History
 
-    - v0: initial version (observation features version 1); the drafter index and features
-      version 2 (32 features) came with the drafter pool, version 3 (33: the lookup's match order)
-      after it, version 4 (35: the prices of a draft forward and of a verified token, from the
-      measured seconds), version 5 (44: the verification's curve token by token and the k it
-      prices best, from the latency model given as the prior), same id.
+    - v0, the observation growing with ``FEATURE_VERSION`` (older policies read its prefix).
     """
 
     metadata = {"render_modes": []}

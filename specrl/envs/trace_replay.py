@@ -1,15 +1,13 @@
 """The replay env: the real loop's acceptance process replayed from traces, time modeled, for one
 sequence or a batch of requests (``specrl/TraceReplay-v0``; ``specrl/BatchReplay-v0`` is the same
-env on a batch scenario, :class:`~specrl.envs.batch_replay.BatchReplayEnv`).
+env on a batch scenario).
 
-A single sequence is the batch of one: one request, one row. A batch is rows that each replay
-their own trace with the same action (as vLLM and TensorRT-LLM speculate), filled the way the
-scenario's ``batch:`` section says (:class:`~specrl.envs.scenario.BatchSpec`): a fixed size whose
-finished rows are replaced at once, or requests arriving at a piecewise-constant Poisson rate in
-modeled time (continuous batching). A step drafts along every row's trace exactly as the engine
-would (:func:`~specrl.envs.replay.replay_step`) and costs the latency model's seconds for its
-rows, at the width of their KV cache grid (the engine's own :class:`~specrl.engine.grid.SlotGrid`,
-driven on token counts), plus the prefill of the requests admitted after it.
+A batch is rows that each replay their own trace with the same action (as vLLM and TensorRT-LLM
+speculate), filled as the scenario's ``batch:`` section says (:class:`~specrl.envs.scenario.BatchSpec`):
+a fixed size whose finished rows are replaced at once, or requests arriving at a piecewise-constant
+Poisson rate in modeled time. A step replays every row (:func:`~specrl.envs.replay.replay_step`) and
+costs the latency model's seconds for its rows at the width of their KV cache grid (the engine's
+:class:`~specrl.engine.grid.SlotGrid`, on token counts), plus the prefill of the requests it admits.
 """
 
 from __future__ import annotations
@@ -119,85 +117,33 @@ class Row:
 class TraceReplayEnv(gym.Env):
     """Choose (k, tau) for each speculative step, replayed from recorded traces (the module doc).
 
-    ## Description
-
-    The same task as :class:`~specrl.envs.SpecDecodeEnv`, without running a model: each request
-    replays one recorded trace (:mod:`specrl.traces`) of the scenario. A step with action
-    (k, tau) drafts along the trace exactly as the engine would (the draft's recorded
-    confidences, its recorded continuation past a rejection), accepts as the real loop does
+    The task of :class:`~specrl.envs.SpecDecodeEnv` (its action space, observation, reward and
+    ``info``), without running a model: each request replays one trace (:mod:`specrl.traces`)
+    of the scenario, drafting along it as the engine would and accepting as the real loop does
     (greedy: deterministically; sampled: one Bernoulli(min(1, q/p)) draw per position, made at
-    reset) and takes its time from the latency model. For greedy scenarios a replayed episode of
-    one sequence equals the real env's step by step (tested); for sampling, in distribution.
-    Fast: tens of thousands of steps per second per core; :class:`~specrl.envs.VecTraceReplay`
-    steps many of these envs as one SB3 VecEnv.
-
-    ## Action Space
-
-    ``MultiDiscrete([k_max + 1, len(tau_grid)])`` as in ``SpecDecodeEnv``, with a third dimension
-    ``len(stop_grid)`` (the per-token stop threshold) when an acceptance ``predictor`` is given, and
-    a last one ``len(drafters)`` (the drafter index) when the scenario offers several drafters (also
-    a :class:`specrl.Action`); invalid actions raise :class:`InvalidActionError`. Every row of a
-    batch takes the same action.
-
-    ## Observation Space
-
-    ``Box(0, 1, (33,), float32)``: the features of :mod:`specrl.features`, computed by the same
-    :class:`FeatureTracker` from the replayed step results (the lookup feature from the trace); a
-    batch is one step (``batch_size`` the rows now, lengths means over them).
-
-    ## Rewards
-
-    ``r_t = (n_t - rho * dt_t) / scale`` (:func:`specrl.envs.reward.step_reward`): n_t the tokens
-    of every row, dt_t the latency model's seconds of the step plus the prefill of the requests
-    admitted after it (time is always modeled here), rho the scenario's
-    ``reward.reference_tokens_per_s``, else the latency model's plain-decoding throughput at the
-    batch's nominal rows (:meth:`Scenario.reference_throughput`).
-
-    ## Starting State
+    reset); time is always modeled. A greedy episode of one sequence equals the real env's step
+    by step; a sampled one, in distribution. Every row of a batch takes the same action; the
+    observation sees the batch as one step. dt_t adds the prefill of the requests admitted after
+    the step; rho is plain decoding at the batch's nominal rows
+    (:meth:`Scenario.reference_throughput`).
 
     ``reset(seed=, options=)`` draws, for each of ``batch.requests`` requests, a domain with the
-    scenario's weights (among the domains the traces hold), a trace of that domain uniformly and
-    its acceptance realisation, then the arrival times under a load, all from ``self.np_random``.
-    ``options`` choose the first request's trace: ``trace_index``, or ``domain`` and
-    ``prompt_index``.
+    scenario's weights (among those the traces hold), a trace of it and its acceptance draws,
+    then the arrival times under a load, all from ``self.np_random``; ``options`` choose the first
+    request's trace: ``trace_index``, or ``domain`` and ``prompt_index``. The episode terminates
+    when every request is served.
 
-    ## Episode End
-
-    Terminated when every request is served (one sequence: its trace's last segment is emitted:
-    its budget, EOS or the context window). Never truncated.
-
-    ## Arguments
-
-    ```python
-    gymnasium.make("specrl/TraceReplay-v0", scenario="code")   # shipped/cached traces and latency
-    gymnasium.make("specrl/TraceReplay-v0", scenario="code", prepare=True)  # record/calibrate if missing
-    gymnasium.make("specrl/TraceReplay-v0", scenario=s, traces=trace_set, latency=model)  # no model loaded
-    ```
+    Arguments:
 
     - ``scenario``: a YAML path, a shipped scenario name or a :class:`Scenario`.
-    - ``traces``: a :class:`TraceSet` (default: the scenario's shipped or cached traces for
-      ``split``).
-    - ``latency``: a :class:`LatencyModel` (default: the scenario's, see ``latency:``; over batch
-      sizes for a batch of requests), or a :class:`~specrl.latency.LatencyFamily`: each reset then
-      draws the episode's machine from it (first, with ``self.np_random``), and rho is that
-      machine's plain decoding.
-    - ``pair``: a loaded :class:`ModelPair`, only used when traces or latency are not given.
+    - ``traces``: a :class:`TraceSet` (default: the scenario's shipped or cached ones for ``split``).
+    - ``latency``: a :class:`LatencyModel` (default: the scenario's, over batch sizes for a batch),
+      or a :class:`~specrl.latency.LatencyFamily`, from which each reset draws the episode's machine.
+    - ``pair``: a :class:`ModelPair`, used only when traces or latency are not given.
     - ``split``: "train", "validation" or "test" (default: the scenario's).
-    - ``predictor``: an :class:`~specrl.controllers.stop_rules.AcceptancePredictor`; adds the
-      per-token stop dimension to the action space (``stop_rule_table``).
-    - ``prepare``: record the traces and calibrate the latency model when they are not shipped or
-      cached (minutes, with progress; the scenario's pair is loaded, and a line on stderr says so).
-      Without it, what is missing raises :class:`~specrl.envs.scenario.SetupError` naming the
-      command that makes it: building an env never does minutes of work unasked.
-
-    ## Version History
-
-    - v0: initial version (observation features version 1, trace format version 1); the drafter
-      index and features version 2 (32 features) came with the drafter pool, version 3 (33: the
-      lookup's match order) after it; batches of requests (the batch simulator's rows) since the
-      one replay env; version 4 (35: the prices of a draft forward and of a verified token, from the
-      latency model's seconds), version 5 (44: the verification's curve token by token and the k
-      it prices best, from the latency model), same id.
+    - ``predictor``: an :class:`~specrl.controllers.stop_rules.AcceptancePredictor`; adds the stop dimension.
+    - ``prepare``: record missing traces and calibrate a missing latency model now (the pair is
+      loaded); without it, :class:`~specrl.envs.scenario.SetupError` names the command that makes them.
     """
 
     metadata = {"render_modes": []}

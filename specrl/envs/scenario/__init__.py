@@ -36,43 +36,15 @@ For example, arithmetic sampled at temperature 1 that turns into prose mid-episo
     shift:
       - {after_tokens: 64, domain: prose}
 
-``prompts.file`` names a file of prompts: a ``.jsonl`` file (one JSON record per line, the
-prompt under ``text_field``, its domain under ``domain_field`` if given), a ``.txt`` file (prompts
-separated by blank lines) or a JSON/YAML file already split by hand. A ``.jsonl`` or ``.txt`` file
-is split into train, validation and test by a seeded hash of each prompt's text
-(:mod:`~specrl.envs.scenario.prompt_files`), so a scenario that names it trains, selects and
-reports on disjoint prompts with no other step::
-
-    prompts:
-      file: faq.jsonl              # relative to the scenario file's folder
-      text_field: question         # the records' field that holds the prompt
-
-``stop_grid`` is the third action dimension of an env given an acceptance predictor: the
-threshold below which the predicted probability that every token drafted so far in the step is
-accepted stops drafting (:class:`specrl.controllers.stop_rules.AcceptanceThreshold`, cumulative;
-0 never stops). Without a predictor that dimension has the single value 0.
-
-``drafters`` lists the drafters of :mod:`specrl.engine.drafters` the env offers, default
-``[draft]``. With more than one, the action gains a last dimension, the index of the drafter in
-this list, and traces record each drafter's fields (:mod:`specrl.traces.format`). With one, every
-action drafts with it, a rule's too (``[ngram]``: the lookup alone); a scenario of some of the
-pool's drafters replays the whole pool's traces when it has none of its own.
-
-``latency`` chooses the :class:`~specrl.latency.LatencyModel` behind ``modeled`` time and the
-default rho: ``calibrated`` learns it from the pair's decoding loop on its device once and caches
-the result (:func:`specrl.latency.calibrated`); ``constant`` uses the three ``cost_model``
-constants (no dependence on the context length or device; fast, for tests); a path (relative to
-the scenario file) reads a file written by ``specrl calibrate`` (``--method profile``
-writes the fallback that times forwards in isolation: it misses loop effects and sampling cost).
+``prompts.file`` names a file of prompts (:class:`PromptSpec`; a ``.jsonl`` or ``.txt`` file is split
+into train, validation and test by a seeded hash of each prompt). ``stop_grid`` is the third action
+dimension of an env given an acceptance predictor (``AcceptanceThreshold``, cumulative); ``drafters``
+of more than one adds the drafter index as the last (:mod:`specrl.action_layout`).
+``latency`` chooses the :class:`~specrl.latency.LatencyModel` behind ``modeled`` time and the default
+rho: ``calibrated`` (learned from the pair's decoding loop on its device once, cached), ``constant``
+(the ``cost_model`` constants: fast, for tests) or the path of a ``specrl calibrate`` file.
 
 Errors name the file, the key and the fix: ``ScenarioError``.
-
-The package, one concern per module: :mod:`~specrl.envs.scenario.pairs` (the ``pair:`` section and
-the pair before it is loaded), :mod:`~specrl.envs.scenario.schema` (the dataclasses and their
-checks), :mod:`~specrl.envs.scenario.parsing` (plain data into them, :func:`defaults_yaml`),
-:mod:`~specrl.envs.scenario.loading` (files and shipped names), :mod:`~specrl.envs.scenario.prompt_files`
-(a prompt file read and split), :mod:`~specrl.envs.scenario.sources` (the latency model and prompts
-a scenario resolves against a pair).
 """
 
 from specrl.envs.scenario.loading import (
