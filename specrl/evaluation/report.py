@@ -1,8 +1,5 @@
-"""The outputs of an evaluation run: ``results.json``, ``results.md`` and TensorBoard scalars.
-
-``results.md`` starts with a header (command, machine, settings), then ``## Summary`` (ratio
-tables over scenarios and the latency-spread comparison), then ``## Per scenario``.
-"""
+"""The outputs of an evaluation run: ``results.md`` (a header, ``## Summary``: ratio tables over
+scenarios and the latency-spread comparison, then ``## Per scenario``) and TensorBoard scalars."""
 
 from __future__ import annotations
 
@@ -206,27 +203,13 @@ def render_markdown(results: dict) -> str:
         "",
     ]
     spreads = {s: v for s, v in summary["latency_spread"].items() if v}
-    md.append(
-        markdown_table(
-            [
-                "scenario",
-                "std ms (tau 0 / 0.25)",
-                "cv (tau 0 / 0.25)",
-                "p90 ms (tau 0 / 0.25)",
-                "cut lowers std",
-            ],
-            [
-                [
-                    s,
-                    f"{v[TCP]['std']:.2f} / {v[CONFIDENCE_CUT]['std']:.2f}",
-                    f"{v[TCP]['cv']:.2f} / {v[CONFIDENCE_CUT]['cv']:.2f}",
-                    f"{v[TCP]['p90']:.2f} / {v[CONFIDENCE_CUT]['p90']:.2f}",
-                    "yes" if v["cut_lowers_std"] else "no",
-                ]
-                for s, v in spreads.items()
-            ],
-        )
-    )
+    header = ["scenario", *(f"{key} (tau 0 / 0.25)" for key in ("std ms", "cv", "p90 ms")), "cut lowers std"]
+    lines = [
+        [s, *(f"{v[TCP][key]:.2f} / {v[CONFIDENCE_CUT][key]:.2f}" for key in ("std", "cv", "p90"))]
+        + ["yes" if v["cut_lowers_std"] else "no"]
+        for s, v in spreads.items()
+    ]
+    md.append(markdown_table(header, lines))
     if spreads:
         lower = sum(v["cut_lowers_std"] for v in spreads.values())
         md += ["", f"The cut lowered the std of per-token latency in {lower} of {len(spreads)} scenario(s)."]
