@@ -21,23 +21,13 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--preset", choices=sorted(PRESETS), default="small", help="pair size")
     b.add_argument("--seed", type=int, default=0, help="seed of the whole build")
     b.add_argument("--out", default=None, help="output directory (default: the cache)")
-    b.add_argument(
-        "--ship",
-        action="store_true",
-        help="write float16 weights into the package (specrl/embedded/weights/<preset>)",
-    )
+    b.add_argument("--ship", action="store_true", help="write float16 weights into the package")
     b.add_argument("--device", default=None, help="training device (default: cuda if present)")
     b.add_argument(
-        "--max-seconds",
-        type=float,
-        default=None,
-        help="wall-clock cap from the start of the build to the end of training: each model stops "
-        "early at its share of the time left; the card records the steps done (default: no cap)",
+        "--max-seconds", type=float, default=None, help="wall-clock cap on training (default: none)"
     )
     m = sub.add_parser("add-mid", help="distil the preset's second draft (draft-mid) into a built pair")
-    m.add_argument(
-        "dir", nargs="?", default=None, help="the pair directory (default: --preset's shipped one)"
-    )
+    m.add_argument("dir", nargs="?", default=None, help="the pair directory (default: the shipped one)")
     m.add_argument("--preset", choices=sorted(PRESETS), default="small", help="pair size, without DIR")
     m.add_argument("--ship", action="store_true", help="write float16 weights (as the shipped pair has)")
     m.add_argument("--device", default=None, help="training device (default: cuda if present)")
