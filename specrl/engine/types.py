@@ -27,14 +27,10 @@ class Action:
     """How far to speculate in one iteration, and with what.
 
     Attributes:
-        k: most draft tokens to propose (0 = a plain target step): the cap.
-        tau: confidence cut in [0, 1]; drafting stops before a token whose draft
-            probability max_v q(v) is below tau.
-        stop: an optional :class:`StopRule` asked after each drafted token (after the tau
-            cut); None drafts up to k unless tau stops it. Not part of equality.
-        drafter: the name of the drafter that proposes (:mod:`specrl.engine.drafters`:
-            ``draft``, ``draft-mid``, ``draft-int8``, ``draft-int4``, ``ngram``, ``cascade``);
-            the generation resolves it and names the choices if it is unknown.
+        k: most draft tokens to propose (0: a plain target step).
+        tau: confidence cut in [0, 1]: drafting stops before a token whose max_v q(v) is below tau.
+        stop: an optional :class:`StopRule` asked after each drafted token; not part of equality.
+        drafter: the name of the drafter that proposes (:data:`specrl.engine.drafters.DRAFTERS`).
     """
 
     k: int
@@ -98,9 +94,8 @@ class StepResult:
         emitted: tokens appended to the output, a + 1 (fewer if EOS or the budget cut it).
         draft_seconds: device-synchronised time spent drafting (a drafter's catch-up included).
         verify_seconds: device-synchronised time of the target forward, acceptance and rollback.
-        confidences: max_v q_i(v) of every drafted position, including the one that stopped
-            drafting under tau or the stop rule (so len is m or m + 1); 1.0 for an n-gram's
-            point mass.
+        confidences: max_v q_i(v) of every drafted position, the one that stopped drafting
+            included (m or m + 1 entries).
         entropies: entropy (nats) of q_i at the same positions.
         acceptance_probs: per proposed position, min(1, p_i(x_i) / q_i(x_i)) (greedy: 0 or 1).
         stopped_by_tau: drafting ended before k by tau or the action's stop rule.
@@ -184,10 +179,9 @@ class Step:
         action: the action every row took.
         rows: the rows (indices into the generation's prompts) that took part, in batch order.
         results: their step results, in the same order.
-        draft_seconds, verify_seconds: device-synchronised time of the step's drafting and of its
-            verification, acceptance and rollback (shared by the rows).
+        draft_seconds, verify_seconds: the step's times (shared by the rows).
         finished: rows that left the batch after this step.
-        slots: the width of the target cache's grid the step started on (holes included).
+        slots: the width of the target cache's grid the step started on.
     """
 
     action: Action

@@ -24,11 +24,7 @@ from specrl.latency.profiling import profile
 from specrl.latency.store import latency_path
 from specrl.models import ModelPair
 
-METHODS = (
-    "loop",
-    "profile",
-    "batch",
-)  # how calibrated() measures: learn(), profile(), measure_batch_latency()
+METHODS = ("loop", "profile", "batch")  # how calibrated() measures: learn, profile, measure_batch_latency
 
 
 class CalibrationWarning(UserWarning):
@@ -36,9 +32,8 @@ class CalibrationWarning(UserWarning):
 
 
 def cpu_contention(device: torch.device, load: float | None = None) -> str | None:
-    """What shares the cores with torch's CPU threads here, when the last minute's load average
-    (``load``, read now if not given) plus those threads exceeds the CPUs: "load 3.9 on 2 CPUs,
-    torch on 2 threads"; None on a GPU, a quiet machine, or where the load is not readable."""
+    """ "load 3.9 on 2 CPUs, torch on 2 threads" when the last minute's load average (``load``, read
+    now if not given) plus torch's threads exceeds the CPUs; None on a GPU or a quiet machine."""
     if device.type != "cpu":
         return None
     load = current_load() if load is None else load
@@ -52,9 +47,7 @@ def cpu_contention(device: torch.device, load: float | None = None) -> str | Non
 
 def warn_if_contended(pair: ModelPair, path: Path, method: str, loads: Sequence[float | None]) -> None:
     """Warn (:class:`CalibrationWarning`) when the calibration just saved at ``path`` shared its
-    cores, by the load at its start or its end (the load average lags by a minute: processes
-    started together show only at the end). The model stays cached; the warning says how to
-    measure it again."""
+    cores by the load at its start or its end (the load average lags by a minute)."""
     contended = [c for c in (cpu_contention(pair.device, load) for load in loads if load is not None) if c]
     if contended:
         flags = "--force" if method == "loop" else f"--method {method} --force"
@@ -75,8 +68,7 @@ def current_load() -> float | None:
 def cached_calibration(pair: Any, *, k_max: int = 8, method: str = "loop") -> LatencyModel | None:
     """The cached file :func:`calibrated` would return without measuring, else None (missing, fewer
     than k_max + 1 new tokens, or unreadable: a warning says so). ``pair`` needs only ``name``,
-    ``device`` and ``dtype`` (a :class:`ModelPair`, or a descriptor of one that has no weights
-    loaded), so a cached model is found without loading the models."""
+    ``device`` and ``dtype``: no weights are loaded."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     path = latency_path(pair, method)
@@ -100,15 +92,10 @@ def calibrated(
     drafters: Sequence[str] = (),
     prompts: Sequence[Sequence[int]] | None = None,
 ) -> LatencyModel:
-    """The pair's latency model on its device (greedy view): the cached file
-    (:func:`latency_path`), or a fresh one saved there when it is missing, covers fewer than
-    k_max + 1 new tokens, is unreadable (another format version included: a warning says so),
-    or ``recalibrate`` is set. ``method`` "loop" (default) learns a single sequence's model from
-    the loop (:func:`learn`), "profile" profiles forwards in isolation (:func:`profile`),
-    "batch" measures the model over batch sizes on continuous batching of ``prompts`` (token
-    ids; :func:`~specrl.latency.batch.measure_batch_latency`). Every drafter of ``drafters`` the
-    model has no price for is priced in the loop
-    (:func:`~specrl.latency.drafters.measure_drafter_costs`) and the file saved again."""
+    """The pair's latency model on its device (greedy view): :func:`cached_calibration`, else (or
+    with ``recalibrate``) measured by ``method`` (:data:`METHODS`; "batch" on continuous batching
+    of ``prompts``, token ids) and saved. Every drafter of ``drafters`` the model has no price for
+    is priced in the loop (:func:`~specrl.latency.drafters.measure_drafter_costs`) and saved."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     path = latency_path(pair, method)
@@ -131,11 +118,9 @@ def calibrated(
 
 
 class MachinePrices:
-    """The price features' prior on this machine (:data:`specrl.features.Prices`), from its cached
-    calibrations: a step of one row is priced by the single-sequence calibration (``loop``) when
-    one is cached, else by the batch calibration; a step of more rows by the batch calibration
-    when one is cached, else by the single-sequence one (which prices every batch size as one
-    row)."""
+    """The price features' prior on this machine (:data:`specrl.features.Prices`): a step of one row
+    priced by the single-sequence calibration, of more rows by the batch one, each the other's
+    stand-in where only one is cached."""
 
     def __init__(self, loop: LatencyModel | None, batch: LatencyModel | None) -> None:
         if loop is None and batch is None:
@@ -154,8 +139,7 @@ _READ: dict[tuple, MachinePrices | None] = {}
 
 def machine_prices(pair: Any, reader: str = "the controller") -> MachinePrices | None:
     """This machine's prices for ``pair`` from its cached calibrations (:class:`MachinePrices`), or
-    None when neither is cached: then a warning, once per process and pair, names ``reader`` (what
-    reads the prices) and how to calibrate. Nothing is measured here."""
+    None (then a warning, once per process and pair, names ``reader`` and how to calibrate)."""
     paths = (latency_path(pair), latency_path(pair, "batch"))
     key = tuple((str(path), path.stat().st_mtime_ns if path.is_file() else 0) for path in paths)
     if key not in _READ:  # a loop per generation: read each file once while it is unchanged

@@ -1,9 +1,5 @@
-"""The three constants of the ``constant`` latency model (scenario ``latency: constant``).
-
-Time itself is computed in one place, :class:`specrl.latency.LatencyModel`;
-``LatencyModel.from_cost_model`` turns these constants into a model that ignores the context
-length and the device: deterministic and free to build, for tests and quick runs.
-"""
+"""The three constants of the ``constant`` latency model (scenario ``latency: constant``), which
+``LatencyModel.from_cost_model`` turns into a model that ignores context and device."""
 
 from __future__ import annotations
 
@@ -23,18 +19,8 @@ CONSTANT_DRAFTER_COSTS = {
 
 @dataclass(frozen=True)
 class CostModel:
-    """draft = draft_forward_s per draft forward; verify = target_forward_s + target_per_token_s * m.
-
-    A step runs one draft forward per drafted position (the one that stopped drafting under
-    tau included) and one target forward over the last emitted token plus the m proposals.
-    The defaults are the embedded "small" pair on 2 CPU cores (docs/design.md section 7): a
-    target forward ~9 ms, verifying 8 tokens ~1.5x one, a draft forward ~0.5 ms.
-
-    Attributes:
-        draft_forward_s: seconds per draft forward.
-        target_forward_s: seconds of a target forward over one new token (a plain step).
-        target_per_token_s: extra seconds per additional verified position.
-    """
+    """draft = draft_forward_s per draft forward; verify = target_forward_s + target_per_token_s * m
+    for m proposals. The defaults are about the embedded "small" pair on 2 CPU cores."""
 
     draft_forward_s: float = 0.0005
     target_forward_s: float = 0.009

@@ -123,21 +123,10 @@ def fit_records(
     knots: int = 5,
     significance: float = 3.0,
 ) -> tuple[list[int], dict[str, dict[str, Any]]]:
-    """Fit the loop model to recorded steps (the module doc says how).
-
-    Args:
-        records: steps of both modes (:func:`record_loop`).
-        k_max: verifies over 1..k_max + 1 tokens are tabulated; each needs recorded steps.
-        context_window: the grid ends at this context (the lines continue to it); None: the
-            grid ends at the last knot and the model is clamped after it.
-        knots: context knots, at quantiles of the recorded contexts (the fit is linear in the
-            context, so they only say where the data were; the table shows them).
-        significance: a verify over more tokens may cost less than over fewer only when the
-            difference exceeds this many standard errors (math.inf: strictly monotone in n).
-
-    Returns:
-        The context grid and mode -> the three ``*_seconds`` tables of the file format.
-    """
+    """Fit the loop model to recorded steps of both modes (the module doc): the context grid
+    (``knots`` quantiles of the recorded contexts, then ``context_window`` if given) and mode ->
+    the file format's three ``*_seconds`` tables, verifies over 1..k_max + 1 tokens. A verify
+    over more tokens may cost less only by more than ``significance`` standard errors."""
     grid = fit_grid(records.context, knots)
     if context_window is not None and context_window > grid[-1]:
         grid.append(int(context_window))

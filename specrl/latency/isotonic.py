@@ -1,10 +1,6 @@
-"""Monotone fits of costs: more tokens, or a longer context, must not look cheaper by noise.
-
-A policy would exploit a noisy dip in the latency tables, so the fits pool it away by
-isotonic regression (scipy's pool-adjacent-violators). On CPUs some dips are real, though:
-a verify over, e.g., 5 tokens can cost less than over 3 (the matrix kernels change at vector
-widths), and pooling a real dip misprices both sizes by several percent. The loop fit
-therefore keeps a decrease that noise cannot explain (:func:`tolerant_isotonic`).
+"""Monotone fits of costs: more tokens, or a longer context, must not look cheaper by noise (a
+policy would exploit the dip). Some dips on CPUs are real (matrix kernels change at vector
+widths), so the loop fit keeps a decrease that noise cannot explain (:func:`tolerant_isotonic`).
 """
 
 from __future__ import annotations
@@ -24,13 +20,10 @@ def isotonic(values: np.ndarray, weights: np.ndarray | None = None) -> np.ndarra
 def tolerant_isotonic(groups: Sequence[np.ndarray], z: float) -> np.ndarray:
     """One value per group (its mean), made non-decreasing where noise could explain a decrease.
 
-    Pool adjacent violators, as isotonic regression does (a pooled block's value is the mean
-    of all its samples: the group means weighted by their sizes), unless the later block is
-    lower by more than ``z`` standard errors of the difference: such a decrease is the
-    hardware's, not noise, and pooling it would misprice both. ``z`` = inf pools every
-    violation: scipy's weighted isotonic regression of the group means. For a finite ``z`` the
-    pooling runs here, left to right, since whether a block may pool depends on the spread of
-    the blocks pooled so far, a test scipy's pooling cannot make.
+    Pool adjacent violators (a pooled block's value is the mean of all its samples) unless the
+    later block is lower by more than ``z`` standard errors of the difference. ``z`` = inf pools
+    every violation (scipy's weighted isotonic regression); a finite ``z`` pools here, since the
+    test depends on the spread of the blocks pooled so far.
     """
     if math.isinf(z):
         means = np.array([samples.mean() for samples in groups])

@@ -25,18 +25,10 @@ LOOP_INCLUDED = (
 
 @dataclasses.dataclass(frozen=True)
 class StepRecords:
-    """Timed steps of the real loop, one entry per step (equal-length arrays).
-
-    Attributes:
-        sampled: whether the step decoded at temperature > 0.
-        context: :attr:`StepResult.context_length`.
-        draft_forwards: :attr:`StepResult.draft_forwards`.
-        proposed: :attr:`StepResult.proposed` (the verify covers proposed + 1 tokens).
-        k: the k the step used (:attr:`StepResult.k`), for the held-out error per action.
-        draft_seconds: measured, device-synchronised seconds of the draft phase.
-        verify_seconds: the same of the verify phase.
-        episode: which generation the step belongs to (the held-out split is by episode).
-    """
+    """Timed steps of the real loop, one entry per step (equal-length arrays): whether it was
+    ``sampled``, :class:`StepResult`'s ``context`` (length), ``draft_forwards``, ``proposed``,
+    ``k``, measured ``draft_seconds`` and ``verify_seconds``, and its ``episode`` (the held-out
+    split is by episode)."""
 
     sampled: np.ndarray
     context: np.ndarray

@@ -1,9 +1,5 @@
-"""Where calibrations are stored: the cache path of a pair on a device, and what names a device.
-
-Latency depends on the pair, its dtype and the device; the device key also names the CPU
-model and torch's thread count, since both change CPU latency. :func:`environment` is the
-rest of what a measurement records about the machine it ran on.
-"""
+"""Where calibrations are stored: the cache path of a pair on a device, and what names a device
+(the CPU model and torch's thread count change CPU latency)."""
 
 from __future__ import annotations
 
@@ -36,11 +32,8 @@ def cpu_name() -> str:
 
 
 def device_key(device: str | torch.device) -> str:
-    """A stable, filename-safe name of what latency depends on besides the models.
-
-    "cpu-<cpu model>-<torch threads>threads" (torch's intra-op thread count changes CPU
-    latency) or "cuda-<gpu name>"; other device types by their type name.
-    """
+    """A stable, filename-safe name of what latency depends on besides the models:
+    "cpu-<cpu model>-<torch threads>threads", "cuda-<gpu name>", else the device type."""
     device = torch.device(device)
     if device.type == "cpu":
         return f"cpu-{_slug(cpu_name())}-{torch.get_num_threads()}threads"

@@ -17,15 +17,10 @@ from specrl.models import CacheSettings
 
 class ModelDrafter:
     """Runs the model one token at a time for every row on its own KV cache; q is its processed
-    softmax.
-
-    Rows draft in lockstep: a catch-up forward over the tokens each row's cache has not seen
-    (right-padded), then one forward per further position. Drafting stops, row by row, before a
-    token whose confidence max q is below tau or that the action's stop rule rejects (that
-    position's forward is paid, its token is not proposed), or at the row's k; a row that stopped
-    is fed holes until every row has. The cut is one action's for every row, or each row's own
-    (a list of actions: vLLM's requests, :mod:`specrl.vllm`).
-    """
+    softmax. Rows draft in lockstep (a catch-up forward over what each row's cache has not seen,
+    then one forward per position); a row stops at its k or where the action halts (that forward
+    is paid, its token not proposed) and is fed holes until every row has. The action is one for
+    every row or one per row (vLLM's requests)."""
 
     def __init__(
         self,
