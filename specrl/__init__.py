@@ -17,9 +17,17 @@ The names below load on first use (PEP 562), so ``import specrl`` and the ``spec
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from specrl import registration as registration  # the Gymnasium ids: cheap, and there on import
+
+# transformers imports torchao when it is installed, which logs every CUDA kernel library it cannot
+# load, and torch warns about the enums torchao registers: noise about a quantised drafter nobody
+# asked for (whose build reports its own errors). Held at ERROR unless the user set a level.
+for _name in ("torchao", "torch.utils._pytree"):
+    if logging.getLogger(_name).level == logging.NOTSET:
+        logging.getLogger(_name).setLevel(logging.ERROR)
 
 __version__ = "0.1.0"
 
@@ -57,35 +65,7 @@ _LAZY = {
     **dict.fromkeys(("ModelPair", "PairError", "load_pair"), "specrl.models"),
 }
 
-__all__ = [
-    "Action",
-    "BatchCutoffController",
-    "BatchScheduleController",
-    "Controller",
-    "DrafterError",
-    "FEATURE_NAMES",
-    "FEATURE_VERSION",
-    "FeatureTracker",
-    "Generation",
-    "GenerationOutput",
-    "GenerationStats",
-    "HFConfidenceController",
-    "HFHeuristicController",
-    "LearnedController",
-    "ModelPair",
-    "PairError",
-    "PoolRuleController",
-    "SamplingConfig",
-    "Scenario",
-    "ScenarioError",
-    "SpecDecodeEnv",
-    "SpeculativeDecoder",
-    "StaticController",
-    "StepResult",
-    "TCPController",
-    "load_pair",
-    "load_scenario",
-]
+__all__ = sorted(_LAZY)  # and below, the same names for type checkers
 
 
 def __getattr__(name: str) -> Any:
@@ -93,7 +73,6 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module("specrl.hf")
     if name not in _LAZY:
         raise AttributeError(f"module 'specrl' has no attribute {name!r}")
-    importlib.import_module("specrl.quiet")  # first: transformers' import, without its optional noise
     value = getattr(importlib.import_module(_LAZY[name]), name)
     globals()[name] = value
     return value
@@ -104,8 +83,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from specrl import hf as hf
-    from specrl.controllers import (
+    from specrl import hf as hf  # noqa: F401
+    from specrl.controllers import (  # noqa: F401
         BatchCutoffController,
         BatchScheduleController,
         Controller,
@@ -116,7 +95,7 @@ if TYPE_CHECKING:
         StaticController,
         TCPController,
     )
-    from specrl.engine import (
+    from specrl.engine import (  # noqa: F401
         Action,
         DrafterError,
         Generation,
@@ -126,6 +105,6 @@ if TYPE_CHECKING:
         SpeculativeDecoder,
         StepResult,
     )
-    from specrl.envs import Scenario, ScenarioError, SpecDecodeEnv, load_scenario
-    from specrl.features import FEATURE_NAMES, FEATURE_VERSION, FeatureTracker
-    from specrl.models import ModelPair, PairError, load_pair
+    from specrl.envs import Scenario, ScenarioError, SpecDecodeEnv, load_scenario  # noqa: F401
+    from specrl.features import FEATURE_NAMES, FEATURE_VERSION, FeatureTracker  # noqa: F401
+    from specrl.models import ModelPair, PairError, load_pair  # noqa: F401

@@ -10,9 +10,6 @@ whole call's, prefill included, device-synchronised.
 
 from __future__ import annotations
 
-from specrl import quiet as quiet  # first: transformers' import, without its optional noise
-
-# isort: split
 import copy
 from collections.abc import Iterator
 from contextlib import contextmanager

@@ -1,8 +1,5 @@
 """The embedded default (target, draft) pair, built offline from the Python stdlib."""
 
-from specrl import quiet as quiet  # first: transformers' import, without its optional noise
-
-# isort: split
 from specrl.embedded.build import build, ensure_pair, specrl_home
 from specrl.embedded.presets import PRESETS, Preset
 

@@ -11,9 +11,6 @@ request in the step that does not draft with the model keeps its row, which catc
 
 from __future__ import annotations
 
-from specrl import quiet as quiet  # first: transformers' import, without its optional noise
-
-# isort: split
 from collections.abc import Hashable, Mapping
 
 import numpy as np
