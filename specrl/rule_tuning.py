@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from specrl.controllers.base import Controller
+from specrl.controllers.pool_rule import PoolRuleController
 from specrl.controllers.stop_rules import AcceptancePredictor, AdaEDLController, SpecDecPPController
 from specrl.envs import cached_traces
 from specrl.envs.scenario import Scenario, ScenarioError, load_scenario
@@ -24,6 +25,7 @@ from specrl.traces import TraceSet
 SPECDECPP_THRESHOLDS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 ADAEDL_GAMMAS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5)
 CAPS = (4, 6, 8)
+POOL_RULE_KS = (1, 2, 4, 6)  # the pool rule's k, as experiments/bench_drafters.py tries them
 
 
 def on_trajectory_signals(traces: TraceSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -157,12 +159,15 @@ def tuned_rules(
     predictor: AcceptancePredictor,
     repeats: int = 1,
 ) -> dict[str, Tuned]:
-    """AdaEDL and the SpecDec++-style rule for ``scenario``, tuned on validation traces, by name."""
+    """AdaEDL, the SpecDec++-style rule and, in a pool scenario, the pool rule's k, tuned for
+    ``scenario`` on validation traces, by name."""
     tuning, validation = fitting_traces(scenario.with_overrides(time="modeled"), pair, "validation")
-    return {
-        tuned.name: tuned
-        for tuned in (
-            tune_adaedl(tuning, validation, latency, repeats),
-            tune_specdecpp(predictor, tuning, validation, latency, repeats),
-        )
-    }
+    rules = [
+        tune_adaedl(tuning, validation, latency, repeats),
+        tune_specdecpp(predictor, tuning, validation, latency, repeats),
+    ]
+    if len(scenario.drafters) > 1:
+        pool = partial(PoolRuleController, scenario.drafters)
+        grid = [{"k": k} for k in POOL_RULE_KS]
+        rules.append(tune_controller("pool-rule", pool, grid, tuning, validation, latency, repeats))
+    return {tuned.name: tuned for tuned in rules}

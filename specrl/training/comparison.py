@@ -45,8 +45,6 @@ BAR_RULES = (TCP, HF_HEURISTIC, ADAEDL, SPECDECPP, POOL_RULE)
 ROLES = (PLAIN, TCP, HF_HEURISTIC, BEST_STATIC, ADAEDL, SPECDECPP, POOL_RULE, PPO, ORACLE)
 #: observations (N, n_features) -> actions (N, 2), or wider with the stop and drafter dimensions
 Predict = Callable[[np.ndarray], np.ndarray]
-#: the pool rule's k tried on validation traces, as in experiments/bench_drafters.py
-POOL_RULE_KS = (1, 2, 4, 6)
 
 
 @dataclass(frozen=True)
@@ -171,27 +169,9 @@ class Comparison:
     def tuned(self, scenario: Scenario) -> dict[str, dict[str, Any]]:
         """The settings of the scenario's tuned rules by role, tuned on its validation traces."""
         if scenario.name not in self._tuned:
-            tuned = {
-                name: rule.setting
-                for name, rule in tuned_rules(
-                    scenario, self.pair, self.latency, self.rule_predictor, self.repeats
-                ).items()
-            }
-            if len(scenario.drafters) > 1:
-                tuned[POOL_RULE] = {"k": self.pool_rule_k(scenario)}
-            self._tuned[scenario.name] = tuned
+            rules = tuned_rules(scenario, self.pair, self.latency, self.rule_predictor, self.repeats)
+            self._tuned[scenario.name] = {name: rule.setting for name, rule in rules.items()}
         return self._tuned[scenario.name]
-
-    def pool_rule_k(self, scenario: Scenario) -> int:
-        """The pool rule's k: the fastest of :data:`POOL_RULE_KS` on the validation traces."""
-        traces = cached_traces(scenario, "validation", self.pair)
-        speeds = {
-            k: evaluate_controller(
-                PoolRuleController(scenario.drafters, k=k), scenario, traces, self.latency, self.repeats
-            ).tokens_per_s
-            for k in POOL_RULE_KS
-        }
-        return max(speeds, key=speeds.__getitem__)
 
     def rules_on(self, scenario: Scenario, traces: TraceSet) -> tuple[dict[str, float], Bar]:
         """Tokens/s of every rule of the scenario's :class:`Bar` on ``traces``, with that bar."""
