@@ -1,9 +1,5 @@
-"""Where a run, a report or an exported policy came from: the git commit of the specrl checkout.
-
-Training (``specrl train``) and the policy writer (:func:`specrl.export.export_policy`)
-record it beside the config, the seed and the latency file, as rl-baselines3-zoo does for its run
-folders. Only the standard library: importing this never pulls in torch.
-"""
+"""Where a run, a report or an exported policy came from: the git commit of the specrl checkout
+(only the standard library: importing this never pulls in torch)."""
 
 from __future__ import annotations
 
@@ -24,19 +20,13 @@ def git_output(*args: str, cwd: Path = CHECKOUT) -> str | None:
         return None
 
 
-def _own_checkout(checkout: str | Path | None) -> Path | None:
-    """The repository to ask (default: the checkout this specrl is imported from), or None when it
-    is not a git checkout of its own: an installed specrl may sit inside some other repository."""
+def git_state(checkout: str | Path | None = None) -> dict:
+    """The full commit hash of the specrl checkout (default: the one this specrl is imported from)
+    and whether its tracked files have changes; both None outside a checkout of its own (an
+    installed specrl may sit inside some other repository) or without git."""
     root = Path(checkout).resolve() if checkout is not None else CHECKOUT
     top = git_output("rev-parse", "--show-toplevel", cwd=root)
-    return root if top is not None and Path(top).resolve() == root else None
-
-
-def git_state(checkout: str | Path | None = None) -> dict:
-    """The full commit hash of the specrl checkout and whether its tracked files have changes
-    (both None outside a checkout of its own): what a benchmark's report records."""
-    root = _own_checkout(checkout)
-    if root is None:
+    if top is None or Path(top).resolve() != root:
         return {"commit": None, "dirty": None}
     status = git_output("status", "--porcelain", "--untracked-files=no", cwd=root)
     return {
@@ -46,17 +36,9 @@ def git_state(checkout: str | Path | None = None) -> dict:
 
 
 def git_commit(checkout: str | Path | None = None) -> str | None:
-    """The short commit hash of the specrl checkout, with ``-dirty`` when tracked files have changes.
-
-    Args:
-        checkout: the repository to ask; default: the checkout this specrl is imported from.
-
-    Returns:
-        e.g. ``"63de04b"`` or ``"63de04b-dirty"``; None outside a git checkout (an installed
-        package, a copy without ``.git``) or without git.
-    """
+    """The short commit hash of the specrl checkout, with ``-dirty`` when tracked files have
+    changes (``"63de04b"``, ``"63de04b-dirty"``); None outside a checkout of its own."""
     state = git_state(checkout)
     if not state["commit"]:
         return None
-    short = git_output("rev-parse", "--short", state["commit"], cwd=_own_checkout(checkout) or CHECKOUT)
-    return f"{short}-dirty" if state["dirty"] else short
+    return state["commit"][:7] + ("-dirty" if state["dirty"] else "")

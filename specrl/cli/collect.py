@@ -1,23 +1,15 @@
 """Record the acceptance traces the trace-replay simulator replays (specrl/envs/recording.py).
 
-For each scenario and prompt split (train, validation, test; a split the scenario's domains
-have no prompts in is skipped, e.g. train and validation of the test-only unseen domain):
-every prompt of the scenario's domains (up to --prompts-per-domain) is decoded plainly by the
-target, then both models run teacher-forced over the result. Traces are cached under
-$SPECRL_HOME/traces/<pair>/ (`specrl train` and `specrl evaluate` collect what is missing on
-their own); --ship writes them into the package next to an embedded pair's weights instead, so a
-fresh install replays without collecting. Traces already shipped or cached are loaded, not
-recorded again.
+For each scenario and prompt split it has prompts in, every prompt of its domains (up to
+--prompts-per-domain) is decoded plainly by the target, then both models run teacher-forced over
+the result. Traces are cached under $SPECRL_HOME/traces/<pair>/ (`specrl train` and `specrl
+evaluate` collect what is missing on their own); --ship writes them into the package next to an
+embedded pair's weights instead. Traces already shipped or cached are loaded, not recorded again.
 
     specrl collect                                  # every shipped scenario
     specrl collect --scenarios code code_t1 --split test
     specrl collect --preset small --ship             # what the package ships
-    specrl collect --ray                             # on a local Ray instance
-    specrl collect --ray 10.0.0.5:6379 --ray-gpus 1  # on a Ray cluster
-
-With ``--ray`` the prompts are sharded across Ray workers, each loading the pair once; every
-prompt carries its own seeds, so the traces are those of a single-process run. The traces come
-back to this process and are cached (or shipped) here.
+    specrl collect --ray 10.0.0.5:6379 --ray-gpus 1  # sharded by prompt on a Ray cluster
 """
 
 from __future__ import annotations

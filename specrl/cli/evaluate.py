@@ -1,26 +1,13 @@
 """Evaluate every controller side by side on test prompts: simulator and real loop.
 
-For each scenario (default: every shipped one, specrl/scenarios/*.yaml: code, prose, math, mixed, the
-code -> math shift, C headers, Perl and the unseen license domain, greedy and at temperature 1),
-in one process:
-
-  plain decoding (our engine, k = 0); static (k, tau) rows (--static), and in the simulator the
-  whole grid with its best setting ("best static in hindsight", then also run in the real
-  loop); the TCP heuristic (tau 0 and 0.25); our re-implementations of Hugging Face's
-  heuristic schedule and confidence threshold; HF generate(assistant_model=...) itself, and
-  HF's plain generate as its reference (wall clock only; results.json records which
-  threshold variant ran); the learned policies (--policy); the clairvoyant oracle
-  (simulator only).
-
-Columns: tokens/sec in the simulator (modeled time, test traces) and in the real loop
-(wall clock; median over repeats after warm-up, rows interleaved), speed-up over plain, ratio
-to TCP, acceptance rate, mean acceptance length (vLLM's: 1 + accepted per draft), mean k, mean tau, and the
-spread of per-token latency (does the confidence cut lower latency variance?). Definitions:
-specrl/evaluation/runs.py and harness.py.
-
-Outputs, in one folder per run (--out): results.json, results.md (a table per scenario and
-summary tables of ratios), PNG plots (tokens/sec, k and tau through the code -> math shift, the
-acceptance distribution) and TensorBoard scalars under eval/ (tensorboard/).
+Per scenario (default: every shipped one), in one process: plain decoding, static (k, tau) rows
+and in the simulator the whole grid with its best setting, the TCP heuristic, our versions of
+Hugging Face's heuristic schedule and confidence threshold, HF ``generate`` itself (wall clock
+only), the learned policies (``--policy``) and the clairvoyant oracle (simulator only). Columns:
+tokens/sec in the simulator (modeled time, test traces) and in the real loop (median over
+repeats, rows interleaved), speed-up over plain, ratio to TCP, acceptance, mean k and tau, and
+the spread of per-token latency (definitions: specrl/evaluation/). Writes results.json,
+results.md, PNG plots and TensorBoard scalars into ``--out``.
 
     specrl evaluate                       # default pair, all scenarios
     specrl evaluate --scenarios code code_to_math --episodes 4 --repeats 5
@@ -28,22 +15,10 @@ acceptance distribution) and TensorBoard scalars under eval/ (tensorboard/).
         --max-new-tokens 72 --latency constant --scenarios code code_to_math   # smoke run
     specrl evaluate --ray 10.0.0.5:6379 --episodes 24   # the real loop on a Ray cluster
 
-The defaults aim at minutes of real loop on a 2-core CPU (11 rows x 3 repeats x 1 episode per
-scenario); on first use missing traces and the pair's latency profile are collected and
-cached. Use a quiet machine: speed claims are the ratios, measured side by side.
-
-Ray (``--ray [ADDRESS]``): the real-loop episodes are sharded across Ray workers, each loading
-the pair once; every worker plays every row on its share (rows side by side on one machine, so
-the ratios stay paired) after its own warm-up, and missing traces are recorded on the workers
-too. With modeled time the results equal a single-process run's; with the wall clock each
-episode is timed on the machine that played it, so use workers of one hardware type.
-
-Prompt split (docs/design.md section 4b): results are reported on ``test`` (the default; nothing is
-selected on it). ``--split validation`` runs the same comparison on validation prompts, for
-tuning; scenarios without prompts in that split (the test-only license domain) are skipped.
-
-The run itself lives in specrl/evaluation/ (run_all.py over harness.py, scenario_choice.py).
-Outputs default to ./results/evaluate/<pair>__<UTC time>/ under the working directory.
+With ``--ray`` the real-loop episodes are sharded across workers, each playing every row on its
+share (paired ratios); use workers of one hardware type for wall-clock time. ``--split
+validation`` runs the same comparison on validation prompts, for tuning (docs/design.md section 4b).
+Use a quiet machine: speed claims are the ratios, measured side by side.
 """
 
 from __future__ import annotations
@@ -55,7 +30,7 @@ import sys
 from pathlib import Path
 
 from specrl.cli import options_of
-from specrl.cli.pair_options import add_pair_arguments, check_pair_arguments
+from specrl.cli.pair_options import add_pair_arguments, check_pair_arguments, pair_values
 from specrl.cli.ray import add_ray_arguments, pool_from_args
 
 HELP = "every controller side by side on test prompts: simulator and real loop"
@@ -203,15 +178,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     started = datetime.datetime.now(datetime.timezone.utc)
-    overrides = Overrides(
-        max_new_tokens=args.max_new_tokens,
-        latency=args.latency,
-        preset=args.preset,
-        target=args.target,
-        draft=args.draft,
-        device=args.device,
-        dtype=args.dtype,
-    )
+    overrides = Overrides(max_new_tokens=args.max_new_tokens, latency=args.latency, **pair_values(args))
     scenarios = choose_scenarios(args.scenarios, args.split, overrides)
     settings = Settings(
         episodes=args.episodes,
