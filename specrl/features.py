@@ -151,22 +151,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     "priced_k",
 )
 N_FEATURES = len(FEATURE_NAMES)
-# The features FeatureTracker.update keeps as the step history (the first 15), each written by name.
-ACCEPTANCE_SHORT = FEATURE_NAMES.index("acceptance_short")
-ACCEPTANCE_LONG = FEATURE_NAMES.index("acceptance_long")
-ACCEPTANCE_PROB_SHORT = FEATURE_NAMES.index("acceptance_prob_short")
-LAST_PROPOSED = FEATURE_NAMES.index("last_proposed")
-LAST_ACCEPTED = FEATURE_NAMES.index("last_accepted")
-LAST_K = FEATURE_NAMES.index("last_k")
-LAST_TAU = FEATURE_NAMES.index("last_tau")
-LAST_STOPPED_BY_TAU = FEATURE_NAMES.index("last_stopped_by_tau")
-CONFIDENCE_MEAN = FEATURE_NAMES.index("confidence_mean")
-CONFIDENCE_MIN = FEATURE_NAMES.index("confidence_min")
-ENTROPY_MEAN = FEATURE_NAMES.index("entropy_mean")
-REJECTED_CONFIDENCE = FEATURE_NAMES.index("rejected_confidence")
-ACCEPTED_CONFIDENCE = FEATURE_NAMES.index("accepted_confidence")
-COST_RATIO = FEATURE_NAMES.index("cost_ratio")
-STEPS_SINCE_DRAFT = FEATURE_NAMES.index("steps_since_draft")
+# The step history FeatureTracker._account writes by name: the features up to steps_since_draft.
+HISTORY = FEATURE_NAMES[: FEATURE_NAMES.index("steps_since_draft") + 1]
 FEATURE_COUNTS = {1: 19, 2: 32, 3: 33, 4: 35, 5: N_FEATURES}  # version -> its features: the first that many
 PRICED_VERSION = 4  # the first feature version that reads the machine's prices (a prior helps it)
 FEATURE_LOW = 0.0  # every feature lies in [FEATURE_LOW, FEATURE_HIGH]
@@ -456,9 +442,9 @@ class FeatureTracker:
         self.price_line: tuple[float, float] | None = None  # the last fitted (fixed, per_token)
         self._ask_prior()
         self.log_vocab = math.log(max(2, settings.vocab_size))
-        # the step-history features: the first 15, written by name in _account (the rest: vector())
-        self.history = [0.0] * (STEPS_SINCE_DRAFT + 1)
-        self.history[STEPS_SINCE_DRAFT] = 1.0  # no draft yet: as stale as it gets
+        # the step-history features (HISTORY), written by name in _account (the rest: vector())
+        self.history = dict.fromkeys(HISTORY, 0.0)
+        self.history["steps_since_draft"] = 1.0  # no draft yet: as stale as it gets
 
     def set_context_length(self, length: int) -> None:
         """The sequence changed outside a step (an env appended text); record its new length."""
@@ -508,9 +494,9 @@ class FeatureTracker:
         confidences = step.confidences
         if step.draft_forwards:
             self.steps_since_draft = 0
-            history[CONFIDENCE_MEAN] = sum(confidences) / len(confidences)
-            history[CONFIDENCE_MIN] = min(confidences)
-            history[ENTROPY_MEAN] = sum(step.entropies) / len(step.entropies) / self.log_vocab
+            history["confidence_mean"] = sum(confidences) / len(confidences)
+            history["confidence_min"] = min(confidences)
+            history["entropy_mean"] = sum(step.entropies) / len(step.entropies) / self.log_vocab
         elif self.steps_since_draft is not None:
             self.steps_since_draft += 1
         if proposed:
@@ -518,28 +504,30 @@ class FeatureTracker:
             self.proposing_proposed.append(proposed)
             self.proposing_probs.append(step.acceptance_prob_sum)
             short_proposed = list(self.proposing_proposed)[-SHORT_WINDOW:]
-            history[ACCEPTANCE_SHORT] = _rate(list(self.proposing_accepted)[-SHORT_WINDOW:], short_proposed)
-            history[ACCEPTANCE_LONG] = _rate(self.proposing_accepted, self.proposing_proposed)
-            history[ACCEPTANCE_PROB_SHORT] = _rate(list(self.proposing_probs)[-SHORT_WINDOW:], short_proposed)
+            history["acceptance_short"] = _rate(list(self.proposing_accepted)[-SHORT_WINDOW:], short_proposed)
+            history["acceptance_long"] = _rate(self.proposing_accepted, self.proposing_proposed)
+            history["acceptance_prob_short"] = _rate(
+                list(self.proposing_probs)[-SHORT_WINDOW:], short_proposed
+            )
         if step.rejected_confidences:
             self.rejected_confidences.append(sum(step.rejected_confidences) / len(step.rejected_confidences))
-            history[REJECTED_CONFIDENCE] = sum(self.rejected_confidences) / len(self.rejected_confidences)
+            history["rejected_confidence"] = sum(self.rejected_confidences) / len(self.rejected_confidences)
         if accepted:
             self.accepted_confidence_sums.append(step.accepted_confidence_sum)
             self.accepted_counts.append(accepted)
-            history[ACCEPTED_CONFIDENCE] = _rate(self.accepted_confidence_sums, self.accepted_counts)
+            history["accepted_confidence"] = _rate(self.accepted_confidence_sums, self.accepted_counts)
         self.draft_seconds.append(step.draft_seconds if step.draft_forwards else 0.0)
         self.draft_forwards.append(step.draft_forwards)
         self.verify_seconds.append(step.verify_seconds)
-        history[COST_RATIO] = self._cost_ratio()
+        history["cost_ratio"] = self._cost_ratio()
         self.verify_price.add(step.fed, step.verify_seconds)
         self._fit_prices()
-        history[LAST_PROPOSED] = proposed / rows / K_NORM
-        history[LAST_ACCEPTED] = accepted / rows / K_NORM
-        history[LAST_K] = step.action.k / K_NORM
-        history[LAST_TAU] = step.action.tau
-        history[LAST_STOPPED_BY_TAU] = step.stopped / rows
-        history[STEPS_SINCE_DRAFT] = (
+        history["last_proposed"] = proposed / rows / K_NORM
+        history["last_accepted"] = accepted / rows / K_NORM
+        history["last_k"] = step.action.k / K_NORM
+        history["last_tau"] = step.action.tau
+        history["last_stopped_by_tau"] = step.stopped / rows
+        history["steps_since_draft"] = (
             1.0 if self.steps_since_draft is None else self.steps_since_draft / K_NORM
         )
         self._update_pool(step.action.drafter, accepted, proposed)
@@ -585,7 +573,7 @@ class FeatureTracker:
 
     def priced_k(self, draft_price: float, verify_token_price: float) -> int:
         """The k a step's expected tokens per second is highest at (the module doc)."""
-        acceptance = self.history[ACCEPTANCE_PROB_SHORT]
+        acceptance = self.history["acceptance_prob_short"]
         if acceptance <= 0:
             return 0
         curve = self.curve
@@ -606,7 +594,7 @@ class FeatureTracker:
         draft_price, verify_token_price = self.prices()
         features = np.array(
             [
-                *self.history,
+                *self.history.values(),
                 self.context_length / settings.context_window,
                 self.generated / settings.max_new_tokens,
                 settings.temperature / TEMPERATURE_NORM,

@@ -18,7 +18,6 @@ from specrl.engine.timing import DeviceClock
 from specrl.engine.types import Action, StepResult
 from specrl.envs import run_episode
 from specrl.features import (
-    ACCEPTANCE_PROB_SHORT,
     FEATURE_COUNTS,
     FEATURE_DRAFTERS,
     FEATURE_NAMES,
@@ -259,7 +258,7 @@ def test_priced_k_is_the_k_with_the_most_expected_tokens_per_second():
     assert features(tracker)["priced_k"] == 0.0
     line = [seconds[0] + (seconds[-1] - seconds[0]) * t / 8 for t in range(9)]
     for acceptance in (0.5, 0.6, 0.7, 0.8, 0.95):
-        tracker.history[ACCEPTANCE_PROB_SHORT] = acceptance
+        tracker.history["acceptance_prob_short"] = acceptance
         for curve in (seconds, line):
             tracker.curve = [c / curve[0] for c in curve]
 
@@ -267,7 +266,7 @@ def test_priced_k_is_the_k_with_the_most_expected_tokens_per_second():
                 return sum(acceptance**i for i in range(k + 1)) / (0.14 * k + curve[k] / curve[0])
 
             assert tracker.priced_k(0.14, 0.0) == max(range(9), key=rate)
-    tracker.history[ACCEPTANCE_PROB_SHORT] = 0.7
+    tracker.history["acceptance_prob_short"] = 0.7
     tracker.curve = [c / seconds[0] for c in seconds]
     stepped = tracker.priced_k(0.14, 0.0)
     tracker.curve = [c / line[0] for c in line]
