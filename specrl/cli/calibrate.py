@@ -35,54 +35,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--method",
         choices=METHODS,  # specrl.latency.calibration.METHODS (a test holds them equal)
         default="loop",
-        help="loop: learn from the decoding loop (default); profile: time forwards in isolation; "
-        "batch: batched forwards over batch sizes, calibrated on continuous batching",
+        help="loop: learn from the decoding loop (default); profile: forwards alone; batch: over batch sizes",
+    )
+    parser.add_argument("--k-max", type=int, default=8, help="largest k to model (default 8)")
+    parser.add_argument("--steps", type=int, default=3000, help="loop: timed steps (default 3000)")
+    parser.add_argument(
+        "--save-steps", action="store_true", help="loop: also write the steps (<out>.steps.json)"
+    )
+    parser.add_argument("--from-steps", type=Path, help="loop: refit steps saved by --save-steps")
+    parser.add_argument("--repeats", type=int, help="profile: timed passes, median per cell (default 5)")
+    parser.add_argument(
+        "--contexts", type=int, nargs="+", metavar="N", help="profile: context lengths (default: 16, 32, ...)"
     )
     parser.add_argument(
-        "--k-max",
-        type=int,
-        default=8,
-        help="largest k to model: target forwards over 1..K+1 tokens are timed (default 8)",
+        "--out", type=Path, help="JSON file to write (default: the cache file `latency: calibrated` reads)"
     )
-    parser.add_argument(
-        "--steps", type=int, default=3000, help="loop: timed steps, both modes together (default 3000)"
-    )
-    parser.add_argument(
-        "--save-steps", action="store_true", help="loop: also write the recorded steps (<out>.steps.json)"
-    )
-    parser.add_argument(
-        "--from-steps",
-        type=Path,
-        default=None,
-        help="loop: refit steps saved by --save-steps instead of measuring",
-    )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=None,
-        help="profile: timed passes; every cell is the median over them (default 5)",
-    )
-    parser.add_argument(
-        "--contexts",
-        type=int,
-        nargs="+",
-        default=None,
-        metavar="N",
-        help="profile: context lengths of the grid (default: 16, 32, 64, ... doubling, then the "
-        "window minus K+1, at most 4096); midpoints are measured for the fit error",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="JSON file to write (default: the cache file that `latency: calibrated` reads, "
-        "under $SPECRL_HOME/latency/); the .md table goes next to it",
-    )
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="measure even if the output file exists (default: report the existing one)",
-    )
+    parser.add_argument("--force", action="store_true", help="measure even if the output file exists")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

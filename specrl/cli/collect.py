@@ -26,32 +26,20 @@ JOINED = {"mixed", "mixed_t1", "mixed_pool", "mixed_lookup"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", help="embedded pair instead of the scenario's (small, tiny)")
     parser.add_argument(
-        "--preset", default=None, help="embedded pair to use instead of the scenario's (small, tiny)"
-    )
-    parser.add_argument(
-        "--scenarios",
-        nargs="+",
-        default=None,
-        help="scenario names or YAML paths (default: every shipped scenario)",
+        "--scenarios", nargs="+", help="scenario names or YAML paths (default: every shipped one)"
     )
     parser.add_argument(
         "--split",
         choices=("train", "validation", "test", "all"),
         default="all",
-        help="prompt split to record (default: all three, those the scenario has prompts in)",
+        help="prompt split to record (default: every split the scenario has prompts in)",
     )
-    parser.add_argument(
-        "--prompts-per-domain",
-        type=int,
-        default=None,
-        help="prompts per domain (default: 24 train, 8 validation, 8 test)",
-    )
+    parser.add_argument("--prompts-per-domain", type=int, help="default: 24 train, 8 validation, 8 test")
     parser.add_argument("--seed", type=int, default=0, help="seed of the episodes (sampling, shift prompts)")
     parser.add_argument(
-        "--ship",
-        action="store_true",
-        help="write into the package's shipped folder of the embedded pair, not the cache",
+        "--ship", action="store_true", help="write into the package next to the embedded pair"
     )
     add_ray_arguments(parser)
 

@@ -26,54 +26,31 @@ HELP = "run controllers in the real loop and compare them (the quick look)"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--scenarios",
-        nargs="+",
-        default=None,
-        metavar="SCENARIO",
-        help="scenario YAML paths or shipped names (default: every shipped one, specrl/scenarios/)",
+        "--scenarios", nargs="+", metavar="SCENARIO", help="YAML paths or shipped names (default: all)"
     )
     parser.add_argument(
         "--controllers",
         nargs="+",
-        default=None,
         metavar="NAME",
-        help="controllers to compare, the first is the ratio's reference (default: static:0 static:4 "
-        "and every rule of specrl.evaluation.roster)",
+        help="controllers, the first the ratio's reference (default: static:0 static:4 and every rule)",
     )
     parser.add_argument(
-        "--episodes", type=int, default=8, help="episodes (prompts) per scenario and controller (default 8)"
+        "--episodes", type=int, default=8, help="episodes per scenario and controller (default 8)"
     )
     parser.add_argument(
-        "--warmup",
-        type=int,
-        default=1,
-        help="untimed warm-up episodes per scenario, not reported (default 1)",
+        "--warmup", type=int, default=1, help="untimed warm-up episodes per scenario (default 1)"
     )
     parser.add_argument(
-        "--split",
-        choices=("train", "validation", "test"),
-        default="test",
-        help="prompt split to draw from (default test: reported results; validation "
-        "for tuning, train for training prompts)",
+        "--split", choices=("train", "validation", "test"), default="test", help="prompt split (default test)"
     )
     parser.add_argument(
-        "--time",
-        choices=("wallclock", "modeled"),
-        default=None,
-        help="time source of the tokens/sec (default: each scenario's own)",
+        "--time", choices=("wallclock", "modeled"), help="time source (default: each scenario's own)"
     )
-    parser.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=None,
-        help="override the scenarios' tokens per episode (must exceed any shift point)",
-    )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="episode i is reset with seed SEED + i (default 0)"
-    )
+    parser.add_argument("--max-new-tokens", type=int, help="override the scenarios' tokens per episode")
+    parser.add_argument("--seed", type=int, default=0, help="episode i resets with seed SEED + i (default 0)")
     add_pair_arguments(parser)
-    parser.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
-    parser.add_argument("--markdown", type=Path, default=None, help="also write the tables to this .md file")
+    parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    parser.add_argument("--markdown", type=Path, help="also write the tables to this .md file")
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

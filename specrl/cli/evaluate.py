@@ -39,110 +39,64 @@ HELP = "every controller side by side on test prompts: simulator and real loop"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_argument_group("what to run")
     what.add_argument(
-        "--scenarios",
-        nargs="+",
-        default=None,
-        metavar="SCENARIO",
-        help="scenario YAML paths or shipped names (default: every shipped one, specrl/scenarios/)",
+        "--scenarios", nargs="+", metavar="SCENARIO", help="YAML paths or shipped names (default: all)"
     )
     what.add_argument(
         "--policy",
         action="append",
-        default=None,
         metavar="POLICY",
-        help="a policy (a name, yours or shipped, or a folder), repeatable (default: the shipped "
-        "'default'); a missing one is reported and its row skipped",
+        help="a policy name or folder, repeatable (default: the shipped 'default'; a missing one is skipped)",
     )
     what.add_argument(
         "--static",
         nargs="*",
         default=["static:2:0", "static:4:0"],
         metavar="static:K[:TAU]",
-        help="static rows run in both columns besides plain and the best static "
-        "(default: static:2:0 static:4:0); the simulator also sweeps the whole grid",
+        help="static rows besides plain and the best static (the simulator also sweeps the grid)",
     )
-    what.add_argument(
-        "--no-hf", action="store_true", help="skip the Hugging Face generate rows (plain and assisted)"
-    )
-    what.add_argument(
-        "--no-sim",
-        action="store_true",
-        help="skip the simulator columns, the oracle and the grid search (real loop only)",
-    )
+    what.add_argument("--no-hf", action="store_true", help="skip the Hugging Face generate rows")
+    what.add_argument("--no-sim", action="store_true", help="skip the simulator, the oracle and the grid")
     add_pair_arguments(parser)
     work = parser.add_argument_group("workload")
     work.add_argument(
         "--episodes",
         type=int,
         default=1,
-        help="real-loop episodes per scenario: the first prompts of --split, round robin over the start "
-        "domains (default 1; mixed needs 3 to visit code, prose and math)",
+        help="real-loop episodes per scenario, round robin over the start domains (default 1; mixed needs 3)",
     )
     work.add_argument(
         "--sim-prompts-per-domain",
         type=int,
-        default=None,
-        help="traces per start domain in the simulator, raised if needed so that the real-loop "
-        "episodes are among them (default: the shipped count of the split, "
-        "8 for test; collected and cached on first use)",
+        help="traces per start domain in the simulator (default: the split's shipped count, 8 for test)",
     )
     work.add_argument(
-        "--split",
-        choices=("test", "validation"),
-        default="test",
-        help="prompt split evaluated on: test (reported; the default) or validation (for tuning)",
+        "--split", choices=("test", "validation"), default="test", help="prompt split (default test)"
     )
+    work.add_argument("--max-new-tokens", type=int, help="override the scenarios' tokens per episode")
     work.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=None,
-        help="override the scenarios' tokens per episode (must exceed any shift point)",
-    )
-    work.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="episode i of a scenario resets with seed SEED + i; also seeds the run order",
+        "--seed", type=int, default=0, help="episode i resets with SEED + i; seeds the run order"
     )
     timing = parser.add_argument_group("timing")
     timing.add_argument(
-        "--repeats",
-        type=int,
-        default=3,
-        help="timed repeats of every real-loop row; tokens/sec is the median (default 3)",
+        "--repeats", type=int, default=3, help="timed repeats per real-loop row (median; default 3)"
     )
     timing.add_argument(
-        "--warmup",
-        type=int,
-        default=1,
-        help="untimed passes of every row over the first episode of the first scenario; later "
-        "scenarios run on warm code (default 1)",
+        "--warmup", type=int, default=1, help="untimed passes over the first episode (default 1)"
     )
     timing.add_argument(
         "--time",
         choices=("wallclock", "modeled"),
         default="wallclock",
-        help="time source of the real-loop column (default wallclock; modeled makes it "
-        "deterministic, for tests)",
+        help="time source of the real-loop column (modeled: deterministic, for tests)",
     )
     timing.add_argument(
         "--latency",
-        default=None,
         metavar="SOURCE",
-        help="latency model of modeled time, overriding the scenarios' (calibrated, constant or a "
-        "latency .json file)",
+        help="modeled time's latency model: calibrated, constant or a .json file",
     )
-    timing.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="torch.set_num_threads (default: torch's own; use 1 on a busy CPU machine)",
-    )
+    timing.add_argument("--threads", type=int, help="torch.set_num_threads (1 on a busy CPU machine)")
     parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="output folder (default: ./results/evaluate/<pair>__<UTC time>/)",
+        "--out", type=Path, help="output folder (default: ./results/evaluate/<pair>__<UTC time>/)"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_ray_arguments(parser)
