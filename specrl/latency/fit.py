@@ -198,31 +198,17 @@ def learn(
     pair: ModelPair,
     *,
     k_max: int = 8,
-    steps: int = 3000,
-    warmup_steps: int = 100,
     knots: int = 5,
-    max_new_tokens: int = 192,
-    seed: int = 0,
     progress: bool = True,
     records: StepRecords | None = None,
+    **recording: Any,
 ) -> LatencyModel:
-    """Record the pair's loop (:func:`record_loop`) and fit the model (:func:`fit_records`).
-
-    The held-out error (``fit_error``) comes from a fit without every fifth episode, tested on
-    those episodes; the returned model is then fitted on all steps. ``records`` skips the
-    recording (e.g. steps saved before). The steps' totals go into ``measurement``.
-    """
+    """Record the pair's loop (:func:`record_loop`, with the options ``recording``) and fit the
+    model (:func:`fit_records`); ``records`` skips the recording (steps saved before). The
+    held-out error (``fit_error``) comes from a fit without every fifth episode, tested on them."""
     started, recorded = time.perf_counter(), records is None
     if records is None:
-        records = record_loop(
-            pair,
-            k_max=k_max,
-            steps=steps,
-            warmup_steps=warmup_steps,
-            max_new_tokens=max_new_tokens,
-            seed=seed,
-            progress=progress,
-        )
+        records = record_loop(pair, k_max=k_max, progress=progress, **recording)
     window = pair.context_length - 1  # a step's context is at most the window minus one
     heldout = records.episode % 5 == 4
     fit_error = None
@@ -244,7 +230,6 @@ def learn(
         "method": "loop",
         "steps": len(records),
         "sampled_steps": int(records.sampled.sum()),
-        "warmup_steps": warmup_steps,
         "episodes": int(len(np.unique(records.episode))),
         "contexts_recorded": [int(records.context.min()), int(records.context.max())],
         "knots": knots,

@@ -98,13 +98,8 @@ class ForwardCosts:
         return cls(target, first, following)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(
-            zip(
-                COST_KEYS,
-                (self.target.tolist(), self.draft_first.tolist(), self.draft_next.tolist()),
-                strict=True,
-            )
-        )
+        tables = (self.target, self.draft_first, self.draft_next)
+        return {key: table.tolist() for key, table in zip(COST_KEYS, tables, strict=True)}
 
 
 def bracket(grid: Sequence[float], x: float) -> tuple[int, int, float]:
@@ -178,16 +173,9 @@ class LatencyModel:
             raise LatencyError(f"kind must be one of {KINDS}, got {kind!r}")
         sizes = len(batch_sizes)
         greedy = ForwardCosts.build(target_table, draft_table, draft_next_table, len(contexts), sizes)
-        if sampled is None:
-            costs = {"greedy": greedy, "sampled": greedy}
-        else:
-            missing = [key for key in COST_KEYS if key not in sampled]
-            if missing:
-                raise LatencyError(f"sampled: missing key(s) {missing}")
-            costs = {
-                "greedy": greedy,
-                "sampled": ForwardCosts.build(*(sampled[k] for k in COST_KEYS), len(contexts), sizes),
-            }
+        costs = {"greedy": greedy, "sampled": greedy}
+        if sampled is not None:  # a file's keys are checked by fileformat.check
+            costs["sampled"] = ForwardCosts.build(*(sampled[k] for k in COST_KEYS), len(contexts), sizes)
         if costs["sampled"].target.shape != greedy.target.shape:
             raise LatencyError(
                 f"the sampled target_seconds must have the greedy one's shape {greedy.target.shape}, "
