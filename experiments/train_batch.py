@@ -19,7 +19,8 @@ import dataclasses
 
 from specrl.batch_control.train import BatchTrainOptions, train_batch
 from specrl.evaluation.machine import command_line
-from specrl.training.inputs import add_latency_profile_arguments, check_latency_profile_arguments
+from specrl.training.inputs import check_latency_profile_arguments
+from specrl.training.options import PROFILE_OPTIONS, add_arguments
 
 HELP = {
     "timesteps": "PPO env steps over all envs",
@@ -34,7 +35,6 @@ HELP = {
     "fixed": "fixed-batch scenarios",
     "arrivals": "arrivals scenarios",
 }
-PROFILE_OPTIONS = ("latency_profiles", "perturbations", "select_profiles")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         else:
             kind = int if isinstance(default, int) else str
             parser.add_argument(flag, type=kind, default=default, help=HELP.get(field.name))
-    add_latency_profile_arguments(parser, batch=True)
+    add_arguments(parser, PROFILE_OPTIONS)
     args = parser.parse_args(argv)
     check_latency_profile_arguments(parser, args, batch=True)
     return args

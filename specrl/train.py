@@ -1,15 +1,8 @@
-"""One PPO run from start to report: :func:`train`, what ``specrl train`` and
-``experiments/train_ppo.py`` call.
-
-1. The pair, its latency on this machine, the traces (:mod:`~specrl.training.inputs`).
-2. The run folder, the envs, the model (new or resumed); training, selecting checkpoints on
-   validation traces (:mod:`~specrl.training.ppo_run`).
-3. The comparison on test traces in the simulator, under this machine's calibration
-   (:mod:`~specrl.training.comparison`): reported, never selected on.
-4. The export into the run folder (``<run>/policy``; also under ``--export-as``), then the
-   paired check in the real loop (:mod:`specrl.evaluation.real_loop_check`).
-
-Protocol (docs/design.md section 4b): train on train, select on validation, report on test once.
+"""One PPO run from start to report: :func:`train`, what ``specrl train`` calls. Its four steps:
+the inputs (pair, latency, traces); the run (training, checkpoints selected on validation
+traces); the comparison on test traces in the simulator (reported, never selected on); the export
+into ``<run>/policy`` (and ``--export-as``) and the paired check in the real loop (docs/design.md
+section 4b: train on train, select on validation, report on test once).
 """
 
 from __future__ import annotations
@@ -165,7 +158,7 @@ def train(options: TrainOptions, command: str, progress: bool = True) -> TrainRe
     say("\n" + chosen)
 
     # 3. The comparison on test traces (simulator, modeled time): reported, never selected on.
-    comparison = run.comparison()
+    comparison = run.footing
     trained = [s.name for s in scenarios]
     compared = scenarios + [
         s for s in load_scenarios(options.eval_scenarios, options.preset) if s.name not in trained

@@ -159,7 +159,8 @@ def test_training_machines_name_this_machine_the_family_or_profiles():
 def test_a_family_can_be_scored_under_profiles_of_its_own_chosen_apart():
     import argparse
 
-    from specrl.training.inputs import add_latency_profile_arguments, check_latency_profile_arguments
+    from specrl.training.inputs import check_latency_profile_arguments
+    from specrl.training.options import PROFILE_OPTIONS, add_arguments
 
     latency = LatencyModel.from_cost_model()
     names = ["cpu-epyc-2t-nov", "cpu-epyc-2t-profiled", "gpu-like-a100", "gpu-like-h100"]
@@ -167,7 +168,7 @@ def test_a_family_can_be_scored_under_profiles_of_its_own_chosen_apart():
     assert machines.family.names == tuple(names) and list(machines.select) == list(SELECT_PROFILES)
     assert machines.describe()["selected_under"] == list(SELECT_PROFILES)
     parser = argparse.ArgumentParser()
-    add_latency_profile_arguments(parser)
+    add_arguments(parser, PROFILE_OPTIONS)
 
     def check(line: str) -> None:
         check_latency_profile_arguments(parser, parser.parse_args(line.split()))

@@ -25,6 +25,15 @@ HPARAM_METRICS = (
     "specdec/mean_acceptance_length",
     "rollout/ep_rew_mean",
 )
+#: What ``specdec/`` logs of the training episodes (each an :class:`EpisodeSummary` property).
+SCALARS = (
+    "tokens_per_s",
+    "acceptance_rate",
+    "mean_acceptance_length",
+    "tokens_per_step",
+    "mean_k",
+    "mean_tau",
+)
 
 
 def tensorboard_writer(logger: Any):
@@ -69,12 +78,8 @@ class SpecdecMetrics(BaseCallback):
             total = EpisodeSummary()
             for summary in self.episodes:
                 total.add(summary)
-            self.logger.record("specdec/tokens_per_s", total.tokens_per_s)
-            self.logger.record("specdec/acceptance_rate", total.acceptance_rate)
-            self.logger.record("specdec/mean_acceptance_length", total.mean_acceptance_length)
-            self.logger.record("specdec/tokens_per_step", total.tokens_per_step)
-            self.logger.record("specdec/mean_k", total.mean_k)
-            self.logger.record("specdec/mean_tau", total.mean_tau)
+            for name in SCALARS:
+                self.logger.record(f"specdec/{name}", getattr(total, name))
             self.logger.record("specdec/episodes", len(self.episodes))
             self.episodes = []
         writer = tensorboard_writer(self.logger)
@@ -92,12 +97,10 @@ class SpecdecMetrics(BaseCallback):
 
 
 class ValidationEvaluation(BaseCallback):
-    """Checkpoint selection, run by SB3's ``EveryNTimesteps`` (:func:`every`): ``evaluate()``
-    (the deterministic policy on the validation traces of each scenario in the simulator, against
-    every rule on the same traces; never test traces:
-    :class:`specrl.training.selection.PolicyVsRules`); ``save_best()`` when its worst ratio over
-    the scenarios to the best rule is the best so far. ``state["best"]`` keeps the kept
-    checkpoint's step count and scores."""
+    """Checkpoint selection, run by :func:`every`: ``evaluate()`` (the deterministic policy against
+    every rule on validation traces: :class:`specrl.training.selection.PolicyVsRules`), then
+    ``save_best()`` when its worst ratio to the best rule is the best so far, kept with its step
+    count in ``state["best"]``."""
 
     def __init__(
         self,
@@ -133,17 +136,11 @@ class ValidationEvaluation(BaseCallback):
 
 class KLToClone(BaseCallback):
     """Keeps PPO near the warm start's clone, as RLHF's PPO keeps a model near its reference:
-    after each rollout, every step's reward (as PPO sees it, normalised) loses ``coef`` times the
-    log-ratio of the action taken, ``log pi(a|s) - log clone(a|s)`` (the policy's at sampling time;
-    its expectation over the action is the KL divergence from the clone in that state), and the
-    advantages and returns are computed again from the penalised rewards. The penalty has to be
-    the action's: the divergence of the state alone does not depend on the action taken there, so
-    it would only blame the actions before it. PPO leaves its teacher where the reward it gains
-    pays for the divergence.
-
-    ``specdec/kl_to_clone``: the rollout's mean divergence (exact, summed over the action
-    dimensions), in nats; ``specdec/kl_penalty_share``: the mean absolute penalty over the mean
-    absolute reward before it."""
+    after each rollout, every step's (normalised) reward loses ``coef`` times the log-ratio of the
+    action taken, ``log pi(a|s) - log clone(a|s)`` (whose expectation is the KL divergence; the
+    action's own, so that the penalty blames that action), and the advantages and returns are
+    computed again. Logs ``specdec/kl_to_clone`` (the mean divergence, nats) and
+    ``specdec/kl_penalty_share`` (mean absolute penalty over mean absolute reward)."""
 
     def __init__(self, clone: Any, coef: float) -> None:
         super().__init__()

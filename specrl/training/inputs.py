@@ -179,34 +179,6 @@ class ActionSpace:
         return space
 
 
-def add_latency_profile_arguments(parser: argparse.ArgumentParser, batch: bool = False) -> None:
-    """``--latency-profiles`` and ``--perturbations`` (:func:`training_machines`) on ``parser``;
-    ``batch``: over the batch simulator's profiles."""
-    parser.add_argument(
-        "--latency-profiles",
-        nargs="+",
-        default=[FAMILY],
-        metavar="PROFILE",
-        help=f"the machines training episodes are priced by: '{FAMILY}' (default: the shipped family, "
-        f"specrl.latency.family), '{MACHINE}' (this machine's calibration alone) or profile names "
-        f"({', '.join(profiles_known(batch))})",
-    )
-    parser.add_argument(
-        "--perturbations",
-        type=int,
-        default=None,
-        help="perturbed models per profile besides the profile itself (default: the family's, 6)",
-    )
-    parser.add_argument(
-        "--select-profiles",
-        nargs="+",
-        default=None,
-        metavar="PROFILE",
-        help="the profiles checkpoint selection and the warm start score under, among those trained "
-        "over (default: the family's selection profiles, or every named profile)",
-    )
-
-
 def named_policies(
     parser: argparse.ArgumentParser, flag: str, items: Iterable[str], reserved: Iterable[str] = ()
 ) -> dict[str, str]:
@@ -276,15 +248,8 @@ class Machines:
         machine alone, its device."""
         if self.family is None:
             (latency,) = self.select.values()
-            return {
-                "profiles": [MACHINE],
-                "machine": latency.device,
-                "selected_under": [MACHINE],
-            }
-        return {
-            **self.family.describe(),
-            "selected_under": list(self.select),
-        }
+            return {"profiles": [MACHINE], "machine": latency.device, "selected_under": [MACHINE]}
+        return {**self.family.describe(), "selected_under": list(self.select)}
 
     def line(self) -> str:
         """The machines in words, for a run's log."""
@@ -336,12 +301,9 @@ def training_machines(
 @dataclass
 class RunInputs:
     """What a run trains on: the scenarios, the pair, its latency model on this machine (the test
-    report and the real loop), the ``machines`` training episodes are priced by (None: that model),
-    the ``footings`` selection scores under and the ``teachers`` the warm start clones rules under
-    (profile name -> latency model; None: this machine's),
-    their shared action space, the train traces of each training scenario (training) and the
-    validation traces (checkpoint selection only) of each scenario it is ``selected_on`` (the
-    training ones first), by name."""
+    report and the real loop), their shared action space, the train traces of each training
+    scenario and the validation traces (checkpoint selection only) of each scenario it is
+    ``selected_on`` (the training ones first), by name, and the ``machines`` it trains over."""
 
     scenarios: list[Scenario]
     pair: ModelPair
@@ -377,16 +339,7 @@ class RunInputs:
         machines = training_machines(profiles, latency, perturbations, space.drafters, select=select_profiles)
         train = {s.name: cached_traces(s, "train", pair) for s in scenarios}
         validation = {s.name: cached_traces(s, "validation", pair) for s in selected_on}
-        return cls(
-            scenarios,
-            pair,
-            latency,
-            space,
-            train,
-            validation,
-            selected_on,
-            machines,
-        )
+        return cls(scenarios, pair, latency, space, train, validation, selected_on, machines)
 
     def describe(self) -> str:
         """The pair, where it runs, what its latency model prices, and the machines it trains over."""

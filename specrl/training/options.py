@@ -51,6 +51,8 @@ def option(value: Any, help: str, group: str = "PPO", **argparse_keywords: Any) 
 
 
 WHAT, REPORT, OUTPUT = "what to train on", "selection and report", "output"
+#: The options that name the machines training prices episodes by (train_batch.py takes them too).
+PROFILE_OPTIONS = ("latency_profiles", "perturbations", "select_profiles")
 
 
 @dataclass
@@ -210,6 +212,22 @@ class TrainOptions:
         return dataclasses.replace(
             self, **{name: value for name, value in defaults.items() if getattr(self, name) is None}
         )
+
+
+def add_arguments(parser: argparse.ArgumentParser, names: Collection[str] | None = None) -> None:
+    """:class:`TrainOptions`' fields (those of ``names`` if given) as options of ``parser``, with
+    each field's default, help and group."""
+    defaults, groups = TrainOptions(), {}
+    for field_ in dataclasses.fields(TrainOptions):
+        if names is not None and field_.name not in names:
+            continue
+        keywords = dict(field_.metadata)
+        group = keywords.pop("group")
+        if group not in groups:
+            groups[group] = parser.add_argument_group(group)
+        flags = keywords.pop("flags", ("--" + field_.name.replace("_", "-"),))
+        keywords.setdefault("default", getattr(defaults, field_.name))
+        groups[group].add_argument(*flags, dest=field_.name, **keywords)
 
 
 def parse_hyperparameter(item: str) -> tuple[str, Any]:

@@ -82,11 +82,9 @@ MACHINE_FEATURES = np.arange(FEATURE_NAMES.index("draft_price"), len(FEATURE_NAM
 
 
 class MachineStatistics(RunningMeanStd):
-    """Observation statistics whose machine features (the prices, the verification's curve and
-    priced_k: :data:`MACHINE_FEATURES`) stay fixed at mean 0.5 and standard deviation 0.25: a
-    machine's features are the same all episode, and a run sees a few machines in its statistics
-    (the warm start's two), so learned statistics put a held-out machine ten standard deviations
-    away (measured by a retired probe, ``experiments/normalizer_reach.py`` in git)."""
+    """Observation statistics whose machine features (:data:`MACHINE_FEATURES`: the prices, the
+    verification's curve, priced_k) stay at mean 0.5 and standard deviation 0.25: a run sees a few
+    machines, so learned statistics would put a held-out machine far outside them."""
 
     def __init__(self, shape: tuple[int, ...]) -> None:
         super().__init__(shape=shape)
@@ -108,11 +106,13 @@ class PPORun:
     Attributes:
         inputs: what it trains on (:class:`RunInputs`).
         run_dir: the run folder; ``state``: its step count and best validation ratio so far.
-        budget, hyperparameters: the resolved ``train`` and ``ppo`` of the config.
+        budget: the resolved ``train`` of the config.
         predictor: the acceptance predictor of the stop dimension (None without it).
         envs: the training VecEnv; ``venv``: the same behind VecMonitor and VecNormalize.
         model: the PPO model being trained.
         selection: the policy against TCP on the validation traces (TCP scored once).
+        footings: the comparisons selection scores under, by profile; ``footing``: the test
+            report's, on this machine.
     """
 
     def __init__(
@@ -131,22 +131,11 @@ class PPORun:
         resumed: bool,
         warm_start: bool = True,
     ) -> None:
-        self.inputs, self.run_dir, self.state = inputs, run_dir, state
-        self.seed, self.warm = seed, warm_start
-        self.hyperparameters, self.budget, self.device, self.resumed = (
-            hyperparameters,
-            budget,
-            device,
-            resumed,
-        )
+        self.inputs, self.run_dir, self.state, self.budget = inputs, run_dir, state, budget
+        self.seed, self.warm, self.device, self.resumed = seed, warm_start, device, resumed
         self.predictor = (
             None if inputs.space.stop_grid is None else run_predictor(run_dir, inputs.train.values())
         )
-        if real_loop and inputs.machines.family is not None:
-            raise ValueError(
-                "training in the real loop measures this machine's time: give --latency-profiles "
-                f"{MACHINE} with --train-on real"
-            )
         self.envs = training_envs(
             inputs.scenarios,
             budget["n_envs"],
@@ -183,7 +172,8 @@ class PPORun:
             )
 
         self.footings = {name: footing(latency) for name, latency in inputs.machines.select.items()}
-        # the test report's: this machine (the same object when it is the one footing)
+        # the test report's: this machine (the same object, its rules tuned once, when it is the
+        # one footing selection scores under)
         self.footing = self.footings.get(MACHINE) or footing(inputs.latency)
         self.selection = PolicyVsRules(self.footings, inputs.selected_on, inputs.validation)
 
@@ -333,14 +323,6 @@ class PPORun:
         model, normalizer = load_best(self.run_dir, self.envs, normalize=self.normalize, device=self.device)
         return model, normalizer, policy_predict(model, normalizer)
 
-    def comparison(self) -> Comparison:
-        """The footing of the test report: its pair, this machine's latency model, acceptance
-        draws, action space and predictor; the SpecDec++-style rule's predictor is the run's, or
-        without the stop dimension one fitted the same way on the train traces. A run on this
-        machine alone selects on the same footing (the rules are tuned on validation once, for
-        both); a run over a family selects under its own profiles (:attr:`footings`)."""
-        return self.footing
-
     def export(
         self,
         folder: Path,
@@ -351,11 +333,9 @@ class PPORun:
         scenarios: list[str],
         command: str,
     ) -> Path:
-        """The best checkpoint (:meth:`best`) exported to ``folder`` (parity-checked, ``run.json`` as
-        its provenance: :func:`~specrl.training.run_folder.export_best`) with the run's action space,
-        the training ``scenarios`` as given, and as its ``evaluation`` the protocol, the test
-        ``results`` (:func:`~specrl.training.comparison.stored_results`), the validation ratio it was
-        selected by, the steps trained and the run folder."""
+        """The best checkpoint (:meth:`best`) exported to ``folder`` (:func:`export_best`) with the
+        run's action space, the training ``scenarios`` as given, and as its ``evaluation`` the test
+        ``results``, the validation scores it was selected by and the steps trained."""
         space = self.inputs.space
         evaluation = {
             "protocol": "trained on train traces, checkpoint selected on validation traces, reported on test",

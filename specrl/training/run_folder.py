@@ -1,14 +1,13 @@
-"""A training run's folder (rl-baselines3-zoo's layout), one implementation for every training
-script: how the run was made (``run.json`` and the same as ``config.yaml``), its checkpoint and
-step count, the best checkpoint with its observation statistics, and the export of that best
-checkpoint as a policy folder whose provenance is ``run.json``.
+"""A training run's folder (rl-baselines3-zoo's layout), for every trainer:
 
     <runs>/<label>__<experiment>__<seed>__<unix time>/
         run.json, config.yaml          run_record(): commit, command, seed, resolved config, latency file
         best.zip, best_vecnormalize.pkl    the checkpoint selection kept
         checkpoint.zip, vecnormalize.pkl, state.json    the last checkpoint (``--resume``)
-        acceptance_predictor.json      the per-token stop dimension's predictor (train_ppo.py)
+        acceptance_predictor.json      the per-token stop dimension's predictor
         clone_policy.pt                the warm start's clone, which ``kl_to_clone`` keeps PPO near
+
+The best checkpoint is exported as a policy folder whose provenance is ``run.json``.
 """
 
 from __future__ import annotations
@@ -34,9 +33,8 @@ from specrl.provenance import git_commit
 RUN_RECORD, RUN_CONFIG = "run.json", "config.yaml"
 BEST_MODEL, BEST_NORMALIZER = "best.zip", "best_vecnormalize.pkl"
 CHECKPOINT, NORMALIZER, STATE = "checkpoint.zip", "vecnormalize.pkl", "state.json"
-PREDICTOR = "acceptance_predictor.json"  # the per-token stop dimension's, fitted on train traces
+PREDICTOR, CLONE = "acceptance_predictor.json", "clone_policy.pt"
 PROGRESS = "progress.csv"  # SB3's CSV output
-CLONE = "clone_policy.pt"  # the warm start's policy weights (train_ppo.py with kl_to_clone)
 
 
 def new_run_dir(
@@ -55,13 +53,6 @@ def new_run_dir(
     return run_dir
 
 
-def file_record(path: str | Path) -> dict[str, Any]:
-    """A file by path and content: ``{"path", "sha256"}`` (sha256 None when it does not exist)."""
-    path = Path(path)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-    return {"path": str(path), "sha256": digest}
-
-
 def run_record(
     *,
     command: str,
@@ -76,8 +67,10 @@ def run_record(
     """Everything that made a training run: the git commit (:func:`specrl.provenance.git_commit`),
     the command and its parsed arguments, the seed, the PPO hyperparameters and the budget as
     resolved (the YAML with the command line's overrides), every scenario in full (defaults
-    filled in) and the latency file used (path and sha256). JSON-ready; :func:`export_best` keeps
-    it as the policy's provenance."""
+    filled in) and the latency file used (path and sha256, None when missing). JSON-ready;
+    :func:`export_best` keeps it as the policy's provenance."""
+    latency_file = Path(latency_file)
+    digest = hashlib.sha256(latency_file.read_bytes()).hexdigest() if latency_file.is_file() else None
     return {
         "git_commit": git_commit(),
         "command": command,
@@ -89,7 +82,7 @@ def run_record(
         "train": dict(budget),
         "scenarios": {scenario.name: scenario.to_dict() for scenario in scenarios},
         "pair": pair,
-        "latency_file": file_record(latency_file),
+        "latency_file": {"path": str(latency_file), "sha256": digest},
     }
 
 
@@ -106,17 +99,13 @@ def read_run_record(run_dir: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def save_state(path: Path, state: dict[str, Any]) -> None:
-    """The run's state (step count, best validation ratio, ...) as JSON, with the time it was saved."""
-    write_text_atomic(path, json.dumps({**state, "saved": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=2))
-
-
 def save_checkpoint(run_dir: Path, model: PPO, venv: VecNormalize, state: dict[str, Any]) -> None:
     """The model, its normalisation statistics and ``state.json`` with the step count: what
     :func:`resumed_state` and ``--resume`` continue from."""
     model.save(run_dir / CHECKPOINT)
     venv.save(str(run_dir / NORMALIZER))
-    save_state(run_dir / STATE, {**state, "timesteps": model.num_timesteps})
+    saved = {**state, "timesteps": model.num_timesteps, "saved": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    write_text_atomic(run_dir / STATE, json.dumps(saved, indent=2))
 
 
 def save_clone(run_dir: Path, policy: torch.nn.Module) -> None:

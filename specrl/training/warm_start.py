@@ -1,34 +1,12 @@
-"""The warm start: before PPO, the policy learns to act as the best rule of each training scenario.
+"""The warm start: before PPO, the policy learns to act as the best rule of each training
+scenario (PPO from scratch does not even recover it; docs/design.md, "Warm start").
 
-PPO trained from scratch does not even recover the best rule on a single domain, although every
-input of the rule is in its observation. So the policy starts as a copy of the rules instead:
-
-1. :func:`parts`: each training scenario is split by the domain its traces start in (a
-   scenario that mixes domains episode by episode, as ``mixed`` does, has a part per domain:
-   its best rule overall is not the best rule of each of its domains), and a run over a family
-   of machines repeats every part under each profile it selects on: the rule that is best on a
-   CPU is not the one that is best on a GPU, and the clone sees each machine's prices;
-2. :func:`teacher`: per part, the rule that is fastest on its validation traces among those the
-   action space can play (the best static setting, TCP, the HF heuristic, the SpecDec++-style
-   rule when its stop is one of the stop dimension's; AdaEDL's stop is not; and the priced rule,
-   :class:`~specrl.controllers.priced.PricedController`, which plays the k the machine's prices
-   make fastest: cloned, it carries to machines the run never saw, as the other rules, tuned to
-   one machine, do not; so it teaches unless another rule is more than :data:`CARRY_MARGIN`
-   faster);
-3. :func:`demonstrations`: each teacher decodes its part's *train* traces in the replay
-   simulator, and every (observation, action) it takes is recorded as an action index (with
-   ``family``, the priced rule decodes each episode on a machine drawn from the training family:
-   it needs no tuning, so it can teach under every machine, and its clone sees how the k it plays
-   moves with the prices, not two machines' answers); then, for
-   :data:`DAGGER_ROUNDS` rounds (DAgger), the clone decodes them and the teacher labels the
-   states the clone reaches;
-4. :func:`clone`: the policy's action distribution is fitted to those actions by maximum
-   likelihood (behaviour cloning), every part weighted alike, and the observation statistics
-   of ``VecNormalize`` are set from the demonstrations first, so that the clone sees the inputs
-   PPO will give it.
-
-The clone is checkpoint selection's first candidate (step 0): PPO then has to beat it on
-validation to replace it.
+Per part (:func:`parts`: a scenario's traces by start domain, under each profile selected on),
+its :func:`teacher` is the fastest playable rule on validation, or the priced rule unless another
+is more than :data:`CARRY_MARGIN` faster (a clone of the priced rule carries to other machines);
+its :func:`demonstrations` on train traces are cloned by maximum likelihood (:func:`clone`),
+then :data:`DAGGER_ROUNDS` rounds of DAgger label the states the clone reaches. The clone is
+checkpoint selection's first candidate.
 """
 
 from __future__ import annotations
@@ -152,10 +130,8 @@ def teacher(
     observation_size: int,
 ) -> Teacher:
     """The fastest rule of ``part`` on validation (``rules``: tokens/s by role) among its
-    ``controllers`` (by role) that ``encoder`` can play; but the priced rule (:data:`PRICED`,
-    when among them) unless the fastest is more than :data:`CARRY_MARGIN` faster: the other rules
-    are tuned to the machine they are scored on, and a clone of them learns that machine; the
-    priced rule reads the prices, and a clone of it carries to other machines."""
+    ``controllers`` (by role) that ``encoder`` can play; but the priced rule (:data:`PRICED`)
+    unless the fastest is more than :data:`CARRY_MARGIN` faster."""
     playable = [
         role
         for role, controller in controllers.items()
@@ -181,8 +157,7 @@ def demonstrations(
     simulator (under ``latency``, or a machine of a family drawn per episode); at each step the
     teacher's action is a row with the observation. The teacher's actions are played, or with
     ``driver`` (a policy's batch of actions) the driver's: DAgger's rounds label the states the
-    clone itself reaches, which the teacher alone never shows (a teacher that never drafts never
-    shows a state where the draft was just rejected)."""
+    clone itself reaches."""
     env = TraceReplayEnv(scenario, traces=traces, latency=latency)
     controller = teacher.controller
     observations, actions = [], []
@@ -261,17 +236,12 @@ def warm_start(
     scored: Mapping[str, tuple[Mapping[str, float], Bar]] | None = None,
     family: LatencyFamily | None = None,
 ) -> dict[str, Any]:
-    """The warm start of a run (the module doc): per footing (a machine: profile name ->
-    :class:`Comparison`), training scenario and domain (:func:`parts`) its :func:`teacher` among
-    the rules of the footing's bar on its validation traces (the SpecDec++-style rule tuned on
-    the domain's own traces where a scenario has several), their :func:`demonstrations` on train
-    traces under that machine's prices, :func:`clone` and :data:`DAGGER_ROUNDS` rounds of DAgger.
-    ``scored``: the rules' tokens/s and bar already measured on a scenario's whole validation
-    traces (checkpoint selection's, by entry: :func:`~specrl.training.selection.entry_name`), used
+    """The warm start of a run (the module doc), per footing (profile name -> :class:`Comparison`),
+    training scenario and domain. ``scored``: the rules' tokens/s and bar already measured on a
+    scenario's whole validation traces (by :func:`~specrl.training.selection.entry_name`), used
     as they are for a scenario of one part. ``family``: the machines the priced rule's parts are
-    demonstrated under, one drawn per episode, each part with its own draws (None: the footing's
-    machine, as every other teacher). Returns the record of what was cloned (teachers by part,
-    ``<scenario>[/<domain>][@<profile>]``, rows, agreement)."""
+    demonstrated under, one drawn per episode (None: the footing's machine). Returns the record
+    of what was cloned (teachers by part ``<scenario>[/<domain>][@<profile>]``, rows, agreement)."""
     space = inputs.space
     encoder = ActionEncoder(space.k_max, space.tau_grid, space.stop_grid, space.drafters, predictor)
     chosen, sources = {}, []
