@@ -27,17 +27,10 @@ def _fresh_linear(layer: nn.Linear) -> nn.Linear:
 
 
 class PolicyModule(nn.Module):
-    """Observation normalisation, actor MLP, action head and deterministic argmax, in one module.
-
-    Args:
-        policy_net: SB3's ``mlp_extractor.policy_net`` (observations -> latent).
-        action_net: SB3's ``action_net`` (latent -> the concatenated logits of every dimension).
-        sizes: the size of each action dimension (k_max + 1, the tau grid's, the stop grid's).
-        mean: (F,) float64 VecNormalize mean, or None for no normalisation.
-        std: (F,) float64 ``sqrt(var + epsilon)``, with ``mean``.
-        clip: VecNormalize's ``clip_obs``, with ``mean``.
-        n_features: F, the observation's width (the policy's feature version's count).
-    """
+    """Observation normalisation, actor MLP, action head and deterministic argmax, in one module:
+    SB3's ``policy_net`` and ``action_net``, the ``sizes`` of the action dimensions, and
+    VecNormalize's float64 ``mean``, ``std`` (``sqrt(var + epsilon)``) and ``clip`` (no
+    normalisation when ``mean`` is None) over ``n_features`` observations."""
 
     def __init__(
         self,

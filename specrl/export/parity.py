@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,9 +30,6 @@ class ParityReport:
     observations: int
     onnx_checked: bool
     ties: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"observations": self.observations, "onnx_checked": self.onnx_checked, "ties": self.ties}
 
 
 def _assert_same(
@@ -62,20 +59,10 @@ def verify_parity(
     observations: np.ndarray,
     obs_normalizer: VecNormalize | None = None,
 ) -> ParityReport:
-    """Check that the exported policy acts exactly as ``model.predict(..., deterministic=True)``.
-
-    The model sees the observations normalised by ``obs_normalizer`` (as in training); the
-    exported files see them raw (normalisation is baked in). ``policy.onnx`` is compared too when
-    it was written and onnxruntime is installed (the report says whether).
-
-    Args:
-        model: the PPO that was exported.
-        folder: the exported policy folder.
-        observations: (N, 19) raw observations.
-        obs_normalizer: the VecNormalize passed to :func:`~specrl.export.export_policy`, if any.
-
-    Returns:
-        A :class:`ParityReport`.
+    """Check that the exported policy in ``folder`` acts exactly as ``model.predict(...,
+    deterministic=True)`` on (N, F) raw ``observations`` (the model sees them through
+    ``obs_normalizer``, as in training; the export has it baked in). ``policy.onnx`` is compared
+    too when it was written and onnxruntime is installed (the report says whether).
 
     Raises:
         PolicyError: an exported action differs from the model's (the first difference is shown).

@@ -24,49 +24,11 @@ from specrl.export.layout import (
     shipped_policies,
     user_policies,
 )
-from specrl.features import FEATURE_COUNTS, FEATURE_NAMES, FEATURE_VERSION
+from specrl.features import FEATURE_COUNTS, FEATURE_NAMES
 from specrl.home import user_policies_dir
 
 #: Batch sizes the loader probes the program with (the online controller calls it with 1).
 _PROBE_BATCHES = (1, 3)
-
-
-@dataclass(frozen=True)
-class ExportedPolicy:
-    """A loaded, verified policy folder.
-
-    Attributes:
-        folder: where it was loaded from.
-        module: the program as a callable module, (B, F) float32 -> (B, D) int64
-            ``[k, tau_index(, stop_index)]``; its state dict holds the weights and statistics.
-        metadata: the parsed ``metadata.json``.
-        k_max: the largest k the policy picks.
-        tau_grid: tau values the tau index points into.
-        pair: name of the model pair it was trained on.
-        stop_grid: the per-token stop thresholds the stop index points into, or None (D = 2).
-        predictor: the acceptance predictor they apply to, or None.
-        program: the ``torch.export`` program ``module`` runs.
-        drafters: the drafters the last index points into; one (no index) for a policy of the draft.
-        n_features: the observation's width: the first ``n_features`` features of
-            :mod:`specrl.features` (its feature version's, ``FEATURE_COUNTS``).
-    """
-
-    folder: Path
-    module: torch.nn.Module
-    metadata: dict[str, Any]
-    k_max: int
-    tau_grid: tuple[float, ...]
-    pair: str
-    stop_grid: tuple[float, ...] | None = None
-    predictor: AcceptancePredictor | None = None
-    program: torch.export.ExportedProgram | None = None
-    drafters: tuple[str, ...] = ("draft",)
-    n_features: int = FEATURE_COUNTS[FEATURE_VERSION]
-
-    def predict(self, observations: np.ndarray) -> np.ndarray:
-        """Deterministic actions of a batch: (B, F) observations -> (B, D) int64 actions."""
-        with torch.inference_mode():
-            return self.module(torch.as_tensor(np.asarray(observations, dtype=np.float32))).numpy()
 
 
 def read_metadata(folder: Path) -> dict[str, Any]:
@@ -100,8 +62,10 @@ def read_metadata(folder: Path) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class PolicyDescription:
-    """What the metadata says a policy maps: the first ``n_features`` features to
-    ``[k, tau_index(, stop_index)(, drafter_index)]``."""
+    """What the metadata says a policy maps: the first ``n_features`` features (its feature
+    version's count) to ``[k, tau_index(, stop_index)(, drafter_index)]``: k in 0..``k_max``, the
+    index into ``tau_grid``, into ``stop_grid`` (None: no stop dimension) for the stop rule that
+    applies ``predictor``, into ``drafters`` (one, the draft: no drafter index)."""
 
     k_max: int
     tau_grid: tuple[float, ...]
@@ -113,6 +77,24 @@ class PolicyDescription:
     @property
     def sizes(self) -> list[int]:
         return action_sizes(self.k_max, self.tau_grid, self.stop_grid, self.drafters)
+
+
+@dataclass(frozen=True)
+class ExportedPolicy(PolicyDescription):
+    """A loaded, verified policy folder: its description, the ``folder`` it was loaded from, the
+    ``torch.export`` ``program`` and its ``module`` ((B, F) float32 -> (B, D) int64), the parsed
+    ``metadata`` and the ``pair`` it was trained on."""
+
+    folder: Path
+    module: torch.nn.Module
+    program: torch.export.ExportedProgram
+    metadata: dict[str, Any]
+    pair: str
+
+    def predict(self, observations: np.ndarray) -> np.ndarray:
+        """Deterministic actions of a batch: (B, F) observations -> (B, D) int64 actions."""
+        with torch.inference_mode():
+            return self.module(torch.as_tensor(np.asarray(observations, dtype=np.float32))).numpy()
 
 
 def check_policy_description(metadata: dict[str, Any], path: Path) -> PolicyDescription:
@@ -227,9 +209,8 @@ def load_policy(folder: str | Path) -> ExportedPolicy:
     """Load and verify a policy folder with torch alone (no stable-baselines3).
 
     Checks, in order: the folder and ``metadata.json`` exist and parse; the format version is
-    this specrl's; the
-    feature version is one this specrl computes, with its names; the action mapping is valid; every
-    file listed in the metadata matches its sha256 (``policy.pt2`` must be there); the
+    this specrl's; the feature version is one this specrl computes, with its names; the action
+    mapping is valid; every file listed in the metadata matches its sha256 (``policy.pt2`` must be there); the
     ``torch.export`` program loads and maps (B, F) float32 (F: its feature version's count) to
     (B, D) int64 actions within the mapping.
 
@@ -242,15 +223,10 @@ def load_policy(folder: str | Path) -> ExportedPolicy:
     _check_files(folder, metadata)
     program, module = _load_program(folder / POLICY_FILE, description.sizes, description.n_features)
     return ExportedPolicy(
-        folder,
-        module,
-        metadata,
-        description.k_max,
-        description.tau_grid,
-        str(metadata.get("pair", "")),
-        description.stop_grid,
-        description.predictor,
-        program,
-        description.drafters,
-        description.n_features,
+        **vars(description),
+        folder=folder,
+        module=module,
+        program=program,
+        metadata=metadata,
+        pair=str(metadata.get("pair", "")),
     )

@@ -82,22 +82,16 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable: {value!r}")
 
 
-def specrl_version() -> str:
-    """The installed specrl's version (its package metadata: no import of specrl itself)."""
-    try:
-        return package_version("specrl")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
-
-
 def _versions() -> dict[str, str]:
+    """The versions of specrl (its package metadata: "unknown" in a source tree never installed),
+    torch and stable-baselines3."""
     import stable_baselines3
 
-    return {
-        "specrl": specrl_version(),
-        "torch": torch.__version__,
-        "stable_baselines3": stable_baselines3.__version__,
-    }
+    try:
+        specrl = package_version("specrl")
+    except PackageNotFoundError:
+        specrl = "unknown"
+    return {"specrl": specrl, "torch": torch.__version__, "stable_baselines3": stable_baselines3.__version__}
 
 
 def install(staged: Path, folder: Path) -> None:
@@ -166,40 +160,23 @@ def export_policy(
     drafters: Sequence[str] = ("draft",),
     latency_profiles: dict | None = None,
 ) -> Path:
-    """Write ``model``'s deterministic policy as a self-describing folder (see :mod:`specrl.export`).
-
-    Everything is written into a temporary folder beside ``folder``, loaded back with
-    :func:`~specrl.export.load_policy` as a self-check, checked to act exactly as ``model``
-    (:func:`~specrl.export.verify_parity` on ``PARITY_OBSERVATIONS`` random observations), and only
-    then moved into place, replacing an earlier policy folder of that name.
+    """Write ``model``'s deterministic policy as a self-describing folder (see :mod:`specrl.export`):
+    staged beside ``folder``, loaded back with :func:`~specrl.export.load_policy`, checked to act
+    exactly as ``model`` on :data:`PARITY_OBSERVATIONS` random observations
+    (:func:`~specrl.export.verify_parity`), then installed, replacing an earlier policy folder.
 
     Args:
         model: a trained PPO with ``MlpPolicy`` on the specrl observation and action spaces.
-        folder: destination, conventionally ``policies/<name>``.
-        k_max: the scenario's k_max (the action's k runs over 0..k_max).
-        tau_grid: the scenario's tau grid (the action's tau index points into it).
+        k_max, tau_grid: the scenario's; with ``stop_grid`` and its acceptance ``predictor`` for a
+            policy that stops per token, with ``drafters`` (more than one) for a drafter pool.
         obs_normalizer: the VecNormalize the model was trained behind, if any; its observation
-            statistics are baked into ``policy.pt2`` (reward normalisation is irrelevant here).
-        stop_grid: the scenario's stop grid, for a model whose action has the third (per-token
-            stop) dimension; with ``predictor``.
-        predictor: the acceptance predictor the training envs applied the stop grid with.
-        scenarios: names or paths of the training scenarios.
-        pair: name of the model pair trained on (``ModelPair.name``).
-        evaluation: results to record as JSON (whatever the trainer measured; numpy values allowed).
-        latency_profiles: the machines the policy was trained over (JSON: the latency family's
-            profiles, perturbations and held-out profiles, or this machine's calibration).
-        command: the command line that trained the policy.
+            statistics are baked into ``policy.pt2``.
+        scenarios, pair, evaluation, latency_profiles, command: what trained it, recorded as they
+            are (JSON; numpy values allowed).
         onnx: write ``policy.onnx``: True requires the ``onnx`` package, False skips it, None
-            writes it exactly when ``onnx`` is importable. ``metadata["onnx"]`` records the outcome.
-        provenance: where the policy came from, recorded as ``metadata["provenance"]`` (JSON; numpy
-            values allowed), e.g. ``{"git_commit", "config", "seed", "latency_file"}`` of the
-            training run. ``git_commit`` (:func:`specrl.provenance.git_commit`) is filled in
-            when the dict does not give it, and is all that is recorded when it is None.
-        drafters: the scenario's drafters, for a model whose action has the last (drafter)
-            dimension; one drafter (the default, the draft) means no such dimension.
-
-    Returns:
-        The policy folder.
+            writes it when ``onnx`` is importable.
+        provenance: recorded as ``metadata["provenance"]`` (e.g. the run's ``run.json``), with
+            ``git_commit`` (:func:`specrl.provenance.git_commit`) unless it gives its own.
 
     Raises:
         PolicyError: the model does not match the specrl spaces, or ``folder`` holds something
