@@ -1,17 +1,9 @@
 """``VecTraceReplay``: many :class:`~specrl.envs.TraceReplayEnv` episodes as one SB3 VecEnv.
 
-Every row is a ``TraceReplayEnv``, stepped in this process: the replay
-(:func:`specrl.envs.replay.replay_step`), the features (:class:`specrl.features.FeatureTracker`),
-the reward and the acceptance draws are the single env's own, so the vectorised env and the
-single env cannot disagree. An episode started with a seed (:meth:`VecTraceReplay.start_traces`)
-is ``TraceReplayEnv.reset(seed=...)`` itself, so controllers and policies evaluated on the same
-seeds share their random draws (common random numbers).
-
-It replaces a numpy re-implementation of the replay over arrays of episodes, which had drifted
-from the single env twice and ran faster only at widths the training run does not use: the
-default run steps eight scenario parts of 16 rows, where this env steps 1.1-1.6x faster than
-the numpy one did (two alternating runs with random actions on this machine: 14.1k -> 23.1k
-and 15.8k -> 18.1k steps/s), and PPO's time per step is unchanged (``results/bench_replay/``).
+Every row is a ``TraceReplayEnv``, stepped in this process, so the vectorised env and the single
+env cannot disagree (replay, features, reward and acceptance draws are the single env's). An
+episode started with a seed (:meth:`VecTraceReplay.start_traces`) is ``TraceReplayEnv.reset(seed=...)``
+itself, so controllers evaluated on the same seeds share their random draws.
 """
 
 from __future__ import annotations
@@ -135,11 +127,11 @@ class VecTraceReplay(SubEnvVecEnv):
     # ---- VecEnv ----------------------------------------------------------------------------
 
     def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
-        actions = self._checked(self._actions)
         observations, infos = [], []
         rewards = np.zeros(self.num_envs, dtype=np.float32)
         dones = np.zeros(self.num_envs, dtype=bool)
-        for row, (env, action) in enumerate(zip(self.envs, actions, strict=True)):
+        # each row's env checks its action (InvalidActionError)
+        for row, (env, action) in enumerate(zip(self.envs, self._actions, strict=True)):
             observation, reward, terminated, truncated, info = env.step(action)
             self._totals[row].add_step(info, reward)
             rewards[row] = reward
@@ -164,23 +156,3 @@ class VecTraceReplay(SubEnvVecEnv):
 
     def _new_totals(self) -> list[EpisodeSummary]:
         return [EpisodeSummary() for _ in range(self.num_envs)]
-
-    def _checked(self, actions: np.ndarray | None) -> np.ndarray:
-        """``actions`` as integers of shape (num_envs, 2 or 3), or a ValueError naming the problem."""
-        sizes = self.action_space.nvec
-        widths = {2, len(sizes)}  # [k, tau_index] means stop index 0
-        if (
-            actions is None
-            or actions.ndim != 2
-            or actions.shape[0] != self.num_envs
-            or actions.shape[1] not in widths
-        ):
-            raise ValueError(
-                f"expected actions of shape ({self.num_envs}, {len(sizes)}) "
-                f"[k, tau_index{', stop_index' if len(sizes) == 3 else ''}], got "
-                f"{None if actions is None else actions.shape}"
-            )
-        actions = actions.astype(np.int64)
-        if (actions < 0).any() or (actions >= sizes[: actions.shape[1]]).any():
-            raise ValueError(f"actions out of range: each column must lie in 0..{list(sizes - 1)}")
-        return actions

@@ -1,50 +1,32 @@
 """The trace format: what the trace-replay simulator needs to replay the real loop exactly.
 
-A trace is one episode of a scenario decoded plainly by the target (greedy or sampled, as
-the scenario says), plus one teacher-forced forward of each model over it (docs/design.md
-section 4). For every generated position j of a segment (context = prompt + y_<j):
+A trace is one episode of a scenario decoded plainly by the target (greedy or sampled), plus one
+teacher-forced forward of each model over it (docs/design.md section 4). For every generated
+position j of a segment (context = prompt + y_<j):
 
-- ``confidence[j]``, ``entropy[j]``: max_v q_j(v) and the entropy of q_j, the draft's
-  distribution after the scenario's sampling processing.
-- ``accept_prob[j]``: P(a draft proposal at j is accepted | the target emits y_j). Greedy:
-  1 if argmax q_j == y_j else 0. Sampled: min(1, q_j(y_j) / p_j(y_j)), because
-  P(accept, Y = y) = min(p(y), q(y)) and P(Y = y) = p(y).
-- ``accepted_ap[j]``: the engine's ``acceptance_probs`` entry of an accepted proposal y_j,
+- ``confidence[j]``, ``entropy[j]``: max_v q_j(v) and the entropy of q_j (after the sampling
+  processing).
+- ``accept_prob[j]``: P(a proposal at j is accepted | the target emits y_j): greedy, 1 if
+  argmax q_j == y_j else 0; sampled, min(1, q_j(y_j) / p_j(y_j)).
+- ``accepted_ap[j]``: the engine's ``acceptance_probs`` entry of an accepted y_j,
   min(1, p_j(y_j) / q_j(y_j)) (greedy: 1).
-- the draft's own continuation past a rejection at j (``off_*[j, i]``, i = 0..k_max - 1):
-  the rejected proposal x_j (greedy: argmax q_j; sampled: a draw from
-  norm(max(0, q_j - p_j)), its law given rejection), then the draft's next k_max - 1
-  proposals on that wrong context. ``off_confidence``/``off_entropy`` at i >= 1 are the
-  draft's distributions there, ``off_ap[j, i]`` the engine's acceptance_probs entry of the
-  proposal (the target is run over the continuation too). Column 0 of the confidences
-  repeats the on-trajectory value. Rows of positions where a rejection cannot happen are 0.
+- ``off_*[j, i]``, i < k_max: the draft's own continuation past a rejection at j: the rejected
+  proposal (greedy: argmax q_j; sampled: a draw from norm(max(0, q_j - p_j))), then its next
+  proposals on that wrong context, with their confidences, entropies and ``acceptance_probs``
+  entries (column 0 of the confidences repeats the on-trajectory value; 0 where no rejection
+  can happen).
 
-So for greedy decoding the replay reproduces the real loop's accepted counts, proposals,
-confidences and features exactly; for sampling, it reproduces the acceptance process in
-distribution (a rejection's continuation is one stored draw, not a fresh one per replay).
+Greedy replay reproduces the real loop exactly; sampled, in distribution (a rejection's
+continuation is one stored draw). ``meta["drafters"]`` lists the drafters a set replays (none:
+the draft only). Each other model drafter stores the fields above as ``<name>/confidence`` and so
+on; the ``cascade`` replays ``draft-mid``'s (:data:`REPLAYED_AS`). The n-gram lookup stores, per
+position, ``ngram/available`` (tokens a lookup there could propose), ``ngram/order`` (the length
+of its match), ``ngram/match`` (how many of them lead y_j, y_j+1, ...: exactly what a step
+accepts) and ``ngram/ap[j, i]`` (the ``acceptance_probs`` entry of its token i).
 
-Other drafters (docs/design.md section 4; :mod:`specrl.engine.drafters`): ``meta["drafters"]`` lists the
-drafters a trace set can replay (a file without it holds the draft only). Each model drafter
-(``draft-mid``, ``draft-int8``, ``draft-int4``) has the fields above of its own model, stored as
-``<name>/confidence`` and so on; the ``cascade`` proposes the middle model's text with its law,
-so it replays ``draft-mid``'s fields (only its cost differs). The n-gram lookup (``ngram``) is a
-function of the text, so per position j it stores what a step starting there would see:
-
-- ``ngram/available[j]``: the tokens a lookup at j could propose (0 without a match);
-- ``ngram/order[j]``: the length of the n-gram it matched (0 without a match), a feature;
-- ``ngram/match[j]``: how many of the lookup's first k_max tokens equal y_j, y_j+1, ...: a step
-  accepts exactly these, for greedy decoding and for sampling alike, since a point-mass
-  proposal x is accepted iff the token the target emits is x;
-- ``ngram/ap[j, i]``: the engine's acceptance_probs entry of the lookup's token i, p(x_i) (greedy:
-  1 if x_i is the target's argmax); past the first mismatch the target is run on the lookup's text.
-
-A segment ends at its token budget or at EOS; after an EOS the trajectory runs k_max tokens
-further (``stored`` > ``end``), because the engine drafts past an EOS it has not seen yet.
-
-Files are ``.npz`` archives with a format version and a schema check on load
-(``TraceError`` names the file, the problem and the fix). This module is the format only: numpy,
-no models; :mod:`specrl.traces.analysis` computes the fields, :mod:`specrl.envs.recording` records
-episodes.
+A segment ends at its budget or at EOS; after an EOS the trajectory runs k_max tokens further
+(``stored`` > ``end``): the engine drafts past an EOS it has not seen. Files are ``.npz`` archives
+with a format version and a schema check on load (``TraceError`` names the file and the fix).
 """
 
 from __future__ import annotations
