@@ -1,24 +1,12 @@
 """The reward of one speculative step, and what the step reports in ``info``. The ONE place each
-is built (docs/design.md section 3).
+is built (docs/design.md section 3 says why)::
 
     r_t = (n_t - rho * dt_t) / scale
 
-n_t: tokens the step emitted; dt_t: its seconds (draft + verify, wall-clock or modeled);
-rho: the scenario's reference throughput (tokens/s); scale: a positive constant.
-
-The episode return is (N - rho * T) / scale, with N tokens in T seconds. The output law does
-not depend on the policy (the engine is lossless), so E[N] is the same for every policy and
-maximising the return minimises E[T], i.e. maximises throughput N / T; for a fixed N (greedy
-decoding of a given prompt) the return is strictly increasing in N / T. Raw per-step
-tokens/sec (n_t / dt_t) is not used: its sum grows with the number of steps and prefers many
-slow one-token steps to few fast multi-token ones.
-
-Reading the value: with rho the throughput of plain decoding, a plain step earns about 0 and
-the return is the number of tokens gained over plain decoding in the same time (/ scale).
-A single sequence's prefill is not counted: it comes before the first step and does not depend
-on the policy. In the batch simulator a step's seconds include the prefill of the requests
-admitted after it: in continuous batching an admission stalls the rows being decoded, and its
-cost depends on the cache grid the policy's steps left (its width, holes included).
+n_t: tokens the step emitted; dt_t: its seconds (draft + verify, wall-clock or modeled; in the
+batch simulator plus the prefill of the requests admitted after it, which stalls the rows);
+rho: the scenario's reference throughput (tokens/s); scale: a positive constant. With rho plain
+decoding's throughput, a plain step earns about 0. A single sequence's prefill is not counted.
 """
 
 from __future__ import annotations

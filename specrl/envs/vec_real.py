@@ -1,9 +1,7 @@
 """The real loop as one SB3 VecEnv, for PPO on real decoding: many :class:`SpecDecodeEnv`, each in
-its own process (SB3's ``SubprocVecEnv``, each process loading the pair once) or all in this one.
-
-Training on the trace-replay simulator is the default (``specrl train``): it replays
-~100k steps a second where the real loop decodes tens. The real loop is for when the simulator
-does not model what matters (wall-clock time on the target hardware, batch effects).
+its own process (SB3's ``SubprocVecEnv``, each process loading the pair once) or all in this one. The
+trace-replay simulator is the default (``specrl train``); the real loop is for what it does not
+model (wall-clock time on the target hardware).
 """
 
 from __future__ import annotations

@@ -11,12 +11,9 @@ The file's suffix says its format:
 * ``.json``, ``.yaml``, ``.yml``: already split by hand, ``{split: {domain: [text, ...]}}``, read
   as is.
 
-The prompts of a ``.jsonl`` or ``.txt`` file are split into train, validation and test (``SPLITS``)
-by a seeded hash of their text: the blake2b digest of ``f"{seed}:{text}"``, read as a number u in
-[0, 1), falls in one of the consecutive ranges the split fractions give, in the order of ``SPLITS``
-(:func:`split_of`). A prompt's split depends on its text and the seed alone: the same on every
-machine and Python run, and unchanged when other prompts are added, edited or removed. A text
-seen before is dropped (the first kept; a log record at INFO says how many).
+The prompts of a ``.jsonl`` or ``.txt`` file are split into train, validation and test by a seeded
+hash of their text (:func:`split_of`), so a prompt's split depends on its text and the seed alone,
+on every machine, whatever other prompts are added or removed. Duplicate texts are dropped.
 """
 
 from __future__ import annotations

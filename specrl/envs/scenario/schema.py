@@ -70,12 +70,9 @@ class PromptSpec:
             or "test" (reported results; nothing is selected on it).
         file: a prompt file (a relative path is read from the scenario file's folder); default:
             the embedded pair's own prompt sets. Its suffix says its format
-            (:mod:`specrl.envs.scenario.prompt_files`): ``.jsonl``, one JSON record per line;
-            ``.txt``, one prompt per block of lines, blocks separated by blank lines (a multi-line
-            code prompt stays one block); ``.json``/``.yaml``/``.yml``, already split by hand,
-            ``{split: {domain: [text, ...]}}``. A ``.jsonl`` or ``.txt`` file is split into
-            train, validation and test by a seeded hash of each prompt's text (stable across
-            runs and machines; duplicates dropped); the keys below apply to those two only.
+            (:mod:`specrl.envs.scenario.prompt_files`); a ``.jsonl`` or ``.txt`` file is split
+            into train, validation and test by a seeded hash of each prompt's text, and the
+            keys below apply to those two only.
         text_field: the field of a JSONL record that holds the prompt.
         domain_field: the field of a JSONL record that holds its domain; then ``domains`` must
             be given. None: every prompt of the file is in one domain, ``file_domain``.
