@@ -1,8 +1,8 @@
 """Gymnasium environments for choosing (k, tau); registered on import.
 
-env = gymnasium.make("specrl/SpecDecode-v0", scenario="envs/code.yaml")     # the real loop
-env = gymnasium.make("specrl/TraceReplay-v0", scenario="envs/code.yaml")    # replayed traces
-env = gymnasium.make("specrl/BatchReplay-v0", scenario="arrivals")           # a batch of requests
+env = gymnasium.make("specrl/SpecDecode-v0", scenario="code")      # the real loop
+env = gymnasium.make("specrl/TraceReplay-v0", scenario="code")     # replayed traces
+env = gymnasium.make("specrl/BatchReplay-v0", scenario="arrivals") # a batch of requests
 """
 
 from specrl.envs.actions import InvalidActionError, to_engine_action

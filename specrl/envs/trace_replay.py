@@ -219,7 +219,7 @@ class TraceReplayEnv(gym.Env):
         first = self._choose_trace(dict(options or {}))
         self.requests: list[Row] = []
         for request in range(spec.requests):
-            index = first if request == 0 else self._draw_trace()
+            index = first if request == 0 else self._choose_trace({})  # drawn
             trace = self.traces.traces[index]
             self.requests.append(Row(request, index, trace, realise_acceptance(trace, rng, self.drafters)))
         self.arrivals = request_arrivals(self.scenario, self.latency, spec.requests, rng)
@@ -454,7 +454,3 @@ class TraceReplayEnv(gym.Env):
                 raise ValueError(f"no trace of domain {domain!r} with prompt_index={options['prompt_index']}")
             return matches[0]
         return candidates[int(self.np_random.integers(len(candidates)))]
-
-    def _draw_trace(self) -> int:
-        """A trace of a domain drawn with the scenario's weights, uniformly among that domain's."""
-        return self._choose_trace({})
