@@ -23,7 +23,7 @@ import json
 import time
 from pathlib import Path
 
-from specrl.cli.pair_options import add_pair_arguments, check_pair_arguments
+from specrl.cli.pair_options import add_pair_arguments, check_pair_arguments, pair_values
 
 HELP = "measure a pair's latency model on this machine (cached)"
 METHODS = ("loop", "profile", "batch")
@@ -66,14 +66,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--from-steps {args.from_steps}: no such file (write one with --save-steps)")
     import specrl
     from specrl.io import write_text_atomic
-    from specrl.latency import (
-        LatencyError,
-        LatencyModel,
-        latency_path,
-    )
+    from specrl.latency import LatencyError, LatencyModel, latency_path
     from specrl.latency.calibration import current_load, warn_if_contended
 
-    pair = specrl.load_pair(args.target, args.draft, preset=args.preset, device=args.device, dtype=args.dtype)
+    pair = specrl.load_pair(**pair_values(args))
     path = args.out or latency_path(pair, args.method)
     model = None
     if path.is_file() and not args.force:

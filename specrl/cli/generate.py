@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from specrl.cli.pair_options import add_pair_arguments, check_pair_arguments
+from specrl.cli.pair_options import add_pair_arguments, check_pair_arguments, pair_values
 from specrl.features import FEATURE_DRAFTERS
 
 HELP = "decode one prompt speculatively and print the statistics"
@@ -77,10 +77,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         except PolicyError as error:
             parser.error(str(error))
         described = {"policy": str(controller.policy.folder), "policy_pair": controller.pair}
-    if args.target:
-        pair = specrl.load_pair(target=args.target, draft=args.draft, device=args.device, dtype=args.dtype)
-    else:
-        pair = specrl.load_pair(preset=args.preset, device=args.device, dtype=args.dtype)
+    pair = specrl.load_pair(**pair_values(args))
     if args.k is None:
         warning = controller.pair_warning(pair.name)
         if warning:

@@ -31,5 +31,5 @@ def check_pair_arguments(args: argparse.Namespace, parser: argparse.ArgumentPars
 
 
 def pair_values(args: argparse.Namespace) -> dict:
-    """The pair options as keyword arguments (those of ``evaluation.scenario_choice.Overrides``)."""
+    """The pair options as keyword arguments (of ``load_pair`` and ``scenario_choice.Overrides``)."""
     return {name: getattr(args, name) for name in ("preset", "target", "draft", "device", "dtype")}

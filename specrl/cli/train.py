@@ -18,27 +18,13 @@ TensorBoard: tensorboard --logdir runs. Ctrl-C (or SIGTERM) saves a checkpoint.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
 from specrl.cli import options_of
 from specrl.training.options import OptionError, TrainOptions, parse_hyperparameter
+from specrl.training.options import add_arguments as add_arguments  # one option per TrainOptions field
 
 HELP = "train a PPO policy and export it into its run folder"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``specrl train``'s options: one per :class:`~specrl.training.options.TrainOptions` field,
-    with the field's default, help and group."""
-    defaults, groups = TrainOptions(), {}
-    for field in dataclasses.fields(TrainOptions):
-        keywords = dict(field.metadata)
-        group = keywords.pop("group")
-        if group not in groups:
-            groups[group] = parser.add_argument_group(group)
-        flags = keywords.pop("flags", ("--" + field.name.replace("_", "-"),))
-        keywords.setdefault("default", getattr(defaults, field.name))
-        groups[group].add_argument(*flags, dest=field.name, **keywords)
 
 
 def options_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrainOptions:
