@@ -16,7 +16,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import specrl.envs  # noqa: F401 - registers the envs
-from specrl import batch_control
+from specrl import batch_control, trace_evaluation
 from specrl.batch_control import imitation
 from specrl.envs.batch_replay import BatchReplayEnv
 from specrl.envs.scenario import BatchSpec, DomainShift, Scenario, ScenarioError
@@ -318,7 +318,7 @@ def test_the_one_step_oracle_takes_the_k_of_least_regret_and_beats_every_static_
     static k at a batch of one."""
     env = BatchReplayEnv(scenario(size=1, requests=6), latency=synthetic_latency(), split="validation")
     static = {
-        k: batch_control.controller_throughput(env, specrl.StaticController(k), 2)
+        k: trace_evaluation.controller_throughput(env, specrl.StaticController(k), 2)
         for k in range(env.scenario.k_max + 1)
     }
     best = max(static, key=static.get)
@@ -337,15 +337,15 @@ def test_episodes_tallied_one_by_one_pair_controllers_on_the_same_draws():
     from specrl.evaluation.intervals import paired_ratio_interval
 
     env = BatchReplayEnv(scenario(size=4, requests=8), latency=synthetic_latency(), split="validation")
-    tallies = batch_control.play_episodes(env, specrl.StaticController(3), 3)
-    pooled = batch_control.pooled_throughput(tallies)
-    assert pooled == pytest.approx(batch_control.controller_throughput(env, specrl.StaticController(3), 3))
+    tallies = trace_evaluation.play_episodes(env, specrl.StaticController(3), 3)
+    pooled = trace_evaluation.pooled_throughput(tallies)
+    assert pooled == pytest.approx(trace_evaluation.controller_throughput(env, specrl.StaticController(3), 3))
     episodes = [t.throughput for t in tallies]
     assert len(set(episodes)) == 3 and min(episodes) <= pooled <= max(episodes)
-    again = [t.throughput for t in batch_control.play_episodes(env, specrl.StaticController(3), 3)]
+    again = [t.throughput for t in trace_evaluation.play_episodes(env, specrl.StaticController(3), 3)]
     same = paired_ratio_interval(again, episodes)
     assert again == episodes and (same.low, same.high, same.n) == (1.0, 1.0, 3)
-    plain = [t.throughput for t in batch_control.play_episodes(env, specrl.StaticController(0), 3)]
+    plain = [t.throughput for t in trace_evaluation.play_episodes(env, specrl.StaticController(0), 3)]
     spread = paired_ratio_interval(episodes, plain)
     assert spread.low < spread.high
     for tally in tallies:
@@ -517,7 +517,7 @@ def test_the_cutoff_switches_any_controller_off_above_its_batch_size_and_is_tune
     assert batch_control.cutoff_from({1: 1.3, 4: 1.1, 16: 1.0, 64: 0.99}) == 32
     assert batch_control.cutoff_from({4: 0.9, 1: 0.8}) == 1 and batch_control.cutoff_from({1: 1.0}) is None
     deep = specrl.StaticController(8)
-    controller_throughput = batch_control.controller_throughput
+    controller_throughput = trace_evaluation.controller_throughput
     vs_plain = {
         batch_control.batch_of(n): controller_throughput(e, deep, 1) / controller_throughput(e, plain, 1)
         for n, e in sizes.items()
@@ -613,9 +613,9 @@ def test_the_batch_simulator_prices_a_comparison_with_a_profile_of_the_family():
         validation = BatchReplayEnv("batch_1", latency=latency, split="validation")
         test = BatchReplayEnv("batch_1", latency=latency, split="test")
         best_k, schedule = batch_control.tune_schedule({"batch_1": validation}, 1)
-        (scheduled,) = batch_control.play_episodes(test, specrl.BatchScheduleController(schedule), 1)
+        (scheduled,) = trace_evaluation.play_episodes(test, specrl.BatchScheduleController(schedule), 1)
         (size, k), *others = scheduled.steps
         assert not others and size == 1 and k == schedule[min(schedule)] == best_k[1]
-        plain[name] = batch_control.controller_throughput(test, specrl.StaticController(0), 1)
+        plain[name] = trace_evaluation.controller_throughput(test, specrl.StaticController(0), 1)
     modeled = models["gpu-like-h200"].plain_throughput(1) / models["gpu-like-a100"].plain_throughput(1)
     assert plain["gpu-like-h200"] / plain["gpu-like-a100"] == pytest.approx(modeled, rel=0.1)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from specrl.batch_control import controller_throughput, with_cutoff
+from specrl.batch_control import with_cutoff
 from specrl.controllers import (
     Controller,
     HFHeuristicController,
@@ -40,6 +40,7 @@ from specrl.evaluation.intervals import paired_ratio_interval
 from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 from specrl.serving import ContinuousRun, scenario_requests, serve_continuous
+from specrl.trace_evaluation import controller_throughput
 
 #: The rows every roster has: each ratio is to one of them.
 REFERENCES = ("plain", "schedule")

@@ -14,27 +14,5 @@ from specrl.batch_control.schedule import (
     tune_schedule,
     with_cutoff,
 )
-from specrl.trace_evaluation import (
-    EpisodeTally,
-    controller_throughput,
-    play_episode,
-    play_episodes,
-    pooled_throughput,
-    rates_by_batch,
-)
 
-__all__ = [
-    "FIXED",
-    "ARRIVALS",
-    "EpisodeTally",
-    "batch_of",
-    "controller_throughput",
-    "cutoff_from",
-    "play_episode",
-    "play_episodes",
-    "pooled_throughput",
-    "rates_by_batch",
-    "tune_cutoff",
-    "tune_schedule",
-    "with_cutoff",
-]
+__all__ = ["ARRIVALS", "FIXED", "batch_of", "cutoff_from", "tune_cutoff", "tune_schedule", "with_cutoff"]

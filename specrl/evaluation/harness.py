@@ -371,15 +371,7 @@ def simulator_summary(no_sim: str | None, bounds: dict | None, traces: int) -> d
             "reason": no_sim or "not run",
             "best_static_from": "real loop",
         }
-    return {
-        "available": True,
-        "reason": None,
-        "traces": traces,
-        "best_static_from": "simulator",
-        "best_static": bounds["best_static"],
-        "oracle": bounds["oracle"],
-        "static_grid": bounds["static_grid"],
-    }
+    return {"available": True, "reason": None, "traces": traces, "best_static_from": "simulator", **bounds}
 
 
 def load_policies(

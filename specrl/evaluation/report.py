@@ -4,7 +4,7 @@ scenarios and the latency-spread comparison, then ``## Per scenario``) and Tenso
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -13,31 +13,19 @@ from specrl.evaluation.machine import describe_machine
 from specrl.tables import markdown_table
 
 PER_SCENARIO_HEADING = "## Per scenario"
-#: Row metrics written to TensorBoard, per column: (key in the cell, tag suffix).
-SCALARS = (
-    ("tokens_per_s", "tokens_per_s"),
-    ("speedup", "speedup_over_plain"),
-    ("ratio_to_tcp", "ratio_to_tcp"),
-    ("acceptance_rate", "acceptance_rate"),
-    ("mean_acceptance_length", "mean_acceptance_length"),
-    ("mean_k", "mean_k"),
-    ("mean_tau", "mean_tau"),
-)
+#: Row metrics written to TensorBoard, per column (``speedup`` as ``speedup_over_plain``).
+SCALARS = ("tokens_per_s", "speedup", "ratio_to_tcp", "acceptance_rate", "mean_acceptance_length")
+SCALARS += ("mean_k", "mean_tau")
 CONFIDENCE_CUT = "tcp-tau0.25"
 
 
 # ---- the summary --------------------------------------------------------------------------------
 
 
-def controllers_in_order(scenarios: dict[str, dict]) -> list[str]:
-    """Every row name, in the order rows first appear."""
-    return list(dict.fromkeys(name for result in scenarios.values() for name in result["rows"]))
-
-
 def summarize(scenarios: dict[str, dict]) -> dict[str, Any]:
     """controller -> scenario -> ratio, for each (metric, column); and the latency spread of TCP with
     and without its confidence cut."""
-    names = controllers_in_order(scenarios)
+    names = list(dict.fromkeys(name for result in scenarios.values() for name in result["rows"]))
     summary: dict[str, Any] = {}
     for metric in ("speedup", "ratio_to_tcp"):
         for column in ("real", "sim"):
@@ -234,8 +222,9 @@ def scalars(results: dict) -> Iterable[tuple[str, float]]:
         for name, row in result["rows"].items():
             for column in ("real", "sim"):
                 cell = row[column] or {}
-                for key, suffix in SCALARS:
+                for key in SCALARS:
                     if cell.get(key) is not None:
+                        suffix = "speedup_over_plain" if key == "speedup" else key
                         yield tag("eval", scenario, name, f"{suffix}_{column}"), float(cell[key])
                 latency = cell.get("latency_ms_per_token")
                 if latency:
@@ -246,16 +235,12 @@ def scalars(results: dict) -> Iterable[tuple[str, float]]:
                         )
 
 
-def write_tensorboard(
-    results: dict, log_dir: Path, markdown: str, writer_factory: Callable[[str], Any] | None = None
-) -> Path:
+def write_tensorboard(results: dict, log_dir: Path, markdown: str) -> Path:
     """Every scalar of :func:`scalars` at step 0, k and tau through each domain shift (step = tokens
     generated), and ``results.md`` as text under ``eval/results``."""
-    if writer_factory is None:
-        from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard import SummaryWriter
 
-        writer_factory = SummaryWriter
-    writer = writer_factory(str(log_dir))
+    writer = SummaryWriter(str(log_dir))
     try:
         for name, value in scalars(results):
             writer.add_scalar(name, value, 0)
