@@ -1,7 +1,5 @@
-"""Pydantic's validation errors as one sentence that names the key and the fix: an unknown key with
-the nearest valid name and the known ones, a wrong type with what was expected, a bound with the
-bound, a choice with the choices, a validator's own message as it is. The scenario files and the
-training YAML both read through it."""
+"""Pydantic's validation errors as one sentence that names the key and the fix (the nearest valid
+name of an unknown key, what a wrong value should be), for every YAML specrl reads."""
 
 from __future__ import annotations
 
@@ -32,8 +30,7 @@ EXPECTED = {
     "tuple_type": "a list",
 }
 BOUNDS = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
-# A key no field has: pydantic models and pydantic dataclasses with extra="forbid" say the first,
-# a plain dataclass validated by pydantic the second.
+# A key no field has: pydantic models and dataclasses with extra="forbid", or a plain dataclass.
 UNKNOWN = ("extra_forbidden", "unexpected_keyword_argument")
 
 

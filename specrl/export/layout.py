@@ -26,17 +26,21 @@ SHIPPED_POLICY_DIR = Path(__file__).resolve().parents[1] / "policies"
 LEGACY_POLICY_FOLDER = "policies"
 
 
+def policies_in(folder: Path) -> list[str]:
+    """Names of the policy folders in ``folder`` (none when it does not exist)."""
+    return (
+        sorted(p.name for p in folder.iterdir() if (p / METADATA_FILE).is_file()) if folder.is_dir() else []
+    )
+
+
 def shipped_policies() -> list[str]:
     """Names of the policy folders shipped in the package."""
-    return sorted(p.name for p in SHIPPED_POLICY_DIR.iterdir() if (p / METADATA_FILE).is_file())
+    return policies_in(SHIPPED_POLICY_DIR)
 
 
 def user_policies() -> list[str]:
     """Names of the policies the user exported (``specrl train --export-as NAME``)."""
-    folder = user_policies_dir()
-    if not folder.is_dir():
-        return []
-    return sorted(p.name for p in folder.iterdir() if (p / METADATA_FILE).is_file())
+    return policies_in(user_policies_dir())
 
 
 def policy_folder(name: str | Path) -> Path:
