@@ -153,8 +153,8 @@ def test_every_shipped_scenario_ships_its_traces_for_each_split_it_has_prompts_i
     assert not list(folder.glob("*__heldout__*")), "held-out files are split into validation and test"
 
 
-def test_the_retired_heldout_split_is_refused_naming_the_new_ones():
-    with pytest.raises(TraceError, match="'heldout' became 'validation'.*'test'"):
+def test_an_unknown_split_is_refused_naming_the_splits():
+    with pytest.raises(TraceError, match=r"unknown prompt split 'heldout'.*'test', 'train', 'validation'"):
         cached_traces(load_scenario("code"), "heldout", pair=None)
 
 

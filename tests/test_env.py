@@ -99,7 +99,7 @@ def play(env: SpecDecodeEnv, actions, seed: int):
 def test_registered_as_nondeterministic_and_made_from_a_shipped_scenario_path(tiny_home):
     _, pair = tiny_home
     assert gymnasium.spec(SPEC_DECODE_ID).nondeterministic is True
-    env = gymnasium.make(SPEC_DECODE_ID, scenario="envs/code.yaml", pair=pair, latency=CONSTANT)
+    env = gymnasium.make(SPEC_DECODE_ID, scenario="code", pair=pair, latency=CONSTANT)
     assert env.unwrapped.scenario.name == "code" and env.unwrapped.pair is pair
     assert env.unwrapped.latency is CONSTANT
     assert env.action_space == gymnasium.spaces.MultiDiscrete([9, 10])
@@ -309,10 +309,6 @@ def test_shipped_scenarios_cover_every_domain_greedy_and_at_temperature_1():
         ("pair: {preset: tiny, target: a, draft: b}", r"either 'preset' or 'target' and 'draft'"),
         ("prompts: {domains: {code: -1}}", r"prompts\.domains\.code: a weight must be a number >= 0"),
         ("prompts: {split: testing}", r"prompts\.split must be one of \('train', 'validation', 'test'\)"),
-        (
-            "prompts: {split: heldout}",
-            r"split 'heldout' no longer exists.*write split: validation .* or test",
-        ),
         ("- just a list", r"the top level must be a mapping"),
         ("k_max: [1", r"not valid YAML"),
         (
@@ -337,8 +333,6 @@ def test_missing_scenario_file_names_the_shipped_ones():
         load_scenario("envs/cod.yaml")
     with pytest.raises(ScenarioError, match="not found"):
         gymnasium.make(SPEC_DECODE_ID, scenario="no_such_scenario")
-    with pytest.raises(ScenarioError, match="'serving' is now called 'arrivals'.*scenario='arrivals'"):
-        load_scenario("serving")  # a renamed scenario names its new name
     assert load_scenario("arrivals").batch.arrivals
 
 

@@ -43,8 +43,6 @@ def test_shipped_data_lives_in_the_top_level_folders_and_is_package_data():
 def test_scenarios_and_policies_resolve_by_name_from_any_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert load_scenario("code").name == "code"
-    # the path a shipped scenario had before it became package data still names it
-    assert load_scenario("envs/code.yaml").source == str(SCENARIO_DIR / "code.yaml")
     controller = specrl.LearnedController.load("default")
     assert controller.policy.folder == SHIPPED_POLICY_DIR / "default"
     assert specrl.LearnedController.load("policies/default").policy.folder == SHIPPED_POLICY_DIR / "default"

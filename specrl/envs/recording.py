@@ -191,10 +191,7 @@ def cached_traces(
             that records them.
     """
     if split not in DEFAULT_PROMPTS_PER_DOMAIN:
-        raise TraceError(
-            f"unknown prompt split {split!r}: use one of {sorted(DEFAULT_PROMPTS_PER_DOMAIN)} "
-            "('heldout' became 'validation', for selection, and 'test', for reporting)"
-        )
+        raise TraceError(f"unknown prompt split {split!r}: use one of {sorted(DEFAULT_PROMPTS_PER_DOMAIN)}")
     n = DEFAULT_PROMPTS_PER_DOMAIN[split] if prompts_per_domain is None else prompts_per_domain
     options = {"prompts_per_domain": n, "seed": seed, "progress": progress}
     parts = cache_parts(scenario)

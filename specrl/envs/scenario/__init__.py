@@ -48,7 +48,6 @@ Errors name the file, the key and the fix: ``ScenarioError``.
 """
 
 from specrl.envs.scenario.loading import (
-    LEGACY_SCENARIO_FOLDER,
     SCENARIO_DIR,
     load_scenario,
     scenario_path,
@@ -60,7 +59,6 @@ from specrl.envs.scenario.schema import (
     DEFAULT_STOP_GRID,
     DEFAULT_TAU_GRID,
     LATENCY_SOURCES,
-    RETIRED_SPLITS,
     SPLITS,
     TIME_MODES,
     BatchSpec,
@@ -76,8 +74,6 @@ __all__ = [
     "DEFAULT_STOP_GRID",
     "DEFAULT_TAU_GRID",
     "LATENCY_SOURCES",
-    "LEGACY_SCENARIO_FOLDER",
-    "RETIRED_SPLITS",
     "SCENARIO_DIR",
     "SPLITS",
     "TIME_MODES",

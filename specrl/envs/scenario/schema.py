@@ -42,7 +42,6 @@ Positive = Annotated[float, Field(gt=0)]
 LATENCY_SOURCES = ("calibrated", "constant")  # or the path of a latency JSON file
 # SPLITS: the disjoint prompt splits train, validation, test (docs/design.md section 4b), defined
 # where the embedded pairs' prompts are cut (specrl.embedded.corpus) and imported here.
-RETIRED_SPLITS = {"heldout": "validation (checkpoint selection, tuning) or test (reported results)"}
 # The keys of a prompts section that read and split a .jsonl or .txt prompts file.
 FILE_KEYS = ("text_field", "domain_field", "file_domain", "split_seed", "split_fractions")
 # Every section refuses unknown keys and infinite or NaN numbers.
@@ -100,11 +99,6 @@ class PromptSpec:
                 raise ValueError(f"prompts.domains.{domain}: a weight must be a number >= 0, got {weight!r}")
         if sum(self.domains.values()) <= 0:
             raise ValueError("prompts.domains: the weights sum to 0; give at least one a positive weight")
-        if self.split in RETIRED_SPLITS:
-            raise ValueError(
-                f"prompts.split '{self.split}' no longer exists: the held-out prompts were divided into "
-                f"disjoint splits; write split: {RETIRED_SPLITS[self.split]}"
-            )
         if self.split not in SPLITS:
             raise ValueError(f"prompts.split must be one of {SPLITS}, got {self.split!r}")
         self._check_file()

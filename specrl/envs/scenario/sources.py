@@ -11,7 +11,7 @@ import specrl.latency
 from specrl.embedded.corpus import SPLITS
 from specrl.envs.scenario.pairs import PairInfo, loaded_pair
 from specrl.envs.scenario.prompt_files import PromptFileError
-from specrl.envs.scenario.schema import RETIRED_SPLITS, Scenario, ScenarioError, SetupError
+from specrl.envs.scenario.schema import Scenario, ScenarioError, SetupError
 from specrl.latency import LatencyModel, device_key
 from specrl.latency.calibration import cached_calibration
 from specrl.models import EMBEDDED_PREFIX, ModelPair
@@ -119,17 +119,9 @@ def prompt_sets(scenario: Scenario, pair: ModelPair | PairInfo) -> dict[str, lis
             )
     split = scenario.prompts.split
     if not isinstance(sets, Mapping) or not isinstance(sets.get(split), Mapping):
-        splits = (*SPLITS, *RETIRED_SPLITS)
-        available = sorted(k for k in sets if k in splits) if isinstance(sets, Mapping) else []
-        hint = (
-            "; its 'heldout' prompts predate the validation/test splits: divide them into "
-            "'validation' and 'test' keys (specrl.embedded.corpus.split_evaluation does it the embedded "
-            "pair's way)"
-            if "heldout" in available
-            else ""
-        )
+        available = sorted(k for k in sets if k in SPLITS) if isinstance(sets, Mapping) else []
         raise ScenarioError(
-            f"{scenario._origin()}: the {where} has no '{split}' prompts (it has {available}){hint}"
+            f"{scenario._origin()}: the {where} has no '{split}' prompts (it has {available})"
         )
     result = {}
     for domain in scenario.domains:
