@@ -166,6 +166,9 @@ def test_batch_real_names_every_policys_rows_and_its_page_puts_them_side_by_side
     assert "ppo:carried / ppo:alone [95% interval] n" in side[2] and "alone+cutoff" not in side[2]
     # ratios 1.10, 1.10, 1.08: median 1.10; mean 1.0933 +- 4.303 x 0.01155 / sqrt(3)
     assert side[4] == "| arrivals | 1.100 [1.065, 1.122] n=3 |" and "within a repeat" in side[0]
+    readme = (tmp_path / "README.md").read_text()  # the run's section of its folder's README
+    assert "- Command: `pytest`" in readme and "- Tables: [`real.md`](real.md)" in readme
+    assert "- Machine: cpu (float32), 2 CPUs (x86_64), torch 2, transformers 5, Python 3" in readme
 
 
 def test_the_cutoff_of_every_policy_is_named_on_a_page(monkeypatch):

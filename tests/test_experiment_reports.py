@@ -102,6 +102,10 @@ def test_sim_vs_real_prices_the_same_real_steps_twice_and_its_page_is_rebuilt_fr
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert (tmp_path / "svr.md").read_text() == page
+    # the run's section of its folder's README (experiments/benchmarks/result_folder.py)
+    readme = (tmp_path / "README.md").read_text()
+    assert readme.startswith("# Simulator against the real loop: `svr`\n")
+    assert f"- Command: `{results['command']}`" in readme and "- Tables: [`svr.md`](svr.md)" in readme
 
 
 @pytest.mark.slow
