@@ -39,7 +39,8 @@ Run from the repository root:
         --prompts prompts.json                              # any HF pair sharing a tokenizer
 
 Writes ``bench.json`` (raw runs, summaries, config, machine) and ``bench.md`` (tables) to
-``--out`` (default ``results/bench_decode/<pair name>/``). A benchmark, not a test: speed
+``--out`` (default ``results/bench_decode/<pair name>/``), and its section of the result folder's
+``README.md``. A benchmark, not a test: speed
 claims are the ratios, and absolute times only mean something on a GPU.
 """
 

@@ -27,8 +27,9 @@ Run from the repository root (offline, on the embedded default pair; about 30 mi
     python experiments/bench_drafters.py --quick     # a minute: 1 prompt, 16 tokens, k 1 and 4, 1 pass
     python experiments/bench_drafters.py --batch 4 --prompts 4 --out results/drafters/batch4   # B = 4
 
-Writes ``results/drafters/drafters.json`` (every run), ``drafters.md`` and ``drafters.png``. A
-benchmark, not a test: the ratios are the claim, measured on this machine.
+Writes ``results/drafters/drafters.json`` (every run), ``drafters.md``, ``drafters.png`` and its
+section of the folder's ``README.md``. A benchmark, not a test: the ratios are the claim,
+measured on this machine.
 """
 
 from __future__ import annotations

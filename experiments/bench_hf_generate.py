@@ -28,7 +28,8 @@ Run from the repository root (offline, on the embedded default pair; 3-4 minutes
     python experiments/bench_hf_generate.py
     python experiments/bench_hf_generate.py --quick        # seconds: 1 prompt/domain, 16 tokens, 1 pass
 
-Writes ``results/hf_generate/hf_generate.json`` (runs, summaries, config, machine) and ``.md`` (``--out``).
+Writes ``results/hf_generate/hf_generate.json`` (runs, summaries, config, machine) and ``.md`` (``--out``),
+and its section of the folder's ``README.md``.
 A benchmark, not a test: the ratios are the claim; absolute speeds only mean something on the
 machine that produced them.
 """

@@ -15,7 +15,8 @@ hindsight: the best of them is "the best rule"), and
 
 Each trained run keeps ``policy.pt2``, ``metadata.json`` and ``results.md`` under
 ``<out>/runs/<arm>/seed<N>/``; a run kept there is not run again (an interrupted call resumes).
-Writes ``<out>/profiles.{json,md,png}``. The parts: ``experiments/profiles_parts/``.
+Writes ``<out>/profiles.{json,md,png}`` and its section of the result folder's ``README.md``. The
+parts: ``experiments/profiles_parts/``.
 
 ``--train="FLAGS"`` adds flags to every trained arm's ``train_ppo.py`` (the pool's scenarios, say;
 with ``=``, since they begin with ``--``), and ``--scenarios`` names the scenarios compared.

@@ -20,5 +20,6 @@ request in :func:`specrl.serving.serve_stream`), and pairs its speeds with
 - :mod:`.vllm_engines`, :mod:`.vllm_summary`, :mod:`.vllm_page`: ``bench_vllm.py``, specrl's
   proposer inside vLLM;
 - :mod:`.stream`, :mod:`.stream_tables`, :mod:`.stream_page`: ``serve_stream.py``, a shifting
-  request stream served with the draft frozen and adapted online.
+  request stream served with the draft frozen and adapted online;
+- :mod:`.result_folder`: the ``README.md`` every script writes into its result folder.
 """
