@@ -170,32 +170,6 @@ def static_settings(
     ]
 
 
-def static_runs(
-    traces: TraceSet,
-    latency: LatencyModel,
-    tau_grid: Sequence[float],
-    count: int,
-    seed: int,
-    drafters: tuple[str, ...] = (DEFAULT_DRAFTER,),
-) -> list[dict[Setting, Bound]]:
-    """Per trace, every static setting's tokens and modeled seconds summed over the trace's
-    ``count`` acceptance realisations (priced for the traces' sampling)."""
-    window = int(traces.meta["context_window"])
-    latency = priced(latency, traces)
-    settings = static_settings(traces.k_max, tau_grid, drafters)
-    runs = []
-    for index, trace in enumerate(traces.traces):
-        draws = realisations(trace, count, seed + index, drafters)
-        per_setting = {}
-        for k, tau, drafter in settings:
-            run = Bound(0, 0.0)
-            for accepts in draws:
-                run += static_run(trace, accepts, latency, k, tau, window, drafter)
-            per_setting[(k, tau, drafter)] = run
-        runs.append(per_setting)
-    return runs
-
-
 def best_static(
     traces: TraceSet,
     latency: LatencyModel,
@@ -207,10 +181,14 @@ def best_static(
 ) -> StaticBound:
     """Every static (k, tau, drafter), k in 0..k_max, tau on the grid and each of ``drafters``,
     over every trace and realisation (priced for the traces' sampling)."""
-    runs = static_runs(traces, latency, tau_grid, count, seed, drafters)
-    table = {}
-    for setting in static_settings(traces.k_max, tau_grid, drafters):
-        table[setting] = sum((per_setting[setting] for per_setting in runs), Bound(0, 0.0)).tokens_per_s
+    window = int(traces.meta["context_window"])
+    latency = priced(latency, traces)
+    totals = dict.fromkeys(static_settings(traces.k_max, tau_grid, drafters), Bound(0, 0.0))
+    for index, trace in enumerate(traces.traces):
+        for accepts in realisations(trace, count, seed + index, drafters):
+            for k, tau, drafter in totals:
+                totals[(k, tau, drafter)] += static_run(trace, accepts, latency, k, tau, window, drafter)
+    table = {setting: total.tokens_per_s for setting, total in totals.items()}
     (k, tau, drafter), best = max(table.items(), key=lambda item: item[1])
     return StaticBound(k=k, tau=tau, tokens_per_s=best, table=table, drafter=drafter)
 

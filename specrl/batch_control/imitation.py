@@ -19,6 +19,7 @@ from specrl.controllers.static import StaticController
 from specrl.oracle import RolloutOracle
 from specrl.trace_evaluation import controller_throughput, rates_by_batch
 from specrl.training.run_folder import BEST_MODEL, BEST_NORMALIZER
+from specrl.training.selection import policy_predict
 
 IMITATION_TAUS = (0.0,)  # the cuts labelled: none (labelled cuts imitated worse, results/batch/)
 LABEL_HORIZON = 1  # steps a label plays out: the action, then the schedule (1: the step alone)
@@ -33,15 +34,13 @@ class PolicyController:
     """The model being trained as a controller (deterministic, behind its observation normaliser)."""
 
     def __init__(self, model: PPO, normalizer: VecNormalize) -> None:
-        self.model, self.normalizer = model, normalizer
+        self.predict = policy_predict(model, normalizer)
 
     def reset(self) -> None:
         pass
 
     def act(self, observation):
-        observed = self.normalizer.normalize_obs(np.asarray(observation, dtype=np.float32)[None])
-        action, _ = self.model.predict(observed, deterministic=True)
-        return action[0]
+        return self.predict(np.asarray(observation, dtype=np.float32)[None])[0]
 
     def observe(self, result) -> None:
         pass

@@ -116,15 +116,8 @@ def aggregate(repeats: list[list[EpisodeRecord]], engine: str = "ours") -> dict[
         "episodes": len(records),
     }
     if engine == "hf":
-        return row | {
-            "acceptance_rate": None,
-            "mean_acceptance_length": None,
-            "mean_k": None,
-            "mean_tau": None,
-            "latency_ms_per_token": None,
-            "step_ms": None,
-            "step_acceptance_histogram": None,
-        }
+        per_step = ("acceptance_rate", "mean_acceptance_length", "mean_k", "mean_tau", "step_ms")
+        return row | dict.fromkeys((*per_step, "latency_ms_per_token", "step_acceptance_histogram"))
     steps = [s for r in records for s in r.steps]
     tokens = np.array([s.tokens for s in steps], dtype=np.int64)
     seconds = np.array([s.seconds for s in steps], dtype=np.float64)
