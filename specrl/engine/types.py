@@ -249,6 +249,14 @@ GENERATION_TOTALS = (
     "num_accepted_tokens",
     "num_drafts",
 )
+GENERATION_RATES = (
+    "seconds",
+    "tokens_per_s",
+    "decode_tokens_per_s",
+    "acceptance_rate",
+    "mean_acceptance_length",
+    "tokens_per_step",
+)
 
 
 @dataclass
@@ -314,22 +322,7 @@ class GenerationStats:
         return self.new_tokens / self.steps if self.steps else 0.0
 
     def to_dict(self) -> dict[str, float]:
-        return {
-            "new_tokens": self.new_tokens,
-            "steps": self.steps,
-            "seconds": self.seconds,
-            "prefill_seconds": self.prefill_seconds,
-            "draft_seconds": self.draft_seconds,
-            "verify_seconds": self.verify_seconds,
-            "tokens_per_s": self.tokens_per_s,
-            "decode_tokens_per_s": self.decode_tokens_per_s,
-            "num_drafts": self.num_drafts,
-            "num_draft_tokens": self.num_draft_tokens,
-            "num_accepted_tokens": self.num_accepted_tokens,
-            "acceptance_rate": self.acceptance_rate,
-            "mean_acceptance_length": self.mean_acceptance_length,
-            "tokens_per_step": self.tokens_per_step,
-        }
+        return {name: getattr(self, name) for name in (*GENERATION_TOTALS, *GENERATION_RATES)}
 
 
 @dataclass

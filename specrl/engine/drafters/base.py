@@ -79,25 +79,3 @@ class Drafter(Protocol):
 
     def caches(self) -> list[KVCache]:
         """The KV caches it keeps (none for a lookup drafter), for inspection and tests."""
-
-
-def stacked_proposal(
-    rows: int,
-    vocab_size: int,
-    device: torch.device,
-    columns: list[torch.Tensor],
-    laws: list[torch.Tensor],
-    proposed: list[int],
-    signals: tuple[list[list[float]], list[list[float]]],
-    stopped: list[bool],
-) -> Proposal:
-    """The proposal of tokens drafted one column at a time ((B,) each), drawn from ``laws``
-    ((B, V) each), of which row r proposes its first ``proposed[r]``."""
-    width = max(proposed, default=0)
-    if not width:
-        empty_q = torch.empty((rows, 0, vocab_size), device=device)
-        return Proposal(
-            torch.empty((rows, 0), dtype=torch.long, device=device), empty_q, proposed, *signals, stopped
-        )
-    tokens = torch.stack(columns[:width], 1)  # (B, w)
-    return Proposal(tokens, torch.stack(laws[:width], 1), proposed, *signals, stopped)

@@ -8,7 +8,7 @@ import torch
 from transformers import PreTrainedModel
 
 from specrl.engine.cache import KVCache, on_device, padded
-from specrl.engine.drafters.base import Proposal, stacked_proposal
+from specrl.engine.drafters.base import Proposal
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.signals import DraftSignals
 from specrl.engine.types import Action
@@ -77,9 +77,13 @@ class ModelDrafter:
             if not any(drafting):
                 break
             ids, counts = columns[-1][:, None], None if all(drafting) else [int(d) for d in drafting]
-        return stacked_proposal(
-            rows, cache.vocab_size, cache.model.device, columns, laws, proposed, signals.read(), stopped
-        )
+        width, device = max(proposed, default=0), cache.model.device
+        if not width:
+            tokens = torch.empty((rows, 0), dtype=torch.long, device=device)
+            q = torch.empty((rows, 0, cache.vocab_size), device=device)
+        else:
+            tokens, q = torch.stack(columns[:width], 1), torch.stack(laws[:width], 1)  # (B, w), (B, w, V)
+        return Proposal(tokens, q, proposed, *signals.read(), stopped)
 
     def rollback(self, lengths: list[int]) -> None:
         self.cache.rollback(lengths)
