@@ -5,9 +5,9 @@ A result folder is a folder of ``results/`` (a run written below it, as ``--out
 results/real_loop/xeon``, belongs to ``results/real_loop``), or the folder a run was written to
 elsewhere. It may hold several runs (``batch_real.py --out results/batch/real_b64`` beside
 ``bench_batch.py``'s page): each run is a ``## `` section of the README, and a script rewrites only
-its own section (the one that links its table), keeping the folder's title, its summary, the
-headings and the other sections.
-Findings written by hand stay in ``notes.md`` beside it, which the README links.
+its own section (the one whose tables begin with its table), keeping the folder's title, its
+summary, the headings and the other sections. Findings written by hand stay in ``notes.md`` beside
+it, which the README links.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def commit_line(machine: dict | str) -> str:
 
 
 def links(paths: Sequence[str]) -> str:
+    """Markdown links to ``paths``, named by them."""
     return ", ".join(f"[`{path}`]({path})" for path in paths)
 
 
