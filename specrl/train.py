@@ -89,12 +89,8 @@ def train(options: TrainOptions, command: str, progress: bool = True) -> TrainRe
     say = print if progress else (lambda *_: None)
     started = time.perf_counter()
     real_loop = options.train_on == "real"
-    overrides = {
-        "total_timesteps": options.total_timesteps,
-        "n_envs": options.n_envs,
-        "eval_freq": options.eval_freq,
-        "kl_to_clone": options.kl_to_clone,
-    }
+    budget_flags = ("total_timesteps", "n_envs", "eval_freq", "kl_to_clone")  # the YAML's unless given
+    overrides = {key: getattr(options, key) for key in budget_flags}
     hyper, budget = resolve_config(
         options.config, real_loop=real_loop, overrides=overrides, hyperparameters=options.hyperparameters
     )

@@ -1,13 +1,5 @@
 """The ``specrl`` command: one subcommand per thing a user does, each a thin call of the library.
 
-    specrl train       train a PPO policy (specrl.train.train)
-    specrl evaluate    every controller side by side on test prompts: simulator and real loop
-    specrl calibrate   measure a pair's latency model on this machine
-    specrl collect     record the acceptance traces the simulator replays
-    specrl compare     run controllers in the real loop and compare them (the quick look)
-    specrl generate    decode one prompt speculatively and print the statistics
-    specrl check       is the engine lossless on this device?
-
 Each subcommand's module imports only ``argparse`` at the top: ``--help`` and the argument checks
 answer before torch loads; the work's modules load in its ``run``.
 """
