@@ -149,8 +149,8 @@ def test_the_users_policies_are_found_by_name_before_the_shipped_ones(tmp_path, 
 
 
 def test_the_ray_flag_names_the_clusters_local_address():
-    from specrl.cli.ray import LOCAL as COMMAND_LOCAL
     from specrl.distributed.cluster import LOCAL
+    from specrl.names import RAY_LOCAL as COMMAND_LOCAL  # the const of --ray
 
     assert COMMAND_LOCAL == LOCAL
 

@@ -59,7 +59,7 @@ def layer_graph() -> dict[str, set[str]]:
 
 LAYERS: tuple[tuple[str, ...], ...] = (  # bottom up; a new package or module must be placed here
     # no model, no engine
-    ("io", "tables", "plots", "provenance", "features", "acceptance", "home", "registration"),
+    ("names", "io", "tables", "plots", "provenance", "features", "acceptance", "home", "registration"),
     ("validation",),  # pydantic's errors in words (scenario files, the hyperparameter YAML)
     ("action_layout",),  # the action's dimensions: the envs, the policy folders, the learned controller
     ("embedded", "models"),

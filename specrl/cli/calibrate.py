@@ -24,16 +24,16 @@ import time
 from pathlib import Path
 
 from specrl.cli.pair_options import add_pair_arguments, check_pair_arguments, pair_values
+from specrl.names import CALIBRATION_METHODS
 
 HELP = "measure a pair's latency model on this machine (cached)"
-METHODS = ("loop", "profile", "batch")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_pair_arguments(parser)
     parser.add_argument(
         "--method",
-        choices=METHODS,  # specrl.latency.calibration.METHODS (a test holds them equal)
+        choices=CALIBRATION_METHODS,
         default="loop",
         help="loop: learn from the decoding loop (default); profile: forwards alone; batch: over batch sizes",
     )

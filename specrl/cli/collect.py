@@ -19,6 +19,7 @@ import contextlib
 import time
 
 from specrl.cli.ray import add_ray_arguments, pool_from_args
+from specrl.names import SPLITS
 
 HELP = "record the acceptance traces the simulator replays (cached)"
 #: Scenarios whose traces are their parts' (collecting the parts collects them).
@@ -32,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--split",
-        choices=("train", "validation", "test", "all"),
+        choices=(*SPLITS, "all"),
         default="all",
         help="prompt split to record (default: every split the scenario has prompts in)",
     )
@@ -66,7 +67,6 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def collect(scenarios: list, args: argparse.Namespace) -> None:
     """Each scenario's traces of the splits asked for: loaded, or recorded and saved."""
     from specrl.envs.recording import cached_traces
-    from specrl.envs.scenario import SPLITS
     from specrl.envs.trace_store import DEFAULT_PROMPTS_PER_DOMAIN, cache_key, cache_parts, trace_dirs
 
     pair = None

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from specrl.cli.pair_options import add_pair_arguments, check_pair_arguments, pair_values
+from specrl.names import SPLITS
 
 HELP = "run controllers in the real loop and compare them (the quick look)"
 
@@ -40,9 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--warmup", type=int, default=1, help="untimed warm-up episodes per scenario (default 1)"
     )
-    parser.add_argument(
-        "--split", choices=("train", "validation", "test"), default="test", help="prompt split (default test)"
-    )
+    parser.add_argument("--split", choices=SPLITS, default="test", help="prompt split (default test)")
     parser.add_argument(
         "--time", choices=("wallclock", "modeled"), help="time source (default: each scenario's own)"
     )

@@ -6,11 +6,11 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from specrl.names import RAY_LOCAL
+
 if TYPE_CHECKING:
     from specrl.distributed.workers import RayPool
     from specrl.envs.scenario import PairSpec
-
-LOCAL = "local"  # --ray without an address: specrl.distributed.cluster.LOCAL (a test holds them equal)
 
 
 def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,7 +18,7 @@ def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--ray",
         nargs="?",
-        const=LOCAL,
+        const=RAY_LOCAL,
         default=None,
         metavar="ADDRESS",
         help="shard the work by prompt across Ray workers, each loading the pair once; without ADDRESS a "

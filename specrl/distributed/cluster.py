@@ -11,11 +11,12 @@ import socket
 import threading
 from typing import Any
 
+from specrl.names import RAY_LOCAL as LOCAL  # connect() without an address: a local Ray instance
+
 #: Seconds to wait for a TCP connection to a cluster's address.
 PROBE_SECONDS = 3.0
 #: Attempts (about a second each) Ray makes to reach a cluster's control service.
 CONNECT_SECONDS = 3
-LOCAL = "local"
 
 
 class RayError(RuntimeError):

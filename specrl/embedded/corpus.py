@@ -24,8 +24,9 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specrl.names import SPLITS  # prompt splits: see the module doc
+
 DOMAINS = ("code", "prose", "math")  # what the pair's models train on
-SPLITS = ("train", "validation", "test")  # prompt splits: see the module doc
 EVALUATION_BLOCK = 8  # held-out prompts are dealt into test and validation in blocks of this size
 LIMITS = {"code": (120, 400), "prose": (80, 300), "math": (40, 160)}  # prompt length (chars) per domain
 

@@ -23,8 +23,7 @@ from specrl.latency.model import LatencyModel
 from specrl.latency.profiling import profile
 from specrl.latency.store import latency_path
 from specrl.models import ModelPair
-
-METHODS = ("loop", "profile", "batch")  # how calibrated() measures: learn, profile, measure_batch_latency
+from specrl.names import CALIBRATION_METHODS as METHODS  # how calibrated() measures
 
 
 class CalibrationWarning(UserWarning):
