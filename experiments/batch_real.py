@@ -37,12 +37,12 @@ from pathlib import Path
 
 from benchmarks.batch_real import controllers, policy_folders, row_names, scenario_row
 from benchmarks.batch_real_page import write
+from benchmarks.origin import result_origin
 
 import specrl
 from specrl.batch_control import ARRIVALS, FIXED, tune_cutoff, tune_schedule
 from specrl.envs import load_scenario
 from specrl.envs.batch_replay import BatchReplayEnv
-from specrl.evaluation.machine import result_origin
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -35,9 +35,10 @@ from pathlib import Path
 
 from benchmarks.batch import measure, prompt_pool, same_prompt_spread, summarise
 from benchmarks.batch_page import markdown, write
+from benchmarks.origin import result_origin
 
 import specrl
-from specrl.evaluation.machine import pair_info, result_origin
+from specrl.evaluation.machine import pair_info
 
 REPO = Path(__file__).resolve().parent.parent
 

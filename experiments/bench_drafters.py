@@ -40,11 +40,12 @@ from pathlib import Path
 
 from benchmarks.drafters import POOL_RULE, SPLITS, measure, summarise
 from benchmarks.drafters_page import markdown, write
+from benchmarks.origin import result_origin
 from benchmarks.prompts import DOMAINS, first_prompts
 
 import specrl
 from specrl.engine.drafters import DRAFTERS, DrafterPool
-from specrl.evaluation.machine import pair_info, result_origin
+from specrl.evaluation.machine import pair_info
 
 REPO = Path(__file__).resolve().parent.parent
 

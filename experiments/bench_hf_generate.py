@@ -41,10 +41,11 @@ from pathlib import Path
 
 from benchmarks.hf_generate import run
 from benchmarks.hf_generate_page import markdown, write
+from benchmarks.origin import result_origin
 from benchmarks.prompts import DOMAINS, first_prompts
 
 import specrl
-from specrl.evaluation.machine import command_line, pair_info, result_origin
+from specrl.evaluation.machine import command_line, pair_info
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -87,9 +87,10 @@ def main(argv: list[str] | None = None) -> dict:
     from specrl.vllm.compat import require_vllm
 
     vllm = require_vllm()
+    from benchmarks.origin import result_origin
+
     import specrl
     from specrl.embedded import ensure_pair
-    from specrl.evaluation.machine import result_origin
     from specrl.vllm.proposer import CONTROLLER_VARIABLE, DRAFT_VARIABLE, MAX_BATCH_VARIABLE
 
     pair = specrl.load_pair(device="cpu")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from benchmarks.origin import origin_line
 from benchmarks.result_folder import Run, write_readme
 from specrl.evaluation.intervals import paired_ratio_interval
-from specrl.evaluation.machine import origin_line
 from specrl.io import write_report
 from specrl.tables import markdown_table
 

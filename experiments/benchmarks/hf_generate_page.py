@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchmarks.origin import describe_commit
 from benchmarks.result_folder import Run, write_readme
-from specrl.evaluation.machine import describe_commit, describe_machine
+from specrl.evaluation.machine import describe_machine
 from specrl.io import write_report
 from specrl.tables import markdown_table
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchmarks.origin import origin_line
 from benchmarks.result_folder import Run, write_readme
 from benchmarks.vllm_engines import ARRIVALS
 from specrl.evaluation.intervals import RatioInterval, paired_ratio_interval
-from specrl.evaluation.machine import origin_line
 from specrl.io import write_report
 from specrl.tables import markdown_table
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import datetime
 import os
 import platform
 import shlex
@@ -85,14 +84,6 @@ def describe_machine(machine: dict) -> str:
     return line
 
 
-def describe_commit(machine: dict) -> str | None:
-    """``commit <10 hex>`` plus `` with uncommitted changes`` when the tree was dirty; None unknown."""
-    git = machine.get("git") or {}
-    if not git.get("commit"):
-        return None
-    return f"commit {git['commit'][:10]}" + (" with uncommitted changes" if git.get("dirty") else "")
-
-
 def machine_clause(device: str) -> str:
     """A result line's short machine: architecture, logical CPUs, torch and the latency model's
     ``device`` (as ``train_ppo.py`` and ``real_loop_check.py`` end their pages)."""
@@ -107,21 +98,3 @@ def command_line() -> str:
         if k in os.environ
     )
     return f"{env + ' ' if env else ''}python {shlex.join(sys.argv)}"
-
-
-def result_origin(pair: ModelPair) -> dict:
-    """What a result file records of the run that made it: machine, date (UTC) and command."""
-    return {
-        "machine": machine_info(pair),
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": command_line(),
-    }
-
-
-def origin_line(report: dict) -> str:
-    """A result page's last line: the command, date, machine and commit of ``report``'s run."""
-    commit = describe_commit(report["machine"])
-    return (
-        f"Command: `{report['command']}`. Date: {report['date']}. "
-        f"Machine: {describe_machine(report['machine'])}{'; ' + commit if commit else ''}"
-    )
