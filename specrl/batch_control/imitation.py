@@ -18,6 +18,7 @@ from specrl.controllers.batch_schedule import BatchCutoffController, BatchSchedu
 from specrl.controllers.static import StaticController
 from specrl.oracle import RolloutOracle
 from specrl.trace_evaluation import controller_throughput, rates_by_batch
+from specrl.training.comparison import geometric_mean
 from specrl.training.run_folder import BEST_MODEL, BEST_NORMALIZER
 from specrl.training.selection import policy_predict
 
@@ -100,7 +101,7 @@ class Validation(BaseCallback):
                 for name, env in self.envs.items()
             }
         vs_plain = self.vs_plain(ratios)
-        score = float(np.exp(np.mean(np.log(list(ratios.values())))))  # geometric mean over scenarios
+        score = geometric_mean(ratios.values())
         worst = min(vs_plain.values(), default=np.inf)
         for name, ratio in ratios.items():
             self.logger.record(f"specdec/batch/ratio_vs_schedule/{name}", ratio)

@@ -94,14 +94,12 @@ def spread(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, f
     }
 
 
-def records_throughput(records: list[EpisodeRecord]) -> float:
-    return throughput(sum(r.summary.tokens for r in records), sum(r.summary.seconds for r in records))
-
-
 def aggregate(repeats: list[list[EpisodeRecord]], engine: str = "ours") -> dict[str, Any]:
     """A row's numbers from its episodes (``repeats[r][e]``); ``engine`` "hf" leaves the
     per-step quantities out (None)."""
-    per_repeat = [records_throughput(records) for records in repeats]
+    per_repeat = [
+        throughput(sum(r.summary.tokens for r in rs), sum(r.summary.seconds for r in rs)) for rs in repeats
+    ]
     records = [r for records in repeats for r in records]
     total = EpisodeSummary()
     for r in records:
