@@ -270,13 +270,10 @@ def training_machines(
     select: Sequence[str] | None = None,
 ) -> Machines:
     """What ``--latency-profiles`` names (:class:`Machines`). ``[MACHINE]``: this machine's
-    ``latency``; ``[FAMILY]``: the shipped family, scored under :data:`SELECT_PROFILES`
-    (``batch``: the family of models over batch sizes, scored under
-    :data:`SELECT_BATCH_PROFILES`); profile names: a family of them (``perturbations`` around
-    each, the family's default if None), scored under each of them. A family must price every
-    one of ``drafters`` on every profile (the shipped profiles price every drafter of the pool:
-    :func:`specrl.latency.family.with_pool_prices`). ``select``: the profiles to score under
-    instead (each one of the family's)."""
+    ``latency``; ``[FAMILY]``: the shipped family (``batch``: over batch sizes), scored under
+    :data:`SELECT_PROFILES` (:data:`SELECT_BATCH_PROFILES`); profile names: a family of them
+    (``perturbations`` around each), scored under each. ``select``: the profiles to score under
+    instead. A family must price every one of ``drafters`` on every profile."""
     names = list(names)
     if names == [MACHINE]:
         return Machines(None, {MACHINE: latency})

@@ -239,15 +239,12 @@ class PPORun:
         """The current policy against the rules on the validation traces (:class:`PolicyVsRules`)."""
         return self.selection(policy_predict(self.model, self.venv if self.normalize else None))
 
-    @property
-    def demonstrate_over_family(self) -> bool:
-        """Whether the priced rule demonstrates under the whole training family (the YAML's
-        ``train.demonstrations: family``) rather than the profiles selected under (``selection``)."""
-        return self.budget.get("demonstrations") == "family" and self.inputs.machines.family is not None
-
     def warm_start(self) -> dict[str, Any]:
         """Clone the rules into the policy (:func:`~specrl.training.warm_start.warm_start`); what was
-        cloned is recorded in ``state["warm_start"]`` and returned."""
+        cloned is recorded in ``state["warm_start"]`` and returned. The priced rule demonstrates
+        under the whole training family with the YAML's ``train.demonstrations: family``, else
+        under the profiles selected under."""
+        over_family = self.budget.get("demonstrations") == "family"
         self.state["warm_start"] = warm_start(
             self.model,
             self.venv if self.normalize else None,
@@ -257,7 +254,7 @@ class PPORun:
             self.envs.observation_space.shape[0],
             self.seed,
             {name: (rules, self.selection.bars[name]) for name, rules in self.selection.rules.items()},
-            family=self.inputs.machines.family if self.demonstrate_over_family else None,
+            family=self.inputs.machines.family if over_family else None,
         )
         return self.state["warm_start"]
 
