@@ -41,6 +41,12 @@ collect_ignore = [] if importlib.util.find_spec("vllm") else ["in_vllm"]
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_collection_modifyitems(items):
+    """The slow tests first (a stable sort), so that the workers' last minutes hold short tests
+    and no worker idles while another finishes a long one."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def save_model(path: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast) -> str:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
