@@ -1,9 +1,10 @@
 """Run controllers through the real-loop env (``specrl/SpecDecode-v0``) and compare them: the quick
 look (``specrl evaluate`` is the full comparison).
 
-Every episode seed of a scenario is played by every controller (same prompt, same sampling seed),
-in a rotating order so that machine noise hits all alike, after one untimed warm-up episode. Per
-scenario a table: tokens/sec (total tokens / total decode seconds, wall-clock or modeled as the
+Per scenario, the library's real loop (:func:`specrl.evaluation.harness.run_real_loop`) plays every
+controller on the split's first prompts (round robin over the start domains, episode i reset with
+seed SEED + i) in a seeded random order, after untimed warm-up episodes of the first controller.
+Per scenario a table: tokens/sec (total tokens / total decode seconds, wall-clock or modeled as the
 scenario says), the ratio to the first controller, acceptance rate, mean k and tau asked for.
 Controllers are named as in ``specrl.evaluation.roster`` (plain, static:K[:TAU], tcp,
 tcp-tau0.25, hf-heuristic, hf-confidence), each bounded by the scenario's k_max.
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+from functools import partial
 from pathlib import Path
 
 from specrl.cli.pair_options import add_pair_arguments, check_pair_arguments, pair_values
@@ -56,8 +59,6 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.episodes < 1 or args.warmup < 0:
         parser.error("--episodes must be >= 1 and --warmup >= 0")
     check_pair_arguments(args, parser)
-    from tqdm import tqdm
-
     import specrl
     from specrl.envs import (
         EpisodeSummary,
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         shipped_scenarios,
     )
     from specrl.evaluation import roster
-    from specrl.evaluation.compare import compare, env_players, rotating
+    from specrl.evaluation.harness import Settings, run_real_loop
     from specrl.evaluation.scenario_choice import Overrides
     from specrl.io import write_text_atomic
 
@@ -87,36 +88,33 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     pairs: dict[PairSpec, specrl.ModelPair] = {}
     results: dict[str, dict] = {}
     tables = []
-    trials_per_scenario = args.warmup + args.episodes * len(args.controllers)
-    with tqdm(total=len(scenarios) * trials_per_scenario, desc="episodes", unit="ep") as progress:
-        for scenario in scenarios:
-            spec = scenario.pair
-            if spec not in pairs:
-                pairs[spec] = spec.load()
-            env = SpecDecodeEnv(scenario, pair=pairs[spec], split=args.split, time=args.time, prepare=True)
-            controllers = {name: roster.make_controller(name, scenario.k_max) for name in args.controllers}
-            # the env draws episode i's prompt from its seed SEED + i; no controller always runs first
-            trials = compare(
-                env_players(env, controllers),
-                [None] * args.episodes,
-                order=rotating,
-                seed=lambda options, repeat, index: args.seed + index,
-                warmup=args.warmup,
-                warmup_players=args.controllers[:1],
-                on_trial=lambda trial: progress.update(),
-            )
-            totals = {name: EpisodeSummary() for name in controllers}
-            for trial in trials:
-                totals[trial.player].add(trial.record)
-            time = env.scenario.reward.time
-            tables.append(format_table(scenario.name, time, totals))
-            results[scenario.name] = {
-                "time": time,
-                "split": args.split,
-                "episodes": args.episodes,
-                "pair": pairs[spec].name,
-                "controllers": {name: s.to_dict() for name, s in totals.items()},
-            }
+    settings = Settings(
+        repeats=1, warmup=args.warmup, warmup_rows=tuple(args.controllers[:1]), hf=False, seed=args.seed
+    )
+    for scenario in scenarios:
+        spec = scenario.pair
+        if spec not in pairs:
+            pairs[spec] = spec.load()
+        env = SpecDecodeEnv(scenario, pair=pairs[spec], split=args.split, time=args.time, prepare=True)
+        start_domains = sum(1 for weight in scenario.prompts.domains.values() if weight > 0)
+        plan = roster.episode_plan(
+            env.scenario, env.prompt_sets, math.ceil(args.episodes / start_domains), args.seed
+        )
+        factories = {name: partial(roster.make_controller, name, scenario.k_max) for name in args.controllers}
+        records, _ = run_real_loop(env, roster.first_episodes(plan, args.episodes), factories, None, settings)
+        totals = {name: EpisodeSummary() for name in factories}
+        for name, repeats in records.items():
+            for record in repeats[0]:
+                totals[name].add(record.summary)
+        time = env.scenario.reward.time
+        tables.append(format_table(scenario.name, time, totals))
+        results[scenario.name] = {
+            "time": time,
+            "split": args.split,
+            "episodes": args.episodes,
+            "pair": pairs[spec].name,
+            "controllers": {name: s.to_dict() for name, s in totals.items()},
+        }
     print("\n\n".join(tables))
     if args.json is not None:
         write_text_atomic(args.json, json.dumps(results, indent=2))

@@ -1,10 +1,10 @@
 """The one real-loop comparison loop: every player (a controller in an env, or HF ``generate``)
 on every episode, repeated, each player of an episode on the same random draws (the same reset
 seed), in an order that spreads the machine's slow and fast phases over all alike. Each caller
-keeps its protocol by choosing the order (:func:`shuffled`, :func:`rotating`, :func:`alternating`,
-:func:`fixed`), the seeds (:func:`episode_seed_of`, :func:`repeat_seed`, :func:`unseeded`) and the
-warm-up. :func:`paired_ratio` compares two players within each repeat, so drift between repeats
-cancels (its 95% interval: :mod:`specrl.evaluation.intervals`).
+keeps its protocol by choosing the order (:func:`shuffled`, :func:`alternating`, :func:`fixed`),
+the seeds (:func:`episode_seed_of`, :func:`repeat_seed`, :func:`unseeded`) and the warm-up.
+:func:`paired_ratio` compares two players within each repeat, so drift between repeats cancels
+(its 95% interval: :mod:`specrl.evaluation.intervals`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,6 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
-
-import gymnasium as gym
-
-from specrl.controllers.base import Controller
-from specrl.envs.rollout import EpisodeSummary, run_episode
 
 R = TypeVar("R")
 #: Plays one episode with the given reset seed and returns what it measured.
@@ -45,12 +40,6 @@ def shuffled(seed: int) -> Order:
     """A fresh random order for every episode, from ``random.Random(seed)``."""
     rng = random.Random(seed)
     return lambda names, repeat, index: rng.sample(names, len(names))
-
-
-def rotating(names: list[str], repeat: int, index: int) -> list[str]:
-    """Episode i starts with player i (mod the number of players): none always runs first."""
-    shift = index % len(names)
-    return names[shift:] + names[:shift]
 
 
 def fixed(names: list[str], repeat: int, index: int) -> list[str]:
@@ -114,15 +103,6 @@ def compare(
                 if on_trial is not None:
                     on_trial(trial)
     return trials
-
-
-def env_players(env: gym.Env, controllers: Mapping[str, Controller]) -> dict[str, Player[EpisodeSummary]]:
-    """Each controller as a player in ``env``: an episode is the reset's ``options`` (a dict, or None
-    to let the env draw the prompt from the seed), the record its :class:`EpisodeSummary`."""
-    return {
-        name: (lambda options, seed, controller=controller: run_episode(env, controller, seed, options))
-        for name, controller in controllers.items()
-    }
 
 
 def by_player(trials: Sequence[Trial[R]], players: Sequence[str]) -> dict[str, list[list[R]]]:
