@@ -68,8 +68,9 @@ from benchmarks.prompts import DOMAINS
 from benchmarks.result_folder import Run, write_readme
 
 import specrl
-from specrl.evaluation.machine import command_line, loadavg, machine_info, pair_info, warn_if_busy
+from specrl.evaluation.machine import machine_info, pair_info, warn_if_busy
 from specrl.io import write_text_atomic
+from specrl.provenance import command_line, load_average
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> dict:
     forward_costs = measure_forward_costs(
         pair, [p.ids for p in prompts], args.k_values, args.forward_context, args.forward_reps
     )
-    machine["loadavg_end"] = loadavg()
+    machine["loadavg_end"] = load_average()
 
     report = {
         "date": started,

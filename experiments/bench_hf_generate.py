@@ -45,7 +45,8 @@ from benchmarks.origin import result_origin
 from benchmarks.prompts import DOMAINS, first_prompts
 
 import specrl
-from specrl.evaluation.machine import command_line, pair_info
+from specrl.evaluation.machine import pair_info
+from specrl.provenance import command_line
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -48,11 +48,11 @@ from profiles_parts.rows import PRICED, curve_steps, prices, profile_row, rule_p
 from tqdm.auto import tqdm
 
 from specrl.envs import ScenarioError, cached_traces
-from specrl.evaluation.machine import command_line, machine_clause
 from specrl.export import load_policy
 from specrl.io import write_text_atomic
 from specrl.latency import HELD_OUT
 from specrl.latency.family import profiles as latency_profiles
+from specrl.provenance import command_line, machine_clause
 from specrl.training.inputs import (
     DEFAULT_EVAL_SCENARIOS,
     DEFAULT_SCENARIOS,

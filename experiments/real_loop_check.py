@@ -23,10 +23,10 @@ from benchmarks.result_folder import Run, write_readme
 
 from specrl.controllers.learned import LearnedController
 from specrl.envs import cached_traces
-from specrl.evaluation.machine import command_line, machine_clause
 from specrl.evaluation.real_loop_check import check_scenarios, real_loop_section
 from specrl.io import write_text_atomic
 from specrl.latency import calibrated
+from specrl.provenance import command_line, machine_clause
 from specrl.rule_tuning import fit_acceptance_predictor
 from specrl.training.comparison import Comparison
 from specrl.training.inputs import load_scenarios, named_policies

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import time
 from pathlib import Path
@@ -37,10 +36,9 @@ from benchmarks.result_folder import Run, commit_line, write_readme
 from sim_vs_real_parts import SPLIT, render, scenario_rows, summarize
 
 from specrl.envs import load_scenario
-from specrl.evaluation.machine import command_line
 from specrl.io import write_text_atomic
 from specrl.latency import LatencyModel, calibrated
-from specrl.provenance import git_state
+from specrl.provenance import command_line, current_load, git_state
 
 MEASURED = (
     "Modeled episode time against wall clock per controller and scenario: the same controllers on the "
@@ -109,7 +107,7 @@ def main() -> None:
         print(text)
         return
     command = command_line()
-    started, load_before = time.perf_counter(), os.getloadavg()[0]
+    started, load_before = time.perf_counter(), current_load()
     rows, noise = [], {}
     pair = latency = profiled = None
     for name in args.scenarios:
@@ -136,7 +134,7 @@ def main() -> None:
         "split": SPLIT,
         "machine": f"{platform.processor() or platform.machine()}, {latency.device}",
         "git": git_state(),
-        "load_average": [load_before, os.getloadavg()[0]],
+        "load_average": [load_before, current_load()],
         "seconds": round(time.perf_counter() - started),
         **summarize(rows, noise),
     }

@@ -18,7 +18,7 @@ import argparse
 import dataclasses
 
 from specrl.batch_control.train import BatchTrainOptions, train_batch
-from specrl.evaluation.machine import command_line
+from specrl.provenance import command_line
 from specrl.training.inputs import check_latency_profile_arguments
 from specrl.training.options import PROFILE_OPTIONS, add_arguments
 

@@ -30,6 +30,7 @@ from specrl.engine.decoder import SpeculativeDecoder, drive
 from specrl.engine.sampling import SamplingConfig
 from specrl.hf import pair_from_models
 from specrl.models import CacheSettings, ModelPair, check_device
+from specrl.provenance import machine
 
 P_VALUE_FLOOR = 1e-3  # chi-square p-values below this fail the sampling check
 BF16_WHY = (
@@ -348,10 +349,11 @@ def run_selfcheck(
             close_pair(device, torch.bfloat16), prompt_ids, tokens=tokens, ks=ks, caches=caches, strict=False
         ),
     )
+    here = machine(device)
     return {
-        "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "torch": torch.__version__,
+        "device": here["device"],
+        "device_name": here.get("gpu"),
+        "torch": here["torch"],
         "float32_matmul": "highest (TF32 off) in the float32 checks",
         "checks": checks,
         "passed": all(check["passed"] for check in checks.values() if check["strict"]),

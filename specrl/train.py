@@ -16,12 +16,12 @@ import torch
 
 from specrl.controllers.learned import LearnedController
 from specrl.envs import shipped_scenarios
-from specrl.evaluation.machine import machine_clause
 from specrl.evaluation.real_loop_check import check_scenarios, real_loop_section
 from specrl.export.layout import SHIPPED_POLICY_DIR, PolicyError
 from specrl.export.write import PARITY_OBSERVATIONS, check_replaceable, copy_policy
 from specrl.home import user_policies_dir
 from specrl.io import write_text_atomic
+from specrl.provenance import machine_clause
 from specrl.training.comparison import simulator_section, stored_results, unseen_note
 from specrl.training.inputs import (
     ActionSpaceError,

@@ -96,7 +96,7 @@ def test_the_readme_says_the_command_commit_machine_and_links_the_tables_and_plo
     assert (written["alone"] / "README.md").read_text() == (
         "# Runs of bench\n\nWhat bench measured.\n\n"
         "- Command: `python experiments/bench_x.py`\n"
-        "- Commit: 0123456+dirty\n"  # the run's recorded commit, not the checkout's now
+        "- Commit: 0123456-dirty\n"  # the run's recorded commit, not the checkout's now
         "- Machine: cpu (float32), 2 CPUs (x86_64), torch 2.13.0, transformers 5.19.0, Python 3.11\n"
         "- Tables: [`bench.md`](bench.md)\n"
         "- Data: [`bench.json`](bench.json)\n\n"

@@ -9,8 +9,8 @@ from pathlib import Path
 from benchmarks.drafters import QUANTIZED
 from benchmarks.origin import describe_commit
 from benchmarks.result_folder import Run, write_readme
-from specrl.evaluation.machine import describe_machine
 from specrl.io import write_report
+from specrl.provenance import describe_machine
 from specrl.tables import markdown_table
 
 

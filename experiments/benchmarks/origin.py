@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import datetime
 
-from specrl.evaluation.machine import command_line, describe_machine, machine_info
+from specrl.evaluation.machine import machine_info
 from specrl.models import ModelPair
+from specrl.provenance import command_line, describe_machine, short_commit
 
 
 def describe_commit(machine: dict) -> str | None:
-    """``commit <10 hex>`` plus `` with uncommitted changes`` when the tree was dirty; None unknown."""
-    git = machine.get("git") or {}
-    if not git.get("commit"):
-        return None
-    return f"commit {git['commit'][:10]}" + (" with uncommitted changes" if git.get("dirty") else "")
+    """``commit <short hash>`` of a report's ``machine`` (:func:`specrl.provenance.short_commit`);
+    None when unknown."""
+    commit = short_commit(machine.get("git"))
+    return f"commit {commit}" if commit else None
 
 
 def result_origin(pair: ModelPair) -> dict:

@@ -16,9 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specrl.evaluation.machine import describe_machine
 from specrl.io import write_text_atomic
-from specrl.provenance import git_output, git_state
+from specrl.provenance import describe_machine, git_state, short_commit
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 FINDINGS = "## Findings"
@@ -47,13 +46,10 @@ class Run:
 
 
 def commit_line(machine: dict | str) -> str:
-    """The short commit of the run, ``+dirty`` when tracked files had changes: from the report's
-    recorded git state, else the checkout's now."""
+    """The run's :func:`specrl.provenance.short_commit`: from the report's recorded git state,
+    else the checkout's now."""
     state = (machine.get("git") if isinstance(machine, dict) else None) or git_state()
-    if not state.get("commit"):
-        return "unknown (not run from a git checkout)"
-    short = git_output("rev-parse", "--short", state["commit"]) or state["commit"][:7]
-    return short + ("+dirty" if state.get("dirty") else "")
+    return short_commit(state) or "unknown (not run from a git checkout)"
 
 
 def links(paths: Sequence[str]) -> str:

@@ -15,9 +15,10 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from specrl.controllers import Controller, StaticController
-from specrl.evaluation.machine import command_line, machine_info, pair_info
+from specrl.evaluation.machine import machine_info, pair_info
 from specrl.evaluation.records import acceptance_rate
 from specrl.models import ModelPair
+from specrl.provenance import command_line
 from specrl.serving import Setup, StreamSpec, build_setups, draw_requests, serve_stream
 from specrl.serving.adaptation import LiveDraft
 

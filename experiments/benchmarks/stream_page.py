@@ -12,8 +12,8 @@ from typing import Any
 from benchmarks.origin import describe_commit
 from benchmarks.result_folder import Run, write_readme
 from benchmarks.stream_tables import markdown, plot
-from specrl.evaluation.machine import describe_machine
 from specrl.io import write_text_atomic
+from specrl.provenance import describe_machine
 from specrl.tables import markdown_table
 
 

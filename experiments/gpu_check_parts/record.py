@@ -14,8 +14,8 @@ from benchmarks.result_folder import Run, write_readme
 
 from gpu_check_parts.budgets import AIM_SECONDS
 from gpu_check_parts.page import render_markdown
-from specrl.evaluation.machine import command_line
 from specrl.io import write_report
+from specrl.provenance import command_line
 
 
 class Record:

@@ -108,10 +108,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from specrl.envs.scenario import LATENCY_SOURCES
     from specrl.envs.trace_store import DEFAULT_PROMPTS_PER_DOMAIN
     from specrl.evaluation import Settings, roster
-    from specrl.evaluation.machine import command_line
     from specrl.evaluation.run_all import evaluate_all, run_name, write_results
     from specrl.evaluation.scenario_choice import Overrides, choose_scenarios
     from specrl.export.layout import policy_folder
+    from specrl.provenance import command_line
 
     if args.sim_prompts_per_domain is None:
         args.sim_prompts_per_domain = DEFAULT_PROMPTS_PER_DOMAIN[args.split]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from specrl.embedded.corpus import DOMAINS, build_corpus
 from specrl.embedded.presets import PRESETS, training_flops
 from specrl.embedded.train import encode_streams, evaluate, make_model, train, train_tokenizer
 from specrl.home import specrl_home
+from specrl.provenance import machine
 
 CARD = "card.json"
 PROMPTS = "prompts.json"
@@ -133,14 +133,7 @@ def build(
         "preset": preset.to_dict(),
         "seed": seed,
         "command": command or f"python -m specrl.embedded build --preset {preset_name} --seed {seed}",
-        "built_with": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "device": str(train_device),
-            **({"gpu": torch.cuda.get_device_name(train_device)} if train_device.type == "cuda" else {}),
-            "machine": f"{platform.machine()} {os.cpu_count()} cpus",
-            "seconds": round(time.time() - started, 1),
-        },
+        "built_with": machine(train_device) | {"seconds": round(time.time() - started, 1)},
         "corpus": corpus.source,
         "tokens": {
             split: {d: int(len(s[d])) for d in DOMAINS}

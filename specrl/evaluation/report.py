@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from specrl.evaluation.harness import TCP
-from specrl.evaluation.machine import describe_machine
+from specrl.provenance import describe_machine
 from specrl.tables import markdown_table
 
 PER_SCENARIO_HEADING = "## Per scenario"

@@ -17,11 +17,12 @@ from typing import Any
 from specrl.envs.recording import recording_with
 from specrl.envs.scenario import Scenario
 from specrl.evaluation.harness import Settings, evaluate_scenario, load_policies
-from specrl.evaluation.machine import loadavg, machine_info, pair_info, warn_if_busy
+from specrl.evaluation.machine import machine_info, pair_info, warn_if_busy
 from specrl.evaluation.report import render_markdown, summarize, write_tensorboard
 from specrl.hf_assisted import confidence_threshold_variant
 from specrl.io import write_report
 from specrl.plots import write_plots
+from specrl.provenance import load_average
 
 
 def evaluate_all(
@@ -63,7 +64,7 @@ def evaluate_all(
             results_by_scenario[scenario.name] = evaluate_scenario(
                 scenario, pair, latencies[key], warm, policies, no_sim, real_loop
             )
-    machine["loadavg_end"] = loadavg()
+    machine["loadavg_end"] = load_average()
     if pool is not None:
         machine["ray"] = {"address": ray_address, "workers": pool.where()}
 

@@ -24,6 +24,7 @@ from specrl.latency.profiling import profile
 from specrl.latency.store import latency_path
 from specrl.models import ModelPair
 from specrl.names import CALIBRATION_METHODS as METHODS  # how calibrated() measures
+from specrl.provenance import current_load
 
 
 class CalibrationWarning(UserWarning):
@@ -57,11 +58,6 @@ def warn_if_contended(pair: ModelPair, path: Path, method: str, loads: Sequence[
             CalibrationWarning,
             stacklevel=3,
         )
-
-
-def current_load() -> float | None:
-    """The last minute's load average, None where the platform has none."""
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 def cached_calibration(pair: Any, *, k_max: int = 8, method: str = "loop") -> LatencyModel | None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import re
 import time
@@ -13,6 +12,7 @@ from typing import Any
 import torch
 
 from specrl.models import ModelPair
+from specrl.provenance import machine
 
 
 def _slug(text: str) -> str:
@@ -64,11 +64,13 @@ def latency_path(pair: ModelPair, method: str = "loop") -> Path:
 
 
 def environment() -> dict[str, Any]:
-    """The software and machine a measurement ran on, and when (kept in its ``measurement``)."""
+    """The software and machine a measurement ran on (of :func:`specrl.provenance.machine`), and
+    when (kept in its ``measurement``)."""
+    here = machine()
     return {
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "platform": platform.platform(),
+        "torch": here["torch"],
+        "torch_threads": here["torch_threads"],
+        "platform": here["platform"],
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "host_cpus": os.cpu_count(),
+        "host_cpus": here["cpu_count"],
     }
