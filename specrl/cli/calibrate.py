@@ -66,23 +66,18 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"--from-steps {args.from_steps}: no such file (write one with --save-steps)")
     import specrl
     from specrl.io import write_text_atomic
-    from specrl.latency import LatencyError, LatencyModel, latency_path
-    from specrl.latency.calibration import current_load, warn_if_contended
+    from specrl.latency import cached_calibration, calibrated, latency_path
 
     pair = specrl.load_pair(**pair_values(args))
     path = args.out or latency_path(pair, args.method)
-    model = None
-    if path.is_file() and not args.force:
-        try:
-            model = LatencyModel.load(path)
-            print(f"{path} exists; reporting it (--force measures again)")
-        except LatencyError as error:
-            print(f"{error}\nmeasuring again")
-    if model is None:
-        load_before = current_load()
-        model = measure(pair, args, path)
-        model.save(path)
-        warn_if_contended(pair, path, args.method, [load_before, current_load()])
+    model = None if args.force else cached_calibration(pair, k_max=args.k_max, method=args.method, path=path)
+    if model is not None:
+        print(f"{path} exists; reporting it (--force measures again)")
+    else:
+        started = time.perf_counter()
+        options = measure_options(pair, args, path)
+        model = calibrated(pair, k_max=args.k_max, recalibrate=True, method=args.method, path=path, **options)
+        print(f"measured and fitted in {time.perf_counter() - started:.0f} s")
     markdown = model.to_markdown()
     write_text_atomic(path.with_suffix(".md"), markdown)
     print(markdown)
@@ -90,30 +85,27 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
-def measure(pair, args: argparse.Namespace, path: Path):
-    """The model by ``args.method``: learned from the loop (recorded now or read back), profiled,
-    or measured over batch sizes."""
+def measure_options(pair, args: argparse.Namespace, path: Path) -> dict:
+    """:func:`~specrl.latency.calibrated`'s options for ``args.method``: the profile's grid, the
+    batch model's prompts (the arrivals scenario's), or the loop's steps (a count to record, or
+    records read back or recorded now to save beside ``path``)."""
     from specrl.envs import load_scenario
     from specrl.envs.scenario.sources import scenario_calibration_prompts
     from specrl.io import write_text_atomic
-    from specrl.latency import StepRecords, learn, measure_batch_latency, profile, record_loop
+    from specrl.latency import StepRecords, record_loop
 
-    started = time.perf_counter()
     if args.method == "profile":
-        model = profile(pair, k_max=args.k_max, contexts=args.contexts, repeats=args.repeats)
-    elif args.method == "batch":  # the batch simulator's model, calibrated on the arrivals scenario's prompts
-        prompts = scenario_calibration_prompts(load_scenario("arrivals"), pair)
-        model = measure_batch_latency(pair, k_max=args.k_max, prompts=prompts)
-    else:
-        if args.from_steps is not None:
-            records = StepRecords.from_dict(json.loads(args.from_steps.read_text()))
-            print(f"refitting {len(records)} steps from {args.from_steps}")
-        else:
-            records = record_loop(pair, k_max=args.k_max, steps=args.steps)
-            if args.save_steps:
-                steps_path = path.with_name(path.stem + ".steps.json")
-                write_text_atomic(steps_path, json.dumps(records.to_dict()))
-                print(f"wrote the recorded steps to {steps_path}")
-        model = learn(pair, k_max=args.k_max, records=records)
-    print(f"measured and fitted in {time.perf_counter() - started:.0f} s")
-    return model
+        return {"contexts": args.contexts, "repeats": args.repeats}
+    if args.method == "batch":
+        return {"prompts": scenario_calibration_prompts(load_scenario("arrivals"), pair)}
+    if args.from_steps is not None:
+        records = StepRecords.from_dict(json.loads(args.from_steps.read_text()))
+        print(f"refitting {len(records)} steps from {args.from_steps}")
+        return {"records": records}
+    if not args.save_steps:
+        return {"steps": args.steps}
+    records = record_loop(pair, k_max=args.k_max, steps=args.steps)
+    steps_path = path.with_name(path.stem + ".steps.json")
+    write_text_atomic(steps_path, json.dumps(records.to_dict()))
+    print(f"wrote the recorded steps to {steps_path}")
+    return {"records": records}

@@ -60,13 +60,15 @@ def warn_if_contended(pair: ModelPair, path: Path, method: str, loads: Sequence[
         )
 
 
-def cached_calibration(pair: Any, *, k_max: int = 8, method: str = "loop") -> LatencyModel | None:
-    """The cached file :func:`calibrated` would return without measuring, else None (missing, fewer
-    than k_max + 1 new tokens, or unreadable: a warning says so). ``pair`` needs only ``name``,
-    ``device`` and ``dtype``: no weights are loaded."""
+def cached_calibration(
+    pair: Any, *, k_max: int = 8, method: str = "loop", path: Path | None = None
+) -> LatencyModel | None:
+    """The file :func:`calibrated` would return without measuring (``path``, by default the cache
+    file), else None (missing, fewer than k_max + 1 new tokens, or unreadable: a warning says so).
+    ``pair`` needs only ``name``, ``device`` and ``dtype``: no weights are loaded."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    path = latency_path(pair, method)
+    path = latency_path(pair, method) if path is None else path
     if not path.is_file():
         return None
     try:
@@ -86,23 +88,28 @@ def calibrated(
     method: str = "loop",
     drafters: Sequence[str] = (),
     prompts: Sequence[Sequence[int]] | None = None,
+    path: Path | None = None,
+    **options: Any,
 ) -> LatencyModel:
     """The pair's latency model on its device (greedy view): :func:`cached_calibration`, else (or
     with ``recalibrate``) measured by ``method`` (:data:`METHODS`; "batch" on continuous batching
-    of ``prompts``, token ids) and saved. Every drafter of ``drafters`` the model has no price for
-    is priced in the loop (:func:`~specrl.latency.drafters.measure_drafter_costs`) and saved."""
+    of ``prompts``, token ids) and saved, with a warning if other work shared the CPU. ``path``:
+    the file (default the cache file, :func:`~specrl.latency.store.latency_path`); ``options`` go
+    to the measurement (:func:`learn`: ``steps``, ``records``; :func:`profile`: ``contexts``,
+    ``repeats``). Every drafter of ``drafters`` the model has no price for is priced in the loop
+    (:func:`~specrl.latency.drafters.measure_drafter_costs`) and saved."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    path = latency_path(pair, method)
-    model = None if recalibrate else cached_calibration(pair, k_max=k_max, method=method)
+    path = latency_path(pair, method) if path is None else path
+    model = None if recalibrate else cached_calibration(pair, k_max=k_max, method=method, path=path)
     if model is None:
         load_before = current_load()
         if method == "loop":
-            model = learn(pair, k_max=k_max, progress=progress)
+            model = learn(pair, k_max=k_max, progress=progress, **options)
         elif method == "profile":
-            model = profile(pair, k_max=k_max, progress=progress)
+            model = profile(pair, k_max=k_max, progress=progress, **options)
         else:
-            model = measure_batch_latency(pair, k_max=k_max, prompts=prompts, progress=progress)
+            model = measure_batch_latency(pair, k_max=k_max, prompts=prompts, progress=progress, **options)
         model.save(path)
         warn_if_contended(pair, path, method, [load_before, current_load()])
     unpriced = model.unpriced(drafters)
