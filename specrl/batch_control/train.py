@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import EveryNTimesteps
 from stable_baselines3.common.logger import configure
@@ -27,7 +26,7 @@ from specrl.controllers.batch_schedule import BatchScheduleController
 from specrl.envs import load_scenario
 from specrl.envs.batch_replay import BatchReplayEnv
 from specrl.latency import latency_path
-from specrl.training.inputs import MACHINE, HyperparameterFile, training_machines
+from specrl.training.inputs import MACHINE, read_mapping, training_machines, validated
 from specrl.training.options import DEFAULT_CONFIG
 from specrl.training.run_folder import export_best, load_best, new_run_dir, run_record, write_run_record
 
@@ -62,7 +61,7 @@ def train_batch(options: BatchTrainOptions, command: str, say: Callable[[str], N
     pair = first.pair.load()
     latency = first.latency_model(pair)
     run_dir = new_run_dir(options.runs_dir, "batch_mix", "train_batch", options.seed, unique=True)
-    config = HyperparameterFile.model_validate(yaml.safe_load(Path(DEFAULT_CONFIG).read_text()))
+    config = validated(DEFAULT_CONFIG, read_mapping(DEFAULT_CONFIG))
     hyper = config.ppo.model_dump(exclude_unset=True) | (
         config.batch.model_dump(exclude_unset=True) if config.batch else {}
     )

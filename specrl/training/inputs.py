@@ -101,6 +101,24 @@ class HyperparameterFile(BaseModel):
 SECTIONS = {"train": TrainSection, "ppo": PPOSection, "batch": PPOSection}
 
 
+def read_mapping(path: str | Path) -> dict[str, Any]:
+    """The YAML at ``path``, which must be a mapping (:class:`OptionError` otherwise)."""
+    config = yaml.safe_load(Path(path).read_text())
+    if not isinstance(config, dict):
+        raise OptionError(f"{path}: must be a mapping with ppo: and train: sections, got {config!r}")
+    return config
+
+
+def validated(path: str | Path, config: dict[str, Any]) -> HyperparameterFile:
+    """``config`` (read from ``path``) as a :class:`HyperparameterFile`; an unknown key or a wrong
+    value is an :class:`OptionError` naming the key (the nearest valid one for a misspelling)."""
+    try:
+        return HyperparameterFile.model_validate(config)
+    except ValidationError as error:
+        known = lambda loc: known_fields(SECTIONS[loc[0]] if loc else HyperparameterFile)  # noqa: E731
+        raise OptionError(f"{path}: {explain(error, known)}") from None
+
+
 def resolve_config(
     path: str | Path,
     *,
@@ -119,9 +137,7 @@ def resolve_config(
         OptionError: an unknown key in the YAML or in ``hyperparameters`` (the nearest key named),
             or a value of the wrong type or out of range.
     """
-    config = yaml.safe_load(Path(path).read_text())
-    if not isinstance(config, dict):
-        raise OptionError(f"{path}: must be a mapping with ppo: and train: sections, got {config!r}")
+    config = read_mapping(path)
     hyper, budget = dict(config.get("ppo") or {}), dict(config.get("train") or {})
     if real_loop:
         budget["n_envs"] = min(REAL_ENVS, os.cpu_count() or 1)
@@ -136,11 +152,7 @@ def resolve_config(
             hint = f"; did you mean {near[0]!r}?" if near else f"; known: {', '.join(known)}"
             raise OptionError(f"-p {key}: not a key of {path}'s ppo: or train: sections{hint}")
     budget.update({key: value for key, value in overrides.items() if value is not None})
-    try:
-        valid = HyperparameterFile.model_validate({**config, "ppo": hyper, "train": budget})
-    except ValidationError as error:
-        known = lambda loc: known_fields(SECTIONS[loc[0]] if loc else HyperparameterFile)  # noqa: E731
-        raise OptionError(f"{path}: {explain(error, known)}") from None
+    valid = validated(path, {**config, "ppo": hyper, "train": budget})
     # the keys the YAML and the command line set, and the defaults of those a config may leave out
     train = valid.train.model_dump(exclude_unset=True)
     train |= {"demonstrations": valid.train.demonstrations, "kl_to_clone": valid.train.kl_to_clone}
