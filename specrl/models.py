@@ -276,14 +276,14 @@ def load_draft(
 
 
 def target_folders(pair_name: str) -> set[str]:
-    """Where the target of the pair named ``pair_name`` may live, resolved: an embedded pair's
-    shipped and cached target folders, else the part of ``target+draft`` before the ``+`` (what a
-    host that knows only the model it serves compares a policy's pair with)."""
+    """Where the target of the pair named ``pair_name`` may live, resolved: a preset's target
+    folders (an embedded pair's shipped and cached ones, a pretrained pair's fetched one), else the
+    part of ``target+draft`` before the ``+`` (what a host that knows only the model it serves
+    compares a policy's pair with)."""
     if pair_name.startswith(EMBEDDED_PREFIX):
-        from specrl.embedded.build import cached_dir, shipped_dir
+        from specrl.pretrained import target_dirs
 
-        preset = pair_name.removeprefix(EMBEDDED_PREFIX)
-        folders = [shipped_dir(preset) / "target", cached_dir(preset, 0) / "target"]
+        folders = target_dirs(pair_name.removeprefix(EMBEDDED_PREFIX))
     else:
         folders = [Path(pair_name.split("+", 1)[0])]
     return {str(folder.resolve()) if folder.exists() else str(folder) for folder in folders}
@@ -312,8 +312,10 @@ def load_pair(
 
     Args:
         target, draft: HF ids or local paths; both, or neither (an embedded pair).
-        preset: an embedded pair ("small", the default, or "tiny" for tests); built on
-            first use if its weights are neither shipped nor cached.
+        preset: an embedded pair ("small", the default, or "tiny" for tests), built on first
+            use if its weights are neither shipped nor cached; or a pretrained pair ("smollm2":
+            SmolLM2-135M-Instruct), fetched once with ``specrl fetch smollm2`` and checked by
+            checksum at every load.
         device: default CUDA when present, else CPU; dtype: default bf16 on GPU, fp32 on CPU.
         trust_remote_code: passed to ``from_pretrained``; never set unless you ask.
         seed: seed of an embedded pair's build.
@@ -331,14 +333,18 @@ def load_pair(
     prompts: dict = {}
     card = None
     if target is None:
-        from specrl.embedded import ensure_pair
+        from specrl.pretrained import NotFetchedError, pair_folder
 
         preset = preset or "small"
-        pair_dir = ensure_pair(preset, seed)
+        try:
+            pair_dir = pair_folder(preset, seed)
+        except NotFetchedError as error:
+            raise PairError(str(error)) from None
         target, draft = str(pair_dir / "target"), str(pair_dir / "draft")
         if mid is None and (pair_dir / "draft-mid").is_dir():
             mid = str(pair_dir / "draft-mid")
-        prompts = json.loads((pair_dir / "prompts.json").read_text())
+        if (pair_dir / "prompts.json").is_file():  # a pretrained pair takes the user's prompt files
+            prompts = json.loads((pair_dir / "prompts.json").read_text())
         card = json.loads((pair_dir / "card.json").read_text())
         name = f"{EMBEDDED_PREFIX}{preset}"
     else:

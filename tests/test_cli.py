@@ -48,7 +48,7 @@ def test_help_of_every_subcommand_loads_neither_torch_nor_transformers():
         (["generate", "--prompt", "a", "--target", "t"], "give --target and --draft together"),
         (
             ["generate", "--prompt", "a", "--preset", "tiny", "--target", "t", "--draft", "d"],
-            "either --preset",
+            "either --pair",
         ),
         (["train", "--total-timesteps", "-5"], "--total-timesteps must be >= 0"),
         (["train", "--n-envs", "0"], "--n-envs must be a positive integer"),

@@ -91,7 +91,7 @@ def test_build_is_deterministic_for_a_seed(tiny_home, tmp_path):
 
 
 def test_unknown_preset_is_refused():
-    with pytest.raises(ValueError, match="unknown embedded-pair preset 'huge'"):
+    with pytest.raises(ValueError, match="unknown pair preset 'huge'"):
         specrl.load_pair(preset="huge")
 
 

@@ -62,7 +62,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (  # bottom up; a new package or module mu
     ("names", "io", "tables", "plots", "provenance", "features", "acceptance", "home", "registration"),
     ("validation",),  # pydantic's errors in words (scenario files, the hyperparameter YAML)
     ("action_layout",),  # the action's dimensions: the envs, the policy folders, the learned controller
-    ("embedded", "models"),
+    ("embedded", "models", "pretrained"),  # pretrained: the fetched pairs (models reads their folders)
     ("engine", "export"),
     ("controllers", "traces", "latency", "hf_assisted", "selfcheck", "hf"),
     ("envs",),

@@ -21,6 +21,7 @@ COMMANDS = {
     "compare": "specrl.cli.compare",
     "generate": "specrl.cli.generate",
     "check": "specrl.cli.check",
+    "fetch": "specrl.cli.fetch",
 }
 
 

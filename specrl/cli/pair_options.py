@@ -7,10 +7,18 @@ import argparse
 
 
 def add_pair_arguments(parser: argparse.ArgumentParser, preset_default: str | None = None) -> None:
-    """``--preset``, ``--target``/``--draft``, ``--device`` and ``--dtype`` in a "pair" group."""
+    """``--pair`` (alias ``--preset``), ``--target``/``--draft``, ``--device`` and ``--dtype`` in a
+    "pair" group."""
     pair = parser.add_argument_group("pair")
     default = f"; default {preset_default}" if preset_default else "; default: the scenarios' own"
-    pair.add_argument("--preset", default=preset_default, help=f"embedded pair: small, tiny{default}")
+    pair.add_argument(
+        "--pair",
+        "--preset",
+        dest="preset",
+        metavar="NAME",
+        default=preset_default,
+        help=f"a named pair: small, tiny (embedded), smollm2 (`specrl fetch smollm2` first){default}",
+    )
     pair.add_argument("--target", default=None, help="target model: HF id or local path, with --draft")
     pair.add_argument("--draft", default=None, help="draft model: HF id or local path, with --target")
     pair.add_argument("--device", default=None, help="cpu, cuda, ... (default: CUDA when present)")
@@ -26,7 +34,7 @@ def check_pair_arguments(args: argparse.Namespace, parser: argparse.ArgumentPars
         parser.error("give --target and --draft together")
     if args.target is not None:
         if args.preset != parser.get_default("preset"):
-            parser.error("give either --preset or --target and --draft")
+            parser.error("give either --pair or --target and --draft")
         args.preset = None
 
 

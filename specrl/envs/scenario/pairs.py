@@ -27,7 +27,8 @@ class PairSpec:
     """Which (target, draft) pair to load: an embedded preset, or a target and a draft.
 
     Attributes:
-        preset: embedded pair ("small", "tiny"); the default when no target/draft is given.
+        preset: embedded pair ("small", "tiny"; the default when no target/draft is given) or
+            pretrained pair ("smollm2", fetched once with ``specrl fetch smollm2``).
         target: HF id or local path of the target (with ``draft``).
         draft: HF id or local path of the draft.
         seed: seed of an embedded pair's build.
@@ -96,12 +97,13 @@ class PairInfo:
 
     @property
     def prompts(self) -> dict[str, dict[str, list[str]]]:
-        """An embedded pair's prompt sets (read from its folder, no weights loaded); else none."""
+        """A preset pair's prompt sets (read from its folder, no weights loaded); else none."""
         if self.spec.target is not None:
             return {}
-        from specrl.embedded.build import PROMPTS, ensure_pair
+        from specrl.pretrained import pair_folder
 
-        return json.loads((ensure_pair(self.spec.preset or "small", self.spec.seed) / PROMPTS).read_text())
+        prompts = pair_folder(self.spec.preset or "small", self.spec.seed) / "prompts.json"
+        return json.loads(prompts.read_text()) if prompts.is_file() else {}
 
     def load(self, why: str) -> ModelPair:
         """The loaded pair (loaded once, with a line on stderr that says ``why``)."""
