@@ -336,7 +336,7 @@ class TraceReplayEnv(gym.Env):
 
     def _replay(self, action: Action) -> tuple[list[Outcome], float, float]:
         """Every active row's step with ``action``, and the step's modeled seconds (draft, verify)
-        for its rows at the grid's width."""
+        for its rows at the grid's width (a packed engine's: their tokens and mean length)."""
         drafter, k, tau, stop, window = action.drafter, action.k, action.tau, action.stop, self.context_window
         replayed = [
             replay_step(
@@ -352,8 +352,12 @@ class TraceReplayEnv(gym.Env):
             for row in self.active
         ]
         forwards, proposed = step_shape(replayed)
+        rows, context, verified = len(self.active), self.grid.width + 1, None
+        if self.latency.packed:  # vLLM: the rows' own tokens and lengths, neither padding nor holes
+            context = round(sum(row.context_length for row in self.active) / rows)
+            verified = rows + sum(step.proposed for step in replayed)
         draft_seconds, verify_seconds = self.latency.step_seconds(
-            self.grid.width + 1, forwards, proposed, drafter, rows=len(self.active)
+            context, forwards, proposed, drafter, rows=rows, verified=verified
         )
         return replayed, draft_seconds, verify_seconds
 

@@ -3,7 +3,8 @@
 :class:`LatencyModel` (:mod:`~specrl.latency.model`) prices a step; its tables come from the
 engine's own loop (:func:`learn`, the default, ``latency: calibrated``), forwards timed alone
 (:func:`profile`), or forwards timed over batch sizes and calibrated on continuous batching
-(:func:`measure_batch_latency`); :func:`calibrated` measures once per device and caches the file
+(:func:`measure_batch_latency`), or vLLM's recorded steps (:func:`fit_serving_latency`);
+:func:`calibrated` measures once per device and caches the file
 (:mod:`~specrl.latency.fileformat`, :func:`latency_path`). :class:`LatencyFamily` holds the
 machines a portable policy trains over.
 """
@@ -18,6 +19,7 @@ from specrl.latency.fit import fit_records, learn
 from specrl.latency.model import LatencyModel, step_shape
 from specrl.latency.profiling import default_contexts, heldout_contexts, profile
 from specrl.latency.records import StepRecords, record_loop
+from specrl.latency.serving import ServedStep, fit_serving_latency, read_served_steps, write_served_steps
 from specrl.latency.store import device_key, latency_path
 
 __all__ = [
@@ -45,4 +47,8 @@ __all__ = [
     "learn",
     "profile",
     "record_loop",
+    "ServedStep",
+    "fit_serving_latency",
+    "read_served_steps",
+    "write_served_steps",
 ]

@@ -3,7 +3,7 @@
 A file holds the tables of both sampling modes on a grid of batch sizes and contexts
 (``LATENCY_FORMAT_VERSION`` 3)::
 
-    {"format": "specrl-latency", "version": 3, "kind": "loop" | "profiled" | "batch" | "constant",
+    {"format": "specrl-latency", "version": 3, "kind": "loop" | "profiled" | "batch" | "serving" | "constant",
      "pair": ..., "device": ..., "dtype": ...,
      "batch_sizes": [b_1 < ... < b_B], "contexts": [c_1 < ... < c_C], "new_tokens": [1, ..., n_max],
      "greedy": {"target_seconds": [per batch size: [n = 1 at each context], ...],  # (B, n_max, C)
@@ -33,7 +33,7 @@ from specrl.io import write_text_atomic
 LATENCY_FORMAT = "specrl-latency"
 LATENCY_FORMAT_VERSION = 3
 MODES = ("greedy", "sampled")
-KINDS = ("loop", "profiled", "batch", "constant", "synthetic")
+KINDS = ("loop", "profiled", "batch", "constant", "synthetic", "serving")
 COST_KEYS = ("target_seconds", "draft_first_seconds", "draft_next_seconds")
 RECALIBRATE = "re-run `specrl calibrate` (or delete the file: it is measured again on next use)"
 _REQUIRED = ("kind", "pair", "device", "dtype", "batch_sizes", "contexts", "new_tokens", *MODES)

@@ -8,7 +8,9 @@ Per sampling mode ("greedy": temperature 0; "sampled"), on a grid of batch sizes
 
 :meth:`LatencyModel.step_seconds` is the one definition of a step's modeled time (envs, trace
 simulators, oracle). A single sequence is the batch of one; a batch's context is its cache grid's
-width plus one, and its rows are priced at :func:`step_shape`. Another drafter d costs
+width plus one, and its rows are priced at :func:`step_shape`; a :attr:`~LatencyModel.packed`
+engine's (kind "serving", vLLM: :mod:`specrl.latency.serving`) at the tokens they verify in total
+and their mean context instead. Another drafter d costs
 ``drafter_costs[d]`` times the draft's seconds. The first draft forward after a verification is
 priced apart: in the loop it is dearer (the target's forward has evicted the draft's weights from
 the CPU caches). Interpolation: linear in B and in the context between grid points, clamped
@@ -341,6 +343,13 @@ class LatencyModel:
         """The drafters of ``drafters`` this model has no price for (the draft is always priced)."""
         return [d for d in drafters if d != DEFAULT_DRAFTER and d not in self.drafter_costs]
 
+    @property
+    def packed(self) -> bool:
+        """Whether this machine's engine packs the rows' tokens without padding (vLLM, kind
+        "serving"): a batched step is priced at the tokens its rows verify in total and at their
+        mean context (:meth:`step_seconds` ``verified``), not at the longest feed and the grid."""
+        return self.kind == "serving"
+
     def step_seconds(
         self,
         context_length: int,
@@ -348,12 +357,17 @@ class LatencyModel:
         proposed: int,
         drafter: str = DEFAULT_DRAFTER,
         rows: int = 1,
+        verified: int | None = None,
     ) -> tuple[float, float]:
         """(draft seconds, verify seconds) of one speculative step of ``rows`` rows: the one
         definition (module doc). ``draft_forwards`` counts the tau-stopped forward too
-        (:attr:`StepResult.draft_forwards`)."""
+        (:attr:`StepResult.draft_forwards`). ``verified``, the tokens the rows feed in total,
+        prices the verify at their mean a row (linear between whole counts) instead of every row
+        at ``proposed + 1``: for a :attr:`packed` engine."""
         if draft_forwards < 0 or proposed < 0:
             raise ValueError(f"draft_forwards and proposed must be >= 0, got {draft_forwards}, {proposed}")
+        if verified is not None and verified < rows:
+            raise ValueError(f"verified must be >= rows ({rows}): each row verifies a token; got {verified}")
         # The simulators' hot path: the values at a context are interpolated once and kept.
         key = context_length if rows == 1 else (rows, context_length)
         row = self._rows.get(key)
@@ -367,11 +381,16 @@ class LatencyModel:
         draft = first + (draft_forwards - 1) * following if draft_forwards else 0.0
         if drafter != DEFAULT_DRAFTER:
             draft *= self.drafter_cost(drafter)
-        verify = (
-            targets[proposed + 1]
-            if proposed < self.n_max
-            else self.target_seconds(proposed + 1, context_length, rows)
-        )
+        if verified is None:
+            verify = (
+                targets[proposed + 1]
+                if proposed < self.n_max
+                else self.target_seconds(proposed + 1, context_length, rows)
+            )
+        else:  # the mean feed, linear between the tabulated ones and beyond the last two
+            feed = verified / rows
+            low = min(int(feed), self.n_max - 1)
+            verify = targets[low] + (feed - low) * (targets[low + 1] - targets[low])
         return draft, verify
 
     def seconds(self, result: StepResult) -> tuple[float, float]:
@@ -565,7 +584,7 @@ def check_drafter_costs(costs: Mapping[str, float]) -> dict[str, float]:
 
 
 def fit_error_line(fit_error: dict[str, Any] | None) -> str:
-    """One sentence on a model's held-out fit error (loop or profiled), for tables and logs."""
+    """One sentence on a model's held-out fit error (loop, serving or profiled), for tables and logs."""
     if not fit_error:
         return "Held-out fit error: n/a (no held-out data)."
     if fit_error.get("method") == "loop":
@@ -585,6 +604,19 @@ def fit_error_line(fit_error: dict[str, Any] | None) -> str:
             + "; ".join(parts)
             + f". Largest |error|: {100 * fit_error['max']:.1f}%."
         )
+    if fit_error.get("method") == "serving":
+        parts = []
+        for key, name in (("step", "step time"), ("verify", "vLLM's part"), ("draft", "draft"),
+                          ("prefill_step", "steps with prefill")):  # fmt: skip
+            entry = fit_error.get(key)
+            if entry:
+                parts.append(
+                    f"{name} median {100 * entry['median']:.1f}%, p90 {100 * entry['p90']:.1f}%, "
+                    f"total {100 * entry['total']:+.1f}% ({entry['steps']} steps)"
+                )
+        where = f"{fit_error['heldout']} of {fit_error['steps']}"
+        errors = "; ".join(parts) or "none held out"
+        return f"Held-out fit error (|modeled / measured - 1|, {where}): {errors}."
     target, draft = fit_error["target"], fit_error["draft"]
     return (
         f"Held-out fit error (relative, at contexts {fit_error['contexts']}): target median "
