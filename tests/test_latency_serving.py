@@ -200,6 +200,10 @@ def test_served_steps_round_trip_and_a_bad_line_is_named(tmp_path):
         read_served_steps(path)
     with pytest.raises(LatencyError, match="cannot read the served steps"):
         read_served_steps(tmp_path / "missing.jsonl")
+    from_numpy = dataclasses.replace(steps[0], rows=np.int64(3), seconds=np.float32(0.5))
+    assert type(from_numpy.rows) is int and type(from_numpy.seconds) is float
+    with pytest.raises(ValueError, match="rows must be an integer, got 2.0"):
+        dataclasses.replace(steps[0], rows=2.0)
     with pytest.raises(ValueError, match=r"verified \(1\) must be at least rows \(2\)"):
         dataclasses.replace(steps[0], rows=2, verified=1)
 

@@ -30,6 +30,7 @@ import dataclasses
 import json
 import logging
 import math
+import numbers
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -84,14 +85,16 @@ class ServedStep:
     propose_seconds: float
 
     def __post_init__(self) -> None:
+        """Check every field, and hold numpy's numbers as Python's (so the step writes as JSON)."""
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if field.type == "int" and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ValueError(f"{field.name} must be an integer, got {value!r}")
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ValueError(f"{field.name} must be a number, got {value!r}")
+            counts = field.type == "int"
+            kind, what = (numbers.Integral, "an integer") if counts else (numbers.Real, "a number")
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise ValueError(f"{field.name} must be {what}, got {value!r}")
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{field.name} must be finite and >= 0, got {value!r}")
+            object.__setattr__(self, field.name, int(value) if counts else float(value))
         if self.verified < self.rows:
             raise ValueError(
                 f"verified ({self.verified}) must be at least rows ({self.rows}): a row scores >= 1 token"
