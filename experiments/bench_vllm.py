@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     import specrl
     from specrl.embedded import ensure_pair
-    from specrl.vllm.proposer import CONTROLLER_VARIABLE, DRAFT_VARIABLE, MAX_BATCH_VARIABLE
+    from specrl.vllm import CONTROLLER_VARIABLE, DRAFT_VARIABLE, MAX_BATCH_VARIABLE
 
     pair = specrl.load_pair(device="cpu")
     target, draft = str(ensure_pair("small") / "target"), str(ensure_pair("small") / "draft")

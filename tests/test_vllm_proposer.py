@@ -20,6 +20,7 @@ from specrl.models import PairError, load_draft
 from specrl.vllm import Proposer
 from specrl.vllm.compat import VLLMVersionError, check_version, require_vllm
 from specrl.vllm.proposer import PolicyMismatchError
+from specrl.vllm.settings import BatchSchedule, ProposerConfigError, resolve
 
 WIDTH = 256
 
@@ -48,8 +49,10 @@ def continuation(seed: int, length: int, high: int = 50) -> list[int]:
 class FakeEngine:
     """vLLM's loop around a proposer, greedy: each request's target tokens are known in advance."""
 
-    def __init__(self, proposer: Proposer, prompts: list[list[int]], targets: list[list[int]]) -> None:
-        self.proposer, self.targets = proposer, targets
+    def __init__(
+        self, proposer: Proposer, prompts: list[list[int]], targets: list[list[int]], width: int = WIDTH
+    ) -> None:
+        self.proposer, self.targets, self.width = proposer, targets, width
         self.tokens = [list(p) for p in prompts]
         self.order = list(range(len(prompts)))  # request at each row
         self.drafts = [[] for _ in prompts]
@@ -73,7 +76,7 @@ class FakeEngine:
 
     def step(self, prefilling: frozenset[int] = frozenset()) -> list[list[int]]:
         rows = self.order
-        table = np.zeros((len(rows), WIDTH), dtype=np.int32)
+        table = np.zeros((len(rows), self.width), dtype=np.int32)
         for i, r in enumerate(rows):
             table[i, : len(self.tokens[r])] = self.tokens[r]
         lengths = np.array([len(self.tokens[r]) for r in rows])
@@ -125,6 +128,35 @@ def test_each_request_gets_its_controller_and_the_counts_vllm_verified():
         assert heard == truth[: len(heard)] and len(heard) >= len(truth) - 1 > 5, request
     accepted = sum(a for truth in engine.told.values() for _, a in truth)
     assert accepted > 0  # the lookup finds the repeating text
+
+
+def test_requests_sharing_a_long_system_prompt_each_hear_only_their_own_steps():
+    """16 requests whose prompts share a 200-token system prompt and have one length (so their
+    first tokens and lengths agree): each controller hears exactly its own request's verified steps,
+    although the rows are reordered twice mid-way (as vLLM moves rows when requests finish)."""
+    controllers: list[Recording] = []
+
+    def new() -> Recording:
+        controllers.append(Recording())
+        return controllers[-1]
+
+    system = continuation(7, 200)
+    prompts = [system + continuation(400 + r, 12) for r in range(16)]
+    targets = [continuation(500 + r, 120) for r in range(16)]
+    proposer = Proposer(controller=new, k_max=6, context_window=512, vocab_size=64)
+    engine = FakeEngine(proposer, prompts, targets, width=512)
+    for step in range(24):
+        if step in (5, 13):
+            engine.order = engine.order[::-1] if step == 5 else engine.order[3:] + engine.order[:3]
+        engine.step()
+    assert len(controllers) == 16 and len(proposer.requests) == 16
+    numbered = sorted(proposer.requests, key=lambda request: request.number)
+    for request, controller in enumerate(controllers):
+        assert numbered[request].controller is controller
+        heard = [told for told in controller.told if told[0]]
+        truth = engine.told[request]
+        assert heard == truth[: len(heard)] and len(heard) >= len(truth) - 1 > 10, request
+    assert engine.unchanged()
 
 
 def test_static_k_proposes_at_most_k_lookup_tokens_and_plain_none():
@@ -267,7 +299,7 @@ def test_the_shipped_policy_runs_in_the_proposer_and_bad_names_are_refused(close
     engine = draft_engine(close_pair, proposer)
     for _ in range(10):
         engine.step()
-    requests = [r for filed in proposer.requests.values() for r in filed]
+    requests = list(proposer.requests)
     assert len(requests) == 3
     for request in requests:  # the policy chose the draft model for every request
         assert request.action.drafter == "draft" and (request.confidences or not request.action.k)
@@ -330,7 +362,7 @@ def test_a_price_prior_names_a_profile_or_a_file_and_the_curve_reads_it(tmp_path
 
     def features(proposer: Proposer) -> np.ndarray:
         run(proposer, steps=6)
-        return np.array([r.tracker.vector() for filed in proposer.requests.values() for r in filed])
+        return np.array([r.tracker.vector() for r in proposer.requests])
 
     def static(**kwargs) -> Proposer:
         return Proposer(
@@ -353,3 +385,66 @@ def test_a_price_prior_names_a_profile_or_a_file_and_the_curve_reads_it(tmp_path
         ValueError, match=r"neither a latency profile \(.*gpu-like-h100.*specrl calibrate --out"
     ):
         static()
+
+
+def test_settings_come_from_additional_config_then_the_environment_and_bad_ones_name_the_fix(monkeypatch):
+    monkeypatch.setenv("SPECRL_VLLM_CONTROLLER", "static:2")
+    monkeypatch.setenv("SPECRL_VLLM_MAX_BATCH", "8")
+    settings = resolve({"specrl": {"controller": "default", "temperature": 1.0}})
+    assert (settings.controller, settings.temperature, settings.max_batch) == ("default", 1.0, 8)
+    assert resolve(None).controller == "static:2"  # the variable: only where the config says nothing
+    assert resolve({"specrl": {"controller": "tcp"}}, {"controller": "plain"}).controller == "plain"
+    with pytest.raises(ProposerConfigError, match=r"unknown key 'controler'.*Did you mean 'controller'"):
+        resolve({"specrl": {"controler": "default"}})
+    with pytest.raises(ProposerConfigError, match=r"additional_config\['specrl'\].*temperature must be >= 0"):
+        resolve({"specrl": {"temperature": -1}})
+    monkeypatch.setenv("SPECRL_VLLM_MAX_BATCH", "abc")
+    with pytest.raises(ProposerConfigError, match=r"\$SPECRL_VLLM_MAX_BATCH: 'max_batch' must be an integer"):
+        resolve({"specrl": {}})
+    with pytest.raises(ProposerConfigError, match="must be a mapping"):
+        resolve({"specrl": "default"})
+    with pytest.raises(TypeError, match="controler"):
+        Proposer(controler="tcp", k_max=6, context_window=WIDTH, vocab_size=64)
+
+
+def test_a_controller_class_is_named_by_its_import_path():
+    proposer = Proposer(controller=f"{__name__}:Recording", k_max=6, context_window=WIDTH, vocab_size=64)
+    run(proposer, steps=8)
+    assert all(isinstance(r.controller, Recording) and r.controller.told for r in proposer.requests)
+    with pytest.raises(ValueError, match="cannot import 'Missing'"):
+        Proposer(controller=f"{__name__}:Missing", k_max=6, context_window=WIDTH, vocab_size=64)
+
+
+def test_vllms_batch_size_schedule_caps_k_as_its_scheduler_would():
+    schedule = BatchSchedule([[1, 1, 5], [2, 3, 2], [6, 8, 0]], k_max=4, max_batch=None)
+    assert [schedule(rows) for rows in range(1, 11)] == [4, 2, 2, 2, 2, 0, 0, 0, 0, 0]
+    assert BatchSchedule(None, k_max=4, max_batch=2)(3) == 0 and not BatchSchedule(None, 4, None)
+    proposer = Proposer(
+        controller="static:4",
+        k_max=6,
+        context_window=WIDTH,
+        vocab_size=64,
+        batch_sizes=[[1, 2, 4], [3, 8, 1]],
+    )
+    texts = [continuation(r, 424) for r in range(3)]  # continuing their prompts: the lookup finds them
+    engine = FakeEngine(proposer, [text[:24] for text in texts], [text[24:] for text in texts])
+    drafted = [len(draft) for _ in range(4) for draft in engine.step()]  # three rows decode: k 1
+    assert max(drafted) == 1 and proposer.stats.k == {1: 12}  # (the lookup may find less)
+    drafts = engine.step(prefilling=frozenset({2}))  # two rows: k 4
+    assert max(len(drafts[0]), len(drafts[1])) == 4 and drafts[2] == [] and proposer.stats.k[4] == 2
+
+
+def test_what_the_proposer_chose_is_counted_and_logged(caplog):
+    proposer = Proposer(controller="static:3", k_max=6, context_window=WIDTH, vocab_size=64, max_batch=2)
+    proposer.stats.log_interval = 0.0
+    texts = [continuation(r, 424) for r in range(3)]
+    engine = FakeEngine(proposer, [text[:24] for text in texts], [text[24:] for text in texts])
+    with caplog.at_level(logging.INFO, logger="specrl.vllm.proposer"):
+        for _ in range(3):
+            engine.step()  # three rows: off
+        engine.step(prefilling=frozenset({2}))  # two rows: k 3 from the lookup
+    summary = proposer.stats.summary()
+    assert summary["rows"] == 11 and proposer.stats.off == 9 and proposer.stats.k[3] == 2
+    assert summary["drafter_share"] == {"ngram": pytest.approx(2 / 11)} and summary["fallbacks"] == 0
+    assert any("9 request steps" in m and "off by batch size 100%" in m for m in caplog.messages)
+    assert any("11 request steps" in m and "ngram 18%" in m for m in caplog.messages)

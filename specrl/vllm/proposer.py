@@ -9,23 +9,25 @@ keeps per sequence: a :class:`~specrl.features.FeatureTracker` fed with each ver
 controller asked for the next action. Drafters: ``ngram`` (the lookup over the request's tokens)
 and ``draft``, a draft model sharing the target's tokenizer (:mod:`specrl.vllm.draft`).
 
-What vLLM does not tell a proposer is set as in training: the temperature (``temperature``,
+Settings come from ``additional_config["specrl"]`` (:mod:`specrl.vllm.settings`), logged once at
+start. What vLLM does not tell a proposer is set as in training: the temperature (``temperature``,
 default 0); verification time (the wall time between two calls); acceptance probabilities (point
-masses); the price features' prior (``prices=`` or ``$SPECRL_VLLM_PRICES``; else measured from
-vLLM's steps alone). vLLM passes no request ids, so a request is recognised by its first tokens
-and its length; two requests alike in both may swap histories, which changes what the controller
-sees, never the output. A failure for one request (or for the draft's batched forward) turns
-speculation off for those requests, logged once; the output is unchanged.
+masses); the price features' prior (``prices``; else measured from vLLM's steps alone). A request is
+recognised by its whole token history (:mod:`specrl.vllm.requests`). vLLM's own batch-size schedule
+(``num_speculative_tokens_per_batch_size``) caps each row's k at the step's batch size, as vLLM's
+scheduler would cut the draft. A failure for one request (or for the draft's batched forward) turns
+speculation off for those requests, logged once; the output is unchanged. What it chose is counted
+and exported (:mod:`specrl.vllm.stats`).
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,23 +40,12 @@ from specrl.features import LOOKUP_DRAFTER, FeatureTracker, GenerationSettings, 
 from specrl.latency.family import profiles as latency_profiles
 from specrl.latency.model import LatencyModel
 from specrl.vllm.draft import DRAFT, DraftRows
+from specrl.vllm.requests import RequestBook, ServedRequest
+from specrl.vllm.settings import DRAFT_VARIABLE, BatchSchedule, ProposerSettings, resolve
+from specrl.vllm.stats import ProposerStats
 
 logger = logging.getLogger(__name__)
 
-#: The controller (vLLM passes the proposer nothing but its own config): ``tcp`` (default),
-#: ``plain``, ``static:K[:TAU]``, ``hf-heuristic``, ``hf-confidence``, or a policy's name or folder.
-CONTROLLER_VARIABLE = "SPECRL_VLLM_CONTROLLER"
-#: Speculate only with at most N running requests (vLLM's ``speculative_disable_by_batch_size``);
-#: above it the controllers are not asked (they still hear every verified step); unset: always.
-MAX_BATCH_VARIABLE = "SPECRL_VLLM_MAX_BATCH"
-#: The draft model (a folder or Hugging Face id); unset: the n-gram lookup drafts for every action.
-DRAFT_VARIABLE = "SPECRL_VLLM_DRAFT"
-#: The price features' prior (:func:`proposer_prices`): a latency profile (``gpu-like-h100``, ...)
-#: or a latency model's JSON file; unset: none.
-PRICES_VARIABLE = "SPECRL_VLLM_PRICES"
-FINGERPRINT = 16  # a request is recognised by this many first tokens (and its length)
-FORGET_AFTER = 256  # calls a request may go unseen (preempted, prefilling) before it is forgotten
-DEFAULT_MAX_NEW_TOKENS = 256  # the generated-tokens feature's scale when vLLM's budget is unknown
 #: The proposers alive in this process (a benchmark reads their :attr:`Proposer.seconds`).
 LIVE: weakref.WeakSet = weakref.WeakSet()
 
@@ -85,50 +76,17 @@ def proposer_prices(prices: str | LatencyModel | Prices | None, temperature: flo
     return prices.for_sampling(SamplingConfig(temperature=temperature)).price_line
 
 
-@dataclass(eq=False)
-class _Request:
-    """One request's state between steps."""
-
-    prefix: bytes  # the first tokens it is filed under
-    length: int  # tokens the request had when it was last asked to propose
-    tracker: FeatureTracker
-    controller: Controller
-    index: NGramIndex
-    action: Action | None = None  # the last proposal's action, its tokens, their signals
-    proposed: list[int] = field(default_factory=list)
-    confidences: list[float] = field(default_factory=list)
-    entropies: list[float] = field(default_factory=list)
-    stopped: bool = False
-    draft_seconds: float = 0.0
-    seen: int = 0  # the propose call that last saw it
-    failed: bool = False
-    tokens: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # its tokens now
-
-    def lookup_match(self) -> tuple[float, float]:
-        """What the n-gram lookup finds now: (tokens it could propose, the order of its match),
-        (0, 0) without one (the lookup features, as :meth:`Generation.lookup_match` gives them)."""
-        available, order = self.index.found(self.tokens)
-        return float(available), float(order)
-
-    def record(
-        self, action: Action, drafted: tuple[list[int], list[float], list[float], bool], seconds: float
-    ):
-        """What it proposes this step, told to its features when vLLM has verified it."""
-        self.action = action
-        self.proposed, self.confidences, self.entropies, self.stopped = drafted
-        self.draft_seconds = seconds
-
-
 def controller_factory(
     name: str | Callable[[], Controller],
     k_max: int,
     drafters: Sequence[str] = (LOOKUP_DRAFTER,),
     target: str | None = None,
 ) -> Callable[[], Controller]:
-    """A new controller per request from a controller's name or a policy (folder or shipped name),
-    or a factory as it is. A rule is built per request (rules keep their own window); a policy is
-    loaded once and shared (the features carry the history). A policy that chooses a drafter not
-    among ``drafters`` is refused; one trained on another pair than ``target`` is warned of."""
+    """A new controller per request from a controller's name, a policy (folder or shipped name),
+    ``package.module:Name`` (a controller class or function, called once per request), or a factory
+    as it is. A rule is built per request (rules keep their own window); a policy is loaded once and
+    shared (the features carry the history). A policy that chooses a drafter not among ``drafters``
+    is refused; one trained on another pair than ``target`` is warned of."""
     from specrl.controllers.learned import LearnedController
     from specrl.evaluation.roster import RULES, make_controller
 
@@ -137,11 +95,14 @@ def controller_factory(
     if name in ("plain", *RULES) or name.startswith("static:"):
         make_controller(name, k_max)  # refuse a bad name now, not at the first request
         return lambda: make_controller(name, k_max)
+    if ":" in name and not os.path.exists(name):
+        return imported_factory(name)
     policy = LearnedController.load(name)
     missing = [d for d in policy.drafters if d not in drafters]
     if missing:
         fix = (
-            f"set {DRAFT_VARIABLE} to its draft model's folder (or pass draft=)"
+            'give its draft model: additional_config {"specrl": {"draft": FOLDER}} '
+            f"(or ${DRAFT_VARIABLE}, or draft=)"
             if missing == [DRAFT]
             else f"train a policy over the drafters this proposer runs ({DRAFT}, {LOOKUP_DRAFTER}: a "
             "scenario's `drafters:`)"
@@ -156,6 +117,21 @@ def controller_factory(
     return lambda: policy
 
 
+def imported_factory(name: str) -> Callable[[], Controller]:
+    """The controller class or function ``package.module:Name`` names."""
+    module, _, attribute = name.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(
+            f"controller {name!r}: cannot import {attribute!r} from {module!r} ({error}); name a rule, a "
+            "policy, or package.module:Name of a controller class importable where vLLM runs"
+        ) from error
+    if not callable(factory):
+        raise ValueError(f"controller {name!r} is not a controller class or function")
+    return factory
+
+
 class Proposer:
     """vLLM's custom proposer running a specrl controller per request (see the module doc).
 
@@ -164,34 +140,38 @@ class Proposer:
     Args:
         vllm_config: vLLM's config: k_max is ``num_speculative_tokens``, the context window
             ``max_model_len``, the vocabulary the target's, the n-gram orders
-            ``prompt_lookup_min/max`` (default 1 and 3), the draft's device and dtype the target's.
-        controller, draft, max_batch, prices: as the environment variables above say (each
-            defaults to its variable); also a function that returns a new controller, a loaded
-            ``(model, vocab_size)`` draft, a latency model or a ``Prices`` function.
-        k_max, context_window, vocab_size: without a vllm_config.
-        temperature: the temperature the features are told (vLLM does not tell a proposer).
-        max_new_tokens: the scale of the generated-tokens feature.
+            ``prompt_lookup_min/max`` (default 1 and 3), the draft's device and dtype the target's,
+            the batch-size schedule ``num_speculative_tokens_per_batch_size``, and the settings
+            ``additional_config["specrl"]`` (:class:`~specrl.vllm.settings.ProposerSettings`).
+        settings: keyword arguments over those settings (scripts and tests): as there, or also a
+            function that returns a new controller, a loaded ``(model, vocab_size)`` draft, a
+            latency model or a ``Prices`` function.
+        k_max, context_window, vocab_size, batch_sizes: without a vllm_config (``batch_sizes``: a
+            schedule as vLLM's).
     """
 
     def __init__(
         self,
         vllm_config: Any = None,
         *,
-        controller: str | Callable[[], Controller] | None = None,
-        draft: str | tuple[Any, int] | None = None,
         k_max: int | None = None,
         context_window: int | None = None,
         vocab_size: int | None = None,
-        temperature: float = 0.0,
-        max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
-        max_batch: int | None = None,
+        batch_sizes: Sequence[Sequence[int]] | None = None,
         max_ngram: int = 3,
         min_ngram: int = 1,
-        prices: str | LatencyModel | Prices | None = None,
+        **settings: Any,
     ) -> None:
-        draft = draft or os.environ.get(DRAFT_VARIABLE) or None
-        self.prices = proposer_prices(prices or os.environ.get(PRICES_VARIABLE) or None, temperature)
-        target, device, dtype = None, None, None
+        unknown = set(settings) - set(ProposerSettings.model_fields)
+        if unknown:
+            raise TypeError(
+                f"unknown settings {sorted(unknown)}; known: {', '.join(ProposerSettings.model_fields)}"
+            )
+        objects = {
+            k: v for k, v in settings.items() if v is not None and not isinstance(v, (str, int, float))
+        }
+        text = {k: v for k, v in settings.items() if k not in objects}
+        target, device, dtype, additional = None, None, None, None
         if vllm_config is not None:
             from specrl.vllm.compat import require_vllm
 
@@ -202,33 +182,46 @@ class Proposer:
             vocab_size = model.get_vocab_size()
             max_ngram = spec.prompt_lookup_max or max_ngram
             min_ngram = spec.prompt_lookup_min or min_ngram
+            batch_sizes = getattr(spec, "num_speculative_tokens_per_batch_size", None)
             target, dtype = model.tokenizer or model.model, model.dtype
             device = getattr(vllm_config.device_config, "device", None)
+            additional = getattr(vllm_config, "additional_config", None)
         if k_max is None or context_window is None or vocab_size is None:
             raise ValueError("give vllm_config, or k_max, context_window and vocab_size")
+        #: The settings as resolved (objects given directly show as their settings' defaults).
+        self.config = resolve(additional, text)
         self.k_max, self.context_window = int(k_max), int(context_window)
         self.min_ngram, self.max_ngram = min_ngram, max_ngram
-        self.draft = self._load_draft(draft, target, device, dtype)
+        self.prices = proposer_prices(objects.get("prices", self.config.prices), self.config.temperature)
+        self.draft = self._load_draft(objects.get("draft", self.config.draft), target, device, dtype)
         drafters = (DRAFT, LOOKUP_DRAFTER) if self.draft is not None else (LOOKUP_DRAFTER,)
-        chosen = controller or os.environ.get(CONTROLLER_VARIABLE, "tcp")
+        chosen = objects.get("controller", self.config.controller)
         served = str(getattr(vllm_config.model_config, "model", "")) if vllm_config is not None else None
         self._new_controller = controller_factory(chosen, self.k_max, drafters, target=served)
-        self.max_batch = max_batch or int(os.environ.get(MAX_BATCH_VARIABLE) or 0) or None
+        self.schedule = BatchSchedule(batch_sizes, self.k_max, self.config.max_batch)
         self.controller_name = chosen if isinstance(chosen, str) else getattr(chosen, "__name__", "custom")
         self.settings = GenerationSettings(
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=self.config.max_new_tokens,
             context_window=self.context_window,
             vocab_size=int(vocab_size),
-            temperature=temperature,
+            temperature=self.config.temperature,
             drafters=drafters,
         )
-        self.requests: dict[bytes, list[_Request]] = {}
+        self.requests = RequestBook()
+        self.stats = ProposerStats(self.controller_name)
         self.calls = 0
         self._last_call_end: float | None = None
         #: Seconds spent in ``propose`` (``total``) and in the draft model's forwards (``draft``)
         #: since construction: the proposer's own cost per vLLM step (``experiments/bench_vllm.py``).
         self.seconds = {"total": 0.0, "draft": 0.0}
         LIVE.add(self)
+        logger.info(
+            "specrl proposer: %s; k_max=%d, drafters %s, batch-size schedule %s",
+            self.config.line(),
+            self.k_max,
+            list(drafters),
+            self.schedule.ranges or None,
+        )
 
     def _load_draft(self, draft, target, device, dtype) -> DraftRows | None:
         if draft is None:
@@ -264,13 +257,13 @@ class Proposer:
         verify_seconds = 0.0 if self._last_call_end is None else start - self._last_call_end
         rows = sum(1 for sampled in sampled_token_ids if len(sampled))
         drafts: list[list[int]] = [[] for _ in sampled_token_ids]
-        planned: dict[int, tuple[_Request, Action]] = {}  # row -> its request and action
-        present: dict[_Request, np.ndarray] = {}  # every request of this step -> its tokens
+        planned: dict[int, tuple[ServedRequest, Action]] = {}  # row -> its request and action
+        present: dict[ServedRequest, np.ndarray] = {}  # every request of this step -> its tokens
         for row, sampled in enumerate(sampled_token_ids):
             length = int(num_tokens_no_spec[row])
             if not len(sampled) or length >= self.context_window:
                 continue
-            request = self._request(token_ids_cpu[row, :length], length - len(sampled), length)
+            request = self._request(token_ids_cpu[row, :length], length - len(sampled))
             present[request] = request.tokens
             action = self._act(request, list(sampled), rows, verify_seconds)
             if action is not None:
@@ -283,14 +276,17 @@ class Proposer:
                 drafting[row] = (request, action)
         if drafting:
             drafts = self._draft(present, drafting, drafts)
-        self._forget_stale()
+        self.requests.forget_stale(self.calls)
+        self.stats.maybe_log()
         self._last_call_end = time.perf_counter()
         self.seconds["total"] += self._last_call_end - start
         return drafts
 
     # ---- one request --------------------------------------------------------------------------
 
-    def _act(self, request: _Request, sampled: list[int], rows: int, verify_seconds: float) -> Action | None:
+    def _act(
+        self, request: ServedRequest, sampled: list[int], rows: int, verify_seconds: float
+    ) -> Action | None:
         """Tell the request's features what vLLM verified, and ask its controller for this step's
         action (k cut to the room left); None for a request without speculation."""
         if request.failed:
@@ -299,7 +295,9 @@ class Proposer:
             self._account(request, sampled, verify_seconds)
             tracker = request.tracker
             tracker.set_rows(rows, tracker.context_length, tracker.generated)
-            if self.max_batch is not None and rows > self.max_batch:  # off: the controller is not asked
+            scheduled = self.schedule(rows) if self.schedule else self.k_max
+            if not scheduled:  # off at this batch size: the controller is not asked
+                self.stats.switched_off()
                 return Action(0, drafter=LOOKUP_DRAFTER)
             action = request.controller.act(tracker.vector())
             room = self.context_window - len(request.tokens) - 1  # vLLM needs a slot for the bonus token
@@ -311,12 +309,14 @@ class Proposer:
                         f"is {self.draft.context_window}"
                     )
                 room = min(room, self.draft.room(len(request.tokens)))
-            return Action(max(0, min(action.k, self.k_max, room)), action.tau, action.stop, drafter)
+            k = max(0, min(action.k, scheduled, room))
+            self.stats.chose(k, drafter)
+            return Action(k, action.tau, action.stop, drafter)
         except Exception:  # never stop the engine: this request decodes without speculation
             self._fail([request], "its controller or its features")
             return None
 
-    def _lookup(self, request: _Request, action: Action) -> list[int]:
+    def _lookup(self, request: ServedRequest, action: Action) -> list[int]:
         began = time.perf_counter()
         tokens, confidences, stopped = lookup_proposal(request.index, request.tokens, action.k, action)
         request.record(
@@ -326,8 +326,8 @@ class Proposer:
 
     def _draft(
         self,
-        present: dict[_Request, np.ndarray],
-        drafting: dict[int, tuple[_Request, Action]],
+        present: dict[ServedRequest, np.ndarray],
+        drafting: dict[int, tuple[ServedRequest, Action]],
         drafts: list[list[int]],
     ) -> list[list[int]]:
         """The draft model's proposals for the requests that draft with it, in one batch; its rows
@@ -349,10 +349,11 @@ class Proposer:
             drafts[row] = drafted[request][0]
         return drafts
 
-    def _fail(self, requests: list[_Request], where: str) -> None:
+    def _fail(self, requests: list[ServedRequest], where: str) -> None:
         """Speculation off for ``requests`` from now on, logged once."""
         for request in requests:
             request.failed, request.action = True, None
+        self.stats.failed(len(requests))
         logger.warning(
             "specrl proposer: speculation is off for %d request(s) after an error in %s (controller %s); "
             "their output is unchanged",
@@ -362,7 +363,7 @@ class Proposer:
             exc_info=True,
         )
 
-    def _account(self, request: _Request, sampled: list[int], verify_seconds: float) -> None:
+    def _account(self, request: ServedRequest, sampled: list[int], verify_seconds: float) -> None:
         """Tell the request's features and controller what vLLM verified of its last proposal."""
         if request.action is None:  # its first decoding step: only the prompt's length is known
             return
@@ -387,44 +388,19 @@ class Proposer:
 
     # ---- which request a row is ---------------------------------------------------------------
 
-    def _request(self, tokens: np.ndarray, before: int, length: int) -> _Request:
-        """The known request this row continues (its first tokens, and ``before`` tokens when it
-        last proposed), else a new one of ``length`` tokens; its tokens are now ``tokens``.
-
-        Requests are filed under their first :data:`FINGERPRINT` tokens, or all of them while they
-        have fewer (filed again as they grow), so a row is looked up under the tokens it had."""
-        tokens = np.asarray(tokens, dtype=np.int64)
-        filed = self.requests.get(tokens[: min(FINGERPRINT, before)].tobytes(), [])
-        found = next((r for r in filed if r.length == before and r.seen != self.calls), None)
+    def _request(self, row_tokens: np.ndarray, before: int) -> ServedRequest:
+        """The known request whose tokens were this row's first ``before`` when it last proposed
+        (:class:`~specrl.vllm.requests.RequestBook`), else a new one; its tokens are now the row's."""
+        tokens = np.asarray(row_tokens, dtype=np.int64)
+        found = self.requests.find(tokens[:before], self.calls)
         if found is None:
             controller = self._new_controller()
             controller.reset()
-            found = _Request(
-                prefix=b"",
-                length=before,
-                tracker=FeatureTracker(self.settings, length, prices=self.prices),
+            found = ServedRequest(
+                tracker=FeatureTracker(self.settings, len(tokens), prices=self.prices),
                 controller=controller,
                 index=NGramIndex(self.max_ngram, self.min_ngram),
             )
             found.tracker.lookup = found.lookup_match
-        prefix = tokens[: min(FINGERPRINT, length)].tobytes()
-        if found.prefix != prefix:  # new, or still short: filed under its tokens now
-            if found in self.requests.get(found.prefix, []):
-                self.requests[found.prefix].remove(found)
-                if not self.requests[found.prefix]:
-                    del self.requests[found.prefix]
-            found.prefix = prefix
-            self.requests.setdefault(prefix, []).append(found)
-        found.seen, found.length, found.tokens = self.calls, length, tokens
+        self.requests.file(found, tokens, self.calls)
         return found
-
-    def _forget_stale(self) -> None:
-        """Drop requests not seen for :data:`FORGET_AFTER` calls (finished, or gone)."""
-        if self.calls % FORGET_AFTER:
-            return
-        for prefix in list(self.requests):
-            alive = [r for r in self.requests[prefix] if self.calls - r.seen < FORGET_AFTER]
-            if alive:
-                self.requests[prefix] = alive
-            else:
-                del self.requests[prefix]
