@@ -448,3 +448,52 @@ def test_what_the_proposer_chose_is_counted_and_logged(caplog):
     assert summary["drafter_share"] == {"ngram": pytest.approx(2 / 11)} and summary["fallbacks"] == 0
     assert any("9 request steps" in m and "off by batch size 100%" in m for m in caplog.messages)
     assert any("11 request steps" in m and "ngram 18%" in m for m in caplog.messages)
+
+
+def test_the_recording_holds_every_step_and_each_recorded_requests_whole_output(tmp_path, close_pair):
+    from specrl.latency.serving import read_served_steps
+    from specrl.vllm.recorder import read_requests
+
+    vocab = close_pair.vocab_size
+    proposer = Proposer(
+        controller=lambda: StaticController(3),
+        draft=(close_pair.draft, vocab),
+        k_max=6,
+        context_window=128,
+        vocab_size=vocab,
+        record=str(tmp_path),
+    )
+    engine = draft_engine(close_pair, proposer)
+    for step in range(12):
+        engine.step(prefilling=frozenset({1}) if step == 5 else frozenset())
+    proposer.recorder.close()
+    steps = read_served_steps(tmp_path / "steps.jsonl")
+    assert len(steps) == 11  # every step after the first call (the first has no call before it)
+    assert [s.rows for s in steps] == [3] * 4 + [2] + [3] * 6 and steps[4].prefill_rows == 1
+    # each step reports the call before it: the call that found row 1 prefilling drafted for 2 rows
+    assert [s.draft_rows for s in steps] == [3] * 5 + [2] + [3] * 5
+    assert all(s.draft_forwards == 3 for s in steps)
+    assert all(0 < s.draft_seconds <= s.propose_seconds and s.seconds > 0 for s in steps)
+    requests = read_requests(tmp_path)
+    assert len(requests) == 3
+    for request in requests:
+        r = request.number
+        whole = request.prompt + request.output  # all but what the last verification emitted
+        assert whole == engine.tokens[r][: len(engine.tokens[r]) - len(engine.sampled[r])]
+        verified = [(len(s["proposed"]), s["accepted"]) for s in request.steps if "proposed" in s]
+        assert [v for v in verified if v[0]] == engine.told[r][: len(verified)]
+        assert all(s["drafter"] == "draft" and s["k"] == 3 for s in request.steps[1:])
+
+
+def test_a_recording_rate_draws_a_share_of_requests(tmp_path):
+    from specrl.vllm.recorder import read_requests
+
+    proposer = Proposer(
+        controller="tcp", k_max=6, context_window=512, vocab_size=64, record=str(tmp_path), record_rate=0.25
+    )
+    prompts = [continuation(600 + r, 20) for r in range(40)]
+    engine = FakeEngine(proposer, prompts, [continuation(700 + r, 60) for r in range(40)], width=512)
+    for _ in range(3):
+        engine.step()
+    recorded = read_requests(tmp_path)
+    assert 3 <= len(recorded) <= 18 and all(r.prompt == prompts[r.number] for r in recorded)

@@ -22,6 +22,7 @@ and exported (:mod:`specrl.vllm.stats`).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -40,6 +41,7 @@ from specrl.features import LOOKUP_DRAFTER, FeatureTracker, GenerationSettings, 
 from specrl.latency.family import profiles as latency_profiles
 from specrl.latency.model import LatencyModel
 from specrl.vllm.draft import DRAFT, DraftRows
+from specrl.vllm.recorder import CallCost, ServingRecorder, StepTally
 from specrl.vllm.requests import RequestBook, ServedRequest
 from specrl.vllm.settings import DRAFT_VARIABLE, BatchSchedule, ProposerSettings, resolve
 from specrl.vllm.stats import ProposerStats
@@ -209,6 +211,8 @@ class Proposer:
         )
         self.requests = RequestBook()
         self.stats = ProposerStats(self.controller_name)
+        record = self.config.record
+        self.recorder = ServingRecorder(record, self.config.record_rate) if record else None
         self.calls = 0
         self._last_call_end: float | None = None
         #: Seconds spent in ``propose`` (``total``) and in the draft model's forwards (``draft``)
@@ -254,16 +258,29 @@ class Proposer:
         finds fewer or the action's tau or stop rule cuts them)."""
         start = time.perf_counter()
         self.calls += 1
+        draft_before = self.seconds["draft"]
         verify_seconds = 0.0 if self._last_call_end is None else start - self._last_call_end
         rows = sum(1 for sampled in sampled_token_ids if len(sampled))
         drafts: list[list[int]] = [[] for _ in sampled_token_ids]
         planned: dict[int, tuple[ServedRequest, Action]] = {}  # row -> its request and action
         present: dict[ServedRequest, np.ndarray] = {}  # every request of this step -> its tokens
+        tally = StepTally()
         for row, sampled in enumerate(sampled_token_ids):
             length = int(num_tokens_no_spec[row])
-            if not len(sampled) or length >= self.context_window:
+            if not len(sampled):
+                tally.prefilling()
                 continue
-            request = self._request(token_ids_cpu[row, :length], length - len(sampled))
+            before = length - len(sampled)
+            request = self._request(token_ids_cpu[row, :length], before)
+            if request.steps:
+                tally.decoded(len(request.proposed) if request.action else 0, before)
+            else:
+                tally.admitted(before)
+            request.steps += 1
+            if request.recorded:
+                self._record_request(request, list(sampled), rows, verify_seconds)
+            if length >= self.context_window:
+                continue
             present[request] = request.tokens
             action = self._act(request, list(sampled), rows, verify_seconds)
             if action is not None:
@@ -280,7 +297,72 @@ class Proposer:
         self.stats.maybe_log()
         self._last_call_end = time.perf_counter()
         self.seconds["total"] += self._last_call_end - start
+        if self.recorder is not None:
+            draft_seconds = self.seconds["draft"] - draft_before
+            self._record_step(
+                tally, verify_seconds, drafting, drafts, (draft_seconds, self._last_call_end - start)
+            )
         return drafts
+
+    # ---- recording --------------------------------------------------------------------------
+
+    def _record_step(
+        self,
+        tally: StepTally,
+        verify_seconds: float,
+        drafting: dict[int, tuple[ServedRequest, Action]],
+        drafts: list[list[int]],
+        seconds: tuple[float, float],
+    ) -> None:
+        """The step just verified (priced with the call before it), then this call's cost
+        (``seconds``: in the draft's forwards, in all)."""
+        recorder = self.recorder
+        try:
+            if self.calls > 1:
+                recorder.step(tally, verify_seconds)
+            recorder.previous = CallCost(
+                draft_rows=len(drafting),
+                drafted=sum(len(drafts[row]) for row in drafting),
+                draft_forwards=max((action.k for _, action in drafting.values()), default=0),
+                draft_seconds=min(seconds),
+                propose_seconds=seconds[1],
+            )
+        except Exception:  # never stop the engine: recording stops
+            self._stop_recording()
+
+    def _record_request(self, request: ServedRequest, sampled: list[int], rows: int, seconds: float) -> None:
+        """What vLLM verified of the request's last proposal; its prompt on its first step."""
+        action = request.action
+        record = {"request": request.number, "call": self.calls, "emitted": sampled, "seconds": seconds}
+        if request.steps == 1:
+            record["prompt"] = request.tokens[: len(request.tokens) - len(sampled)].tolist()
+        if action is not None:
+            record |= {
+                "rows": request.rows,
+                "drafter": action.drafter,
+                "k": action.k,
+                "tau": action.tau,
+                "proposed": request.proposed,
+                "confidences": request.confidences,
+                "entropies": request.entropies,
+                "stopped": request.stopped,
+                "accepted": min(len(sampled) - 1, len(request.proposed)),
+                "draft_seconds": request.draft_seconds,
+            }
+        try:
+            self.recorder.request_step(record)
+        except Exception:
+            self._stop_recording()
+
+    def _stop_recording(self) -> None:
+        logger.warning(
+            "specrl proposer: recording into %s stopped after an error", self.config.record, exc_info=True
+        )
+        recorder, self.recorder = self.recorder, None
+        for request in self.requests:
+            request.recorded = False
+        with contextlib.suppress(Exception):
+            recorder.close()
 
     # ---- one request --------------------------------------------------------------------------
 
@@ -295,6 +377,7 @@ class Proposer:
             self._account(request, sampled, verify_seconds)
             tracker = request.tracker
             tracker.set_rows(rows, tracker.context_length, tracker.generated)
+            request.rows = rows
             scheduled = self.schedule(rows) if self.schedule else self.k_max
             if not scheduled:  # off at this batch size: the controller is not asked
                 self.stats.switched_off()
@@ -402,5 +485,6 @@ class Proposer:
                 index=NGramIndex(self.max_ngram, self.min_ngram),
             )
             found.tracker.lookup = found.lookup_match
+            found.recorded = self.recorder is not None and self.recorder.chooses()
         self.requests.file(found, tokens, self.calls)
         return found

@@ -31,6 +31,9 @@ class ServedRequest:
     controller: Controller
     index: NGramIndex
     number: int = 0  # its order of arrival in this proposer
+    steps: int = 0  # the steps it decoded in so far
+    rows: int = 0  # the batch's rows when it last acted
+    recorded: bool = False  # its steps are recorded (:mod:`specrl.vllm.recorder`)
     action: Action | None = None  # the last proposal's action, its tokens, their signals
     proposed: list[int] = field(default_factory=list)
     confidences: list[float] = field(default_factory=list)
