@@ -18,6 +18,9 @@ from transformers import (
     cache_utils,
 )
 
+# registers the sub-vocabulary draft with transformers' Auto classes, so its folders load by path
+from specrl.pretrained.subvocab import SubVocabLlamaForCausalLM
+
 EMBEDDED_PREFIX = "specrl-zoo-"  # an embedded pair's name: specrl-zoo-<preset>
 # Cache layers that crop back exactly: the dynamic layer, and the dummy layer of a block without
 # attention; layers of recurrent state (linear attention) do not. transformers 5.19 (vLLM's) has no
@@ -234,7 +237,10 @@ def check_tokenizers(
 
 
 def output_rows(model: PreTrainedModel) -> int:
-    """The rows of the model's output layer (its vocabulary, padding included)."""
+    """The rows of the model's logits (its vocabulary, padding included): its output layer's,
+    or the whole vocabulary for a draft whose head covers part of it (:mod:`specrl.pretrained.subvocab`)."""
+    if isinstance(model, SubVocabLlamaForCausalLM):
+        return int(model.config.vocab_size)
     head = model.get_output_embeddings()
     if head is not None and getattr(head, "weight", None) is not None:
         return int(head.weight.shape[0])

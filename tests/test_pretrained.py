@@ -11,8 +11,10 @@ import specrl
 from specrl.cli import main
 from specrl.models import PairError
 from specrl.pretrained import is_fetched, pair_dir
-from specrl.pretrained.draft import first_layers
+from specrl.pretrained.distil import agreement, distillation_loss, kept_tokens, teacher_answers, train_draft
+from specrl.pretrained.draft import first_layers, make_draft
 from specrl.pretrained.fetch import write_pair
+from specrl.pretrained.sources import DistilSettings, DraftShape
 from specrl.pretrained.target import FetchError, fetch_target, plain_copy
 
 SMOLLM2_FETCHED = is_fetched("smollm2")  # in the user's $SPECRL_HOME, before a test changes it
@@ -123,3 +125,36 @@ def test_specrl_generate_runs_the_fetched_pair_offline(capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["generate", "--pair", "smollm2", "--prompt", CHAT, "--k", "2", "--max-new-tokens", "8"]) == 0
     assert '"pair": "specrl-zoo-smollm2"' in capsys.readouterr().out
+
+
+def test_the_distillation_loss_is_the_cross_entropy_alone_where_the_draft_is_the_teacher():
+    torch.manual_seed(0)
+    logits = torch.randn(5, 8)  # the draft keeps all 8 tokens, in vocabulary order
+    top = logits.log_softmax(-1).topk(8)
+    to_row = torch.arange(8)
+    loss = distillation_loss(logits, top.indices, top.values, to_row, hard=0.5)
+    assert torch.allclose(loss, 0.5 * -top.values[:, 0].mean(), atol=1e-5)
+    # a draft that keeps half the tokens learns the teacher's law renormalised over them
+    kept = torch.tensor([0, 2, 4, 6])
+    to_row = torch.full((8,), -1).index_put((kept,), torch.arange(4))
+    assert distillation_loss(logits[:, kept], top.indices, top.values, to_row, hard=0.0).abs() < 1e-5
+
+
+def test_a_sub_vocabulary_draft_learns_the_targets_greedy_answers(tmp_path):
+    torch.manual_seed(0)
+    target = random_llama(48, seed=0, layers=2)
+    tokenizer = word_tokenizer(48)
+    tokenizer.pad_token = tokenizer.eos_token
+    prompts = [("code", " ".join(f"w{(7 * i + j) % 40}" for j in range(6))) for i in range(12)]
+    answers = teacher_answers(target, tokenizer, prompts, new_tokens=10, batch=4, top=8)
+    lengths = [len(ids) - n for ids, n in zip(answers.ids, answers.prompt_length, strict=True)]
+    assert lengths == [len(top) for top in answers.top_ids] and max(lengths) == 10
+    kept = kept_tokens(answers, 16, always=[tokenizer.eos_token_id])
+    assert len(kept) == 16 and tokenizer.eos_token_id in kept
+    shape = DraftShape(layers=1, hidden=16, kept=16)  # fresh weights: it must learn
+    draft = make_draft(target, shape, kept)
+    before = agreement(draft, answers)["all"]
+    train_draft(draft, answers, DistilSettings(shape=shape, epochs=30, batch_size=4, lr=3e-3))
+    assert agreement(draft, answers)["all"] > max(0.6, before + 0.2)
+    never = sorted(set(range(48)) - set(kept))  # tokens the draft never proposes: probability 0
+    assert draft(answers.ids[0][None]).logits.softmax(-1)[..., never].max() == 0

