@@ -10,6 +10,13 @@ embedded pair's weights instead. Traces already shipped or cached are loaded, no
     specrl collect --scenarios code code_t1 --split test
     specrl collect --preset small --ship             # what the package ships
     specrl collect --ray 10.0.0.5:6379 --ray-gpus 1  # sharded by prompt on a Ray cluster
+    specrl collect --engine vllm --scenarios code_lookup --split test   # decoded inside vLLM
+
+With --engine vllm the target decodes inside vLLM (specrl/vllm/collect.py): one engine serves a
+scenario part's prompts together, specrl's proposer speculating (--controller) and recording every
+step beside the traces (steps.jsonl: vLLM's prices, `specrl.latency.serving`; requests.jsonl;
+agreement.json: the share of recorded steps that replay exactly on the traces). Traces already
+cached are loaded, not recorded again: delete the file named to record it through vLLM.
 """
 
 from __future__ import annotations
@@ -42,6 +49,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ship", action="store_true", help="write into the package next to the embedded pair"
     )
+    parser.add_argument(
+        "--engine",
+        choices=("specrl", "vllm"),
+        default="specrl",
+        help="what decodes the prompts: specrl's own engine, or vLLM with specrl's proposer recording",
+    )
+    vllm = parser.add_argument_group("--engine vllm")
+    vllm.add_argument("--controller", default="tcp", help="what specrl's proposer runs in vLLM (default tcp)")
+    vllm.add_argument(
+        "--record-folder", help="where vLLM's recordings go (default: beside the trace files, <file>.vllm/)"
+    )
+    vllm.add_argument("--max-num-seqs", type=int, default=16, help="vLLM's most rows in a step (default 16)")
     add_ray_arguments(parser)
 
 
@@ -56,12 +75,33 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         scenarios = [load_scenario(name).with_overrides(preset=args.preset) for name in names]
     except ScenarioError as error:
         parser.error(str(error))
+    if args.engine == "vllm":
+        with recording_with(vllm_collector(args, parser)):
+            collect(scenarios, args)
+        return 0
     pool = pool_from_args(args, scenarios[0].pair)
     with recording_with(pool.collector()) if pool else contextlib.nullcontext():
         collect(scenarios, args)
     if pool is not None:
         pool.close()
     return 0
+
+
+def vllm_collector(args: argparse.Namespace, parser: argparse.ArgumentParser):
+    """The collector that records through vLLM, after checking vLLM is there and the options fit."""
+    if args.ray is not None:
+        parser.error("--engine vllm records in this process; leave out --ray")
+    if args.max_num_seqs < 1:
+        parser.error(f"--max-num-seqs must be >= 1, got {args.max_num_seqs}")
+    from specrl.vllm.compat import require_vllm
+
+    try:
+        require_vllm()
+    except (ImportError, RuntimeError) as error:
+        parser.error(str(error))
+    from specrl.vllm.collect import VLLMCollector
+
+    return VLLMCollector(args.controller, args.max_num_seqs, args.record_folder)
 
 
 def collect(scenarios: list, args: argparse.Namespace) -> None:
@@ -92,6 +132,25 @@ def collect(scenarios: list, args: argparse.Namespace) -> None:
                 f"{name:>18} {split:>10}: {len(traces)} traces, {tokens} tokens "
                 f"({time.perf_counter() - start:.0f} s)"
             )
+            if args.engine == "vllm":  # each part's own recording (the joined set keeps the first's)
+                for part in cache_parts(scenario):
+                    part_traces = cached_traces(
+                        part, split, pair, prompts_per_domain=args.prompts_per_domain, seed=args.seed
+                    )
+                    print(f"{part.name:>18} {split:>10}: {vllm_line(part_traces)}")
+
+
+def vllm_line(traces) -> str:
+    """Where vLLM recorded a trace set and how much of it replays exactly, or why it was not."""
+    served = traces.meta.get("vllm")
+    if served is None:
+        return f"loaded, not recorded through vLLM ({traces.source}): delete it to record it through vLLM"
+    agreement = served["replay_agreement"]
+    share = "-" if agreement["share"] is None else f"{agreement['share']:.1%}"
+    return (
+        f"vLLM recording in {served['recording']}; {agreement['agree']}/{agreement['steps']} recorded "
+        f"steps replay exactly ({share})"
+    )
 
 
 def has_prompts(scenario, split: str, pair) -> bool:

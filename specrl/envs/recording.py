@@ -36,30 +36,53 @@ def record_episode(
 ) -> Trace:
     """Decode one episode of ``env`` plainly (k = 0) and analyse each of its segments."""
     _, info = env.reset(seed=seed, options=options)
-    pair, sampling, k_max = env.pair, env.scenario.sampling, env.scenario.k_max
     segments, done = [], False
     while not done:
         generation = env.generation
         prompt_ids = generation.tokens[0][: generation.prompt_lengths[0]]
         while env.generation is generation and not done:
             _, _, done, _, _ = env.step(Action(0))
-        trajectory = generation.output_ids(0)
-        stored = list(trajectory)
-        if generation.finished_by_eos[0]:
-            stored += extend_past_eos(pair, sampling, prompt_ids + trajectory, k_max, seed + len(segments))
-        fields = analyse_segment(pair, sampling, prompt_ids, stored, k_max, generator, env.scenario.drafters)
-        others = fields.pop("drafters", {})
         segments.append(
-            Segment(
-                prompt_length=len(prompt_ids),
-                budget=generation.max_new_tokens,
-                end=len(trajectory),
-                eos=generation.finished_by_eos[0],
-                **fields,
-                others={name: make_fields(name, values) for name, values in others.items()},
+            analysed_segment(
+                env.scenario,
+                env.pair,
+                prompt_ids,
+                generation.output_ids(0),
+                (generation.max_new_tokens, generation.finished_by_eos[0]),
+                seed + len(segments),
+                generator,
             )
         )
     return Trace(domain=info["domain"], prompt_index=info["prompt_index"], seed=seed, segments=segments)
+
+
+def analysed_segment(
+    scenario: Scenario,
+    pair: ModelPair,
+    prompt_ids: list[int],
+    trajectory: list[int],
+    ending: tuple[int, bool],
+    seed: int,
+    generator: torch.Generator,
+) -> Segment:
+    """The segment of ``trajectory`` decoded after ``prompt_ids`` (``ending``: its budget, and
+    whether an EOS ended it, when the trajectory runs ``k_max`` tokens further, drawn with
+    ``seed``), analysed teacher-forced for the scenario's drafters (:func:`analyse_segment`)."""
+    budget, eos = ending
+    sampling, k_max = scenario.sampling, scenario.k_max
+    stored = list(trajectory)
+    if eos:
+        stored += extend_past_eos(pair, sampling, prompt_ids + trajectory, k_max, seed)
+    fields = analyse_segment(pair, sampling, prompt_ids, stored, k_max, generator, scenario.drafters)
+    others = fields.pop("drafters", {})
+    return Segment(
+        prompt_length=len(prompt_ids),
+        budget=budget,
+        end=len(trajectory),
+        eos=eos,
+        **fields,
+        others={name: make_fields(name, values) for name, values in others.items()},
+    )
 
 
 @dataclass(frozen=True)
