@@ -8,13 +8,14 @@ setting runs in a process of its own:
 - **no speculation**;
 - vLLM's ``ngram`` and ``draft_model`` (the embedded draft) at each static k of ``--static-k``: the
   best k of each is chosen on **validation** requests (arrivals), its **test** row is reported;
-- vLLM's dynamic schedule by batch size (``num_speculative_tokens_per_batch_size``, ``draft_model``):
-  per fixed batch size, the best k of ``{0} + --static-k`` on validation;
-- specrl's proposer (``specrl.vllm.Proposer``) with TCP and with each policy of ``--policy``,
-  drafting with the embedded draft model; TCP also drafting with the n-gram lookup alone (no draft
-  model, as vLLM's ``ngram``); with ``--lookup-only``, TCP and each policy with the lookup alone
-  (a policy trained on the ``*_lookup`` scenarios); each also with speculation off above its cut-off
-  (``$SPECRL_VLLM_MAX_BATCH``), tuned on validation fixed batches as the batch simulator tunes it
+- vLLM's own schedule by batch size (``num_speculative_tokens_per_batch_size``), for ``ngram`` and
+  for ``draft_model``: per fixed batch size, the best k of ``{0} + --static-k`` on validation;
+- specrl's proposer (``specrl.vllm.Proposer``, configured by ``additional_config["specrl"]``) with
+  TCP and with each policy of ``--policy``, drafting with the embedded draft model; TCP also
+  drafting with the n-gram lookup alone (no draft model, as vLLM's ``ngram``); with
+  ``--lookup-only``, TCP and each policy with the lookup alone (a policy trained on the
+  ``*_lookup`` scenarios); each also with speculation off above its cut-off (``max_batch``),
+  tuned on validation fixed batches as the batch simulator tunes it
   (``batch_control.schedule.cutoff_from``);
 - specrl's proposer with a controller that never drafts: what a custom proposer costs by itself
   (vLLM turns async scheduling off with one);
@@ -22,8 +23,10 @@ setting runs in a process of its own:
   CPU backend advises), when the library is found.
 
 Workloads (``vllm_engines.serve``: a busy clock, so every engine serves the same requests at the same
-arrival times): the ``arrivals`` scenario's requests (a quiet phase, then a burst; ``--requests`` of
-them) and fixed batches of 1, 4 and 16 rows kept full (2 requests a row, at least 8).
+arrival times): the ``arrivals`` scenario's requests (code, prose and arithmetic; a quiet phase,
+then a burst; ``--requests`` of them), fixed batches of 1, 4, 16 and 64 rows kept full (2 requests
+a row, at least 8), and ``chat``: 32 requests sharing a 200-token system prompt, 16 running
+(test only: validation tunes on arrivals and the fixed batches).
 
 **Interleaved.** The machine drifts by a fifth within the bench's hour, so engines are not run one
 after another. Validation runs every candidate setting ``--validation-repeats`` times and test runs
@@ -45,7 +48,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.vllm_engines import intel_openmp, interleaved, specrl_rows, vllm_static, worker
+from benchmarks.vllm_engines import FIXED, intel_openmp, interleaved, specrl_rows, vllm_static, worker
 from benchmarks.vllm_page import write
 from benchmarks.vllm_summary import cutoff, own_engine, summarise, tune, workloads
 
@@ -56,9 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--requests", type=int, default=48, help="arrivals requests per repeat")
+    parser.add_argument("--requests", type=int, default=200, help="arrivals requests per repeat")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved test repeats")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved test repeats")
     parser.add_argument("--validation-repeats", type=int, default=2, help="interleaved validation repeats")
     parser.add_argument("--static-k", nargs="+", type=int, default=[2, 4], help="vLLM's static k to try")
     parser.add_argument("--policy", nargs="*", default=["default", "batch"], help="policies for the proposer")
@@ -91,13 +94,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     import specrl
     from specrl.embedded import ensure_pair
-    from specrl.vllm import CONTROLLER_VARIABLE, DRAFT_VARIABLE, MAX_BATCH_VARIABLE
 
     pair = specrl.load_pair(device="cpu")
     target, draft = str(ensure_pair("small") / "target"), str(ensure_pair("small") / "draft")
-    validation = workloads(pair, "validation", args.requests)
+    validation = workloads(pair, "validation", args.requests)[: 1 + len(FIXED)]  # no chat
     test = workloads(pair, "test", args.requests)
-    common = {"target": target, "max_new_tokens": args.max_new_tokens, "env": {}}  # repeats: interleaved()
+    common = {"target": target, "max_new_tokens": args.max_new_tokens}  # repeats: interleaved()
 
     def job(speculative: dict | None, loads: list[dict], **extra) -> dict:
         return {**common, "speculative": speculative, "workloads": loads, **extra}
@@ -112,38 +114,41 @@ def main(argv: list[str] | None = None) -> dict:
         "model": "specrl.vllm.Proposer",
         "num_speculative_tokens": args.k_max,
     }
-    controllers = specrl_rows(args.policy, draft, CONTROLLER_VARIABLE, DRAFT_VARIABLE, args.lookup_only)
-    for label, env in controllers.items():
-        candidates[label] = job(proposer, validation[1:], env=env)
+    controllers = specrl_rows(args.policy, draft, args.lookup_only)
+    for label, settings in controllers.items():
+        candidates[label] = job(proposer, validation[1:], additional={"specrl": settings})
     done = out.with_suffix(".runs.json")  # finished engine runs: a restarted bench resumes
     validated = interleaved(candidates, args.validation_repeats, "validation", done)
-    chosen, schedule = tune(validated, args.static_k)
+    chosen, schedules = tune(validated, args.static_k)
     cutoffs = {label: cutoff(validated, label) for label in controllers}
 
     # test: the chosen settings, interleaved
     final = {"no speculation": job(None, test)}
     for method, k in chosen.items():
         final[f"vLLM {method} k={k}"] = job(vllm_static(method, k, draft), test)
-    dynamic = vllm_static("draft_model", max(args.static_k), draft)
-    dynamic["num_speculative_tokens_per_batch_size"] = schedule
-    final["vLLM draft_model dynamic"] = job(dynamic, test)
-    plain = {CONTROLLER_VARIABLE: "plain"}  # a custom proposer that never drafts: what having one costs
-    final["specrl plain (k = 0)"] = job(proposer, test, env=plain)
-    for label, env in controllers.items():
-        final[label] = job(proposer, test, env=env)
+    for method, schedule in schedules.items():  # vLLM's own schedule by batch size
+        dynamic = vllm_static(method, max(args.static_k), draft)
+        final[f"vLLM {method} dynamic"] = job(
+            dynamic | {"num_speculative_tokens_per_batch_size": schedule}, test
+        )
+    plain = {"specrl": {"controller": "plain"}}  # a custom proposer that never drafts: what having one costs
+    final["specrl plain (k = 0)"] = job(proposer, test, additional=plain)
+    for label, settings in controllers.items():
+        final[label] = job(proposer, test, additional={"specrl": settings})
         if cutoffs[label] is not None:  # speculation off above it
-            cut = {**env, MAX_BATCH_VARIABLE: str(cutoffs[label])}
-            final[f"{label}, cut-off {cutoffs[label]}"] = job(proposer, test, env=cut)
+            cut = {"specrl": settings | {"max_batch": cutoffs[label]}}
+            final[f"{label}, cut-off {cutoffs[label]}"] = job(proposer, test, additional=cut)
     iomp = intel_openmp()
     if iomp:
         preload = {"LD_PRELOAD": iomp}
         final["no speculation, iomp"] = job(None, test, process_env=preload)
         if args.policy:  # the first policy's row
             label = next(label for label in controllers if label.startswith(f"specrl {args.policy[0]}"))
-            final[f"{label}, iomp"] = job(proposer, test, env=controllers[label], process_env=preload)
+            additional = {"specrl": controllers[label]}
+            final[f"{label}, iomp"] = job(proposer, test, additional=additional, process_env=preload)
     runs = interleaved(final, args.repeats, "test", done)
     own = own_engine(pair, test, args.max_new_tokens, args.repeats)
-    report = summarise(runs, own, chosen, schedule, args)
+    report = summarise(runs, own, chosen, schedules, args)
     report["cutoffs"] = cutoffs
     report.update(result_origin(pair), vllm_version=vllm.__version__)
     page = write(report, out)

@@ -233,11 +233,12 @@ def draft_engine(pair, proposer: Proposer, requests: int = 3) -> FakeEngine:
     return FakeEngine(proposer, prompts, targets)
 
 
-def test_the_draft_model_proposes_what_it_would_afresh_after_every_rollback(close_pair):
+@pytest.mark.parametrize("draft_cache", ["dynamic", "static"])
+def test_the_draft_model_proposes_what_it_would_afresh_after_every_rollback(close_pair, draft_cache):
     """Each request's draft row, rolled back to what the verifier accepted, moved when rows move,
     dropped while its request is away and prefilled again when it comes back, drafts exactly what
     the draft model drafts from the whole sequence afresh; requests in one batch cut their own
-    drafts (tau 0 and 0.6 side by side)."""
+    drafts (tau 0 and 0.6 side by side). With either KV cache."""
     taus = [0.0, 0.6, 0.0]
     made = []
 
@@ -247,8 +248,14 @@ def test_the_draft_model_proposes_what_it_would_afresh_after_every_rollback(clos
 
     vocab = close_pair.vocab_size
     proposer = Proposer(
-        controller=new, draft=(close_pair.draft, vocab), k_max=6, context_window=128, vocab_size=vocab
+        controller=new,
+        draft=(close_pair.draft, vocab),
+        k_max=6,
+        context_window=128,
+        vocab_size=vocab,
+        draft_cache=draft_cache,
     )
+    assert proposer.draft.drafter.cache.static == (draft_cache == "static")
     engine = draft_engine(close_pair, proposer)
     for step in range(16):
         if step == 6:

@@ -19,8 +19,9 @@ from typing import Any
 
 #: The script whose ``--worker`` runs one engine.
 SCRIPT = Path(__file__).resolve().parent.parent / "bench_vllm.py"
-FIXED = (1, 4, 16)
+FIXED = (1, 4, 16, 64)
 ARRIVALS = "arrivals"
+CHAT = "chat"  # requests sharing a system prompt
 MAX_ROWS = 64  # the arrivals scenario's batch limit
 
 
@@ -36,7 +37,7 @@ def serve(
     as :func:`specrl.serving.serve_continuous` serves specrl's own engine.
 
     Returns tokens, busy seconds, tokens per busy second, TPOT p50 and p99 over requests, the mean
-    batch, the outputs (token ids per request) and the speculative summary."""
+    batch, the engine steps, the outputs (token ids per request) and the speculative summary."""
     from vllm import SamplingParams
 
     from specrl.vllm.serve import spec_counters, spec_summary
@@ -78,6 +79,7 @@ def serve(
         "tpot_p50": statistics.median(tpot) if tpot else None,
         "tpot_p99": statistics.quantiles(tpot, n=100)[98] if len(tpot) > 1 else None,
         "mean_batch": statistics.fmean(batches) if batches else 0.0,
+        "steps": len(batches),
         "outputs": [outputs[i] for i in range(len(requests))],
         "spec": spec_summary(before, spec_counters(llm)),
     }
@@ -86,7 +88,6 @@ def serve(
 def worker(path: str) -> None:
     """Serve every workload of the job file with one engine; write the results next to it."""
     job = json.loads(Path(path).read_text())
-    os.environ.update(job["env"])
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     from vllm import LLM
@@ -101,6 +102,7 @@ def worker(path: str) -> None:
         seed=0,
         dtype="float32",
         speculative_config=job["speculative"],
+        additional_config=job.get("additional") or {},
         disable_log_stats=False,
     )
     serve(llm, [(job["workloads"][0]["requests"][0][0], 0.0)], 1, 8)  # warm-up
@@ -170,16 +172,14 @@ def vllm_static(method: str, k: int, draft: str) -> dict:
     return spec | {"model": draft}
 
 
-def specrl_rows(
-    policies: list[str], draft: str, controller: str, drafter: str, lookup_only: bool = False
-) -> dict[str, dict]:
-    """specrl's proposer rows, each the environment that configures it: TCP and every policy with
+def specrl_rows(policies: list[str], draft: str, lookup_only: bool = False) -> dict[str, dict]:
+    """specrl's proposer rows, each its ``additional_config["specrl"]``: TCP and every policy with
     the draft model, and TCP with the n-gram lookup alone (no draft model); with ``lookup_only``,
     TCP and every policy with the lookup alone."""
     names = ["tcp", *policies]
-    rows = {} if lookup_only else {f"specrl {name}": {controller: name, drafter: draft} for name in names}
+    rows = {} if lookup_only else {f"specrl {name}": {"controller": name, "draft": draft} for name in names}
     for name in names if lookup_only else ["tcp"]:
-        rows[f"specrl {name}, lookup"] = {controller: name}
+        rows[f"specrl {name}, lookup"] = {"controller": name}
     return rows
 
 

@@ -30,9 +30,10 @@ MEASURED = (
 
 def vllm_best(report: dict, workload: str = ARRIVALS) -> str:
     """The label of vLLM's own fastest speculative setting on ``workload`` (its chosen static k of
-    each method, and the dynamic schedule)."""
+    each method, and each method's own schedule by batch size)."""
     chosen = report["chosen_static_k"]
-    own = [f"vLLM {method} k={k}" for method, k in chosen.items()] + ["vLLM draft_model dynamic"]
+    own = [f"vLLM {method} k={k}" for method, k in chosen.items()]
+    own += [f"vLLM {method} dynamic" for method in chosen if f"vLLM {method} dynamic" in report["rows"]]
     return max(own, key=lambda label: report["rows"][label][workload]["tokens_per_s"])
 
 

@@ -6,49 +6,81 @@ from __future__ import annotations
 
 from statistics import median
 
-from benchmarks.vllm_engines import ARRIVALS, FIXED, MAX_ROWS
+from benchmarks.vllm_engines import ARRIVALS, CHAT, FIXED, MAX_ROWS
+
+SYSTEM_TOKENS = 200  # the chat workload's shared system prompt
+CHAT_REQUESTS, CHAT_ROWS = 32, 16
+METHODS = ("ngram", "draft_model")
 
 
 def workloads(pair, split: str, requests: int, seed: int = 0) -> list[dict]:
-    """The arrivals scenario's requests and the fixed batches, as token ids (and arrival times)."""
+    """The arrivals scenario's requests, the fixed batches and the chat workload, as token ids (and
+    arrival times)."""
     from specrl.envs import load_scenario
     from specrl.serving.continuous import scenario_requests
 
     scenario = load_scenario(ARRIVALS)  # its load is relative to this machine's plain capacity
     timed = scenario_requests(scenario, pair, split, seed, requests, scenario.latency_model(pair))
-    found = [
-        {
-            "name": f"{split} {ARRIVALS}",
-            "limit": MAX_ROWS,
-            "requests": [(r.prompt_ids, r.arrival) for r in timed],
-        }
-    ]
-    for rows in FIXED:
-        count = max(8, 2 * rows)
-        fixed = scenario_requests(scenario, pair, split, seed + rows, count)
+    arrivals = {
+        "name": f"{split} {ARRIVALS}",
+        "limit": MAX_ROWS,
+        "requests": [(r.prompt_ids, r.arrival) for r in timed],
+    }
+    return [arrivals, *fixed_workloads(pair, split, FIXED, seed), chat_workload(pair, split, seed)]
+
+
+def fixed_workloads(pair, split: str, batches: tuple[int, ...], seed: int = 0) -> list[dict]:
+    """Per batch size B, 2 B requests (at least 8) of the ``batch_B`` scenario (the arrivals'
+    domains), B running."""
+    from specrl.envs import load_scenario
+    from specrl.serving.continuous import scenario_requests
+
+    found = []
+    for rows in batches:
+        scenario = load_scenario(f"batch_{rows}")
+        fixed = scenario_requests(scenario, pair, split, seed + rows, max(8, 2 * rows))
         found.append(
             {"name": f"{split} B={rows}", "limit": rows, "requests": [(r.prompt_ids, 0.0) for r in fixed]}
         )
     return found
 
 
-def tune(runs: dict[str, dict[str, list]], ks: list[int]) -> tuple[dict[str, int], list[list[int]]]:
-    """Each vLLM method's best static k on validation arrivals, and the dynamic schedule: per fixed
-    batch size the best k of {0} + ``ks`` for draft_model on validation (medians over repeats),
-    made a schedule as the batch simulator's is (:func:`schedule_from_best_k`)."""
+def chat_workload(pair, split: str, seed: int = 0) -> dict:
+    """:data:`CHAT_REQUESTS` requests, each a shared system prompt of :data:`SYSTEM_TOKENS` tokens
+    (the first prompt, repeated to that length) then its own prompt, :data:`CHAT_ROWS` running."""
+    from specrl.envs import load_scenario
+    from specrl.serving.continuous import scenario_requests
+
+    asks = scenario_requests(load_scenario(f"batch_{CHAT_ROWS}"), pair, split, seed + 1000, CHAT_REQUESTS + 1)
+    system = list(asks[0].prompt_ids)
+    while len(system) < SYSTEM_TOKENS:
+        system += list(asks[0].prompt_ids)
+    chat = [(system[:SYSTEM_TOKENS] + list(r.prompt_ids), 0.0) for r in asks[1:]]
+    return {"name": f"{split} {CHAT}", "limit": CHAT_ROWS, "requests": chat}
+
+
+def tune(
+    runs: dict[str, dict[str, list]], ks: list[int]
+) -> tuple[dict[str, int], dict[str, list[list[int]]]]:
+    """Each vLLM method's best static k on validation arrivals, and each method's own schedule by
+    batch size (``num_speculative_tokens_per_batch_size``): per fixed batch size its best k of
+    {0} + ``ks`` on validation (medians over repeats), made a schedule as the batch simulator's is
+    (:func:`schedule_from_best_k`)."""
     from specrl.controllers.batch_schedule import schedule_from_best_k
 
     chosen = {
-        method: max(ks, key=lambda k: rate(runs, f"vLLM {method} k={k}", ARRIVALS))
-        for method in ("ngram", "draft_model")
+        method: max(ks, key=lambda k: rate(runs, f"vLLM {method} k={k}", ARRIVALS)) for method in METHODS
     }
-    best = {}
-    for rows in FIXED:
-        options = {0: rate(runs, "no speculation", f"B={rows}")} | {
-            k: rate(runs, f"vLLM draft_model k={k}", f"B={rows}") for k in ks
-        }
-        best[rows] = max(options, key=options.get)
-    return chosen, vllm_schedule(schedule_from_best_k(best))
+    schedules = {}
+    for method in METHODS:
+        best = {}
+        for rows in FIXED:
+            options = {0: rate(runs, "no speculation", f"B={rows}")} | {
+                k: rate(runs, f"vLLM {method} k={k}", f"B={rows}") for k in ks
+            }
+            best[rows] = max(options, key=options.get)
+        schedules[method] = vllm_schedule(schedule_from_best_k(best))
+    return chosen, schedules
 
 
 def rate(runs: dict[str, dict[str, list]], label: str, workload: str) -> float:
@@ -86,7 +118,7 @@ def own_engine(pair, test: list[dict], max_new_tokens: int, repeats: int) -> dic
 
     rates: dict[str, list[float]] = {}
     for _ in range(repeats):
-        for workload in test[1:]:
+        for workload in test[1 : 1 + len(FIXED)]:
             requests = [TimedRequest(prompt, 0.0) for prompt, _ in workload["requests"]]
             run = serve_continuous(
                 pair, StaticController(0), requests, workload["limit"], max_new_tokens, stop_at_eos=False
@@ -95,13 +127,13 @@ def own_engine(pair, test: list[dict], max_new_tokens: int, repeats: int) -> dic
     return rates
 
 
-def summarise(runs, own, chosen, schedule, args) -> dict:
+def summarise(runs, own, chosen, schedules, args) -> dict:
     """Per test workload and engine: medians and ratios to no speculation, and the equality of
     outputs with it (greedy: they must be equal)."""
     from specrl.evaluation.compare import paired_ratio
     from specrl.evaluation.intervals import paired_ratio_interval
 
-    names = [ARRIVALS, *(f"B={rows}" for rows in FIXED)]
+    names = [ARRIVALS, *(f"B={rows}" for rows in FIXED), CHAT]
     plain = runs["no speculation"]
     rows: dict[str, dict[str, dict]] = {}
     for label, run in runs.items():
@@ -143,7 +175,7 @@ def summarise(runs, own, chosen, schedule, args) -> dict:
     return {
         "rows": rows,
         "chosen_static_k": chosen,
-        "dynamic_schedule": schedule,
+        "dynamic_schedule": schedules,
         "own_engine": engine_rows,
         "settings": {
             "requests": args.requests,

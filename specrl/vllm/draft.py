@@ -19,6 +19,7 @@ from transformers import PreTrainedModel
 from specrl.engine.drafters.model import ModelDrafter
 from specrl.engine.sampling import SamplingConfig
 from specrl.engine.types import Action
+from specrl.models import CacheSettings
 
 #: The drafter's name in a controller's actions.
 DRAFT = "draft"
@@ -29,8 +30,10 @@ class DraftRows:
     given no draft probabilities, so it verifies each token as a point mass (exact at any
     temperature), and the draft's most likely token is the one most likely accepted."""
 
-    def __init__(self, model: PreTrainedModel, vocab_size: int, context_window: int) -> None:
-        self.drafter = ModelDrafter(DRAFT, model, vocab_size, max_length=context_window, rows=0)
+    def __init__(
+        self, model: PreTrainedModel, vocab_size: int, context_window: int, cache: CacheSettings | None = None
+    ) -> None:
+        self.drafter = ModelDrafter(DRAFT, model, vocab_size, cache, max_length=context_window, rows=0)
         self.context_window = context_window
         self.owners: list[Hashable] = []  # the request of each row, in cache order
         self.held: list[np.ndarray] = []  # each row's tokens then its last proposal

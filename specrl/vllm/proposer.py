@@ -40,6 +40,7 @@ from specrl.engine.types import Action, Outcome, StepResult
 from specrl.features import LOOKUP_DRAFTER, FeatureTracker, GenerationSettings, Prices
 from specrl.latency.family import profiles as latency_profiles
 from specrl.latency.model import LatencyModel
+from specrl.models import CacheSettings
 from specrl.vllm.draft import DRAFT, DraftRows
 from specrl.vllm.recorder import CallCost, ServingRecorder, StepTally
 from specrl.vllm.requests import RequestBook, ServedRequest
@@ -241,7 +242,9 @@ class Proposer:
 
             model, vocab_size = load_draft(draft, target, device=device, dtype=dtype)
         window = getattr(model.config, "max_position_embeddings", None) or self.context_window
-        return DraftRows(model, vocab_size, min(window, self.context_window))
+        kind = self.config.draft_cache
+        cache = CacheSettings("dynamic" if kind == "dynamic" else "static", compile=kind == "compiled")
+        return DraftRows(model, vocab_size, min(window, self.context_window), cache)
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """Nothing to load from vLLM: the draft model, if any, was loaded at construction."""

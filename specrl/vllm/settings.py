@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -29,6 +29,7 @@ RECORD_VARIABLE = "SPECRL_VLLM_RECORD"
 VARIABLES = {
     "controller": CONTROLLER_VARIABLE,
     "draft": DRAFT_VARIABLE,
+    "draft_cache": "SPECRL_VLLM_DRAFT_CACHE",
     "max_batch": MAX_BATCH_VARIABLE,
     "prices": PRICES_VARIABLE,
     "temperature": TEMPERATURE_VARIABLE,
@@ -50,6 +51,9 @@ class ProposerSettings(BaseModel):
     #: package.module:Name of a controller class
     controller: str = "tcp"
     draft: str | None = None  # a draft model's folder or id; none: the n-gram lookup drafts
+    #: the draft's KV cache: transformers' dynamic cache, a static one, or static with its decode
+    #: forwards compiled (torch.compile, a graph per batch size and tokens fed)
+    draft_cache: Literal["dynamic", "static", "compiled"] = "dynamic"
     prices: str | None = None  # the price features' prior: a latency profile or a latency model's JSON
     temperature: float = Field(0.0, ge=0)  # the temperature the controller is told the traffic has
     max_batch: int | None = Field(None, ge=1)  # speculate only with at most this many rows decoding
