@@ -133,6 +133,13 @@ def test_the_environment_variable_is_the_fallback(prompts, plain, monkeypatch):
     outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True))
     assert [list(o.outputs[0].token_ids) for o in outputs] == plain
     assert proposer.stats.k[3] > 0
+    # what it chose, beside vLLM's own metrics in the process's Prometheus registry
+    from prometheus_client import REGISTRY
+
+    chosen = {m.name: m for m in REGISTRY.collect() if m.name.startswith("specrl:spec_decode_")}
+    assert {"specrl:spec_decode_chosen_k", "specrl:spec_decode_drafter_rows"} <= set(chosen)
+    counts = [s.value for s in chosen["specrl:spec_decode_chosen_k"].samples if s.name.endswith("_count")]
+    assert counts and counts[0] >= proposer.stats.rows
     del llm, proposer
     gc.collect()
 
