@@ -112,7 +112,9 @@ class RecordedRequest:
 
     @property
     def output(self) -> list[int]:
-        """Every token vLLM emitted for it while recorded (the prefill's first token included)."""
+        """Every token vLLM's steps emitted for it while recorded, the prefill's first included.
+        The last step's may run past the request's budget or its EOS (vLLM verifies the whole
+        draft; its output then drops them)."""
         return [token for step in self.steps for token in step["emitted"]]
 
 
