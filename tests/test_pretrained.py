@@ -158,3 +158,13 @@ def test_a_sub_vocabulary_draft_learns_the_targets_greedy_answers(tmp_path):
     assert agreement(draft, answers)["all"] > max(0.6, before + 0.2)
     never = sorted(set(range(48)) - set(kept))  # tokens the draft never proposes: probability 0
     assert draft(answers.ids[0][None]).logits.softmax(-1)[..., never].max() == 0
+
+
+@pytest.mark.smollm2
+@needs_smollm2
+def test_the_fetched_pairs_card_says_where_its_target_came_from_and_how_well_its_draft_agrees():
+    import json
+
+    card = json.loads((pair_dir("smollm2") / "card.json").read_text())
+    assert card["target"]["origin"] in ("hub", "wheel") and card["target"]["parameters"] > 100e6
+    assert card["draft"]["agreement"]["all"] > card["draft"]["agreement_before"]["all"]

@@ -33,6 +33,7 @@ class TeacherAnswers:
     top_ids: list[torch.Tensor]  # (L - prompt_length, K) each
     top_logprobs: list[torch.Tensor]  # (L - prompt_length, K) each
     domains: list[str]
+    vocab_size: int = 0  # the target's vocabulary (its logits' width)
 
     def answer_tokens(self) -> list[int]:
         return [t for ids, n in zip(self.ids, self.prompt_length, strict=True) for t in ids[n:].tolist()]
@@ -46,7 +47,7 @@ def teacher_answers(
     batches through ``generate``; each cut after its end of turn (the tokenizer's EOS)."""
     tokenizer.padding_side = "left"
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    answers = TeacherAnswers([], [], [], [], [])
+    answers = TeacherAnswers([], [], [], [], [], vocab_size=int(target.config.vocab_size))
     for start in tqdm(range(0, len(prompts), batch), desc="target answers", unit="batch", mininterval=2.0):
         chunk = prompts[start : start + batch]
         encoded = tokenizer(
@@ -76,15 +77,15 @@ def teacher_answers(
 
 
 def kept_tokens(answers: TeacherAnswers, count: int, always: list[int]) -> list[int]:
-    """The ``count`` most frequent answer tokens (``always`` among them), sorted by id."""
+    """``count`` token ids, sorted: ``always``, then the answer tokens from the most frequent down,
+    then (when the answers hold fewer distinct tokens) the lowest ids not kept yet: a byte-pair
+    vocabulary numbers its merges in the order it learned them, the most frequent first."""
     counts = collections.Counter(answers.answer_tokens())
-    kept = list(dict.fromkeys(always))
-    for token, _ in counts.most_common():
-        if len(kept) >= count:
-            break
-        if token not in kept:
-            kept.append(token)
-    return sorted(kept[:count])
+    ranked = [token for token, _ in counts.most_common()]
+    kept = list(dict.fromkeys([*always, *ranked]))[:count]
+    chosen = set(kept)
+    kept += [token for token in range(answers.vocab_size) if token not in chosen][: count - len(kept)]
+    return sorted(kept)
 
 
 def distillation_loss(
@@ -116,7 +117,7 @@ def distillation_loss(
 
 
 def batches(answers: TeacherAnswers, order: list[int], size: int):
-    """Right-padded batches of whole requests: (ids (B, L), per-row prompt lengths, rows)."""
+    """Right-padded batches of whole requests: (ids (B, L), the requests' indices)."""
     for start in range(0, len(order), size):
         rows = order[start : start + size]
         longest = max(len(answers.ids[r]) for r in rows)

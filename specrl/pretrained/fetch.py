@@ -52,6 +52,7 @@ def fetch(name: str, force: bool = False, command: str | None = None, log=_stder
         ).eval()
         tokenizer = AutoTokenizer.from_pretrained(folder / "target")
     else:
+        shutil.rmtree(folder / "cache", ignore_errors=True)  # answers of an earlier target
         with tempfile.TemporaryDirectory(dir=folder) as scratch:
             loaded, tokenizer, origin = fetch_target(source, Path(scratch), log)
         target = plain_copy(loaded)

@@ -65,11 +65,11 @@ class DistilSettings:
     requests: int = 256
     heldout: int = 32
     new_tokens: int = 128
-    generate_batch: int = 16
+    generate_batch: int = 32
     top_logits: int = 64
-    epochs: int = 3
+    epochs: int = 6
     batch_size: int = 8
-    lr: float = 5e-4
+    lr: float = 2e-3
     hard: float = 0.5
     train_embeddings: bool = False
     seed: int = 0
