@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -36,3 +37,12 @@ def write_report(stem: str | Path, report: dict, markdown: str) -> None:
     stem.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(stem.with_suffix(".json"), json.dumps(report, indent=1) + "\n")
     write_text_atomic(stem.with_suffix(".md"), markdown)
+
+
+def sha256(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes, read a megabyte at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

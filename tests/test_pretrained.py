@@ -9,6 +9,7 @@ from conftest import random_llama, reference_greedy, word_tokenizer
 
 import specrl
 from specrl.cli import main
+from specrl.home import specrl_home
 from specrl.models import PairError
 from specrl.pretrained import is_fetched, pair_dir
 from specrl.pretrained.distil import agreement, distillation_loss, kept_tokens, teacher_answers, train_draft
@@ -18,9 +19,16 @@ from specrl.pretrained.sources import DistilSettings, DraftShape
 from specrl.pretrained.target import FetchError, fetch_target, plain_copy
 
 SMOLLM2_FETCHED = is_fetched("smollm2")  # in the user's $SPECRL_HOME, before a test changes it
+USER_HOME = specrl_home()  # where it was found (session fixtures move $SPECRL_HOME elsewhere)
 needs_smollm2 = pytest.mark.skipif(
     not SMOLLM2_FETCHED, reason="the smollm2 pair is not fetched here: `specrl fetch smollm2` fetches it"
 )
+
+
+@pytest.fixture
+def fetched(monkeypatch):
+    """$SPECRL_HOME where the real pair was found when this module was imported."""
+    monkeypatch.setenv("SPECRL_HOME", str(USER_HOME))
 
 
 @pytest.fixture
@@ -111,7 +119,7 @@ CHAT = "<|im_start|>user\nWrite a Python function that reverses a string.<|im_en
 @pytest.mark.slow
 @pytest.mark.smollm2
 @needs_smollm2
-def test_smollm2_speculative_greedy_is_the_targets_greedy_and_coherent():
+def test_smollm2_speculative_greedy_is_the_targets_greedy_and_coherent(fetched):
     pair = specrl.load_pair(preset="smollm2", device="cpu")
     out = specrl.SpeculativeDecoder(pair, specrl.StaticController(3)).generate(CHAT, max_new_tokens=24)
     assert out.token_ids == reference_greedy(pair.target, out.prompt_ids, 24, vocab_size=pair.vocab_size)
@@ -121,7 +129,7 @@ def test_smollm2_speculative_greedy_is_the_targets_greedy_and_coherent():
 @pytest.mark.slow
 @pytest.mark.smollm2
 @needs_smollm2
-def test_specrl_generate_runs_the_fetched_pair_offline(capsys, monkeypatch):
+def test_specrl_generate_runs_the_fetched_pair_offline(fetched, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["generate", "--pair", "smollm2", "--prompt", CHAT, "--k", "2", "--max-new-tokens", "8"]) == 0
     assert '"pair": "specrl-zoo-smollm2"' in capsys.readouterr().out
@@ -162,7 +170,7 @@ def test_a_sub_vocabulary_draft_learns_the_targets_greedy_answers(tmp_path):
 
 @pytest.mark.smollm2
 @needs_smollm2
-def test_the_fetched_pairs_card_says_where_its_target_came_from_and_how_well_its_draft_agrees():
+def test_the_fetched_pairs_card_says_where_its_target_came_from_and_how_well_its_draft_agrees(fetched):
     import json
 
     card = json.loads((pair_dir("smollm2") / "card.json").read_text())

@@ -3,7 +3,6 @@ version, checksums, and :class:`PolicyError` (the action's layout: :mod:`specrl.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from specrl.home import user_policies_dir
@@ -65,12 +64,3 @@ def policy_folder(name: str | Path) -> Path:
 
 class PolicyError(ValueError):
     """A policy folder cannot be written, read or trusted; the message names the file and the fix."""
-
-
-def sha256(path: Path) -> str:
-    """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

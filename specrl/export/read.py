@@ -20,12 +20,12 @@ from specrl.export.layout import (
     POLICY_FILE,
     PolicyError,
     policy_folder,
-    sha256,
     shipped_policies,
     user_policies,
 )
 from specrl.features import FEATURE_COUNTS, FEATURE_NAMES
 from specrl.home import user_policies_dir
+from specrl.io import sha256
 
 #: Batch sizes the loader probes the program with (the online controller calls it with 1).
 _PROBE_BATCHES = (1, 3)

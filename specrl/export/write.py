@@ -30,13 +30,13 @@ from specrl.export.layout import (
     SB3_MODEL_FILE,
     VECNORMALIZE_FILE,
     PolicyError,
-    sha256,
 )
 from specrl.export.module import build_module, export_program
 from specrl.export.onnx_file import write_onnx
 from specrl.export.parity import verify_parity
 from specrl.export.read import load_policy
 from specrl.features import FEATURE_COUNTS, FEATURE_NAMES, N_FEATURES
+from specrl.io import sha256
 from specrl.provenance import git_commit
 
 if TYPE_CHECKING:

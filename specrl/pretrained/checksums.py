@@ -3,22 +3,15 @@ a damaged or half-copied file is refused rather than loaded as different weights
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
+
+from specrl.io import sha256
 
 MANIFEST = "SHA256SUMS"
 
 
 class ChecksumError(OSError):
     """A file of a model folder is missing or differs from its recorded checksum."""
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_manifest(folder: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from specrl.pretrained.checksums import sha256
+from specrl.io import sha256
 from specrl.pretrained.sources import Source, WheelSource
 
 Loaded = tuple[PreTrainedModel, PreTrainedTokenizerBase, dict]
