@@ -66,18 +66,21 @@ def is_heldout(relative_path: str, percent: int) -> bool:
     return digest[0] * 100 // 256 < percent
 
 
-def prose_of(source: str) -> str:
-    """Docstrings and comments of a module, as plain paragraphs."""
-    pieces: list[str] = []
+def docstrings(source: str) -> list[tuple[ast.AST, str]]:
+    """(node, docstring) of a module's own, its classes' and its functions', in ``ast.walk``'s
+    order, those without one left out; none for a source that does not parse."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return ""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            doc = ast.get_docstring(node)
-            if doc:
-                pieces.append(doc.strip())
+        return []
+    documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    nodes = (node for node in ast.walk(tree) if isinstance(node, documented))
+    return [(node, doc) for node in nodes if (doc := ast.get_docstring(node))]
+
+
+def prose_of(source: str) -> str:
+    """Docstrings and comments of a module, as plain paragraphs."""
+    pieces = [doc.strip() for _, doc in docstrings(source)]
     comment_lines: list[str] = []
     try:
         for token in tokenize.generate_tokens(io.StringIO(source).readline):

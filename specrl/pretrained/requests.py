@@ -14,7 +14,7 @@ import random
 import sysconfig
 from pathlib import Path
 
-from specrl.embedded.corpus import is_heldout, stdlib_files
+from specrl.embedded.corpus import docstrings, is_heldout, stdlib_files
 
 DOMAINS = ("code", "prose", "reasoning")
 SOURCES = {
@@ -37,14 +37,10 @@ PROSE_ASKS = (
 
 def functions_of(source: str) -> list[tuple[str, str]]:
     """(signature, first docstring paragraph) of the documented public functions of a module."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
     found = []
-    for node in ast.walk(tree):
+    for node, doc in docstrings(source):
         if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
-            doc = (ast.get_docstring(node) or "").split("\n\n")[0].strip()
+            doc = doc.split("\n\n")[0].strip()
             if 40 <= len(doc) <= 400:
                 found.append((f"{node.name}({ast.unparse(node.args)})", " ".join(doc.split())))
     return found
@@ -52,18 +48,13 @@ def functions_of(source: str) -> list[tuple[str, str]]:
 
 def paragraphs_of(source: str) -> list[str]:
     """Docstring paragraphs of a module of 150 to 600 characters that read as prose."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
     found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            for paragraph in (ast.get_docstring(node) or "").split("\n\n"):
-                text = " ".join(paragraph.split())
-                letters = sum(c.isalpha() or c == " " for c in text)
-                if 150 <= len(text) <= 600 and letters > 0.85 * len(text):
-                    found.append(text)
+    for _, doc in docstrings(source):
+        for paragraph in doc.split("\n\n"):
+            text = " ".join(paragraph.split())
+            letters = sum(c.isalpha() or c == " " for c in text)
+            if 150 <= len(text) <= 600 and letters > 0.85 * len(text):
+                found.append(text)
     return found
 
 
