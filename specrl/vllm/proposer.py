@@ -281,7 +281,7 @@ class Proposer:
                 tally.admitted(before)
             request.steps += 1
             if request.recorded:
-                self._record_request(request, list(sampled), rows, verify_seconds)
+                self._record_request(request, list(sampled), verify_seconds)
             if length >= self.context_window:
                 continue
             present[request] = request.tokens
@@ -301,39 +301,29 @@ class Proposer:
         self._last_call_end = time.perf_counter()
         self.seconds["total"] += self._last_call_end - start
         if self.recorder is not None:
-            draft_seconds = self.seconds["draft"] - draft_before
-            self._record_step(
-                tally, verify_seconds, drafting, drafts, (draft_seconds, self._last_call_end - start)
+            cost = CallCost(
+                draft_rows=len(drafting),
+                drafted=sum(len(drafts[row]) for row in drafting),
+                draft_forwards=max((action.k for _, action in drafting.values()), default=0),
+                draft_seconds=self.seconds["draft"] - draft_before,
+                propose_seconds=self._last_call_end - start,
             )
+            self._record_step(tally, verify_seconds, cost)
         return drafts
 
     # ---- recording --------------------------------------------------------------------------
 
-    def _record_step(
-        self,
-        tally: StepTally,
-        verify_seconds: float,
-        drafting: dict[int, tuple[ServedRequest, Action]],
-        drafts: list[list[int]],
-        seconds: tuple[float, float],
-    ) -> None:
-        """The step just verified (priced with the call before it), then this call's cost
-        (``seconds``: in the draft's forwards, in all)."""
-        recorder = self.recorder
+    def _record_step(self, tally: StepTally, verify_seconds: float, cost: CallCost) -> None:
+        """The step just verified (priced with the call before it); this call's ``cost`` is
+        reported with the next step."""
         try:
             if self.calls > 1:
-                recorder.step(tally, verify_seconds)
-            recorder.previous = CallCost(
-                draft_rows=len(drafting),
-                drafted=sum(len(drafts[row]) for row in drafting),
-                draft_forwards=max((action.k for _, action in drafting.values()), default=0),
-                draft_seconds=min(seconds),
-                propose_seconds=seconds[1],
-            )
+                self.recorder.step(tally, verify_seconds)
+            self.recorder.previous = cost
         except Exception:  # never stop the engine: recording stops
             self._stop_recording()
 
-    def _record_request(self, request: ServedRequest, sampled: list[int], rows: int, seconds: float) -> None:
+    def _record_request(self, request: ServedRequest, sampled: list[int], seconds: float) -> None:
         """What vLLM verified of the request's last proposal; its prompt on its first step."""
         action = request.action
         record = {"request": request.number, "call": self.calls, "emitted": sampled, "seconds": seconds}
