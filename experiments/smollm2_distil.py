@@ -49,11 +49,11 @@ def decode_check(requests_per_domain: int, new_tokens: int = 96) -> dict:
     draft on held-out requests, interleaved request by request; totals per setting."""
     import specrl
     from specrl.engine.types import GenerationStats
-    from specrl.pretrained.requests import chat_text, requests
+    from specrl.pretrained.requests import requests
 
     pair = specrl.load_pair(preset="smollm2", device="cpu")
     sets = requests(SOURCES["smollm2"].draft.seed, evaluation=requests_per_domain)["test"]
-    prompts = [chat_text(pair.tokenizer, m) for messages in sets.values() for m in messages]
+    prompts = [pair.chat(m) for messages in sets.values() for m in messages]
     totals = {k: GenerationStats() for k in (0, 1, 2, 3)}
     for prompt in prompts:
         plain = None

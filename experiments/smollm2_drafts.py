@@ -30,8 +30,9 @@ from benchmarks.result_folder import Run, write_readme  # noqa: E402
 import specrl  # noqa: E402
 from specrl.engine.cache import KVCache  # noqa: E402
 from specrl.io import write_text_atomic  # noqa: E402
+from specrl.models import chat_text  # noqa: E402
 from specrl.pretrained.draft import DraftShape, make_draft  # noqa: E402
-from specrl.pretrained.requests import chat_text, requests  # noqa: E402
+from specrl.pretrained.requests import requests  # noqa: E402
 from specrl.provenance import command_line, load_average, machine  # noqa: E402
 from specrl.tables import markdown_table  # noqa: E402
 
@@ -126,7 +127,7 @@ def main() -> None:
         shape.label: make_draft(pair.target, shape, list(range(shape.kept or 0)) or None) for shape in SHAPES
     }
     sets = requests(0, per_domain=args.requests, evaluation=args.requests // 2)
-    context = pair.encode(chat_text(pair.tokenizer, sets["test"]["code"][0]))
+    context = pair.encode(pair.chat(sets["test"]["code"][0]))
     context = (context * (256 // len(context) + 1))[: 128 + K_MAX + 1]
     report: dict = {"command": command_line(), "context": 128, "reps": args.reps, "costs": {}}
     for threads in args.threads:

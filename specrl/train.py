@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from specrl.controllers.learned import LearnedController
-from specrl.envs import shipped_scenarios
+from specrl.envs import embedded_scenarios
 from specrl.evaluation.real_loop_check import check_scenarios, real_loop_section
 from specrl.export.layout import SHIPPED_POLICY_DIR, PolicyError
 from specrl.export.write import PARITY_OBSERVATIONS, check_replaceable, copy_policy
@@ -84,7 +84,7 @@ def train(options: TrainOptions, command: str, progress: bool = True) -> TrainRe
     """
     options.check()
     check_latency_profiles(options.latency_profiles, options.perturbations, options.select_profiles)
-    options = options.with_scenario_defaults(shipped_scenarios())
+    options = options.with_scenario_defaults(embedded_scenarios())
     export_as = export_target(options.export_as) if options.export_as else None  # refused before training
     say = print if progress else (lambda *_: None)
     started = time.perf_counter()

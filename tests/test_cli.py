@@ -162,19 +162,21 @@ def test_the_command_without_a_subcommand_says_what_it_has(capsys):
 
 
 def test_a_run_on_your_own_scenario_selects_and_reports_on_it_not_on_the_embedded_prompts():
-    from specrl.envs import load_scenario, shipped_scenarios
+    from specrl.envs import embedded_scenarios, load_scenario
 
     example = "examples/own_pair/chat.yaml"
     scenario = load_scenario(example)  # the example parses: a pair by HF ids, prompts from a file
     assert scenario.pair.target and scenario.pair.draft and scenario.prompts.file.endswith("requests.jsonl")
-    own = TrainOptions(scenarios=[example]).with_scenario_defaults(shipped_scenarios())
+    own = TrainOptions(scenarios=[example]).with_scenario_defaults(embedded_scenarios())
     assert own.select_scenarios == [] and own.eval_scenarios == [] and own.validate_scenarios == [example]
-    shipped = TrainOptions(scenarios=["code"]).with_scenario_defaults(shipped_scenarios())
+    shipped = TrainOptions(scenarios=["code"]).with_scenario_defaults(embedded_scenarios())
     assert "prose" in shipped.select_scenarios and "license" in shipped.eval_scenarios
     chosen = TrainOptions(scenarios=[example], validate_scenarios=[]).with_scenario_defaults(
-        shipped_scenarios()
+        embedded_scenarios()
     )
     assert chosen.validate_scenarios == []  # what the user gives stays
+    smollm2 = TrainOptions(scenarios=["smollm2"]).with_scenario_defaults(embedded_scenarios())
+    assert smollm2.select_scenarios == [] and smollm2.validate_scenarios == ["smollm2"]  # not the embedded
 
 
 @pytest.mark.parametrize(

@@ -296,3 +296,45 @@ def test_collect_traces_records_a_scenario_file_naming_a_jsonl_and_records_again
         f.write(json.dumps({"text": "def added(x):\n"}) + "\n")
     main(["collect", *arguments, "--prompts-per-domain", "1"])
     assert len(sorted(folder.glob("snippets__test__*.npz"))) == 2
+
+
+# ---- chat requests ---------------------------------------------------------------------------
+
+TEMPLATE = "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}<assistant>"
+
+
+def test_chat_prompts_are_decoded_through_the_pairs_chat_template_and_keyed_apart(tmp_path):
+    from types import SimpleNamespace
+
+    from specrl.models import ModelPair
+    from specrl.selfcheck import word_tokenizer
+
+    write_jsonl(tmp_path / "asks.jsonl", [{"text": f"w{i} w{i + 1}"} for i in range(12)])
+    plain = load_scenario(scenario_file(tmp_path, {"file": "asks.jsonl"}))
+    chat = load_scenario(scenario_file(tmp_path, {"file": "asks.jsonl", "chat": True}, name="asks"))
+    tokenizer = word_tokenizer(16)
+    pair = SimpleNamespace(name="words", tokenizer=tokenizer, chat=lambda m: ModelPair.chat(pair, m))
+    with pytest.raises(ScenarioError, match=r"asks\.yaml: prompts.chat is set, but .* has no chat"):
+        chat.prompt_sets(pair)
+    tokenizer.chat_template = TEMPLATE
+    messages = plain.prompt_sets(pair)["asks"]
+    assert chat.prompt_sets(pair)["asks"] == [f"<user>{m}</user><assistant>" for m in messages]
+    assert cache_key(chat, "train", 8, 0) != cache_key(plain, "train", 8, 0)
+    assert chat.prompts.file_digest() == plain.prompts.file_digest()  # the file's own key is unchanged
+
+
+def test_the_smollm2_scenarios_read_their_shipped_requests_as_a_users_file_would():
+    records = [json.loads(line) for line in (REPO / "scenarios" / "smollm2_requests.jsonl").open()]
+    assert {r["domain"] for r in records} == {"code", "prose", "reasoning"}
+    assert all(r["text"] and "licence" in r["source"] or "seeded" in r["source"] for r in records)
+    from specrl.pretrained.requests import requests
+
+    distilled = {m for messages in requests(0, 256, 32)["train"].values() for m in messages}
+    assert not distilled & {r["text"] for r in records}  # the draft was never distilled on them
+    for name in ("smollm2", "smollm2_t1", "smollm2_code", "smollm2_prose", "smollm2_reasoning"):
+        scenario = load_scenario(name)
+        assert scenario.pair.preset == "smollm2" and scenario.prompts.chat
+        assert scenario.prompts.file.endswith("smollm2_requests.jsonl")
+    sets = load_scenario("smollm2").prompts.read_file()
+    counts = {s: sum(map(len, sets.sets[s].values())) for s in SPLITS}
+    assert counts == {"train": 252, "validation": 64, "test": 67}

@@ -3,6 +3,7 @@
     specrl generate --prompt "def fib(n):"                          # the shipped default policy
     specrl generate --prompt "def fib(n):" --k 4 --tau 0.0 --drafter ngram   # a fixed setting
     specrl generate --prompt "def fib(n):" --policy mine            # a policy you exported
+    specrl generate --pair smollm2 --chat --prompt "Reverse a string in Python."  # an instruct model
 
 ``--k``/``--tau``/``--drafter`` fix (k, tau, drafter) for every iteration; otherwise a policy
 (``--policy``: a name or a folder; default: the shipped ``default``) chooses them each iteration.
@@ -23,6 +24,9 @@ DEFAULT_POLICY = "default"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", required=True, help="text to continue")
+    parser.add_argument(
+        "--chat", action="store_true", help="the prompt is a user message, decoded through the chat template"
+    )
     parser.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate (default 64)")
     control = parser.add_argument_group("control (a policy, or a fixed setting)")
     control.add_argument(
@@ -78,6 +82,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             parser.error(str(error))
         described = {"policy": str(controller.policy.folder), "policy_pair": controller.pair}
     pair = specrl.load_pair(**pair_values(args))
+    prompt = args.prompt
+    if args.chat:
+        try:
+            prompt = pair.chat(args.prompt)
+        except specrl.PairError as error:
+            parser.error(f"--chat: {error}")
     if args.k is None:
         warning = controller.pair_warning(pair.name)
         if warning:
@@ -91,14 +101,14 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         controller = StaticController(args.k, tau, drafter)
         described = {"k": args.k, "tau": tau, "drafter": drafter}
     out = specrl.SpeculativeDecoder(pair, controller).generate(
-        args.prompt,
+        prompt,
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
     )
-    print(args.prompt + out.text)
+    print(prompt + out.text)
     steps = max(1, len(out.steps))
     asked = {  # what the controller asked for; the engine may clip k near the end of the budget
         "mean_k": sum(s.action.k for s in out.steps) / steps,

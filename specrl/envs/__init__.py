@@ -17,6 +17,7 @@ from specrl.envs.scenario import (
     Scenario,
     ScenarioError,
     SetupError,
+    embedded_scenarios,
     load_scenario,
     shipped_scenarios,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "load_scenario",
     "record_episode",
     "run_episode",
+    "embedded_scenarios",
     "shipped_scenarios",
     "step_reward",
     "to_engine_action",

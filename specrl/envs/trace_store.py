@@ -60,6 +60,8 @@ def cache_key(scenario: Scenario, split: str, prompts_per_domain: int | None, se
     }
     if scenario.prompts.file:  # files of the embedded pairs' prompts keep their names
         facts["prompts_digest"] = scenario.prompts.file_digest()
+    if scenario.prompts.chat:
+        facts["chat"] = True
     drafters = analysed_drafters(scenario.drafters)
     if drafters != list(DEFAULT_DRAFTERS):  # files of the draft alone keep their names
         facts["drafters"] = drafters

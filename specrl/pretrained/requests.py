@@ -117,8 +117,17 @@ def requests(seed: int = 0, per_domain: int = 256, evaluation: int = 64) -> dict
     return out
 
 
-def chat_text(tokenizer, message: str) -> str:
-    """The user ``message`` through the tokenizer's chat template, ready for the assistant's turn."""
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
-    )
+def heldout_records(seed: int = 0, per_domain: int = 128, distilled: int = 256) -> list[dict[str, str]]:
+    """The held-out requests, up to ``per_domain`` of each domain, as prompt-file records
+    (``{"text": message, "domain": ..., "source": ...}``): from the files and seeds a pretrained
+    pair's draft was not distilled on (``distilled`` training requests per domain, ``seed``), less
+    any text among those training requests (the same docstring can sit in two files)."""
+    sets = requests(seed, per_domain=distilled, evaluation=per_domain // 2)
+    trained = {message for messages in sets["train"].values() for message in messages}
+    return [
+        {"text": message, "domain": domain, "source": SOURCES[domain]}
+        for domain in DOMAINS
+        for split in ("validation", "test")
+        for message in sets[split][domain]
+        if message not in trained
+    ]

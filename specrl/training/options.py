@@ -200,7 +200,8 @@ class TrainOptions:
 
     def with_scenario_defaults(self, shipped: Collection[str]) -> TrainOptions:
         """These options with the selection, evaluation and validation scenarios that were left
-        None filled in: the embedded domains' when every training scenario is ``shipped``; else
+        None filled in: the embedded domains' when every training scenario is one of ``shipped``
+        (the shipped scenarios of the embedded pair); else
         the training scenarios' own, so that a run on a user's pair and prompts is selected and
         reported on that pair and those prompts, never on the embedded prompt sets."""
         own = not set(self.scenarios) <= set(shipped)

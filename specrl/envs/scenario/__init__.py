@@ -49,6 +49,7 @@ Errors name the file, the key and the fix: ``ScenarioError``.
 
 from specrl.envs.scenario.loading import (
     SCENARIO_DIR,
+    embedded_scenarios,
     load_scenario,
     scenario_path,
     shipped_scenarios,
@@ -90,5 +91,6 @@ __all__ = [
     "load_scenario",
     "loaded_pair",
     "scenario_path",
+    "embedded_scenarios",
     "shipped_scenarios",
 ]

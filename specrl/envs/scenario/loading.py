@@ -18,6 +18,16 @@ def shipped_scenarios() -> list[str]:
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
 
 
+def embedded_scenarios() -> list[str]:
+    """Names of the shipped scenarios on the embedded pair's own prompts (not those of a pretrained
+    pair, such as ``smollm2``)."""
+    return [
+        name
+        for name in shipped_scenarios()
+        if load_scenario(name).pair.preset in (None, "small") and load_scenario(name).pair.target is None
+    ]
+
+
 def scenario_path(name: str | Path) -> Path:
     """A scenario file: a path (relative to the working directory), or the name of a shipped
     scenario ("code" -> specrl/scenarios/code.yaml, from any working directory)."""

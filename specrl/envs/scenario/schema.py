@@ -80,6 +80,8 @@ class PromptSpec:
         split_seed: the seed of the hash that splits the prompts; another seed, another split.
         split_fractions: split -> the share of the prompts it gets (each of ``SPLITS``, >= 0,
             summing to 1).
+        chat: each prompt is a user message for an instruct model: it is decoded through the
+            pair tokenizer's chat template, up to the assistant's turn (from a file or the pair).
     """
 
     domains: Mapping[str, float] = field(default_factory=lambda: {"code": 1.0})
@@ -90,6 +92,7 @@ class PromptSpec:
     file_domain: str | None = None
     split_seed: int = 0
     split_fractions: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_SPLIT_FRACTIONS))
+    chat: bool = False
 
     def __post_init__(self) -> None:
         if not self.domains:
@@ -172,7 +175,7 @@ class PromptSpec:
         its traces again."""
         if self.file is None or not Path(self.file).is_file():
             return None
-        settings = {k: v for k, v in asdict(self).items() if k not in ("domains", "split", "file")}
+        settings = {k: v for k, v in asdict(self).items() if k not in ("domains", "split", "file", "chat")}
         digest = hashlib.sha256(Path(self.file).read_bytes())
         digest.update(json.dumps(settings, sort_keys=True).encode())
         return digest.hexdigest()[:16]

@@ -14,7 +14,7 @@ from specrl.envs.scenario.prompt_files import PromptFileError
 from specrl.envs.scenario.schema import Scenario, ScenarioError, SetupError
 from specrl.latency import LatencyModel, device_key
 from specrl.latency.calibration import cached_calibration
-from specrl.models import EMBEDDED_PREFIX, ModelPair
+from specrl.models import EMBEDDED_PREFIX, ModelPair, PairError
 
 
 def latency_model(
@@ -137,7 +137,19 @@ def prompt_sets(scenario: Scenario, pair: ModelPair | PairInfo) -> dict[str, lis
                 f"{scenario._origin()}: the {where} has no '{split}' prompts of domain '{domain}'{fix}"
             )
         result[domain] = list(texts)
+    if scenario.prompts.chat:
+        result = {domain: chat_messages(scenario, pair, texts) for domain, texts in result.items()}
     return result
+
+
+def chat_messages(scenario: Scenario, pair: ModelPair | PairInfo, messages: list[str]) -> list[str]:
+    """Each user message of ``messages`` through the pair tokenizer's chat template, up to the
+    assistant's turn (``prompts.chat``)."""
+    loaded = loaded_pair(pair, "apply its chat template to the prompts")
+    try:
+        return [loaded.chat(message) for message in messages]
+    except PairError as error:
+        raise ScenarioError(f"{scenario._origin()}: prompts.chat is set, but {error}") from None
 
 
 def calibrate_command(pair: ModelPair | PairInfo, k_max: int, method: str = "loop") -> str:
