@@ -156,16 +156,43 @@ def reference_greedy(model, prompt: list[int], n: int, vocab_size: int | None = 
 
 
 @torch.inference_mode()
-def exact_two_token_law(pair: ModelPair, prompt: list[int], sampling: SamplingConfig) -> torch.Tensor:
-    """(V, V) probabilities (float64, CPU) of the first two tokens (t1, t2) when sampling from the target
-    alone."""
+def exact_two_token_law(
+    pair: ModelPair, prompt: list[int], sampling: SamplingConfig, support: Sequence[int] | None = None
+) -> torch.Tensor:
+    """(S, S) probabilities (float64, CPU) of the first two tokens (t1, t2) when sampling from the
+    target alone, over ``support`` (default: the whole vocabulary; a large one needs a small
+    support, e.g. :func:`two_token_support` under top-k sampling).
+
+    Raises:
+        ValueError: the target can sample a token outside ``support``.
+    """
+    tokens = list(range(pair.vocab_size)) if support is None else list(support)
+    index = torch.tensor(tokens)
 
     def next_probs(ids: list[int]) -> torch.Tensor:
         logits = pair.target(torch.tensor([ids], device=pair.device)).logits[0, -1, : pair.vocab_size]
-        return sampling.probs(logits.float()).double().cpu()
+        probs = sampling.probs(logits.float()).double().cpu()
+        if probs[index].sum() < 1 - 1e-6:
+            raise ValueError(f"the target can sample tokens outside the support after {len(ids)} tokens")
+        return probs[index]
 
     first = next_probs(prompt)
-    return torch.stack([first[t1] * next_probs(prompt + [t1]) for t1 in range(pair.vocab_size)])
+    return torch.stack(
+        [first[i] * next_probs(prompt + [t1]) if first[i] > 0 else torch.zeros(len(tokens), dtype=first.dtype)
+         for i, t1 in enumerate(tokens)]
+    )  # fmt: skip
+
+
+@torch.inference_mode()
+def two_token_support(pair: ModelPair, prompt: list[int], sampling: SamplingConfig) -> list[int]:
+    """Every token the target alone can sample first or second after ``prompt`` (sorted)."""
+
+    def possible(ids: list[int]) -> set[int]:
+        logits = pair.target(torch.tensor([ids], device=pair.device)).logits[0, -1, : pair.vocab_size]
+        return set(sampling.probs(logits.float()).nonzero().flatten().tolist())
+
+    first = possible(prompt)
+    return sorted(first.union(*(possible(prompt + [t1]) for t1 in first)))
 
 
 def two_token_counts(
@@ -177,12 +204,16 @@ def two_token_counts(
     n: int,
     drafter: str = "draft",
     batch: int = 1,
+    support: Sequence[int] | None = None,
 ) -> torch.Tensor:
-    """(V, V) counts of the first two tokens of ``n`` speculative generations of ``prompt`` (seeds
-    0, 1, ...). The budget is k + 1 tokens, so the first step really proposes up to k; each
+    """(S, S) counts of the first two tokens of ``n`` speculative generations of ``prompt`` (seeds
+    0, 1, ...) over ``support`` (default: the whole vocabulary; a token outside it raises
+    ValueError). The budget is k + 1 tokens, so the first step really proposes up to k; each
     generation stops once every row has two tokens. With ``batch`` > 1 the prompt fills all rows
     but the last, which holds a longer prompt, so the rows are ragged from the start."""
-    counts = torch.zeros(pair.vocab_size, pair.vocab_size)
+    tokens = list(range(pair.vocab_size)) if support is None else list(support)
+    position = {token: i for i, token in enumerate(tokens)}
+    counts = torch.zeros(len(tokens), len(tokens))
     decoder = SpeculativeDecoder(pair, StaticController(k, tau, drafter))
     options = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
     budget = max(2, k + 1)
@@ -197,7 +228,9 @@ def two_token_counts(
         )
         for r in counted:
             t1, t2 = generation.output_ids(r)[:2]
-            counts[t1, t2] += 1
+            if t1 not in position or t2 not in position:
+                raise ValueError(f"seed {seed} sampled ({t1}, {t2}): a token outside the target's support")
+            counts[position[t1], position[t2]] += 1
     return counts
 
 

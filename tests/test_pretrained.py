@@ -129,6 +129,25 @@ def test_smollm2_speculative_greedy_is_the_targets_greedy_and_coherent(fetched):
 @pytest.mark.slow
 @pytest.mark.smollm2
 @needs_smollm2
+@pytest.mark.parametrize("k", [1, 4])
+def test_smollm2_sampled_first_two_tokens_follow_the_targets_law(fetched, k):
+    """Top-4 sampling keeps the law's support small enough to compute exactly on a 49,152-token model."""
+    from specrl.engine.sampling import SamplingConfig
+    from specrl.selfcheck import chi_square_p_value, exact_two_token_law, two_token_counts, two_token_support
+
+    pair = specrl.load_pair(preset="smollm2", device="cpu")
+    sampling = SamplingConfig(1.0, top_k=4)
+    prompt = pair.encode(pair.chat("Name a colour."))
+    support = two_token_support(pair, prompt, sampling)
+    assert 4 < len(support) <= 20
+    law = exact_two_token_law(pair, prompt, sampling, support)
+    counts = two_token_counts(pair, prompt, k, 0.0, sampling, n=400, support=support)
+    assert counts.sum() == 400 and chi_square_p_value(counts, law) > 1e-3  # its power: test_batch.py
+
+
+@pytest.mark.slow
+@pytest.mark.smollm2
+@needs_smollm2
 def test_specrl_generate_runs_the_fetched_pair_offline(fetched, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["generate", "--pair", "smollm2", "--prompt", CHAT, "--k", "2", "--max-new-tokens", "8"]) == 0
