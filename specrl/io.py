@@ -1,4 +1,5 @@
-"""Artifacts are written atomically: readers see the old file or the new one, never half."""
+"""Artifacts are written atomically: readers see the old file or the new one, never half. A JSON-lines
+file appended while a run goes on is read back whole, less a last line the run was still writing."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -46,3 +47,25 @@ def sha256(path: str | Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def json_lines(path: str | Path) -> Iterator[tuple[int, object]]:
+    """(line number, record) of each non-blank line of a JSON-lines file. A last line that ends
+    without a newline and does not parse was being appended when its writer stopped: it is left
+    out; a complete last line without a newline is read.
+
+    Raises:
+        ValueError: a line that is not JSON (names the file and the line).
+    """
+    text = Path(path).read_text()
+    lines = text.split("\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            if number == len(lines) and not text.endswith("\n"):
+                return  # cut short while being written
+            raise ValueError(f"{path}, line {number}: not a JSON record ({error})") from None
+        yield number, record

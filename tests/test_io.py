@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specrl.io import write_atomic, write_text_atomic
+from specrl.io import json_lines, write_atomic, write_text_atomic
 
 
 def test_a_write_replaces_the_file_whole_and_readable(tmp_path):
@@ -29,3 +29,17 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         write_atomic(path, half)
     assert path.read_bytes() == b"old" and list(tmp_path.iterdir()) == [path]
+
+
+def test_json_lines_reads_every_record_and_leaves_out_only_a_last_line_cut_while_written(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    path.write_text('{"a": 1}\n\n{"a": 2}')  # a complete last line without its newline is read
+    assert list(json_lines(path)) == [(1, {"a": 1}), (3, {"a": 2})]
+    path.write_text('{"a": 1}\n{"a": 2}\n{"a": ')  # its writer stopped mid-line
+    assert [record for _, record in json_lines(path)] == [{"a": 1}, {"a": 2}]
+    path.write_text('{"a": 1}\n{"a": \n{"a": 3}\n')  # a broken line elsewhere is an error
+    with pytest.raises(ValueError, match=r"steps\.jsonl, line 2: not a JSON record"):
+        list(json_lines(path))
+    path.write_text('{"a": 1}\n{"a": \n')  # a complete line that does not parse, newline and all
+    with pytest.raises(ValueError, match="line 2"):
+        list(json_lines(path))

@@ -192,7 +192,7 @@ def test_served_steps_round_trip_and_a_bad_line_is_named(tmp_path):
     ):
         read_served_steps(path)
     path.write_text(lines[0] + "\n{not json\n")
-    with pytest.raises(LatencyError, match=r"steps.jsonl, line 2: not a served step"):
+    with pytest.raises(LatencyError, match=r"steps.jsonl, line 2: not a JSON record"):
         read_served_steps(path)
     negative = dataclasses.asdict(steps[0]) | {"rows": -1}
     path.write_text(json.dumps(negative) + "\n")

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from specrl.features import LOOKUP_DRAFTER
-from specrl.io import write_text_atomic
+from specrl.io import json_lines, write_text_atomic
 from specrl.latency.fileformat import LatencyError
 from specrl.latency.model import LatencyModel
 
@@ -129,23 +129,23 @@ def write_served_steps(path: str | Path, steps: Sequence[ServedStep]) -> None:
 
 
 def read_served_steps(path: str | Path) -> list[ServedStep]:
-    """The steps of a JSON-lines file (blank lines skipped).
+    """The steps of a JSON-lines file (blank lines skipped; a last line cut short while it was
+    being written left out: :func:`specrl.io.json_lines`).
 
     Raises:
         LatencyError: the file is missing, or a line is not a valid step (names the file and line).
     """
-    path = Path(path)
     try:
-        lines = path.read_text().splitlines()
+        records = list(json_lines(path))
     except OSError as error:
         raise LatencyError(f"{path}: cannot read the served steps ({error})") from None
+    except ValueError as error:  # names the file and the line that is not JSON
+        raise LatencyError(str(error)) from None
     steps = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    for number, record in records:
         try:
-            steps.append(ServedStep.from_dict(json.loads(line)))
-        except (ValueError, TypeError) as error:  # json.JSONDecodeError included
+            steps.append(ServedStep.from_dict(record))
+        except (ValueError, TypeError) as error:
             raise LatencyError(f"{path}, line {number}: not a served step: {error}") from None
     return steps
 

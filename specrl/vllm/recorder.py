@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from specrl.io import json_lines
 from specrl.latency.serving import ServedStep
 
 STEPS_FILE = "steps.jsonl"
@@ -123,11 +123,7 @@ def read_requests(folder: str | Path) -> list[RecordedRequest]:
     cut short (a run stopped while writing) is left out."""
     path = Path(folder) / REQUESTS_FILE
     requests: dict[int, RecordedRequest] = {}
-    for number, line in enumerate(_lines(path), 1):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}, line {number}: not a JSON record ({error})") from None
+    for number, record in json_lines(path):
         request = requests.get(record["request"])
         if request is None:
             if "prompt" not in record:
@@ -137,11 +133,3 @@ def read_requests(folder: str | Path) -> list[RecordedRequest]:
             request = requests[record["request"]] = RecordedRequest(record["request"], record["prompt"], [])
         request.steps.append(record)
     return sorted(requests.values(), key=lambda r: r.number)
-
-
-def _lines(path: Path) -> Iterator[str]:
-    text = path.read_text()
-    lines = text.split("\n")
-    if lines and not text.endswith("\n"):
-        lines = lines[:-1]  # the last line was being written
-    yield from (line for line in lines if line)
