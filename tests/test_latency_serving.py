@@ -217,3 +217,21 @@ def test_too_few_steps_are_refused_and_a_run_without_the_draft_prices_it_free(ca
     assert lookup_only.measurement["coefficients"]["draft"] is None
     assert lookup_only.step_seconds(500, 4, 4, rows=8, verified=30)[0] == 0.0
     assert lookup_only.fit_error["draft"] is None
+
+
+def test_specrl_calibrate_fits_recorded_serving_steps_into_prices_the_proposer_reads(tmp_path, capsys):
+    from specrl.cli import main
+    from specrl.vllm.proposer import proposer_prices
+
+    path, out = tmp_path / "steps.jsonl", tmp_path / "vllm-prices.json"
+    write_served_steps(path, draw_steps(300))
+    argv = ["calibrate", "--method", "serving", "--preset", "tiny", "--from-steps", str(path)]
+    with pytest.raises(SystemExit):
+        main(argv)  # no --out
+    assert "give --from-steps" in capsys.readouterr().err
+    assert main([*argv, "--out", str(out)]) == 0
+    model = LatencyModel.load(out)
+    assert model.kind == "serving" and model.pair == "specrl-zoo-tiny"
+    assert model.fit_error["step"]["median"] < 0.1
+    assert "fitted 300 steps" in capsys.readouterr().out and out.with_suffix(".md").is_file()
+    assert proposer_prices(str(out), 0.0) is not None  # additional_config {"specrl": {"prices": FILE}}

@@ -5,7 +5,10 @@ fits the draft and verify times of the engine's own decoding loop on the pair's 
 ``--method profile``: :func:`specrl.latency.profile` times forwards in isolation over a grid of
 context lengths (the fallback: it misses what the loop adds between forwards). ``--method
 batch``: :func:`specrl.latency.measure_batch_latency`, batched forwards over batch sizes,
-calibrated on continuous batching (what the batch simulator reads). Writes ``<out>.json`` (by
+calibrated on continuous batching (what the batch simulator reads). ``--method serving``: no
+measurement; :func:`specrl.latency.serving.fit_serving_latency` fits a serving engine's prices from
+the steps it recorded (``--from-steps``: the ``steps.jsonl`` of vLLM's proposer with ``record``),
+for the proposer's ``prices`` and the batch simulator. Writes ``<out>.json`` (by
 default the cache file ``latency: calibrated`` reads, or its ``__profiled``/``__batch``
 sibling), ``<out>.md`` (the tables and the held-out fit error) and, with ``--save-steps``, the
 recorded steps to refit without measuring. Measure on a quiet machine.
@@ -14,6 +17,7 @@ recorded steps to refit without measuring. Measure on a quiet machine.
     specrl calibrate --force --steps 6000               # measure again, more steps
     specrl calibrate --method profile --out results/latency/small-cpu-profiled.json
     specrl calibrate --preset tiny --steps 400 --out /tmp/t.json       # smoke
+    specrl calibrate --method serving --from-steps rec/steps.jsonl --out vllm-prices.json  # vLLM's
 """
 
 from __future__ import annotations
@@ -33,16 +37,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_pair_arguments(parser)
     parser.add_argument(
         "--method",
-        choices=CALIBRATION_METHODS,
+        choices=(*CALIBRATION_METHODS, "serving"),
         default="loop",
-        help="loop: learn from the decoding loop (default); profile: forwards alone; batch: over batch sizes",
+        help="loop: learn from the decoding loop (default); profile: forwards alone; batch: over batch "
+        "sizes; serving: fit the steps a serving engine recorded (--from-steps, --out)",
     )
     parser.add_argument("--k-max", type=int, default=8, help="largest k to model (default 8)")
     parser.add_argument("--steps", type=int, default=3000, help="loop: timed steps (default 3000)")
     parser.add_argument(
         "--save-steps", action="store_true", help="loop: also write the steps (<out>.steps.json)"
     )
-    parser.add_argument("--from-steps", type=Path, help="loop: refit steps saved by --save-steps")
+    parser.add_argument(
+        "--from-steps",
+        type=Path,
+        help="loop: refit steps saved by --save-steps; serving: the steps.jsonl vLLM's proposer recorded",
+    )
     parser.add_argument("--repeats", type=int, help="profile: timed passes, median per cell (default 5)")
     parser.add_argument(
         "--contexts", type=int, nargs="+", metavar="N", help="profile: context lengths (default: 16, 32, ...)"
@@ -55,6 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     check_pair_arguments(args, parser)
+    if args.method == "serving":
+        return fit_served(args, parser)
     if args.method == "loop" and (args.repeats is not None or args.contexts is not None):
         parser.error("--repeats and --contexts set up the isolated profile: add --method profile")
     args.repeats = 5 if args.repeats is None else args.repeats
@@ -82,6 +93,35 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     write_text_atomic(path.with_suffix(".md"), markdown)
     print(markdown)
     print(f"wrote {path} and {path.with_suffix('.md')}")
+    return 0
+
+
+def fit_served(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``--method serving``: the serving engine's prices fitted from the steps it recorded, with
+    the held-out error; nothing is measured and no model is loaded."""
+    if args.from_steps is None or args.out is None:
+        parser.error(
+            "--method serving fits recorded steps: give --from-steps (the steps.jsonl vLLM's proposer "
+            'writes with additional_config {"specrl": {"record": FOLDER}}) and --out FILE.json'
+        )
+    if not args.from_steps.is_file():
+        parser.error(f"--from-steps {args.from_steps}: no such file")
+    from specrl.envs.scenario import PairSpec
+    from specrl.io import write_text_atomic
+    from specrl.latency import LatencyError
+    from specrl.latency.serving import fit_serving_latency, read_served_steps
+
+    spec = PairSpec(**{k: v for k, v in pair_values(args).items() if k in ("preset", "target", "draft")})
+    try:
+        steps = read_served_steps(args.from_steps)
+        model = fit_serving_latency(steps, pair=spec.info().name, device="serving", k_max=args.k_max)
+    except LatencyError as error:
+        parser.error(str(error))
+    model.save(args.out)
+    markdown = model.to_markdown()
+    write_text_atomic(args.out.with_suffix(".md"), markdown)
+    print(markdown)
+    print(f"fitted {len(steps)} steps; wrote {args.out} and {args.out.with_suffix('.md')}")
     return 0
 
 
