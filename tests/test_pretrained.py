@@ -129,8 +129,7 @@ def test_smollm2_speculative_greedy_is_the_targets_greedy_and_coherent(fetched):
 @pytest.mark.slow
 @pytest.mark.smollm2
 @needs_smollm2
-@pytest.mark.parametrize("k", [1, 4])
-def test_smollm2_sampled_first_two_tokens_follow_the_targets_law(fetched, k):
+def test_smollm2_sampled_first_two_tokens_follow_the_targets_law(fetched):
     """Top-4 sampling keeps the law's support small enough to compute exactly on a 49,152-token model."""
     from specrl.engine.sampling import SamplingConfig
     from specrl.selfcheck import chi_square_p_value, exact_two_token_law, two_token_counts, two_token_support
@@ -141,8 +140,8 @@ def test_smollm2_sampled_first_two_tokens_follow_the_targets_law(fetched, k):
     support = two_token_support(pair, prompt, sampling)
     assert 4 < len(support) <= 20
     law = exact_two_token_law(pair, prompt, sampling, support)
-    counts = two_token_counts(pair, prompt, k, 0.0, sampling, n=400, support=support)
-    assert counts.sum() == 400 and chi_square_p_value(counts, law) > 1e-3  # its power: test_batch.py
+    counts = two_token_counts(pair, prompt, 3, 0.0, sampling, n=300, support=support)
+    assert counts.sum() == 300 and chi_square_p_value(counts, law) > 1e-3  # its power: test_batch.py
 
 
 @pytest.mark.slow
