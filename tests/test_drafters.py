@@ -332,3 +332,17 @@ def test_bench_drafters_writes_its_table_and_plot_and_renders_them_again(tiny_ho
     (out / "drafters.md").write_text("stale")
     run_script("bench_drafters", "--render", "--out", out)
     assert (out / "drafters.md").read_text() == page
+
+
+@pytest.mark.slow  # a subprocess: about 10 s
+def test_bench_drafters_decodes_a_scenarios_own_prompts_on_its_pair(tiny_home, tmp_path):
+    from conftest import REPO
+    from script_runs import run_script
+
+    out, scenario = tmp_path / "snippets", REPO / "examples" / "prompts" / "snippets.yaml"
+    run_script("bench_drafters", "--scenario", scenario, "--preset", "tiny",
+               "--drafters", "draft,ngram", "--ks", "1", "--prompts", 1, "--max-new-tokens", 8,
+               "--repeats", 1, "--out", out, home=tiny_home[0])  # fmt: skip
+    report = json.loads((out / "drafters.json").read_text())
+    assert set(report["table"]) == {"snippets"} and report["config"]["domains"] == ["snippets"]
+    assert all(row["identical_to_plain"] for row in report["table"]["snippets"]["drafters"].values())

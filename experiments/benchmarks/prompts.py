@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from specrl.envs.scenario import Scenario
 from specrl.models import ModelPair
 
 #: The embedded pair's prompt domains, in the order of every page.
@@ -34,6 +35,15 @@ def first_prompts(
 ) -> dict[str, list[list[int]]]:
     """The first ``count`` (None: all) prompts of each domain of the pair's ``split``, tokenized."""
     return {domain: [pair.encode(text) for text in pair.prompts[split][domain][:count]] for domain in domains}
+
+
+def scenario_prompts(
+    scenario: Scenario, pair: ModelPair, split: str, domains: Sequence[str], count: int | None = None
+) -> dict[str, list[list[int]]]:
+    """The first ``count`` (None: all) prompts of each domain of ``scenario``'s ``split`` (its prompt
+    file or its pair's, chat-formatted where it says so), tokenized."""
+    sets = scenario.with_overrides(split=split).prompt_sets(pair)
+    return {domain: [pair.encode(text) for text in sets[domain][:count]] for domain in domains}
 
 
 def interleaved(by_domain: Mapping[str, Sequence[T]]) -> list[T]:
