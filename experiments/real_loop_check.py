@@ -22,12 +22,9 @@ from pathlib import Path
 from benchmarks.result_folder import Run, write_readme
 
 from specrl.controllers.learned import LearnedController
-from specrl.envs import cached_traces
 from specrl.evaluation.real_loop_check import check_scenarios, real_loop_section
 from specrl.io import write_text_atomic
-from specrl.latency import calibrated
 from specrl.provenance import command_line, machine_clause
-from specrl.rule_tuning import fit_acceptance_predictor
 from specrl.training.comparison import Comparison
 from specrl.training.inputs import load_scenarios, named_policies
 
@@ -62,20 +59,8 @@ def main() -> None:
     }
     policy = LearnedController.load(args.policy)
     scenarios = load_scenarios(args.scenarios, None)
-    pair = scenarios[0].pair.load()
-    latency = calibrated(pair, k_max=policy.k_max, drafters=policy.drafters)
-    # the SpecDec++-style rule's predictor as train_ppo.py fits it: the policy's own (its stop
-    # dimension's, fitted on the training scenarios' train traces), else one on these train traces
-    predictor = policy.policy.predictor
-    rule_predictor = predictor or fit_acceptance_predictor(cached_traces(s, "train", pair) for s in scenarios)
-    comparison = Comparison(
-        pair,
-        latency,
-        repeats=args.sim_repeats,
-        tau_grid=policy.tau_grid,
-        predictor=predictor,
-        rule_predictor=rule_predictor,
-    )
+    comparison = Comparison.for_policy(policy, scenarios, args.sim_repeats)
+    latency = comparison.latency
     rows = check_scenarios(
         args.scenarios,
         comparison,

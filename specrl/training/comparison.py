@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,13 +20,16 @@ from specrl.controllers.base import Controller
 from specrl.controllers.stop_rules import AdaEDLController, SpecDecPPController
 from specrl.engine.types import DEFAULT_DRAFTER
 from specrl.envs import Scenario, ScenarioError, cached_traces
-from specrl.latency import LatencyModel
+from specrl.latency import LatencyModel, calibrated
 from specrl.models import ModelPair
 from specrl.oracle import best_static, clairvoyant_bound
-from specrl.rule_tuning import tuned_rules
+from specrl.rule_tuning import fit_acceptance_predictor, tuned_rules
 from specrl.tables import markdown_table
 from specrl.trace_evaluation import evaluate_controller, evaluate_policy
 from specrl.traces import TraceSet
+
+if TYPE_CHECKING:
+    from specrl.controllers.learned import LearnedController
 
 # The roles of a comparison's columns; BEST_STATIC is the best static setting in hindsight.
 PLAIN, TCP, HF_HEURISTIC, ADAEDL, SPECDECPP, POOL_RULE = (
@@ -153,6 +156,25 @@ class Comparison:
         self.pair, self.latency, self.repeats, self.tau_grid = pair, latency, repeats, tuple(tau_grid)
         self.predictor, self.rule_predictor = predictor, rule_predictor
         self._tuned: dict[str, dict[str, dict[str, Any]]] = {}
+
+    @classmethod
+    def for_policy(cls, policy: LearnedController, scenarios: Sequence[Scenario], repeats: int) -> Comparison:
+        """The footing an exported ``policy`` is compared on over ``scenarios`` (of one pair): the
+        pair loaded, this machine's calibration of it, the policy's tau grid and predictor, and the
+        SpecDec++-style rule's predictor as ``specrl train`` fits it (the policy's own, from its stop
+        dimension, else one fitted on the scenarios' train traces)."""
+        pair = scenarios[0].pair.load()
+        latency = calibrated(pair, k_max=policy.k_max, drafters=policy.drafters)
+        predictor = policy.policy.predictor
+        return cls(
+            pair,
+            latency,
+            repeats=repeats,
+            tau_grid=policy.tau_grid,
+            predictor=predictor,
+            rule_predictor=predictor
+            or fit_acceptance_predictor(cached_traces(s, "train", pair) for s in scenarios),
+        )
 
     def bar(self, scenario: Scenario, traces: TraceSet, tau_grid: Sequence[float] | None = None) -> Bar:
         """The scenario's :class:`Bar`: the best static setting over ``tau_grid`` (default: the
