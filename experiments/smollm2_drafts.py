@@ -30,7 +30,7 @@ from benchmarks.result_folder import Run, write_readme  # noqa: E402
 import specrl  # noqa: E402
 from specrl.engine.cache import KVCache  # noqa: E402
 from specrl.io import write_text_atomic  # noqa: E402
-from specrl.models import chat_text  # noqa: E402
+from specrl.pretrained.chat import chat_text  # noqa: E402
 from specrl.pretrained.draft import DraftShape, make_draft  # noqa: E402
 from specrl.pretrained.requests import requests  # noqa: E402
 from specrl.provenance import command_line, load_average, machine  # noqa: E402

@@ -19,6 +19,7 @@ from transformers import (
 )
 
 # registers the sub-vocabulary draft with transformers' Auto classes, so its folders load by path
+from specrl.pretrained.chat import chat_text
 from specrl.pretrained.subvocab import SubVocabLlamaForCausalLM
 
 EMBEDDED_PREFIX = "specrl-zoo-"  # an embedded pair's name: specrl-zoo-<preset>
@@ -133,22 +134,6 @@ class ModelPair:
     def chat(self, message: str) -> str:
         """The user ``message`` through the tokenizer's chat template, up to the assistant's turn."""
         return chat_text(self.tokenizer, message)
-
-
-def chat_text(tokenizer: PreTrainedTokenizerBase, message: str) -> str:
-    """The user ``message`` through ``tokenizer``'s chat template, up to the assistant's turn.
-
-    Raises:
-        PairError: the tokenizer has no chat template (not an instruct model's).
-    """
-    if not getattr(tokenizer, "chat_template", None):
-        raise PairError(
-            f"the tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template, so its "
-            "prompts cannot be chat-formatted; give plain prompts, or an instruct model's tokenizer"
-        )
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": message}], tokenize=False, add_generation_prompt=True
-    )
 
 
 def check_device(device: torch.device) -> None:

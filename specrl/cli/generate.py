@@ -73,6 +73,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from specrl.controllers import LearnedController, StaticController
     from specrl.engine.drafters import DrafterError, DrafterPool
     from specrl.export import PolicyError
+    from specrl.pretrained.chat import ChatTemplateError
 
     described: dict = {}
     if args.k is None:  # the policy is loaded (and verified) before the pair: a bad name fails fast
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.chat:
         try:
             prompt = pair.chat(args.prompt)
-        except specrl.PairError as error:
+        except ChatTemplateError as error:
             parser.error(f"--chat: {error}")
     if args.k is None:
         warning = controller.pair_warning(pair.name)

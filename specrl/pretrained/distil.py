@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from specrl.models import chat_text
+from specrl.pretrained.chat import chat_text
 from specrl.pretrained.draft import make_draft
 from specrl.pretrained.requests import SOURCES, requests
 from specrl.pretrained.sources import DistilSettings

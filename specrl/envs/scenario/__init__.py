@@ -13,9 +13,9 @@ The keys and the dataclass that holds each section::
     name, description                   Scenario (name: the file name when loaded from a file)
     pair: {...}                         PairSpec: preset, or target and draft; seed, device, dtype,
                                         kv_cache, compile
-    prompts: {...}                      PromptSpec: domains (domain -> weight), split, file; for a
-                                        .jsonl or .txt file: text_field, domain_field, file_domain,
-                                        split_seed, split_fractions (see below)
+    prompts: {...}                      PromptSpec: domains (domain -> weight), split, file, chat;
+                                        for a .jsonl or .txt file: text_field, domain_field,
+                                        file_domain, split_seed, split_fractions (see below)
     sampling: {...}                     SamplingConfig (specrl.engine.sampling): temperature, top_k, top_p
     max_new_tokens, stop_at_eos, k_max  Scenario
     tau_grid, stop_grid                 Scenario: lists of thresholds in [0, 1]
@@ -37,7 +37,8 @@ For example, arithmetic sampled at temperature 1 that turns into prose mid-episo
       - {after_tokens: 64, domain: prose}
 
 ``prompts.file`` names a file of prompts (:class:`PromptSpec`; a ``.jsonl`` or ``.txt`` file is split
-into train, validation and test by a seeded hash of each prompt). ``stop_grid`` is the third action
+into train, validation and test by a seeded hash of each prompt); ``prompts.chat`` decodes each
+prompt as a user message through the target's chat template. ``stop_grid`` is the third action
 dimension of an env given an acceptance predictor (``AcceptanceThreshold``, cumulative); ``drafters``
 of more than one adds the drafter index as the last (:mod:`specrl.action_layout`).
 ``latency`` chooses the :class:`~specrl.latency.LatencyModel` behind ``modeled`` time and the default

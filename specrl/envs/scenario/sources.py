@@ -14,7 +14,8 @@ from specrl.envs.scenario.prompt_files import PromptFileError
 from specrl.envs.scenario.schema import Scenario, ScenarioError, SetupError
 from specrl.latency import LatencyModel, device_key
 from specrl.latency.calibration import cached_calibration
-from specrl.models import EMBEDDED_PREFIX, ModelPair, PairError
+from specrl.models import EMBEDDED_PREFIX, ModelPair
+from specrl.pretrained.chat import ChatTemplateError
 
 
 def latency_model(
@@ -148,7 +149,7 @@ def chat_messages(scenario: Scenario, pair: ModelPair | PairInfo, messages: list
     loaded = loaded_pair(pair, "apply its chat template to the prompts")
     try:
         return [loaded.chat(message) for message in messages]
-    except PairError as error:
+    except ChatTemplateError as error:
         raise ScenarioError(f"{scenario._origin()}: prompts.chat is set, but {error}") from None
 
 
