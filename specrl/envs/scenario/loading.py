@@ -21,11 +21,8 @@ def shipped_scenarios() -> list[str]:
 def embedded_scenarios() -> list[str]:
     """Names of the shipped scenarios on the embedded pair's own prompts (not those of a pretrained
     pair, such as ``smollm2``)."""
-    return [
-        name
-        for name in shipped_scenarios()
-        if load_scenario(name).pair.preset in (None, "small") and load_scenario(name).pair.target is None
-    ]
+    pairs = {name: load_scenario(name).pair for name in shipped_scenarios()}
+    return [name for name, pair in pairs.items() if pair.preset in (None, "small") and pair.target is None]
 
 
 def scenario_path(name: str | Path) -> Path:
