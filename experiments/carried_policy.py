@@ -12,15 +12,13 @@ draws. The real loop's paired intervals come from ``experiments/real_loop_check.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
-from benchmarks.result_folder import Run, write_readme
+from benchmarks.result_folder import write_result
 
 from specrl.controllers.learned import LearnedController
 from specrl.envs import cached_traces
-from specrl.io import write_text_atomic
 from specrl.provenance import command_line, machine_clause
 from specrl.tables import markdown_table
 from specrl.trace_evaluation import evaluate_controller
@@ -100,17 +98,21 @@ def main() -> None:
         "sim_repeats": args.sim_repeats,
         "rows": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out / "carried.md", text)
-    write_text_atomic(args.out / "carried.json", json.dumps(record, indent=2))
     measured = (
         f"The policy `{args.carried}` carried to {pair.name} against a policy trained on its traces, "
         "both against plain decoding and the rules of the bar, on the same acceptance draws of the "
         f"test traces of {', '.join(args.scenarios)} (simulator, this machine's prices)."
     )
-    run = Run(f"`{args.carried}` carried to {pair.name}, simulator: `{args.out.name}`", measured, command,
-              machine_clause(latency.device), ["carried.md"], ["carried.json"])  # fmt: skip
-    write_readme(args.out, run)
+    write_result(
+        args.out,
+        "carried",
+        text,
+        record,
+        title=f"`{args.carried}` carried to {pair.name}, simulator: `{args.out.name}`",
+        measured=measured,
+        command=command,
+        machine=machine_clause(latency.device),
+    )
     print(text)
 
 

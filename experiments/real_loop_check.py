@@ -15,15 +15,13 @@ repeat, the machine's drift cancelled by pairing within a repeat. Its own run is
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
-from benchmarks.result_folder import Run, write_readme
+from benchmarks.result_folder import write_result
 
 from specrl.controllers.learned import LearnedController
 from specrl.evaluation.real_loop_check import check_scenarios, real_loop_section
-from specrl.io import write_text_atomic
 from specrl.provenance import command_line, machine_clause
 from specrl.training.comparison import Comparison
 from specrl.training.inputs import load_scenarios, named_policies
@@ -96,18 +94,22 @@ def main() -> None:
             for name, row in rows.items()
         },
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out / "real_loop.md", text)
-    write_text_atomic(args.out / "real_loop.json", json.dumps(record, indent=2))
     measured = (
         f"The policy `{args.policy}` against every rule of the bar in the real loop: {args.prompts} "
         f"test prompts per domain of {', '.join(args.scenarios)}, {args.repeats} interleaved repeats, "
         "paired ratios with their 95% interval"
         + (f"; alongside, {', '.join(args.versus)}." if args.versus else ".")
     )
-    run = Run(f"{policy.name} against the best rule, real loop: `{args.out.name}`", measured, command,
-              machine_clause(latency.device), ["real_loop.md"], ["real_loop.json"])  # fmt: skip
-    write_readme(args.out, run)
+    write_result(
+        args.out,
+        "real_loop",
+        text,
+        record,
+        title=f"{policy.name} against the best rule, real loop: `{args.out.name}`",
+        measured=measured,
+        command=command,
+        machine=machine_clause(latency.device),
+    )
     print(text)
 
 

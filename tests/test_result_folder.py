@@ -119,3 +119,20 @@ def test_each_run_is_a_section_a_rerun_replaces_its_own_and_the_findings_are_lin
 def test_a_write_that_fails_leaves_the_old_readme_and_no_temporary_file(written):
     assert (written["failing"] / "README.md").read_text() == "# Old\n"
     assert [path.name for path in written["failing"].iterdir()] == ["README.md"]
+
+
+def test_a_run_writes_its_page_its_data_and_its_readme_section_in_one_call(tmp_path):
+    script = (
+        "import sys; from pathlib import Path; from benchmarks.result_folder import write_result; "
+        "write_result(Path(sys.argv[1]), 'check', '# Check\\n', {'ratio': 1.5}, title='A check', "
+        "measured='What the check measured.', command='python experiments/check.py', machine='x86_64')"
+    )
+    env = os.environ | {"PYTHONPATH": str(REPO / "experiments")}
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", script, str(out)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert (out / "check.md").read_text() == "# Check\n"
+    assert json.loads((out / "check.json").read_text()) == {"ratio": 1.5}
+    readme = (out / "README.md").read_text()
+    assert "What the check measured." in readme and "[`check.md`](check.md)" in readme
+    assert "[`check.json`](check.json)" in readme and "`python experiments/check.py`" in readme

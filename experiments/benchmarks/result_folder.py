@@ -12,6 +12,7 @@ it, which the README links.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -133,3 +134,14 @@ def write_readme(folder: str | Path, run: Run) -> Path:
         text = text.rstrip("\n") + f"\n\n{FINDINGS}\n\n{NOTES}\n"
     write_text_atomic(readme, text.rstrip("\n") + "\n")
     return readme
+
+
+def write_result(
+    folder: Path, stem: str, text: str, record: dict, *, title: str, measured: str, command: str, machine: str
+) -> None:
+    """A run's page ``<stem>.md`` and its data ``<stem>.json`` written atomically into ``folder``,
+    and its section of the result folder's README (:func:`write_readme`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(folder / f"{stem}.md", text)
+    write_text_atomic(folder / f"{stem}.json", json.dumps(record, indent=2))
+    write_readme(folder, Run(title, measured, command, machine, [f"{stem}.md"], [f"{stem}.json"]))
