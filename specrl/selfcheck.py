@@ -155,6 +155,12 @@ def reference_greedy(model, prompt: list[int], n: int, vocab_size: int | None = 
     return ids[len(prompt) :]
 
 
+def target_next_probs(pair: ModelPair, ids: list[int], sampling: SamplingConfig) -> torch.Tensor:
+    """The target's sampling law (float64, CPU) for the token after ``ids``."""
+    logits = pair.target(torch.tensor([ids], device=pair.device)).logits[0, -1, : pair.vocab_size]
+    return sampling.probs(logits.float()).double().cpu()
+
+
 @torch.inference_mode()
 def exact_two_token_law(
     pair: ModelPair, prompt: list[int], sampling: SamplingConfig, support: Sequence[int] | None = None
@@ -170,8 +176,7 @@ def exact_two_token_law(
     index = torch.tensor(tokens)
 
     def next_probs(ids: list[int]) -> torch.Tensor:
-        logits = pair.target(torch.tensor([ids], device=pair.device)).logits[0, -1, : pair.vocab_size]
-        probs = sampling.probs(logits.float()).double().cpu()
+        probs = target_next_probs(pair, ids, sampling)
         if probs[index].sum() < 1 - 1e-6:
             raise ValueError(f"the target can sample tokens outside the support after {len(ids)} tokens")
         return probs[index]
@@ -188,8 +193,7 @@ def two_token_support(pair: ModelPair, prompt: list[int], sampling: SamplingConf
     """Every token the target alone can sample first or second after ``prompt`` (sorted)."""
 
     def possible(ids: list[int]) -> set[int]:
-        logits = pair.target(torch.tensor([ids], device=pair.device)).logits[0, -1, : pair.vocab_size]
-        return set(sampling.probs(logits.float()).nonzero().flatten().tolist())
+        return set(target_next_probs(pair, ids, sampling).nonzero().flatten().tolist())
 
     first = possible(prompt)
     return sorted(first.union(*(possible(prompt + [t1]) for t1 in first)))
