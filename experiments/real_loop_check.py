@@ -72,7 +72,7 @@ def main() -> None:
     )
     command = command_line()
     text = (
-        f"# {policy.name} against the best rule, real loop\n"
+        f"# `{args.policy}` against the best rule, real loop\n"
         + real_loop_section(rows, args.prompts, args.repeats, list(versus))
         + f"\nCommand: `{command}` ({(time.perf_counter() - started) / 60:.1f} minutes). Machine: "
         f"{machine_clause(latency.device)}.\n"
@@ -90,6 +90,11 @@ def main() -> None:
                 "ci95": {role: interval.ci95() for role, interval in row.intervals.items()},
                 "n": args.repeats,
                 "best_rule": row.best_rule(),
+                "tokens_per_s_repeats": row.repeats,
+                "versus_to_best_rule": {
+                    name: {"ratio": (interval := row.to_best_rule(name)).ratio, "ci95": interval.ci95()}
+                    for name in versus
+                },
             }
             for name, row in rows.items()
         },
@@ -105,7 +110,7 @@ def main() -> None:
         "real_loop",
         text,
         record,
-        title=f"{policy.name} against the best rule, real loop: `{args.out.name}`",
+        title=f"`{args.policy}` against the best rule, real loop: `{args.out.name}`",
         measured=measured,
         command=command,
         machine=machine_clause(latency.device),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import gymnasium as gym
@@ -302,8 +302,14 @@ def test_the_real_loop_section_sets_the_policy_against_the_policies_run_alongsid
         {PLAIN: 1.49, TCP: 1.16, BEST_STATIC: 1.04, PPO: 1.0, "here": 1.02},
         StaticSetting(5, 0.0),
         {role: paired_ratio_interval([104.0, 104.0], v) for role, v in per_repeat.items()},
+        per_repeat | {PPO: [104.0, 104.0]},
     )
     text = real_loop_section({"code": row}, prompts=2, repeats=2, versus=["here"])
-    # ratios 1.0 and 1.04: mean 1.02, SE 0.02, t(1 df) = 12.706
-    assert "| code | here | 104.0 | 102.0 | 1.020 [0.766, 1.274] n=2 |" in text
+    # PPO / here: ratios 1.0 and 1.04: mean 1.02, SE 0.02, t(1 df) = 12.706; here / the best rule
+    # (the best static setting): ratios 1.04 and 1.0, the same interval
+    interval = "1.020 [0.766, 1.274] n=2"
+    assert f"| code | here | 104.0 | 102.0 | {interval} | {interval} (static) |" in text
+    assert row.to_best_rule("here").verdict == "tie"
+    without_repeats = replace(row, repeats={})
+    assert "| 1.020 [0.766, 1.274] n=2 | - |" in real_loop_section({"code": without_repeats}, 2, 2, ["here"])
     assert "policies run alongside" not in real_loop_section({"code": row}, prompts=2, repeats=2)

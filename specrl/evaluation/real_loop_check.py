@@ -9,7 +9,7 @@ tokens/s is the median over repeats, PPO's ratios are paired, each with its 95% 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specrl.controllers import LearnedController
 from specrl.envs import Scenario, SpecDecodeEnv, cached_traces, load_scenario
@@ -38,16 +38,22 @@ from specrl.training.comparison import (
 @dataclass
 class RealLoopRow:
     """One scenario in the real loop: the median tokens/s by role, PPO's paired ratio to each role
-    and its 95% interval, and the best static setting that ran."""
+    and its 95% interval, the best static setting that ran, and each role's tokens/s per repeat."""
 
     tokens_per_s: dict[str, float]
     paired: dict[str, float]
     best_static: StaticSetting
     intervals: dict[str, RatioInterval]
+    repeats: dict[str, list[float]] = field(default_factory=dict)
 
     def best_rule(self) -> str:
         """The role of the fastest rule that ran (:func:`~specrl.training.comparison.best_rule_role`)."""
         return best_rule_role(self.tokens_per_s)
+
+    def to_best_rule(self, name: str) -> RatioInterval:
+        """The paired ratio of ``name`` (a policy run alongside) to the best rule, with its interval:
+        what PPO's own column says, for another policy of the same run (another seed, say)."""
+        return paired_ratio_interval(self.repeats[name], self.repeats[self.best_rule()])
 
 
 def in_real_loop(
@@ -84,6 +90,7 @@ def in_real_loop(
         paired_ratios(per_repeat, PPO),
         bar.best_static,
         {role: paired_ratio_interval(per_repeat[PPO], values) for role, values in per_repeat.items()},
+        per_repeat,
     )
 
 
@@ -148,7 +155,8 @@ def real_loop_table(rows: dict[str, RealLoopRow]) -> str:
 
 
 def versus_table(rows: dict[str, RealLoopRow], versus: Sequence[str]) -> str:
-    """Markdown: per scenario and policy run alongside, both medians and PPO's paired ratio to it."""
+    """Markdown: per scenario and policy run alongside, both medians, PPO's paired ratio to it and
+    its own paired ratio to the best rule ("-" where the row kept no repeats)."""
     lines = [
         [
             scenario,
@@ -156,11 +164,13 @@ def versus_table(rows: dict[str, RealLoopRow], versus: Sequence[str]) -> str:
             f"{row.tokens_per_s[PPO]:.1f}",
             f"{row.tokens_per_s[name]:.1f}",
             row.intervals[name].cell(),
+            f"{row.to_best_rule(name).cell()} ({row.best_rule()})" if row.repeats else "-",
         ]
         for scenario, row in rows.items()
         for name in versus
     ]
     header = ["scenario", "policy alongside", "PPO", "it", "PPO / it [95% interval] n"]
+    header += ["it / best rule [95% interval] n"]
     return markdown_table(header, lines)
 
 
