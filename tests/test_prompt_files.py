@@ -331,10 +331,14 @@ def test_the_smollm2_scenarios_read_their_shipped_requests_as_a_users_file_would
 
     distilled = {m for messages in requests(0, 256, 32)["train"].values() for m in messages}
     assert not distilled & {r["text"] for r in records}  # the draft was never distilled on them
-    for name in ("smollm2", "smollm2_t1", "smollm2_code", "smollm2_prose", "smollm2_reasoning"):
-        scenario = load_scenario(name)
-        assert scenario.pair.preset == "smollm2" and scenario.prompts.chat
-        assert scenario.prompts.file.endswith("smollm2_requests.jsonl")
+    for domain in ("", "_code", "_prose", "_reasoning"):
+        for sampling, temperature in (("", 0.0), ("_t1", 1.0)):
+            scenario = load_scenario(f"smollm2{sampling}{domain}")
+            assert scenario.pair.preset == "smollm2" and scenario.prompts.chat
+            assert scenario.prompts.file.endswith("smollm2_requests.jsonl")
+            assert scenario.sampling.temperature == temperature
+            every = {"code", "prose", "reasoning"}
+            assert set(scenario.prompts.domains) == ({domain[1:]} if domain else every)
     sets = load_scenario("smollm2").prompts.read_file()
     counts = {s: sum(map(len, sets.sets[s].values())) for s in SPLITS}
     assert counts == {"train": 252, "validation": 64, "test": 67}
