@@ -153,6 +153,21 @@ def test_specrl_generate_runs_the_fetched_pair_offline(fetched, capsys, monkeypa
     assert '"pair": "specrl-zoo-smollm2"' in capsys.readouterr().out
 
 
+@pytest.mark.slow
+@pytest.mark.smollm2
+@needs_smollm2
+def test_hf_generate_with_the_pairs_sub_vocabulary_draft_equals_plain_generate(fetched):
+    from specrl.hf import speculative_generate
+
+    pair = specrl.load_pair(preset="smollm2", device="cpu")
+    ids = torch.tensor([pair.encode(CHAT)])
+    plain = pair.target.generate(ids, max_new_tokens=16, do_sample=False)
+    spec = pair.target.generate(
+        ids, custom_generate=speculative_generate, draft=pair.draft, controller="default", max_new_tokens=16
+    )
+    assert torch.equal(spec, plain)
+
+
 def test_the_distillation_loss_is_the_cross_entropy_alone_where_the_draft_is_the_teacher():
     torch.manual_seed(0)
     logits = torch.randn(5, 8)  # the draft keeps all 8 tokens, in vocabulary order
