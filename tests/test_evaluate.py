@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import gymnasium as gym
@@ -310,6 +310,4 @@ def test_the_real_loop_section_sets_the_policy_against_the_policies_run_alongsid
     interval = "1.020 [0.766, 1.274] n=2"
     assert f"| code | here | 104.0 | 102.0 | {interval} | {interval} (static) |" in text
     assert row.to_best_rule("here").verdict == "tie"
-    without_repeats = replace(row, repeats={})
-    assert "| 1.020 [0.766, 1.274] n=2 | - |" in real_loop_section({"code": without_repeats}, 2, 2, ["here"])
     assert "policies run alongside" not in real_loop_section({"code": row}, prompts=2, repeats=2)

@@ -117,6 +117,7 @@ def test_the_real_loop_table_names_the_best_rule_and_shows_paired_ratios():
             "tcp": RatioInterval(1.06, 1.01, 1.09, 4),
             "static": RatioInterval(0.95, 0.94, 0.961, 4),
         },
+        {},  # the per-repeat speeds: only a policy run alongside reads them
     )
     fast_tcp = replace(fast_static, tokens_per_s=fast_static.tokens_per_s | {"tcp": 95.0})
     one_repeat = replace(fast_static, intervals={"static": RatioInterval(0.95, None, None, 1)})

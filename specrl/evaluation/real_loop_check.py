@@ -9,7 +9,7 @@ tokens/s is the median over repeats, PPO's ratios are paired, each with its 95% 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from specrl.controllers import LearnedController
 from specrl.envs import Scenario, SpecDecodeEnv, cached_traces, load_scenario
@@ -44,7 +44,7 @@ class RealLoopRow:
     paired: dict[str, float]
     best_static: StaticSetting
     intervals: dict[str, RatioInterval]
-    repeats: dict[str, list[float]] = field(default_factory=dict)
+    repeats: dict[str, list[float]]
 
     def best_rule(self) -> str:
         """The role of the fastest rule that ran (:func:`~specrl.training.comparison.best_rule_role`)."""
@@ -156,7 +156,7 @@ def real_loop_table(rows: dict[str, RealLoopRow]) -> str:
 
 def versus_table(rows: dict[str, RealLoopRow], versus: Sequence[str]) -> str:
     """Markdown: per scenario and policy run alongside, both medians, PPO's paired ratio to it and
-    its own paired ratio to the best rule ("-" where the row kept no repeats)."""
+    its own paired ratio to the best rule."""
     lines = [
         [
             scenario,
@@ -164,7 +164,7 @@ def versus_table(rows: dict[str, RealLoopRow], versus: Sequence[str]) -> str:
             f"{row.tokens_per_s[PPO]:.1f}",
             f"{row.tokens_per_s[name]:.1f}",
             row.intervals[name].cell(),
-            f"{row.to_best_rule(name).cell()} ({row.best_rule()})" if row.repeats else "-",
+            f"{row.to_best_rule(name).cell()} ({row.best_rule()})",
         ]
         for scenario, row in rows.items()
         for name in versus
