@@ -74,14 +74,16 @@ def realisations(
 
 def priced_step(
     segment: Segment, accepts: dict[str, list[bool]], latency: LatencyModel, position: int,
-    k: int, tau: float, drafter: str, context_window: int,
+    k: int, tau: float, drafter: str, context_window: int, rows: int = 1,
 ) -> tuple[Outcome, float]:  # fmt: skip
-    """The step at ``position`` replayed with (k, tau, drafter), and its modeled seconds."""
+    """The step at ``position`` replayed with (k, tau, drafter), and its modeled seconds: its share
+    of a batch of ``rows`` rows stepping alike (``batch.share``; 1: a single sequence)."""
     step = replay_step(segment, position, k, tau, accepts.get(drafter, ()), context_window, None, drafter)
+    verified = rows * (step.proposed + 1) if latency.packed else None
     draft, verify = latency.step_seconds(
-        segment.prompt_length + position, len(step.confidences), step.proposed, drafter
+        segment.prompt_length + position, len(step.confidences), step.proposed, drafter, rows, verified
     )
-    return step, draft + verify
+    return step, (draft + verify) / rows
 
 
 def clairvoyant(
@@ -91,9 +93,10 @@ def clairvoyant(
     k_max: int,
     context_window: int,
     drafters: tuple[str, ...] = (DEFAULT_DRAFTER,),
+    rows: int = 1,
 ) -> Bound:
     """The minimum modeled time to emit ``trace`` given its acceptance outcomes ``accepts``,
-    choosing k and the drafter each step."""
+    choosing k and the drafter each step (``rows``: :func:`priced_step`'s)."""
     total = Bound(0, 0.0)
     for segment, segment_accepts in zip(trace.segments, accepts, strict=True):
         best = [0.0] * (segment.end + 1)  # best[j]: fastest way to finish from position j
@@ -102,7 +105,7 @@ def clairvoyant(
             for drafter in drafters:
                 for k in range(k_max + 1):
                     step, seconds = priced_step(
-                        segment, segment_accepts, latency, j, k, 0.0, drafter, context_window
+                        segment, segment_accepts, latency, j, k, 0.0, drafter, context_window, rows
                     )
                     options.append(seconds + best[j + step.emitted])
                     if step.k < k:  # clipped by the room left: larger k are the same step
@@ -120,14 +123,16 @@ def static_run(
     tau: float,
     context_window: int,
     drafter: str = DEFAULT_DRAFTER,
+    rows: int = 1,
 ) -> Bound:
-    """Tokens and modeled seconds of ``trace`` decoded with the same (k, tau, drafter) every step."""
+    """Tokens and modeled seconds of ``trace`` decoded with the same (k, tau, drafter) every step
+    (``rows``: :func:`priced_step`'s)."""
     total = Bound(0, 0.0)
     for segment, segment_accepts in zip(trace.segments, accepts, strict=True):
         position, seconds = 0, 0.0
         while position < segment.end:
             step, step_seconds = priced_step(
-                segment, segment_accepts, latency, position, k, tau, drafter, context_window
+                segment, segment_accepts, latency, position, k, tau, drafter, context_window, rows
             )
             seconds += step_seconds
             position += step.emitted
@@ -147,14 +152,16 @@ def clairvoyant_bound(
     count: int = 4,
     seed: int = 0,
     drafters: tuple[str, ...] = (DEFAULT_DRAFTER,),
+    rows: int = 1,
 ) -> Bound:
-    """The clairvoyant optimum summed over every trace and realisation (priced for the traces' sampling)."""
+    """The clairvoyant optimum summed over every trace and realisation (priced for the traces'
+    sampling; ``rows``: :func:`priced_step`'s)."""
     window = int(traces.meta["context_window"])
     latency = priced(latency, traces)
     total = Bound(0, 0.0)
     for index, trace in enumerate(traces.traces):
         for accepts in realisations(trace, count, seed + index, drafters):
-            total += clairvoyant(trace, accepts, latency, traces.k_max, window, drafters)
+            total += clairvoyant(trace, accepts, latency, traces.k_max, window, drafters, rows)
     return total
 
 
@@ -178,16 +185,20 @@ def best_static(
     count: int = 4,
     seed: int = 0,
     drafters: tuple[str, ...] = (DEFAULT_DRAFTER,),
+    rows: int = 1,
 ) -> StaticBound:
     """Every static (k, tau, drafter), k in 0..k_max, tau on the grid and each of ``drafters``,
-    over every trace and realisation (priced for the traces' sampling)."""
+    over every trace and realisation (priced for the traces' sampling; ``rows``:
+    :func:`priced_step`'s)."""
     window = int(traces.meta["context_window"])
     latency = priced(latency, traces)
     totals = dict.fromkeys(static_settings(traces.k_max, tau_grid, drafters), Bound(0, 0.0))
     for index, trace in enumerate(traces.traces):
         for accepts in realisations(trace, count, seed + index, drafters):
             for k, tau, drafter in totals:
-                totals[(k, tau, drafter)] += static_run(trace, accepts, latency, k, tau, window, drafter)
+                totals[(k, tau, drafter)] += static_run(
+                    trace, accepts, latency, k, tau, window, drafter, rows
+                )
     table = {setting: total.tokens_per_s for setting, total in totals.items()}
     (k, tau, drafter), best = max(table.items(), key=lambda item: item[1])
     return StaticBound(k=k, tau=tau, tokens_per_s=best, table=table, drafter=drafter)

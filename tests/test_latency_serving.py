@@ -235,3 +235,12 @@ def test_specrl_calibrate_fits_recorded_serving_steps_into_prices_the_proposer_r
     assert model.fit_error["step"]["median"] < 0.1
     assert "fitted 300 steps" in capsys.readouterr().out and out.with_suffix(".md").is_file()
     assert proposer_prices(str(out), 0.0) is not None  # additional_config {"specrl": {"prices": FILE}}
+    second = tmp_path / "more.jsonl"
+    write_served_steps(second, draw_steps(200, seed=1))
+    both = [*argv[:-1], str(path), str(second), "--serving-name", "vllm-test", "--out", str(out)]
+    assert main(both) == 0
+    assert "fitted 500 steps" in capsys.readouterr().out
+    assert LatencyModel.load(out).device == "vllm-test"  # what a policy trained on it records
+    with pytest.raises(SystemExit):
+        main([*argv[:-1], str(tmp_path / "absent.jsonl"), "--out", str(out)])
+    assert "absent.jsonl: no such file" in capsys.readouterr().err

@@ -383,6 +383,14 @@ def test_a_price_prior_names_a_profile_or_a_file_and_the_curve_reads_it(tmp_path
     # the profile's verification jumps at the second token and is flat after it, as the curve reads
     assert np.all(h100[:, curve[0]] > 0.1)
     assert np.allclose(h100[:, curve[1:]], 0, atol=0.05)
+
+    class Carrying(StaticController):  # a policy trained on a serving engine's prices carries them
+        metadata = {
+            "latency_profiles": {"profiles": ["machine"], "prices": profiles()["gpu-like-h100"].to_dict()}
+        }
+
+    carried = Proposer(controller=lambda: Carrying(k=4), k_max=6, context_window=WIDTH, vocab_size=64)
+    assert np.allclose(features(carried)[:, curve], h100[:, curve])
     path = tmp_path / "serving-gpu.json"
     profiles()["gpu-like-h100"].save(path)
     monkeypatch.setenv(PRICES_VARIABLE, str(path))  # as vLLM builds it: from the environment

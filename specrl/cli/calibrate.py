@@ -50,7 +50,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--from-steps",
         type=Path,
-        help="loop: refit steps saved by --save-steps; serving: the steps.jsonl vLLM's proposer recorded",
+        nargs="+",
+        help="loop: refit steps saved by --save-steps; serving: the steps.jsonl files vLLM's proposer "
+        "recorded (fitted together)",
+    )
+    parser.add_argument(
+        "--serving-name",
+        default="serving",
+        help="serving: the name the prices record as their machine (default serving), e.g. vllm-cpu",
     )
     parser.add_argument("--repeats", type=int, help="profile: timed passes, median per cell (default 5)")
     parser.add_argument(
@@ -73,8 +80,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--k-max, --repeats and --steps must be >= 1")
     if args.method != "loop" and (args.save_steps or args.from_steps):
         parser.error("--save-steps and --from-steps go with --method loop")
-    if args.from_steps is not None and not args.from_steps.is_file():
-        parser.error(f"--from-steps {args.from_steps}: no such file (write one with --save-steps)")
+    if args.from_steps is not None:
+        if len(args.from_steps) > 1:
+            parser.error("--method loop refits one file of steps: give one --from-steps")
+        args.from_steps = args.from_steps[0]
+        if not args.from_steps.is_file():
+            parser.error(f"--from-steps {args.from_steps}: no such file (write one with --save-steps)")
     import specrl
     from specrl.io import write_text_atomic
     from specrl.latency import cached_calibration, calibrated, latency_path
@@ -104,8 +115,9 @@ def fit_served(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
             "--method serving fits recorded steps: give --from-steps (the steps.jsonl vLLM's proposer "
             'writes with additional_config {"specrl": {"record": FOLDER}}) and --out FILE.json'
         )
-    if not args.from_steps.is_file():
-        parser.error(f"--from-steps {args.from_steps}: no such file")
+    missing = [str(path) for path in args.from_steps if not path.is_file()]
+    if missing:
+        parser.error(f"--from-steps {' '.join(missing)}: no such file")
     from specrl.envs.scenario import PairSpec
     from specrl.io import write_text_atomic
     from specrl.latency import LatencyError
@@ -113,8 +125,8 @@ def fit_served(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 
     spec = PairSpec(**{k: v for k, v in pair_values(args).items() if k in ("preset", "target", "draft")})
     try:
-        steps = read_served_steps(args.from_steps)
-        model = fit_serving_latency(steps, pair=spec.info().name, device="serving", k_max=args.k_max)
+        steps = [step for path in args.from_steps for step in read_served_steps(path)]
+        model = fit_serving_latency(steps, pair=spec.info().name, device=args.serving_name, k_max=args.k_max)
     except LatencyError as error:
         parser.error(str(error))
     model.save(args.out)

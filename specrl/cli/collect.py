@@ -15,8 +15,9 @@ embedded pair's weights instead. Traces already shipped or cached are loaded, no
 With --engine vllm the target decodes inside vLLM (specrl/vllm/collect.py): one engine serves a
 scenario part's prompts together, specrl's proposer speculating (--controller) and recording every
 step beside the traces (steps.jsonl: vLLM's prices, `specrl.latency.serving`; requests.jsonl;
-agreement.json: the share of recorded steps that replay exactly on the traces). Traces already
-cached are loaded, not recorded again: delete the file named to record it through vLLM.
+agreement.json: the share of recorded steps that replay exactly on the traces). Their files are
+keyed apart from specrl's engine's (a scenario's ``recorded_by: vllm`` reads them), and --engine is
+a scenario's own by default.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
+from dataclasses import replace
 
 from specrl.cli.ray import add_ray_arguments, pool_from_args
 from specrl.names import SPLITS
@@ -52,8 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--engine",
         choices=("specrl", "vllm"),
-        default="specrl",
-        help="what decodes the prompts: specrl's own engine, or vLLM with specrl's proposer recording",
+        help="what decodes the prompts: specrl's own engine, or vLLM with specrl's proposer recording "
+        "(default: the scenarios' recorded_by; vllm keys the traces as vLLM's)",
     )
     vllm = parser.add_argument_group("--engine vllm")
     vllm.add_argument("--controller", default="tcp", help="what specrl's proposer runs in vLLM (default tcp)")
@@ -75,6 +77,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         scenarios = [load_scenario(name).with_overrides(preset=args.preset) for name in names]
     except ScenarioError as error:
         parser.error(str(error))
+    scenarios = with_engine(scenarios, args, parser)
     if args.engine == "vllm":
         with recording_with(vllm_collector(args, parser)):
             collect(scenarios, args)
@@ -85,6 +88,24 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if pool is not None:
         pool.close()
     return 0
+
+
+def with_engine(scenarios: list, args: argparse.Namespace, parser: argparse.ArgumentParser) -> list:
+    """The scenarios as ``args.engine`` records them, which it sets: given, or the scenarios' own
+    ``recorded_by`` (without ``--scenarios``, those of specrl's engine). ``--engine vllm`` keys any
+    scenario's traces as vLLM's; ``--engine specrl`` cannot record a scenario of vLLM's traces."""
+    engines = {scenario.recorded_by for scenario in scenarios}
+    if args.engine is None:
+        if not args.scenarios:
+            args.engine = "specrl"
+            return [scenario for scenario in scenarios if scenario.recorded_by == "specrl"]
+        if len(engines) > 1:
+            parser.error(f"the scenarios are recorded by {sorted(engines)}: collect each engine's apart")
+        (args.engine,) = engines
+    if args.engine == "specrl" and engines != {"specrl"}:
+        wrong = [scenario.name for scenario in scenarios if scenario.recorded_by != "specrl"]
+        parser.error(f"scenarios {wrong} record their traces through vLLM: use --engine vllm")
+    return [replace(scenario, recorded_by=args.engine) for scenario in scenarios]
 
 
 def vllm_collector(args: argparse.Namespace, parser: argparse.ArgumentParser):

@@ -189,6 +189,11 @@ def recording_with(collect: Collect) -> Iterator[None]:
         _collectors.pop()
 
 
+def engine_option(scenario: Scenario) -> str:
+    """What ``specrl collect`` needs besides the scenario to record its traces with its engine."""
+    return "" if scenario.recorded_by == "specrl" else f" --engine {scenario.recorded_by}"
+
+
 def cached_traces(
     scenario: Scenario,
     split: str,
@@ -202,7 +207,8 @@ def cached_traces(
 ) -> TraceSet:
     """The scenario's traces for ``split``: loaded if shipped or cached
     (:mod:`specrl.envs.trace_store`), else recorded now (``record``, with progress) and cached under
-    ``$SPECRL_HOME/traces``. A scenario of several domains without a shift joins the traces of each
+    ``$SPECRL_HOME/traces``; a scenario ``recorded_by`` another engine only with a ``collect`` of it.
+    A scenario of several domains without a shift joins the traces of each
     domain. ``prompts_per_domain`` defaults to ``DEFAULT_PROMPTS_PER_DOMAIN[split]``. Recording uses
     ``collect``, else :func:`recording_with`'s, else this process's :func:`collect_traces` (a
     :class:`~specrl.envs.scenario.PairInfo`, no weights loaded, is loaded only to record, and a
@@ -226,15 +232,15 @@ def cached_traces(
     traces = stored_traces([name, *pool_names(scenario, split, n, seed)], pair)
     if traces is not None:
         return traces
-    if not record:
+    collect = collect or (_collectors[-1] if _collectors else None)
+    if not record or (collect is None and scenario.recorded_by != "specrl"):
         where = scenario.source if scenario.source and Path(scenario.source).is_file() else scenario.name
         raise SetupError(
             f"no '{split}' traces of scenario '{scenario.name}' for pair '{pair.name}' are shipped or "
             f"cached (looked in {', '.join(str(d) for d in trace_dirs(pair))}): record them with "
-            f"`specrl collect --scenarios {where} --split {split}`, or pass prepare=True "
-            "to the env to record them now"
+            f"`specrl collect --scenarios {where} --split {split}{engine_option(scenario)}`, or pass "
+            "prepare=True to the env to record them now"
         )
-    collect = collect or (_collectors[-1] if _collectors else None)
     if collect is None:
         why = f"record the '{split}' traces of scenario '{scenario.name}' (none shipped or cached)"
         traces = collect_traces(loaded_pair(pair, why), scenario, split, **options)

@@ -8,6 +8,11 @@ a fixed size whose finished rows are replaced at once, or requests arriving at a
 Poisson rate in modeled time. A step replays every row (:func:`~specrl.envs.replay.replay_step`) and
 costs the latency model's seconds for its rows at the width of their KV cache grid (the engine's
 :class:`~specrl.engine.grid.SlotGrid`, on token counts), plus the prefill of the requests it admits.
+
+A scenario with ``batch.share`` replays one request as a row of a fixed batch whose ``size`` rows
+all act as it does: a step costs the batch's seconds over ``size`` (the price features are ratios
+of seconds: the share leaves them as a request inside the serving engine sees them), and the
+features see ``size`` rows. Per-request policies train there (:class:`~specrl.envs.scenario.BatchSpec`).
 """
 
 from __future__ import annotations
@@ -230,7 +235,7 @@ class TraceReplayEnv(gym.Env):
         prefill = self._admit()
         self.clock += prefill
         self.busy_seconds += prefill
-        settings = replace(self.settings, batch_size=len(self.active))
+        settings = replace(self.settings, batch_size=self._rows())
         self.features = FeatureTracker(
             settings, self.active[0].segment.prompt_length, self._lookup_match, self.latency.price_line
         )
@@ -292,7 +297,9 @@ class TraceReplayEnv(gym.Env):
         seconds = draft_seconds + verify_seconds + prefill
         self.busy_seconds += seconds
         self.tokens += emitted
-        if switched or len(staying) < len(rows) or self.next_request > waiting:  # changed outside the step
+        # rows changed outside the step; a share's features count the batch's rows again after the
+        # step's one (as specrl's proposer tells each request's features inside vLLM)
+        if switched or len(staying) < len(rows) or self.next_request > waiting or self.shared_by > 1:
             self._describe_rows()
         reward = step_reward(emitted, seconds, self.reference_tokens_per_s, self.scenario.reward.scale)
         drafts = sum(result.proposed > 0 for result in results)
@@ -300,7 +307,8 @@ class TraceReplayEnv(gym.Env):
             merge_rows(results), engine_action, *where, self.tokens, self.busy_seconds, seconds, drafts
         )
         info["prefill_seconds"], info["slots"] = prefill, slots  # the grid's width the step was priced at
-        info["batch_size"], info["served"], info["step_results"] = len(rows), self.served, results
+        info["batch_size"], info["served"] = len(rows) * self.shared_by, self.served  # the step's rows
+        info["step_results"] = results
         return self.features.vector(), float(reward), not self.active, False, info
 
     def preview(self, k: int, tau: float = 0.0) -> tuple[int, float]:
@@ -334,9 +342,15 @@ class TraceReplayEnv(gym.Env):
 
     # ---- helpers ------------------------------------------------------------------------------
 
+    def _rows(self) -> int:
+        """The rows the batch holds as the features and the prices see it (with ``batch.share``,
+        the batch the one row is a share of)."""
+        return len(self.active) * self.shared_by
+
     def _replay(self, action: Action) -> tuple[list[Outcome], float, float]:
         """Every active row's step with ``action``, and the step's modeled seconds (draft, verify)
-        for its rows at the grid's width (a packed engine's: their tokens and mean length)."""
+        for its rows at the grid's width (a packed engine's: their tokens and mean length); with
+        ``batch.share``, the replayed row's share of a batch whose rows all step as it does."""
         drafter, k, tau, stop, window = action.drafter, action.k, action.tau, action.stop, self.context_window
         replayed = [
             replay_step(
@@ -352,14 +366,14 @@ class TraceReplayEnv(gym.Env):
             for row in self.active
         ]
         forwards, proposed = step_shape(replayed)
-        rows, context, verified = len(self.active), self.grid.width + 1, None
+        rows, context, verified = self._rows(), self.grid.width + 1, None
         if self.latency.packed:  # vLLM: the rows' own tokens and lengths, neither padding nor holes
-            context = round(sum(row.context_length for row in self.active) / rows)
-            verified = rows + sum(step.proposed for step in replayed)
+            context = round(sum(row.context_length for row in self.active) / len(self.active))
+            verified = rows + self.shared_by * sum(step.proposed for step in replayed)
         draft_seconds, verify_seconds = self.latency.step_seconds(
             context, forwards, proposed, drafter, rows=rows, verified=verified
         )
-        return replayed, draft_seconds, verify_seconds
+        return replayed, draft_seconds / self.shared_by, verify_seconds / self.shared_by
 
     def _admit(self) -> float:
         """Fill the batch: a fixed batch up to its size; under a load, the requests that have
@@ -382,7 +396,10 @@ class TraceReplayEnv(gym.Env):
             return 0.0
         lengths = [row.segment.prompt_length for row in joining]
         context = self.grid.width + 1 if self.active else 0
-        seconds = self.latency.prefill_seconds(lengths, len(self.active), context)
+        if self.shared_by > 1:  # the batch's prompts admitted together: this row's share
+            seconds = self.latency.prefill_seconds(lengths * self.shared_by) / self.shared_by
+        else:
+            seconds = self.latency.prefill_seconds(lengths, len(self.active), context)
         self.grid.admit([length - 1 for length in lengths])  # the caches hold all but the last token
         self.active += joining
         return seconds
@@ -394,7 +411,7 @@ class TraceReplayEnv(gym.Env):
         rows = self.active
         if rows:
             context = sum(row.context_length for row in rows) / len(rows)
-            self.features.set_rows(len(rows), context, sum(row.emitted for row in rows) / len(rows))
+            self.features.set_rows(self._rows(), context, sum(row.emitted for row in rows) / len(rows))
 
     def _lookup_match(self) -> tuple[float, float]:
         """The recorded ``ngram/available`` and ``ngram/order`` where the rows' next step starts,
@@ -413,9 +430,10 @@ class TraceReplayEnv(gym.Env):
         against its plain decoding."""
         self.latency = latency.for_sampling(self.scenario.sampling)
         self.reference_tokens_per_s = self.scenario.reference_throughput(self.latency)
+        self.shared_by = self.scenario.batch.shared_by
 
     def _check_latency(self, latency: LatencyModel) -> None:
-        rows = self.scenario.batch.capacity
+        rows = self.scenario.batch.capacity * self.scenario.batch.shared_by
         if latency.batch_sizes == (1,) and rows > 1:
             raise ValueError(
                 f"the latency model ({latency.kind}, {latency.device}) prices one row only, but scenario "

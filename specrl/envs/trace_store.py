@@ -62,6 +62,8 @@ def cache_key(scenario: Scenario, split: str, prompts_per_domain: int | None, se
         facts["prompts_digest"] = scenario.prompts.file_digest()
     if scenario.prompts.chat:
         facts["chat"] = True
+    if scenario.recorded_by != "specrl":  # files of specrl's engine keep their names
+        facts["recorded_by"] = scenario.recorded_by
     drafters = analysed_drafters(scenario.drafters)
     if drafters != list(DEFAULT_DRAFTERS):  # files of the draft alone keep their names
         facts["drafters"] = drafters

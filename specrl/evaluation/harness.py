@@ -228,8 +228,9 @@ def simulator_bounds(
     """The clairvoyant oracle over all traces, and the static grid with its best setting, on the
     acceptance draws :func:`~specrl.trace_evaluation.play_traces` gives a controller with ``seed``
     (one realisation per trace), so the oracle bounds each controller trace by trace."""
-    oracle = clairvoyant_bound(traces, latency, count=1, seed=seed, drafters=scenario.drafters)
-    best = best_static(traces, latency, scenario.tau_grid, count=1, seed=seed, drafters=scenario.drafters)
+    drafters, rows = scenario.drafters, scenario.batch.shared_by
+    oracle = clairvoyant_bound(traces, latency, count=1, seed=seed, drafters=drafters, rows=rows)
+    best = best_static(traces, latency, scenario.tau_grid, count=1, seed=seed, drafters=drafters, rows=rows)
     pool = len(scenario.drafters) > 1  # a drafter is named where there was a choice
     setting = {"k": int(best.k), "tau": float(best.tau), "tokens_per_s": float(best.tokens_per_s)}
     return {

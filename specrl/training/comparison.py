@@ -20,7 +20,8 @@ from specrl.controllers.base import Controller
 from specrl.controllers.stop_rules import AdaEDLController, SpecDecPPController
 from specrl.engine.types import DEFAULT_DRAFTER
 from specrl.envs import Scenario, ScenarioError, cached_traces
-from specrl.latency import LatencyModel, calibrated
+from specrl.envs.scenario.sources import machine_latency
+from specrl.latency import LatencyModel
 from specrl.models import ModelPair
 from specrl.oracle import best_static, clairvoyant_bound
 from specrl.rule_tuning import fit_acceptance_predictor, tuned_rules
@@ -164,7 +165,7 @@ class Comparison:
         SpecDec++-style rule's predictor as ``specrl train`` fits it (the policy's own, from its stop
         dimension, else one fitted on the scenarios' train traces)."""
         pair = scenarios[0].pair.load()
-        latency = calibrated(pair, k_max=policy.k_max, drafters=policy.drafters)
+        latency = machine_latency(scenarios, pair, policy.k_max, policy.drafters)
         predictor = policy.policy.predictor
         return cls(
             pair,
@@ -180,7 +181,14 @@ class Comparison:
         """The scenario's :class:`Bar`: the best static setting over ``tau_grid`` (default: the
         policy's) on ``traces``, the rules tuned on validation traces (once per scenario)."""
         grid = self.tau_grid if tau_grid is None else tau_grid
-        static = best_static(traces, self.latency, grid, count=self.repeats, drafters=scenario.drafters)
+        static = best_static(
+            traces,
+            self.latency,
+            grid,
+            count=self.repeats,
+            drafters=scenario.drafters,
+            rows=scenario.batch.shared_by,
+        )
         return Bar(
             StaticSetting(static.k, static.tau, static.drafter),
             static.tokens_per_s,
@@ -217,7 +225,7 @@ class Comparison:
         tokens_per_s, bar = self.rules_on(scenario, test)
         tokens_per_s[PPO] = self.policy_on(scenario, test, predict)
         tokens_per_s[ORACLE] = clairvoyant_bound(
-            test, self.latency, count=self.repeats, drafters=scenario.drafters
+            test, self.latency, count=self.repeats, drafters=scenario.drafters, rows=scenario.batch.shared_by
         ).tokens_per_s
         return SimulatorRow({role: tokens_per_s[role] for role in ROLES if role in tokens_per_s}, bar)
 

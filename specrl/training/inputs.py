@@ -18,7 +18,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specrl.envs import Scenario, cached_traces, load_scenario
-from specrl.latency import LatencyFamily, LatencyModel, calibrated
+from specrl.envs.scenario.sources import machine_latency
+from specrl.latency import LatencyFamily, LatencyModel
 from specrl.latency.family import profiles_known
 from specrl.models import ModelPair
 from specrl.traces import TraceSet
@@ -257,10 +258,14 @@ class Machines:
     def describe(self) -> dict[str, Any]:
         """What a policy's metadata records as ``latency_profiles``: the family (its profiles,
         perturbations, held-out profiles), the profiles selected and taught under; or, for this
-        machine alone, its device."""
+        machine alone, its device, and a serving engine's prices whole (``prices``: the model's
+        dict, the prior specrl's proposer gives the policy's features inside vLLM)."""
         if self.family is None:
             (latency,) = self.select.values()
-            return {"profiles": [MACHINE], "machine": latency.device, "selected_under": [MACHINE]}
+            described = {"profiles": [MACHINE], "machine": latency.device, "selected_under": [MACHINE]}
+            if latency.kind == "serving":  # a serving engine's prices: the policy carries them
+                described["prices"] = latency.to_dict()
+            return described
         return {**self.family.describe(), "selected_under": list(self.select)}
 
     def line(self) -> str:
@@ -344,7 +349,7 @@ class RunInputs:
         selected_on = list(scenarios) + [s for s in select if s.name not in names]
         space = ActionSpace.shared_by(selected_on, stop)
         pair = scenarios[0].pair.load()
-        latency = calibrated(pair, k_max=space.k_max, drafters=space.drafters)
+        latency = machine_latency(scenarios, pair, space.k_max, space.drafters)
         machines = training_machines(profiles, latency, perturbations, space.drafters, select=select_profiles)
         train = {s.name: cached_traces(s, "train", pair) for s in scenarios}
         validation = {s.name: cached_traces(s, "validation", pair) for s in selected_on}

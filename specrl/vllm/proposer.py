@@ -12,7 +12,8 @@ and ``draft``, a draft model sharing the target's tokenizer (:mod:`specrl.vllm.d
 Settings come from ``additional_config["specrl"]`` (:mod:`specrl.vllm.settings`), logged once at
 start. What vLLM does not tell a proposer is set as in training: the temperature (``temperature``,
 default 0); verification time (the wall time between two calls); acceptance probabilities (point
-masses); the price features' prior (``prices``; else measured from vLLM's steps alone). A request is
+masses); the price features' prior (``prices``; else the serving prices a policy carries, else
+measured from vLLM's steps alone). A request is
 recognised by its whole token history (:mod:`specrl.vllm.requests`). vLLM's own batch-size schedule
 (``num_speculative_tokens_per_batch_size``) caps each row's k at the step's batch size, as vLLM's
 scheduler would cut the draft. A failure for one request (or for the draft's batched forward) turns
@@ -77,6 +78,16 @@ def proposer_prices(prices: str | LatencyModel | Prices | None, temperature: flo
                 "machine (specrl calibrate --out FILE.json) and give the file"
             )
     return prices.for_sampling(SamplingConfig(temperature=temperature)).price_line
+
+
+def carried_prices(controller: Controller) -> LatencyModel | None:
+    """The serving engine's prices a policy was trained on, where it carries them (its metadata's
+    ``latency_profiles["prices"]``: trained on scenarios priced by ``specrl calibrate --method
+    serving``); None otherwise."""
+    metadata = getattr(controller, "metadata", None)
+    profiles = metadata.get("latency_profiles") if isinstance(metadata, dict) else None
+    prices = profiles.get("prices") if isinstance(profiles, dict) else None
+    return None if prices is None else LatencyModel.from_dict(prices, source="the policy's prices")
 
 
 def controller_factory(
@@ -195,12 +206,13 @@ class Proposer:
         self.config = resolve(additional, text)
         self.k_max, self.context_window = int(k_max), int(context_window)
         self.min_ngram, self.max_ngram = min_ngram, max_ngram
-        self.prices = proposer_prices(objects.get("prices", self.config.prices), self.config.temperature)
         self.draft = self._load_draft(objects.get("draft", self.config.draft), target, device, dtype)
         drafters = (DRAFT, LOOKUP_DRAFTER) if self.draft is not None else (LOOKUP_DRAFTER,)
         chosen = objects.get("controller", self.config.controller)
         served = str(getattr(vllm_config.model_config, "model", "")) if vllm_config is not None else None
         self._new_controller = controller_factory(chosen, self.k_max, drafters, target=served)
+        prices = objects.get("prices", self.config.prices) or carried_prices(self._new_controller())
+        self.prices = proposer_prices(prices, self.config.temperature)
         self.schedule = BatchSchedule(batch_sizes, self.k_max, self.config.max_batch)
         self.controller_name = chosen if isinstance(chosen, str) else getattr(chosen, "__name__", "custom")
         self.settings = GenerationSettings(

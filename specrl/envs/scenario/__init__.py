@@ -22,10 +22,12 @@ The keys and the dataclass that holds each section::
     drafters                            Scenario: the drafters an action may choose (see below)
     reward: {...}                       RewardSpec: time, reference_tokens_per_s, scale
     latency                             Scenario: calibrated | constant | PATH.json (see below)
+    recorded_by                         Scenario: specrl | vllm, the engine the traces record (see below)
     cost_model: {...}                   CostModel (specrl.latency.cost_model): draft_forward_s,
                                         target_forward_s, target_per_token_s
     shift: [...]                        DomainShift per item: {after_tokens, domain}; see SpecDecodeEnv
-    batch: {...}                        BatchSpec: size, load, load_unit, max_size, requests (batch simulator)
+    batch: {...}                        BatchSpec: size, load, load_unit, max_size, requests, share
+                                        (the batch simulator; share: a request's share of a batch)
 
 For example, arithmetic sampled at temperature 1 that turns into prose mid-episode::
 
@@ -44,6 +46,8 @@ of more than one adds the drafter index as the last (:mod:`specrl.action_layout`
 ``latency`` chooses the :class:`~specrl.latency.LatencyModel` behind ``modeled`` time and the default
 rho: ``calibrated`` (learned from the pair's decoding loop on its device once, cached), ``constant``
 (the ``cost_model`` constants: fast, for tests) or the path of a ``specrl calibrate`` file.
+``recorded_by: vllm`` replays traces of requests decoded inside vLLM (``specrl collect --engine
+vllm``), keyed apart from those of specrl's own engine.
 
 Errors name the file, the key and the fix: ``ScenarioError``.
 """

@@ -37,6 +37,7 @@ DEFAULT_STOP_GRID = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8)
 TimeMode = Literal["wallclock", "modeled"]
 TIME_MODES = get_args(TimeMode)
 LoadUnit = Literal["seconds", "plain"]  # BatchSpec.load_unit
+RecordedBy = Literal["specrl", "vllm"]  # Scenario.recorded_by
 Count = Annotated[int, Field(ge=1)]
 Positive = Annotated[float, Field(gt=0)]
 LATENCY_SOURCES = ("calibrated", "constant")  # or the path of a latency JSON file
@@ -218,6 +219,12 @@ class BatchSpec:
             (:meth:`seconds_load`).
         max_size: the most rows at once under ``load``.
         requests: requests an episode serves (each replays one trace of the scenario).
+        share: one request's share of a fixed batch of ``size`` rows that all act as it does:
+            its steps are priced as the batch's, divided by ``size``, and its features see
+            ``size`` rows (rho, tokens over its share of seconds, is the batch's plain
+            throughput). What a per-request controller in a serving engine pays for its own
+            choices (the engine prices every row alike and adds the rows' tokens verified); one
+            request, no load.
     """
 
     size: Count = 1
@@ -225,8 +232,14 @@ class BatchSpec:
     load_unit: LoadUnit = "seconds"
     max_size: Count = 64
     requests: Count = 1
+    share: bool = False
 
     def __post_init__(self) -> None:
+        if self.share and (self.load or self.requests > 1):
+            raise ValueError(
+                "batch.share replays one request as a row of a fixed batch of `size` rows: "
+                f"drop load and requests (got load={list(self.load)}, requests={self.requests})"
+            )
         for phase in self.load:
             if not phase[0] > 0 or not phase[1] >= 0:
                 raise ValueError(
@@ -261,8 +274,16 @@ class BatchSpec:
 
     @property
     def capacity(self) -> int:
-        """The most rows decoded at once."""
+        """The most rows decoded at once (for ``share``, the one replayed)."""
+        if self.share:
+            return 1
         return self.max_size if self.arrivals else self.size
+
+    @property
+    def shared_by(self) -> int:
+        """The rows a replayed row's step price is shared by: ``size`` for ``share``, else 1 (a
+        batch's rows are each replayed)."""
+        return self.size if self.share else 1
 
     @property
     def nominal_rows(self) -> int:
@@ -316,6 +337,9 @@ class Scenario:
     cost_model: CostModel = field(default_factory=CostModel)  # the constants of latency: constant
     shift: tuple[DomainShift, ...] = ()  # domain shifts within an episode
     batch: BatchSpec = field(default_factory=BatchSpec)  # rows decoded together (batch simulator)
+    # the engine that decodes the traces: specrl's own, or vLLM with specrl's proposer recording
+    # (`specrl collect --engine vllm`); part of the trace files' key
+    recorded_by: RecordedBy = "specrl"
     source: str | None = None  # the file it was loaded from, if any (not a key of the file)
 
     def __post_init__(self) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +24,9 @@ def latency_model(
     """The latency model of ``latency`` for ``pair`` (measured on this device and cached;
     constant; or read), as the view for this scenario's sampling (greedy or sampled). A
     ``calibrated`` model is learned from the loop of one sequence, or, for a batch of requests
-    (``batch.batched``), measured over batch sizes and calibrated on continuous batching of the
-    scenario's train prompts (:func:`scenario_calibration_prompts`). One not cached yet is measured now
+    (``batch.batched``) or a request's share of one (``batch.share``), measured over batch sizes
+    and calibrated on continuous batching of the scenario's train prompts
+    (:func:`scenario_calibration_prompts`). One not cached yet is measured now
     (``calibrate``, with progress; a :class:`PairInfo` is then loaded, and a line on stderr says
     so), else refused.
 
@@ -41,7 +42,7 @@ def latency_model(
         device = device_key(pair.device)
         return LatencyModel.from_cost_model(scenario.cost_model, pair=pair.name, device=device, dtype=dtype)
     if scenario.latency == "calibrated":
-        method = "batch" if scenario.batch.batched else "loop"
+        method = "batch" if scenario.batch.batched or scenario.batch.share else "loop"
         model = cached_calibration(pair, k_max=scenario.k_max, method=method)
         unpriced = [] if model is None else model.unpriced(scenario.drafters)
         if model is None or unpriced:  # measured once, then cached
@@ -90,6 +91,28 @@ def latency_model(
             f"re-run specrl calibrate with --k-max {scenario.k_max}"
         )
     return model
+
+
+def machine_latency(
+    scenarios: Sequence[Scenario], pair: ModelPair, k_max: int, drafters: Sequence[str]
+) -> LatencyModel:
+    """The latency model a run over ``scenarios`` prices this machine with: the latency file they
+    name (a serving engine's prices, ``specrl calibrate --method serving``), else the pair's
+    calibration on this device (measured now if missing; :func:`specrl.latency.calibrated`).
+
+    Raises:
+        ScenarioError: some scenarios name a latency file and others another file or none.
+    """
+    files = {s.latency for s in scenarios if s.latency.endswith(".json")}
+    if not files:
+        return specrl.latency.calibrated(pair, k_max=k_max, drafters=tuple(drafters))
+    if len(files) > 1 or any(s.latency not in files for s in scenarios):
+        sources = sorted({f"{s.name}: {s.latency}" for s in scenarios})
+        raise ScenarioError(
+            f"the scenarios price their steps with different latency models ({', '.join(sources)}); "
+            "run scenarios of one latency file together"
+        )
+    return latency_model(scenarios[0], pair, progress=False, calibrate=False)
 
 
 def prompt_sets(scenario: Scenario, pair: ModelPair | PairInfo) -> dict[str, list[str]]:
