@@ -20,7 +20,7 @@ setting runs in a process of its own:
 - specrl's proposer with a controller that never drafts: what a custom proposer costs by itself
   (vLLM turns async scheduling off with one);
 - no speculation and the first policy again with Intel OpenMP preloaded (``LD_PRELOAD``, as vLLM's
-  CPU backend advises), when the library is found.
+  CPU backend advises), when the library is found (``--no-iomp``: not).
 
 Workloads (``vllm_engines.serve``: a busy clock, so every engine serves the same requests at the same
 arrival times): the ``arrivals`` scenario's requests (code, prose and arithmetic; a quiet phase,
@@ -69,6 +69,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--lookup-only", action="store_true", help="specrl's rows draft with the n-gram lookup alone"
     )
+    parser.add_argument(
+        "--iomp",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also no speculation and the first policy with Intel OpenMP preloaded, where found",
+    )
     parser.add_argument("--out", default=str(REPO / "results" / "vllm" / "bench"), help="output stem")
     parser.add_argument(
         "--render", action="store_true", help="only rewrite OUT.md and OUT.png from OUT.json (no vLLM)"
@@ -114,7 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
         "model": "specrl.vllm.Proposer",
         "num_speculative_tokens": args.k_max,
     }
-    controllers = specrl_rows(args.policy, draft, args.lookup_only)
+    controllers = specrl_rows(args.policy, draft, args.lookup_only, args.max_new_tokens)
     for label, settings in controllers.items():
         candidates[label] = job(proposer, validation[1:], additional={"specrl": settings})
     done = out.with_suffix(".runs.json")  # finished engine runs: a restarted bench resumes
@@ -138,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
         if cutoffs[label] is not None:  # speculation off above it
             cut = {"specrl": settings | {"max_batch": cutoffs[label]}}
             final[f"{label}, cut-off {cutoffs[label]}"] = job(proposer, test, additional=cut)
-    iomp = intel_openmp()
+    iomp = intel_openmp() if args.iomp else None
     if iomp:
         preload = {"LD_PRELOAD": iomp}
         final["no speculation, iomp"] = job(None, test, process_env=preload)

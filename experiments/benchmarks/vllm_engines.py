@@ -172,15 +172,19 @@ def vllm_static(method: str, k: int, draft: str) -> dict:
     return spec | {"model": draft}
 
 
-def specrl_rows(policies: list[str], draft: str, lookup_only: bool = False) -> dict[str, dict]:
+def specrl_rows(
+    policies: list[str], draft: str, lookup_only: bool = False, max_new_tokens: int | None = None
+) -> dict[str, dict]:
     """specrl's proposer rows, each its ``additional_config["specrl"]``: TCP and every policy with
     the draft model, and TCP with the n-gram lookup alone (no draft model); with ``lookup_only``,
-    TCP and every policy with the lookup alone."""
+    TCP and every policy with the lookup alone. ``max_new_tokens``: the requests' budget, which
+    vLLM does not tell a proposer (the policies' progress feature reads it)."""
     names = ["tcp", *policies]
     rows = {} if lookup_only else {f"specrl {name}": {"controller": name, "draft": draft} for name in names}
     for name in names if lookup_only else ["tcp"]:
         rows[f"specrl {name}, lookup"] = {"controller": name}
-    return rows
+    budget = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
+    return {label: settings | budget for label, settings in rows.items()}
 
 
 def intel_openmp() -> str | None:
