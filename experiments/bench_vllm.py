@@ -70,6 +70,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--lookup-only", action="store_true", help="specrl's rows draft with the n-gram lookup alone"
     )
     parser.add_argument(
+        "--tcp-draft",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a row of TCP drafting with the draft model (TCP over the lookup always runs)",
+    )
+    parser.add_argument(
+        "--own-engine",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the last table: specrl's own batched engine against vLLM, both without speculation",
+    )
+    parser.add_argument(
         "--iomp",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -120,7 +132,7 @@ def main(argv: list[str] | None = None) -> dict:
         "model": "specrl.vllm.Proposer",
         "num_speculative_tokens": args.k_max,
     }
-    controllers = specrl_rows(args.policy, draft, args.lookup_only, args.max_new_tokens)
+    controllers = specrl_rows(args.policy, draft, args.lookup_only, args.max_new_tokens, args.tcp_draft)
     for label, settings in controllers.items():
         candidates[label] = job(proposer, validation[1:], additional={"specrl": settings})
     done = out.with_suffix(".runs.json")  # finished engine runs: a restarted bench resumes
@@ -153,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict:
             additional = {"specrl": controllers[label]}
             final[f"{label}, iomp"] = job(proposer, test, additional=additional, process_env=preload)
     runs = interleaved(final, args.repeats, "test", done)
-    own = own_engine(pair, test, args.max_new_tokens, args.repeats)
+    own = own_engine(pair, test, args.max_new_tokens, args.repeats) if args.own_engine else {}
     report = summarise(runs, own, chosen, schedules, args)
     report["cutoffs"] = cutoffs
     report.update(result_origin(pair), vllm_version=vllm.__version__)

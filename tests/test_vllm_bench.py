@@ -111,3 +111,22 @@ def test_the_page_compares_with_the_best_of_vllms_chosen_settings_paired_within_
     assert "**no**" in line_of(text, "specrl unequal")
     # within repeats: 1.1, 0.99, 1.1: median 1.1; mean 1.0633 +- 4.303 x stdev / sqrt(3), a tie
     assert "| 1.100 [0.906, 1.221] n=3 |" in line_of(text, "specrl paired")
+
+
+def test_specrls_rows_carry_the_budget_and_leave_out_tcp_with_the_draft_when_asked(monkeypatch):
+    from script_runs import REPO
+
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))  # the bench's module (not a script)
+    from benchmarks.vllm_engines import specrl_rows
+
+    rows = specrl_rows(["vllm_cpu"], "DRAFT", max_new_tokens=64, tcp_draft=False)
+    assert rows == {
+        "specrl vllm_cpu": {"controller": "vllm_cpu", "draft": "DRAFT", "max_new_tokens": 64},
+        "specrl tcp, lookup": {"controller": "tcp", "max_new_tokens": 64},
+    }
+    assert set(specrl_rows(["default"], "DRAFT")) == {"specrl tcp", "specrl default", "specrl tcp, lookup"}
+    lookup = specrl_rows(["lookup"], "DRAFT", lookup_only=True)
+    assert lookup == {
+        "specrl tcp, lookup": {"controller": "tcp"},
+        "specrl lookup, lookup": {"controller": "lookup"},
+    }

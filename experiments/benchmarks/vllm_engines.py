@@ -173,14 +173,22 @@ def vllm_static(method: str, k: int, draft: str) -> dict:
 
 
 def specrl_rows(
-    policies: list[str], draft: str, lookup_only: bool = False, max_new_tokens: int | None = None
+    policies: list[str],
+    draft: str,
+    lookup_only: bool = False,
+    max_new_tokens: int | None = None,
+    tcp_draft: bool = True,
 ) -> dict[str, dict]:
-    """specrl's proposer rows, each its ``additional_config["specrl"]``: TCP and every policy with
-    the draft model, and TCP with the n-gram lookup alone (no draft model); with ``lookup_only``,
-    TCP and every policy with the lookup alone. ``max_new_tokens``: the requests' budget, which
-    vLLM does not tell a proposer (the policies' progress feature reads it)."""
+    """specrl's proposer rows, each its ``additional_config["specrl"]``: TCP (unless not
+    ``tcp_draft``) and every policy with the draft model, and TCP with the n-gram lookup alone (no
+    draft model); with ``lookup_only``, TCP and every policy with the lookup alone.
+    ``max_new_tokens``: the requests' budget, which vLLM does not tell a proposer (the policies'
+    progress feature reads it)."""
     names = ["tcp", *policies]
-    rows = {} if lookup_only else {f"specrl {name}": {"controller": name, "draft": draft} for name in names}
+    drafting = names if tcp_draft else policies
+    rows = {}
+    if not lookup_only:
+        rows = {f"specrl {name}": {"controller": name, "draft": draft} for name in drafting}
     for name in names if lookup_only else ["tcp"]:
         rows[f"specrl {name}, lookup"] = {"controller": name}
     budget = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}

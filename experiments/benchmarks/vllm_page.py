@@ -153,12 +153,13 @@ def markdown(report: dict, picture: str) -> str:
             ]
         )
     lines += [markdown_table(header, table), ""]
-    lines += ["## specrl's own batched engine against vLLM, both without speculation", ""]
     table = [
         [name, f"{r['specrl']:.1f}", f"{r['vllm']:.1f}", f"{r['specrl_vs_vllm']:.3f}"]
         for name, r in report["own_engine"].items()
     ]
-    lines += [markdown_table(["workload", "specrl tok/s", "vLLM tok/s", "specrl / vLLM"], table), ""]
+    if table:  # left out with --no-own-engine
+        lines += ["## specrl's own batched engine against vLLM, both without speculation", ""]
+        lines += [markdown_table(["workload", "specrl tok/s", "vLLM tok/s", "specrl / vLLM"], table), ""]
     lines += [origin_line(report), ""]
     return "\n".join(lines)
 

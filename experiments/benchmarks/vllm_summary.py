@@ -66,7 +66,7 @@ def tune(
     batch size (``num_speculative_tokens_per_batch_size``): per fixed batch size its best k of
     {0} + ``ks`` on validation (medians over repeats), made a schedule as the batch simulator's is
     (:func:`schedule_from_best_k`)."""
-    from specrl.controllers.batch_schedule import schedule_from_best_k
+    from specrl.batch_control.schedule import schedule_from_best_k
 
     chosen = {
         method: max(ks, key=lambda k: rate(runs, f"vLLM {method} k={k}", ARRIVALS)) for method in METHODS

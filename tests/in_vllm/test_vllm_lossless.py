@@ -106,7 +106,8 @@ def plain(prompts) -> list[list[int]]:
 
 
 @pytest.mark.parametrize(
-    ("controller", "max_num_seqs", "draft"), [("tcp", 8, False), ("static:4", 3, True), ("default", 8, True)]
+    ("controller", "max_num_seqs", "draft"),
+    [("tcp", 8, False), ("static:4", 3, True), ("default", 8, True), ("vllm_cpu", 8, True)],
 )
 def test_greedy_outputs_with_the_proposer_are_vllms_own(prompts, plain, controller, max_num_seqs, draft):
     tokens, drafted, _ = generate(prompts, max_num_seqs, controller, draft)
