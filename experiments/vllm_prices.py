@@ -47,6 +47,9 @@ from specrl.vllm.recorder import STEPS_FILE  # noqa: E402
 
 CONFIG = ("prompts_per_domain", "max_new_tokens", "max_num_seqs", "controller")
 RUNS = {"lookup": "mixed_lookup", "draft": "mixed"}  # run -> scenario (its drafters: the proposer's)
+# The drafters each run's traces are analysed for: the draft run's proposer also runs the lookup, which
+# a controller may choose (specrl.vllm.explore.Explore does).
+DRAFTERS = {"lookup": ("ngram",), "draft": ("draft", "ngram")}
 MEASURED = (
     "Prompts of the embedded pair's test split (code, prose, math) served through vLLM's CPU build "
     "with specrl's proposer (TCP) recording every step: the share of recorded steps that replay "
@@ -71,7 +74,7 @@ def parse_args() -> argparse.Namespace:
 
 def measure(name: str, args: argparse.Namespace, pair, work: Path) -> tuple[dict, list]:
     """One run: its requests served and recorded, the agreement, the fit on its own steps."""
-    scenario = replace(load_scenario(RUNS[name]), max_new_tokens=args.max_new_tokens)
+    scenario = replace(load_scenario(RUNS[name]), max_new_tokens=args.max_new_tokens, drafters=DRAFTERS[name])
     collector = VLLMCollector(args.controller, args.max_num_seqs, folder=work / name)
     started = time.perf_counter()
     traces = collector(pair, scenario, "test", prompts_per_domain=args.prompts_per_domain, seed=0)

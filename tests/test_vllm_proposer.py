@@ -19,7 +19,7 @@ from specrl.evaluation.roster import ControllerNameError
 from specrl.models import PairError, load_draft
 from specrl.vllm import Proposer
 from specrl.vllm.compat import VLLMVersionError, check_version, require_vllm
-from specrl.vllm.proposer import PolicyMismatchError
+from specrl.vllm.proposer import PolicyMismatchError, SharedPolicy, carried_prices, controller_factory
 from specrl.vllm.settings import BatchSchedule, ProposerConfigError, resolve
 
 WIDTH = 256
@@ -389,8 +389,11 @@ def test_a_price_prior_names_a_profile_or_a_file_and_the_curve_reads_it(tmp_path
             "latency_profiles": {"profiles": ["machine"], "prices": profiles()["gpu-like-h100"].to_dict()}
         }
 
-    carried = Proposer(controller=lambda: Carrying(k=4), k_max=6, context_window=WIDTH, vocab_size=64)
+    shared = SharedPolicy(Carrying(k=4))  # as a loaded policy is shared by the requests
+    carried = Proposer(controller=shared, k_max=6, context_window=WIDTH, vocab_size=64)
     assert np.allclose(features(carried)[:, curve], h100[:, curve])
+    shipped = carried_prices(controller_factory("vllm_cpu", 8, ("draft", "ngram")))
+    assert shipped.kind == "serving" and shipped.device == "vllm-cpu-xeon-2t"  # policies/vllm_cpu's
     path = tmp_path / "serving-gpu.json"
     profiles()["gpu-like-h100"].save(path)
     monkeypatch.setenv(PRICES_VARIABLE, str(path))  # as vLLM builds it: from the environment
@@ -420,6 +423,23 @@ def test_settings_come_from_additional_config_then_the_environment_and_bad_ones_
         resolve({"specrl": "default"})
     with pytest.raises(TypeError, match="controler"):
         Proposer(controler="tcp", k_max=6, context_window=WIDTH, vocab_size=64)
+
+
+def test_the_exploring_controller_spans_every_k_and_drafter_reproducibly():
+    """What records vLLM's prices over the whole action range (specrl.vllm.explore)."""
+    from specrl.vllm.explore import Explore
+
+    first, again, other = Explore(k_max=6, seed=1), Explore(k_max=6, seed=1), Explore(k_max=6)
+    actions = [first.act(None) for _ in range(400)]
+    assert actions == [again.act(None) for _ in range(400)]
+    assert {a.k for a in actions} == set(range(7)) and {a.drafter for a in actions} == {"draft", "ngram"}
+    assert [other.act(None) for _ in range(20)] != actions[:20]  # each request its own stream
+    proposer = Proposer(
+        controller="specrl.vllm.explore:Explore", k_max=6, context_window=WIDTH, vocab_size=64
+    )
+    engine = run(proposer, requests=3, steps=30)  # without a draft model every step looks up
+    assert engine.unchanged() and all(isinstance(r.controller, Explore) for r in proposer.requests)
+    assert proposer.stats.k[0] > 0 and len([k for k in proposer.stats.k if k]) >= 4
 
 
 def test_a_controller_class_is_named_by_its_import_path():

@@ -80,11 +80,22 @@ def proposer_prices(prices: str | LatencyModel | Prices | None, temperature: flo
     return prices.for_sampling(SamplingConfig(temperature=temperature)).price_line
 
 
-def carried_prices(controller: Controller) -> LatencyModel | None:
-    """The serving engine's prices a policy was trained on, where it carries them (its metadata's
-    ``latency_profiles["prices"]``: trained on scenarios priced by ``specrl calibrate --method
-    serving``); None otherwise."""
-    metadata = getattr(controller, "metadata", None)
+class SharedPolicy:
+    """A controller factory that gives every request the one loaded ``policy`` (its features carry
+    each request's history)."""
+
+    def __init__(self, policy: Controller) -> None:
+        self.policy = policy
+
+    def __call__(self) -> Controller:
+        return self.policy
+
+
+def carried_prices(factory: Callable[[], Controller]) -> LatencyModel | None:
+    """The serving engine's prices the policy a factory shares was trained on, where it carries them
+    (its metadata's ``latency_profiles["prices"]``: trained on scenarios priced by ``specrl
+    calibrate --method serving``); None otherwise (a rule, a class, another factory)."""
+    metadata = getattr(getattr(factory, "policy", None), "metadata", None)
     profiles = metadata.get("latency_profiles") if isinstance(metadata, dict) else None
     prices = profiles.get("prices") if isinstance(profiles, dict) else None
     return None if prices is None else LatencyModel.from_dict(prices, source="the policy's prices")
@@ -128,7 +139,7 @@ def controller_factory(
     warning = policy.target_warning(target) if target else None
     if warning:
         logger.warning("specrl: %s", warning)
-    return lambda: policy
+    return SharedPolicy(policy)
 
 
 def imported_factory(name: str) -> Callable[[], Controller]:
@@ -211,7 +222,7 @@ class Proposer:
         chosen = objects.get("controller", self.config.controller)
         served = str(getattr(vllm_config.model_config, "model", "")) if vllm_config is not None else None
         self._new_controller = controller_factory(chosen, self.k_max, drafters, target=served)
-        prices = objects.get("prices", self.config.prices) or carried_prices(self._new_controller())
+        prices = objects.get("prices", self.config.prices) or carried_prices(self._new_controller)
         self.prices = proposer_prices(prices, self.config.temperature)
         self.schedule = BatchSchedule(batch_sizes, self.k_max, self.config.max_batch)
         self.controller_name = chosen if isinstance(chosen, str) else getattr(chosen, "__name__", "custom")
