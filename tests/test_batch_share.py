@@ -116,8 +116,10 @@ def test_traces_recorded_by_vllm_are_keyed_apart_and_never_recorded_by_specrl(tm
     ours, vllms = share_scenario(4), share_scenario(4, recorded_by="vllm")
     assert cache_key(ours, "test", 8, 0) != cache_key(vllms, "test", 8, 0)
     assert cache_key(ours, "test", 8, 0) == cache_key(share_scenario(64), "test", 8, 0)  # shared by sizes
+    assert "vllm" in cached_traces(vllms, "test", vllms.pair.info()).meta  # shipped: recorded inside vLLM
+    unshipped = share_scenario(4, recorded_by="vllm", max_new_tokens=32)
     with pytest.raises(SetupError, match=r"specrl collect --scenarios \S+ --split test --engine vllm"):
-        cached_traces(vllms, "test", vllms.pair.info())  # specrl's engine would record them
+        cached_traces(unshipped, "test", unshipped.pair.info())  # specrl's engine would record them
 
 
 def test_collect_records_a_vllm_scenario_through_vllm_only(capsys):
