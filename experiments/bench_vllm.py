@@ -48,7 +48,15 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.vllm_engines import FIXED, intel_openmp, interleaved, specrl_rows, vllm_static, worker
+from benchmarks.vllm_engines import (
+    FIXED,
+    intel_openmp,
+    interleaved,
+    policy_version,
+    specrl_rows,
+    vllm_static,
+    worker,
+)
 from benchmarks.vllm_page import write
 from benchmarks.vllm_summary import cutoff, own_engine, summarise, tune, workloads
 
@@ -120,7 +128,8 @@ def main(argv: list[str] | None = None) -> dict:
     common = {"target": target, "max_new_tokens": args.max_new_tokens}  # repeats: interleaved()
 
     def job(speculative: dict | None, loads: list[dict], **extra) -> dict:
-        return {**common, "speculative": speculative, "workloads": loads, **extra}
+        given = {key: value for key, value in extra.items() if value is not None}
+        return {**common, "speculative": speculative, "workloads": loads, **given}
 
     # validation: every candidate setting, to choose vLLM's k and schedule and specrl's cut-offs
     candidates = {"no speculation": job(None, validation)}
@@ -133,8 +142,12 @@ def main(argv: list[str] | None = None) -> dict:
         "num_speculative_tokens": args.k_max,
     }
     controllers = specrl_rows(args.policy, draft, args.lookup_only, args.max_new_tokens, args.tcp_draft)
+    # a policy's files are part of its jobs: the resume file never serves an earlier policy's runs
+    versions = {label: policy_version(settings["controller"]) for label, settings in controllers.items()}
     for label, settings in controllers.items():
-        candidates[label] = job(proposer, validation[1:], additional={"specrl": settings})
+        candidates[label] = job(
+            proposer, validation[1:], additional={"specrl": settings}, policy=versions[label]
+        )
     done = out.with_suffix(".runs.json")  # finished engine runs: a restarted bench resumes
     validated = interleaved(candidates, args.validation_repeats, "validation", done)
     chosen, schedules = tune(validated, args.static_k)
@@ -152,10 +165,12 @@ def main(argv: list[str] | None = None) -> dict:
     plain = {"specrl": {"controller": "plain"}}  # a custom proposer that never drafts: what having one costs
     final["specrl plain (k = 0)"] = job(proposer, test, additional=plain)
     for label, settings in controllers.items():
-        final[label] = job(proposer, test, additional={"specrl": settings})
+        final[label] = job(proposer, test, additional={"specrl": settings}, policy=versions[label])
         if cutoffs[label] is not None:  # speculation off above it
             cut = {"specrl": settings | {"max_batch": cutoffs[label]}}
-            final[f"{label}, cut-off {cutoffs[label]}"] = job(proposer, test, additional=cut)
+            final[f"{label}, cut-off {cutoffs[label]}"] = job(
+                proposer, test, additional=cut, policy=versions[label]
+            )
     iomp = intel_openmp() if args.iomp else None
     if iomp:
         preload = {"LD_PRELOAD": iomp}
@@ -163,7 +178,9 @@ def main(argv: list[str] | None = None) -> dict:
         if args.policy:  # the first policy's row
             label = next(label for label in controllers if label.startswith(f"specrl {args.policy[0]}"))
             additional = {"specrl": controllers[label]}
-            final[f"{label}, iomp"] = job(proposer, test, additional=additional, process_env=preload)
+            final[f"{label}, iomp"] = job(
+                proposer, test, additional=additional, process_env=preload, policy=versions[label]
+            )
     runs = interleaved(final, args.repeats, "test", done)
     own = own_engine(pair, test, args.max_new_tokens, args.repeats) if args.own_engine else {}
     report = summarise(runs, own, chosen, schedules, args)

@@ -130,3 +130,22 @@ def test_specrls_rows_carry_the_budget_and_leave_out_tcp_with_the_draft_when_ask
         "specrl tcp, lookup": {"controller": "tcp"},
         "specrl lookup, lookup": {"controller": "lookup"},
     }
+
+
+def test_a_policy_row_is_keyed_by_the_policys_files_and_a_rule_by_its_name(monkeypatch, tmp_path):
+    import shutil
+
+    from script_runs import REPO
+
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))
+    from benchmarks.vllm_engines import policy_version
+
+    from specrl.export.layout import policy_folder
+
+    assert policy_version("tcp") is None and policy_version("specrl.vllm.explore:Explore") is None
+    shipped = policy_version("vllm_cpu")
+    assert shipped is not None and shipped != policy_version("default")
+    copy = shutil.copytree(policy_folder("vllm_cpu"), tmp_path / "vllm_cpu")
+    assert policy_version(str(copy)) == shipped  # the same files
+    (copy / "metadata.json").write_text((copy / "metadata.json").read_text().replace("vllm_share", "other"))
+    assert policy_version(str(copy)) != shipped  # retrained under the same name: another job

@@ -195,6 +195,18 @@ def specrl_rows(
     return {label: settings | budget for label, settings in rows.items()}
 
 
+def policy_version(controller: str) -> str | None:
+    """What identifies the policy ``controller`` names: a digest of its ``metadata.json``, which
+    holds its files' checksums (a retrained policy under the same name is another job of the
+    resume file); None for a rule or a controller class."""
+    from specrl.export.layout import METADATA_FILE, policy_folder
+
+    metadata = policy_folder(controller) / METADATA_FILE
+    if not metadata.is_file():
+        return None
+    return hashlib.sha256(metadata.read_bytes()).hexdigest()[:16]
+
+
 def intel_openmp() -> str | None:
     """The Intel OpenMP library vLLM's CPU build installs (``intel-openmp``), if present."""
     for folder in (Path(sys.prefix) / "lib", Path(sys.base_prefix) / "lib"):
