@@ -95,9 +95,9 @@ def carried_prices(factory: Callable[[], Controller]) -> LatencyModel | None:
     """The serving engine's prices the policy a factory shares was trained on, where it carries them
     (its metadata's ``latency_profiles["prices"]``: trained on scenarios priced by ``specrl
     calibrate --method serving``); None otherwise (a rule, a class, another factory)."""
-    metadata = getattr(getattr(factory, "policy", None), "metadata", None)
-    profiles = metadata.get("latency_profiles") if isinstance(metadata, dict) else None
-    prices = profiles.get("prices") if isinstance(profiles, dict) else None
+    if not isinstance(factory, SharedPolicy):
+        return None
+    prices = (factory.policy.metadata.get("latency_profiles") or {}).get("prices")
     return None if prices is None else LatencyModel.from_dict(prices, source="the policy's prices")
 
 
