@@ -97,6 +97,7 @@ features. Changing a definition, the order, or a constant below changes ``FEATUR
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -324,6 +325,13 @@ class PriceLine(NamedTuple):
 Prices = Callable[[int, float], PriceLine]  # (rows, context length) -> the prior there
 
 
+@functools.lru_cache(maxsize=4096)
+def _prior_shape(prior: PriceLine) -> tuple[list[float], list[float] | None]:
+    """A prior's shape features and relative curve (read only: a served request's features ask
+    the prior on every step, mostly for lines already seen)."""
+    return prior.shape(), prior.relative_curve()
+
+
 class VerifyPrice:
     """The verification's price line, ``seconds = fixed + per_token * tokens``, fitted over the last
     :data:`PRICE_WINDOW` steps (running sums: the simulators add tens of thousands of steps a
@@ -462,8 +470,7 @@ class FeatureTracker:
         """The prior price line at the batch now (see the module doc), and the fit under it."""
         if self.prices_at is not None:
             self.prior = self.prices_at(max(1, self.batch_size), self.context_length)
-            self.shape = self.prior.shape()
-            self.curve = self.prior.relative_curve()
+            self.shape, self.curve = _prior_shape(self.prior)
             self._fit_prices()
 
     def _fit_prices(self) -> None:

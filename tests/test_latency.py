@@ -15,6 +15,7 @@ import torch
 from conftest import prompts, scenario
 
 import specrl
+import specrl.latency.model as latency_model
 from specrl.cli import main
 from specrl.engine.sampling import SamplingConfig
 from specrl.envs import (
@@ -201,6 +202,21 @@ def test_scalar_methods_equal_the_interpolated_tables(measured, pair):
         assert actual == pytest.approx([v for _, v in expected], rel=1e-12)
         assert measured.draft_seconds(context) == pytest.approx(expected[0][0], rel=1e-12)
         assert measured.target_seconds(0, context) == 0.0
+
+
+def test_price_line_is_remembered_per_rows_and_context_and_the_memory_is_bounded(known, monkeypatch):
+    """The features ask a price line on every step of every served request: a model remembers
+    each (rows, rounded context) it priced, and starts over past PRICE_LINE_CACHE of them."""
+    monkeypatch.setattr(latency_model, "PRICE_LINE_CACHE", 3)
+    first = known.price_line(1, 14.6)
+    assert known.price_line(1, 15.4) is first  # the same rounded context
+    fresh = LatencyModel("p", "d", [10, 20], [[1.0, 2.0], [3.0, 5.0]], [0.1, 0.3])
+    assert first == fresh.price_line(1, 15) and first.curve == pytest.approx((1.5, 4.0))
+    for context in (11, 12, 13, 17, 19):
+        line = known.price_line(1, context)
+        assert len(known._price_lines) <= 3
+        assert line == fresh.price_line(1, context)
+    assert known.for_sampling(SamplingConfig(temperature=1.0)).price_line(1, 15) == first  # same tables
 
 
 def test_profile_measures_the_grid_and_reports_heldout_error(measured, pair):

@@ -44,6 +44,7 @@ from specrl.tables import markdown_table
 
 # plain_tokens_per_s is read at this context: a prompt of ~100 tokens plus a 128-token episode.
 PLAIN_REFERENCE_CONTEXT = 256
+PRICE_LINE_CACHE = 1 << 16  # (rows, context) price lines a model keeps
 
 
 def sampling_mode(sampling: SamplingConfig | None) -> str:
@@ -207,6 +208,8 @@ class LatencyModel:
         self._slices: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         # context (one row) or (rows, context) -> (first draft, next draft, target by n): step_seconds
         self._rows: dict[Any, tuple[float, float, list[float]]] = {}
+        # (rows, context) -> price_line: the features ask it on every step of every served request
+        self._price_lines: dict[tuple[int, int], PriceLine] = {}
 
     def for_sampling(self, sampling: SamplingConfig | None) -> LatencyModel:
         """The view that prices steps decoded with ``sampling`` (None: greedy). Views share the
@@ -412,12 +415,18 @@ class LatencyModel:
         read them (:class:`specrl.features.PriceLine`): the verification's line through one and
         ``n_max`` tokens a row, its curve over 1..``n_max``, and the mean draft forward."""
         context = max(0, round(context_length))
-        self._check_context(context)
-        curve = self._target(np.arange(1, self.n_max + 1), np.array([context]), rows)[:, 0].tolist()
-        one = curve[0]
-        per_token = max(0.0, (curve[-1] - one) / ((self.n_max - 1) * rows))
-        draft = self.draft_seconds(context, 2, rows) / 2
-        return PriceLine(draft, one - per_token * rows, per_token, tuple(curve))
+        line = self._price_lines.get((rows, context))
+        if line is None:
+            self._check_context(context)
+            curve = self._target(np.arange(1, self.n_max + 1), np.array([context]), rows)[:, 0].tolist()
+            one = curve[0]
+            per_token = max(0.0, (curve[-1] - one) / ((self.n_max - 1) * rows))
+            draft = self.draft_seconds(context, 2, rows) / 2
+            line = PriceLine(draft, one - per_token * rows, per_token, tuple(curve))
+            if len(self._price_lines) >= PRICE_LINE_CACHE:  # a long-serving process: start over
+                self._price_lines.clear()
+            self._price_lines[rows, context] = line
+        return line
 
     def plain_throughput(self, rows: int = 1, context_length: int = PLAIN_REFERENCE_CONTEXT) -> float:
         """Plain decoding's tokens per second: ``rows`` tokens per target forward of one token a
