@@ -485,6 +485,25 @@ def test_what_the_proposer_chose_is_counted_and_logged(caplog):
     assert any("11 request steps" in m and "ngram 18%" in m for m in caplog.messages)
 
 
+def test_acceptance_is_counted_per_draft_length_as_vllm_verified_it():
+    """Explore drafts 0..6 tokens (the lookup may find fewer): per length, the drafts and accepted
+    tokens the engine verified, which acceptance per position would mix across lengths."""
+    proposer = Proposer(
+        controller="specrl.vllm.explore:Explore", k_max=6, context_window=WIDTH, vocab_size=64
+    )
+    engine = run(proposer, requests=3, steps=40)
+    truth: dict[int, list[int]] = {}
+    for request, told in engine.told.items():
+        pending = 1 if engine.drafts_of[request][-1] else 0  # the proposer hears of it next step
+        for proposed, accepted in told[: len(told) - pending]:
+            truth.setdefault(proposed, []).append(accepted)
+    stats = proposer.stats
+    assert len(truth) >= 3 and dict(stats.drafts) == {m: len(a) for m, a in truth.items()}
+    assert dict(stats.accepted) == {m: sum(a) for m, a in truth.items()}
+    by_length = stats.summary()["acceptance_by_length"]
+    assert by_length == {m: pytest.approx(sum(a) / (m * len(a))) for m, a in sorted(truth.items())}
+
+
 def test_the_recording_holds_every_step_and_each_recorded_requests_whole_output(tmp_path, close_pair):
     from specrl.latency.serving import read_served_steps
     from specrl.vllm.recorder import read_requests

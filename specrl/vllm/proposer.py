@@ -484,6 +484,7 @@ class Proposer:
         )
         request.tracker.update([result])
         request.controller.observe(result)
+        self.stats.verified(m, accepted)
 
     # ---- which request a row is ---------------------------------------------------------------
 
