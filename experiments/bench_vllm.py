@@ -24,8 +24,8 @@ setting runs in a process of its own:
 
 Workloads (``vllm_engines.serve``: a busy clock, so every engine serves the same requests at the same
 arrival times): the ``arrivals`` scenario's requests (code, prose and arithmetic; a quiet phase,
-then a burst; ``--requests`` of them), fixed batches of 1, 4, 16 and 64 rows kept full (2 requests
-a row, at least 8), and ``chat``: 32 requests sharing a 200-token system prompt, 16 running
+then a burst; ``--requests`` of them), fixed batches of 1, 4, 16 and 64 rows (``--fixed-batches``) kept
+full (2 requests a row, at least 8), and ``chat``: 32 requests sharing a 200-token system prompt, 16 running
 (test only: validation tunes on arrivals and the fixed batches).
 
 **Interleaved.** The machine drifts by a fifth within the bench's hour, so engines are not run one
@@ -71,6 +71,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5, help="interleaved test repeats")
     parser.add_argument("--validation-repeats", type=int, default=2, help="interleaved validation repeats")
+    parser.add_argument(
+        "--fixed-batches", nargs="+", type=int, default=list(FIXED), help="the fixed batches' sizes (rows)"
+    )
     parser.add_argument("--static-k", nargs="+", type=int, default=[2, 4], help="vLLM's static k to try")
     parser.add_argument("--policy", nargs="*", default=["default", "batch"], help="policies for the proposer")
     parser.add_argument("--k-max", type=int, default=8, help="the proposer's num_speculative_tokens")
@@ -100,7 +103,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--render", action="store_true", help="only rewrite OUT.md and OUT.png from OUT.json (no vLLM)"
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one engine's run
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.fixed_batches) - set(FIXED))
+    if unknown:
+        parser.error(
+            f"--fixed-batches {unknown}: the fixed batches are the batch_B scenarios', B in {list(FIXED)}"
+        )
+    return args
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -123,8 +132,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     pair = specrl.load_pair(device="cpu")
     target, draft = str(ensure_pair("small") / "target"), str(ensure_pair("small") / "draft")
-    validation = workloads(pair, "validation", args.requests)[: 1 + len(FIXED)]  # no chat
-    test = workloads(pair, "test", args.requests)
+    batches = tuple(args.fixed_batches)
+    validation = workloads(pair, "validation", args.requests, batches=batches)[:-1]  # no chat
+    test = workloads(pair, "test", args.requests, batches=batches)
     common = {"target": target, "max_new_tokens": args.max_new_tokens}  # repeats: interleaved()
 
     def job(speculative: dict | None, loads: list[dict], **extra) -> dict:
@@ -150,8 +160,8 @@ def main(argv: list[str] | None = None) -> dict:
         )
     done = out.with_suffix(".runs.json")  # finished engine runs: a restarted bench resumes
     validated = interleaved(candidates, args.validation_repeats, "validation", done)
-    chosen, schedules = tune(validated, args.static_k)
-    cutoffs = {label: cutoff(validated, label) for label in controllers}
+    chosen, schedules = tune(validated, args.static_k, batches)
+    cutoffs = {label: cutoff(validated, label, batches) for label in controllers}
 
     # test: the chosen settings, interleaved
     final = {"no speculation": job(None, test)}

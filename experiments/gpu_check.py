@@ -2,6 +2,7 @@
 
     python experiments/gpu_check.py --out results/gpu                 # on a machine with one CUDA GPU
     python experiments/gpu_check.py --smoke --out /tmp/gpu-check      # every budget shrunk: CPU, ~1 minute
+    python experiments/gpu_check.py --vllm-only --out results/gpu_vllm  # the pipeline inside vLLM only
 
 Stages, in order, each timed and recorded in <out>/gpu_check.json (<out>/gpu_check.md is the summary;
 both are rewritten after every stage, so an interrupted run keeps what it did):
@@ -29,6 +30,10 @@ both are rewritten after every stage, so an interrupted run keeps what it did):
                 loop (wall clock, median of --repeats) and the simulator; into <out>/evaluate/.
 7. bench-compile (only with --bench-compile; about two more minutes) experiments/bench_decode.py with
                 --kv-cache static --compile: our engine against HF generate, compiled decode forwards.
+8. vllm-*       (only with --vllm or --vllm-only, in an environment with vLLM: hours on a GPU at the full
+                budget) the pipeline inside vLLM on the embedded pair: vLLM's prices recorded over every
+                action and fitted, the share scenarios' traces collected in vLLM, a per-request policy
+                trained on them, and experiments/bench_vllm.py with it (gpu_check_parts/vllm_stages.py).
 
 Time on one H200, estimated (no GPU was available when this was written; the JSON records the real
 ones): environment and imports ~10 s; lossless ~30 s (4 x 1,000 generations of a 2-layer model,
@@ -76,6 +81,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ppo-timesteps", type=int, default=None, help="PPO env steps (32768)")
     parser.add_argument("--episodes", type=int, default=None, help="benchmark episodes per scenario (1)")
     parser.add_argument("--repeats", type=int, default=None, help="benchmark repeats, median reported (3)")
+    pipeline = parser.add_mutually_exclusive_group()
+    pipeline.add_argument(
+        "--vllm",
+        action="store_true",
+        help="also run the pipeline inside vLLM (record its prices, fit, collect, train, bench; "
+        "gpu_check_parts/vllm_stages.py), in an environment with vLLM (hours on a GPU)",
+    )
+    pipeline.add_argument(
+        "--vllm-only", action="store_true", help="only the environment and the pipeline inside vLLM"
+    )
     parser.add_argument(
         "--bench-compile",
         action="store_true",
@@ -96,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     from gpu_check_parts.record import Record
     from gpu_check_parts.script_stages import bench_compile, benchmark, quick_policy
     from gpu_check_parts.stages import build_pair, calibrate, environment, lossless, require_device
+    from gpu_check_parts.vllm_stages import run_pipeline
 
     budget, out, scenarios = args.budget, args.out, args.scenarios
     require_device(budget["device"])
@@ -104,13 +120,16 @@ def main(argv: list[str] | None = None) -> int:
     record = Record(out, args.smoke, budget, scenarios)
     holder: dict = {}  # the pair, from the build stage to the calibration
     record.stage("environment", lambda: environment(budget["device"]))
-    record.stage("lossless", lambda: lossless(budget))
-    record.stage("build", lambda: build_pair(budget, args.rebuild, holder), needs=("environment",))
-    record.stage("calibrate", lambda: calibrate(budget, scenarios, holder), needs=("build",))
-    record.stage("policy", lambda: quick_policy(budget, scenarios, out), needs=("calibrate",))
-    record.stage("benchmark", lambda: benchmark(budget, scenarios, out, args.smoke), needs=("calibrate",))
+    if not args.vllm_only:
+        record.stage("lossless", lambda: lossless(budget))
+        record.stage("build", lambda: build_pair(budget, args.rebuild, holder), needs=("environment",))
+        record.stage("calibrate", lambda: calibrate(budget, scenarios, holder), needs=("build",))
+        record.stage("policy", lambda: quick_policy(budget, scenarios, out), needs=("calibrate",))
+        record.stage("benchmark", lambda: benchmark(budget, scenarios, out, args.smoke), needs=("calibrate",))
     if args.bench_compile:
         record.stage("bench-compile", lambda: bench_compile(budget, out), needs=("build",))
+    if args.vllm or args.vllm_only:
+        run_pipeline(record, budget, out)
     report = record.report
     print(f"\nwrote {out / 'gpu_check.json'} and {out / 'gpu_check.md'}; total {report['seconds']:.0f} s")
     print("every stage passed" if report["passed"] else "NOT every stage passed: see gpu_check.md")

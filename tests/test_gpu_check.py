@@ -121,6 +121,34 @@ def test_a_gpu_run_where_torch_sees_no_gpu_is_refused_by_name(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+VLLM_STAGES = ["vllm-environment", "vllm-prices", "vllm-fit", "vllm-collect", "vllm-train", "vllm-bench"]
+
+
+def test_the_pipeline_inside_vllm_without_vllm_says_how_to_install_it_and_skips_the_rest(tmp_path):
+    """The vLLM stages (gpu_check_parts/vllm_stages.py) run in the vLLM environment: where vLLM is
+    missing, the first fails naming the install and the others are skipped. (The whole pipeline,
+    smoke budget, runs in the vLLM environment: tests/in_vllm/test_vllm_pipeline.py.)"""
+    pytest.importorskip("torch")
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("vLLM is installed here: tests/in_vllm runs the pipeline")
+    out = tmp_path / "out"
+    run = run_check("--smoke", "--vllm-only", "--out", str(out))
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    stages = json.loads((out / "gpu_check.json").read_text())["stages"]
+    assert list(stages) == ["environment", *VLLM_STAGES] and stages["environment"]["status"] == "ok"
+    assert (
+        stages["vllm-environment"]["status"] == "failed"
+        and "pip install" in stages["vllm-environment"]["error"]
+    )
+    for name, needed in zip(VLLM_STAGES[1:], VLLM_STAGES, strict=False):
+        assert stages[name] == {"status": "skipped", "seconds": 0.0, "reason": f"needs {needed}"}
+    assert "| vllm-train | skipped | 0.0 | needs vllm-collect |" in (out / "gpu_check.md").read_text()
+
+
 @pytest.mark.slow
 def test_the_smoke_run_goes_through_every_stage_and_writes_its_report(tmp_path, tiny_home):
     out = tmp_path / "out"

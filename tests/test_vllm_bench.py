@@ -35,6 +35,21 @@ def test_acceptance_metrics_follow_vllms_definitions_between_two_readings():
     assert plain["acceptance_rate"] is None and plain["acceptance_per_position"] == []
 
 
+def test_acceptance_per_draft_length_sums_the_repeats_counts(monkeypatch):
+    from script_runs import REPO
+
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))
+    from benchmarks.vllm_summary import acceptance_by_length
+
+    runs = [
+        {"drafts_by_length": {"2": 4, "10": 1}, "accepted_by_length": {"2": 6, "10": 3}},
+        {"drafts_by_length": {"2": 6}, "accepted_by_length": {"2": 4}},
+    ]
+    assert acceptance_by_length(runs) == {"2": pytest.approx(10 / 20), "10": pytest.approx(0.3)}
+    assert list(acceptance_by_length(runs)) == ["2", "10"]  # by length, not as text
+    assert acceptance_by_length([{"drafts_by_length": None}]) is None  # vLLM's own speculation
+
+
 def row(rate: float, equal: bool = True) -> dict:
     cell = {
         "tokens_per_s": rate,
@@ -100,6 +115,7 @@ def test_the_page_compares_with_the_best_of_vllms_chosen_settings_paired_within_
     page = report()
     page["rows"]["specrl unequal"] = row(126, equal=False)
     page["rows"]["specrl paired"] = row(126)
+    page["rows"]["specrl paired"]["arrivals"]["acceptance_by_length"] = {"1": 0.75, "3": 0.5}
     for label, rates in (("vLLM draft_model k=2", [120, 100, 110]), ("specrl paired", [132, 99, 121])):
         for workload in WORKLOADS:
             page["rows"][label][workload]["per_repeat"] = rates
@@ -111,6 +127,9 @@ def test_the_page_compares_with_the_best_of_vllms_chosen_settings_paired_within_
     assert "**no**" in line_of(text, "specrl unequal")
     # within repeats: 1.1, 0.99, 1.1: median 1.1; mean 1.0633 +- 4.303 x stdev / sqrt(3), a tie
     assert "| 1.100 [0.906, 1.221] n=3 |" in line_of(text, "specrl paired")
+    metrics = text.split("## vLLM's metrics on arrivals")[1]
+    assert "| 1: 0.75, 3: 0.50 |" in line_of(metrics, "specrl paired")
+    assert "| 0.60, 0.40 | - |" in line_of(metrics, "specrl default")  # per position; no lengths
 
 
 def test_specrls_rows_carry_the_budget_and_leave_out_tcp_with_the_draft_when_asked(monkeypatch):

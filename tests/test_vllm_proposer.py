@@ -485,6 +485,74 @@ def test_what_the_proposer_chose_is_counted_and_logged(caplog):
     assert any("11 request steps" in m and "ngram 18%" in m for m in caplog.messages)
 
 
+class OneByOne:
+    """A controller's act, observe and reset, without its act_rows."""
+
+    def __init__(self, controller) -> None:
+        self.controller = controller
+
+    def act(self, observation):
+        return self.controller.act(observation)
+
+    def observe(self, result) -> None:
+        self.controller.observe(result)
+
+    def reset(self) -> None:
+        self.controller.reset()
+
+
+def test_a_shared_policy_acts_for_all_its_rows_in_one_forward_with_the_same_actions(close_pair, monkeypatch):
+    from specrl.controllers import LearnedController
+    from specrl.features import N_FEATURES
+
+    policy = LearnedController.load("vllm_cpu")
+    observations = np.random.default_rng(0).random((300, N_FEATURES), dtype=np.float32)
+    assert policy.act_rows(observations) == [policy.act(o) for o in observations]
+    with pytest.raises(ValueError, match="observations of specrl.features"):
+        policy.act_rows(observations[0])
+    together = []
+    one_row_at_a_time = LearnedController.act_rows
+    monkeypatch.setattr(
+        LearnedController,
+        "act_rows",
+        lambda self, rows: together.append(len(rows)) or one_row_at_a_time(self, rows),
+    )
+    vocab, prices = close_pair.vocab_size, carried_prices(SharedPolicy(policy))
+    runs = []
+    for controller in (SharedPolicy(policy), SharedPolicy(OneByOne(policy))):
+        proposer = Proposer(
+            controller=controller,
+            draft=(close_pair.draft, vocab),
+            prices=prices,
+            k_max=8,
+            context_window=128,
+            vocab_size=vocab,
+        )
+        engine = draft_engine(close_pair, proposer)
+        runs.append([engine.step() for _ in range(10)])
+        assert engine.unchanged()
+    assert runs[0] == runs[1] and together == [3] * 10  # every step asks its 3 rows at once
+
+
+def test_acceptance_is_counted_per_draft_length_as_vllm_verified_it():
+    """Explore drafts 0..6 tokens (the lookup may find fewer): per length, the drafts and accepted
+    tokens the engine verified, which acceptance per position would mix across lengths."""
+    proposer = Proposer(
+        controller="specrl.vllm.explore:Explore", k_max=6, context_window=WIDTH, vocab_size=64
+    )
+    engine = run(proposer, requests=3, steps=40)
+    truth: dict[int, list[int]] = {}
+    for request, told in engine.told.items():
+        pending = 1 if engine.drafts_of[request][-1] else 0  # the proposer hears of it next step
+        for proposed, accepted in told[: len(told) - pending]:
+            truth.setdefault(proposed, []).append(accepted)
+    stats = proposer.stats
+    assert len(truth) >= 3 and dict(stats.drafts) == {m: len(a) for m, a in truth.items()}
+    assert dict(stats.accepted) == {m: sum(a) for m, a in truth.items()}
+    by_length = stats.summary()["acceptance_by_length"]
+    assert by_length == {m: pytest.approx(sum(a) / (m * len(a))) for m, a in sorted(truth.items())}
+
+
 def test_the_recording_holds_every_step_and_each_recorded_requests_whole_output(tmp_path, close_pair):
     from specrl.latency.serving import read_served_steps
     from specrl.vllm.recorder import read_requests

@@ -85,6 +85,19 @@ def serve(
     }
 
 
+def proposer_counts(proposer) -> dict[str, dict]:
+    """What specrl's ``proposer`` counted so far (empty for none): its seconds, and per draft
+    length (as text: JSON keys) the drafts vLLM verified and the tokens it accepted of them."""
+    if proposer is None:
+        return {"proposer_seconds": {}, "drafts_by_length": {}, "accepted_by_length": {}}
+    stats = proposer.stats
+    return {
+        "proposer_seconds": dict(proposer.seconds),
+        "drafts_by_length": {str(m): n for m, n in stats.drafts.items()},
+        "accepted_by_length": {str(m): n for m, n in stats.accepted.items()},
+    }
+
+
 def worker(path: str) -> None:
     """Serve every workload of the job file with one engine; write the results next to it."""
     job = json.loads(Path(path).read_text())
@@ -111,10 +124,12 @@ def worker(path: str) -> None:
     results: dict[str, list] = {w["name"]: [] for w in job["workloads"]}
     for _ in range(job["repeats"]):
         for workload in job["workloads"]:
-            before = [dict(p.seconds) for p in LIVE]
+            proposer = next(iter(LIVE), None)  # specrl's proposer, in this process when it serves
+            before = proposer_counts(proposer)
             run = serve(llm, workload["requests"], workload["limit"], job["max_new_tokens"])
-            spent = [{k: p.seconds[k] - b[k] for k in b} for p, b in zip(LIVE, before, strict=False)]
-            run["proposer_seconds"] = spent[0] if spent else None  # specrl's proposer's own time
+            after = proposer_counts(proposer)
+            for key in ("proposer_seconds", "drafts_by_length", "accepted_by_length"):
+                run[key] = {k: v - before[key].get(k, 0) for k, v in after[key].items()} if proposer else None
             results[workload["name"]].append(run)
     Path(path).with_suffix(".out.json").write_text(json.dumps(results))
 

@@ -133,6 +133,7 @@ def markdown(report: dict, picture: str) -> str:
         "acceptance rate",
         "mean acceptance length",
         "acceptance per position",
+        "acceptance per draft length (specrl)",
         "proposer's share of busy time (draft forwards)",
     ]
     table = []
@@ -147,6 +148,7 @@ def markdown(report: dict, picture: str) -> str:
                 _number(row["acceptance_rate"], ".3f"),
                 _number(row["mean_acceptance_length"], ".2f"),
                 ", ".join(f"{a:.2f}" for a in row["acceptance_per_position"]) or "-",
+                ", ".join(f"{m}: {a:.2f}" for m, a in (row.get("acceptance_by_length") or {}).items()) or "-",
                 "-"
                 if row.get("proposer_share") is None
                 else f"{row['proposer_share']:.1%} ({row['draft_share']:.1%})",

@@ -4,6 +4,7 @@ the test runs (medians, paired ratios to no speculation with their 95% interval)
 
 from __future__ import annotations
 
+from collections import Counter
 from statistics import median
 
 from benchmarks.vllm_engines import ARRIVALS, CHAT, FIXED, MAX_ROWS
@@ -13,9 +14,9 @@ CHAT_REQUESTS, CHAT_ROWS = 32, 16
 METHODS = ("ngram", "draft_model")
 
 
-def workloads(pair, split: str, requests: int, seed: int = 0) -> list[dict]:
-    """The arrivals scenario's requests, the fixed batches and the chat workload, as token ids (and
-    arrival times)."""
+def workloads(pair, split: str, requests: int, seed: int = 0, batches: tuple[int, ...] = FIXED) -> list[dict]:
+    """The arrivals scenario's requests, the fixed ``batches`` and the chat workload, as token ids
+    (and arrival times)."""
     from specrl.envs import load_scenario
     from specrl.serving.continuous import scenario_requests
 
@@ -26,7 +27,7 @@ def workloads(pair, split: str, requests: int, seed: int = 0) -> list[dict]:
         "limit": MAX_ROWS,
         "requests": [(r.prompt_ids, r.arrival) for r in timed],
     }
-    return [arrivals, *fixed_workloads(pair, split, FIXED, seed), chat_workload(pair, split, seed)]
+    return [arrivals, *fixed_workloads(pair, split, batches, seed), chat_workload(pair, split, seed)]
 
 
 def fixed_workloads(pair, split: str, batches: tuple[int, ...], seed: int = 0) -> list[dict]:
@@ -60,10 +61,10 @@ def chat_workload(pair, split: str, seed: int = 0) -> dict:
 
 
 def tune(
-    runs: dict[str, dict[str, list]], ks: list[int]
+    runs: dict[str, dict[str, list]], ks: list[int], batches: tuple[int, ...] = FIXED
 ) -> tuple[dict[str, int], dict[str, list[list[int]]]]:
     """Each vLLM method's best static k on validation arrivals, and each method's own schedule by
-    batch size (``num_speculative_tokens_per_batch_size``): per fixed batch size its best k of
+    batch size (``num_speculative_tokens_per_batch_size``): per fixed batch size of ``batches`` its best k of
     {0} + ``ks`` on validation (medians over repeats), made a schedule as the batch simulator's is
     (:func:`schedule_from_best_k`)."""
     from specrl.batch_control.schedule import schedule_from_best_k
@@ -74,7 +75,7 @@ def tune(
     schedules = {}
     for method in METHODS:
         best = {}
-        for rows in FIXED:
+        for rows in batches:
             options = {0: rate(runs, "no speculation", f"B={rows}")} | {
                 k: rate(runs, f"vLLM {method} k={k}", f"B={rows}") for k in ks
             }
@@ -100,14 +101,14 @@ def vllm_schedule(schedule: dict[int, int]) -> list[list[int]]:
     return ranges
 
 
-def cutoff(runs: dict[str, dict[str, list]], label: str) -> int | None:
+def cutoff(runs: dict[str, dict[str, list]], label: str, batches: tuple[int, ...] = FIXED) -> int | None:
     """The largest batch at which ``label`` speculates, from its validation throughput over no
-    speculation's at each fixed batch, as the batch simulator tunes it (:func:`cutoff_from`);
+    speculation's at each fixed batch of ``batches``, as the batch simulator tunes it (:func:`cutoff_from`);
     None where it is never slower."""
     from specrl.batch_control.schedule import cutoff_from
 
     return cutoff_from(
-        {rows: rate(runs, label, f"B={rows}") / rate(runs, "no speculation", f"B={rows}") for rows in FIXED}
+        {rows: rate(runs, label, f"B={rows}") / rate(runs, "no speculation", f"B={rows}") for rows in batches}
     )
 
 
@@ -118,7 +119,7 @@ def own_engine(pair, test: list[dict], max_new_tokens: int, repeats: int) -> dic
 
     rates: dict[str, list[float]] = {}
     for _ in range(repeats):
-        for workload in test[1 : 1 + len(FIXED)]:
+        for workload in test[1:-1]:  # the fixed batches
             requests = [TimedRequest(prompt, 0.0) for prompt, _ in workload["requests"]]
             run = serve_continuous(
                 pair, StaticController(0), requests, workload["limit"], max_new_tokens, stop_at_eos=False
@@ -127,13 +128,25 @@ def own_engine(pair, test: list[dict], max_new_tokens: int, repeats: int) -> dic
     return rates
 
 
+def acceptance_by_length(runs: list[dict]) -> dict[str, float] | None:
+    """Per draft length of specrl's proposer, over ``runs``: the share of its drafts' tokens vLLM
+    accepted; None for vLLM's own speculation (its counters are per position only)."""
+    if not runs[0].get("drafts_by_length"):
+        return None
+    drafts, accepted = Counter(), Counter()
+    for run in runs:
+        drafts.update(run["drafts_by_length"])
+        accepted.update(run["accepted_by_length"])
+    return {m: accepted[m] / (int(m) * n) for m, n in sorted(drafts.items(), key=lambda kv: int(kv[0])) if n}
+
+
 def summarise(runs, own, chosen, schedules, args) -> dict:
     """Per test workload and engine: medians and ratios to no speculation, and the equality of
     outputs with it (greedy: they must be equal)."""
     from specrl.evaluation.compare import paired_ratio
     from specrl.evaluation.intervals import paired_ratio_interval
 
-    names = [ARRIVALS, *(f"B={rows}" for rows in FIXED), CHAT]
+    names = [ARRIVALS, *(f"B={rows}" for rows in args.fixed_batches), CHAT]
     plain = runs["no speculation"]
     rows: dict[str, dict[str, dict]] = {}
     for label, run in runs.items():
@@ -162,6 +175,7 @@ def summarise(runs, own, chosen, schedules, args) -> dict:
                 "draft_share": median(r["proposer_seconds"]["draft"] / r["busy_seconds"] for r in mine)
                 if mine[0].get("proposer_seconds")
                 else None,
+                "acceptance_by_length": acceptance_by_length(mine),
                 "per_repeat": ours,
             }
     engine_rows = {
@@ -182,6 +196,7 @@ def summarise(runs, own, chosen, schedules, args) -> dict:
             "max_new_tokens": args.max_new_tokens,
             "repeats": args.repeats,
             "validation_repeats": args.validation_repeats,
+            "fixed_batches": list(args.fixed_batches),
             "interleaved": True,
             "static_k": args.static_k,
             "policies": args.policy,

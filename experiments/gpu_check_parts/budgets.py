@@ -24,6 +24,16 @@ BUDGETS: dict[str, dict[str, Any]] = {
         repeats=3,
         latency=None,  # the scenarios' own: calibrated
         threads=None,  # torch's own
+        # --vllm: the pipeline inside vLLM (gpu_check_parts/vllm_stages.py), on the embedded pair
+        vllm_batches=(1, 4, 16, 64),
+        vllm_prompts=16,  # test prompts per domain served while recording prices, per batch size
+        vllm_tokens=64,  # tokens per request while recording prices and in the bench
+        vllm_trace_tokens=None,  # the share scenarios' own (128): the shipped traces
+        vllm_ppo_timesteps=None,  # the training YAML's
+        vllm_static_k=(2, 4, 6),
+        vllm_requests=200,
+        vllm_repeats=5,
+        vllm_validation_repeats=2,
     ),
     "smoke": dict(
         preset="tiny",
@@ -41,6 +51,15 @@ BUDGETS: dict[str, dict[str, Any]] = {
         repeats=1,
         latency="constant",
         threads=1,  # small models on a shared CPU: one thread is faster than two fighting over the cores
+        vllm_batches=(1, 4),
+        vllm_prompts=1,
+        vllm_tokens=16,
+        vllm_trace_tokens=16,  # not the shipped traces' length: collect records in vLLM
+        vllm_ppo_timesteps=2048,
+        vllm_static_k=(2,),
+        vllm_requests=8,
+        vllm_repeats=1,
+        vllm_validation_repeats=1,
     ),
 }
 

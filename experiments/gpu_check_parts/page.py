@@ -98,4 +98,4 @@ def stage_line(name: str, stage: dict) -> str:
         return f"{r['timesteps']} PPO steps; ratio vs TCP on validation traces (simulator) {validation}"
     if name == "benchmark":
         return f"{sum(len(rows) for rows in r['headline'].values())} rows in {r['folder']}"
-    return r.get("folder", "")
+    return r.get("summary") or r.get("folder", "")

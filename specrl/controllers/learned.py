@@ -110,8 +110,30 @@ class LearnedController:
             )
         observation = observation[: self.n_features]
         indices = None if self._fast is None else self._fast(observation)
-        if indices is None:
-            self._input_row[:] = observation
+        return self._action(observation if indices is None else indices, indices is None)
+
+    def act_rows(self, observations: Any) -> list[Action]:
+        """:meth:`act` of each row of an (R, N_FEATURES) array, in one forward of the numpy twin
+        (specrl's proposer asks for every request of a vLLM step at once); the same actions."""
+        observations = np.asarray(observations)
+        if observations.ndim != 2 or observations.shape[1] != N_FEATURES:
+            raise ValueError(
+                f"LearnedController expects (rows, {N_FEATURES}) observations of specrl.features, got "
+                f"shape {observations.shape}"
+            )
+        observations = observations[:, : self.n_features]
+        found = [None] * len(observations) if self._fast is None else self._fast.rows(observations)
+        return [
+            self._action(row if indices is None else indices, indices is None)
+            for row, indices in zip(observations, found, strict=True)
+        ]
+
+    def _action(self, found: Any, ask_program: bool) -> Action:
+        """The action of the policy's indices ``found``; with ``ask_program``, ``found`` is an
+        observation the exported program answers for (the twin is missing or near a tie)."""
+        indices = found
+        if ask_program:
+            self._input_row[:] = found
             with torch.inference_mode():
                 indices = self._program(self._input)[0].tolist()
         stop_index = indices[2] if self._has_stop else 0
@@ -171,22 +193,18 @@ class NumpyPolicy:
             twin = cls(layers, mean, std, float(network["observation_clip"]), bounds)
             probes = np.random.default_rng(0).random((cls.PROBES, policy.n_features), dtype=np.float32)
             expected = policy.predict(probes).tolist()
-            answers = [twin(probe) for probe in probes]
+            answers = [twin(probe) for probe in probes] + twin.rows(probes)  # alone, then together
         except (AttributeError, KeyError, IndexError, RuntimeError, TypeError, ValueError):
             return None
-        if any(answer is not None and answer != want for answer, want in zip(answers, expected, strict=True)):
+        if any(
+            answer is not None and answer != want for answer, want in zip(answers, expected * 2, strict=True)
+        ):
             return None
         return twin
 
     def __call__(self, observation: Any) -> list[int] | None:
         """Action indices of one observation of the policy's width, or None near a tie (ask the program)."""
-        x = np.asarray(observation, dtype=np.float32)
-        if self.mean is not None:
-            x = np.clip((x.astype(np.float64) - self.mean) / self.std, -self.clip, self.clip).astype(
-                np.float32
-            )
-        for layer in self.layers:
-            x = x @ layer[0] + layer[1] if isinstance(layer, tuple) else layer(x)
+        x = self._logits(observation)
         indices = []
         for part in self.slices:
             logits = x[part]
@@ -195,3 +213,28 @@ class NumpyPolicy:
                 return None
             indices.append(best)
         return indices
+
+    def rows(self, observations: np.ndarray) -> list[list[int] | None]:
+        """:meth:`__call__` of each row of ``observations`` (R, the policy's width), in one forward."""
+        x = self._logits(observations)
+        found = np.empty((len(x), len(self.slices)), dtype=np.int64)
+        tie = np.zeros(len(x), dtype=bool)
+        for column, part in enumerate(self.slices):
+            logits = x[:, part]
+            best = logits.argmax(axis=1)
+            found[:, column] = best
+            if logits.shape[1] > 1:
+                chosen = np.take_along_axis(logits, best[:, None], axis=1)[:, 0]
+                tie |= np.partition(logits, -2, axis=1)[:, -2] > chosen - TIE_MARGIN
+        return [None if near else indices for near, indices in zip(tie.tolist(), found.tolist(), strict=True)]
+
+    def _logits(self, observations: Any) -> np.ndarray:
+        """The MLP's output for one observation or a batch of them (float32)."""
+        x = np.asarray(observations, dtype=np.float32)
+        if self.mean is not None:
+            x = np.clip((x.astype(np.float64) - self.mean) / self.std, -self.clip, self.clip).astype(
+                np.float32
+            )
+        for layer in self.layers:
+            x = x @ layer[0] + layer[1] if isinstance(layer, tuple) else layer(x)
+        return x

@@ -289,6 +289,7 @@ class Proposer:
         rows = sum(1 for sampled in sampled_token_ids if len(sampled))
         drafts: list[list[int]] = [[] for _ in sampled_token_ids]
         planned: dict[int, tuple[ServedRequest, Action]] = {}  # row -> its request and action
+        asking: dict[int, tuple[ServedRequest, np.ndarray]] = {}  # row -> its request and features
         present: dict[ServedRequest, np.ndarray] = {}  # every request of this step -> its tokens
         tally = StepTally()
         for row, sampled in enumerate(sampled_token_ids):
@@ -308,9 +309,16 @@ class Proposer:
             if length >= self.context_window:
                 continue
             present[request] = request.tokens
-            action = self._act(request, list(sampled), rows, verify_seconds)
-            if action is not None:
-                planned[row] = (request, action)
+            observed = self._observe(request, list(sampled), rows, verify_seconds)
+            if isinstance(observed, Action):  # off at this batch size
+                planned[row] = (request, observed)
+            elif observed is not None:
+                asking[row] = (request, observed)
+        for row, action in self._decide(asking).items():
+            request = asking[row][0]
+            bounded = self._bounded(request, action, rows)
+            if bounded is not None:
+                planned[row] = (request, bounded)
         drafting = {}  # rows that draft with the draft model, together
         for row, (request, action) in planned.items():
             if action.drafter == LOOKUP_DRAFTER or not action.k:
@@ -382,11 +390,12 @@ class Proposer:
 
     # ---- one request --------------------------------------------------------------------------
 
-    def _act(
+    def _observe(
         self, request: ServedRequest, sampled: list[int], rows: int, verify_seconds: float
-    ) -> Action | None:
-        """Tell the request's features what vLLM verified, and ask its controller for this step's
-        action (k cut to the room left); None for a request without speculation."""
+    ) -> Action | np.ndarray | None:
+        """Tell the request's features what vLLM verified; its feature vector for its controller,
+        the plain action where the schedule turns speculation off at this batch size, or None for
+        a request without speculation."""
         if request.failed:
             return None
         try:
@@ -394,11 +403,41 @@ class Proposer:
             tracker = request.tracker
             tracker.set_rows(rows, tracker.context_length, tracker.generated)
             request.rows = rows
-            scheduled = self.schedule(rows) if self.schedule else self.k_max
-            if not scheduled:  # off at this batch size: the controller is not asked
+            if self.schedule and not self.schedule(rows):  # off at this batch size: no controller asked
                 self.stats.switched_off()
                 return Action(0, drafter=LOOKUP_DRAFTER)
-            action = request.controller.act(tracker.vector())
+            return tracker.vector()
+        except Exception:  # never stop the engine: this request decodes without speculation
+            self._fail([request], "its controller or its features")
+            return None
+
+    def _decide(self, asking: dict[int, tuple[ServedRequest, np.ndarray]]) -> dict[int, Action]:
+        """Each asking row's action from its request's controller: the rows of requests that share
+        one controller (a loaded policy) in one call of its ``act_rows`` where it has one."""
+        by_controller: dict[int, list[int]] = {}
+        for row, (request, _) in asking.items():
+            by_controller.setdefault(id(request.controller), []).append(row)
+        decided: dict[int, Action] = {}
+        for rows in by_controller.values():
+            controller = asking[rows[0]][0].controller
+            together = getattr(controller, "act_rows", None)
+            if together is not None and len(rows) > 1:
+                with contextlib.suppress(Exception):  # then row by row: the failing request is named
+                    decided.update(zip(rows, together(np.stack([asking[r][1] for r in rows])), strict=True))
+                    continue
+            for row in rows:
+                request, vector = asking[row]
+                try:
+                    decided[row] = controller.act(vector)
+                except Exception:  # never stop the engine: this request decodes without speculation
+                    self._fail([request], "its controller or its features")
+        return decided
+
+    def _bounded(self, request: ServedRequest, action: Action, rows: int) -> Action | None:
+        """The controller's action cut to the schedule's k at ``rows`` rows and the room the
+        request has left (vLLM's context window, the draft's); None after an error."""
+        try:
+            scheduled = self.schedule(rows) if self.schedule else self.k_max
             room = self.context_window - len(request.tokens) - 1  # vLLM needs a slot for the bonus token
             drafter = action.drafter if self.draft is not None else LOOKUP_DRAFTER
             if drafter != LOOKUP_DRAFTER:
@@ -484,6 +523,7 @@ class Proposer:
         )
         request.tracker.update([result])
         request.controller.observe(result)
+        self.stats.verified(m, accepted)
 
     # ---- which request a row is ---------------------------------------------------------------
 

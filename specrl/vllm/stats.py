@@ -1,6 +1,8 @@
 """What the proposer does, made visible: per request row and step, the k it chose, its drafter,
 speculation turned off (by the batch schedule or cut-off) and requests that fell back to no
-speculation after an error.
+speculation after an error; per draft length, the drafts vLLM verified and the tokens it accepted
+of them (acceptance per position undercounts once k varies: a position past a short draft counts
+nothing, and short drafts are chosen where acceptance is low).
 
 Three ways to read it: :class:`ProposerStats` (counts, in the proposer's process); a log line
 every :data:`LOG_INTERVAL` seconds while it serves (vLLM logs its own speculative metrics as
@@ -50,6 +52,14 @@ def _metrics() -> dict[str, Any] | None:
         "fallbacks": PromCounter(
             f"{PREFIX}fallbacks", "Requests that fell back to no speculation after an error in the proposer."
         ),
+        "drafts": PromCounter(
+            f"{PREFIX}num_drafts", "Drafts vLLM verified, by their length in tokens.", ["draft_length"]
+        ),
+        "accepted": PromCounter(
+            f"{PREFIX}num_accepted_tokens",
+            "Draft tokens vLLM accepted, by the length of the draft they were in.",
+            ["draft_length"],
+        ),
     }
 
 
@@ -63,6 +73,8 @@ class ProposerStats:
         self.drafters = Counter()  # drafter -> request steps that drafted with it (k > 0)
         self.off = 0  # request steps the schedule or cut-off left without speculation
         self.fallbacks = 0  # requests turned off after an error
+        self.drafts = Counter()  # draft length -> drafts of that length vLLM verified
+        self.accepted = Counter()  # draft length -> tokens accepted of those drafts
         self._metrics = _metrics()
         self._logged_at = time.monotonic()
         self._logged_rows = 0
@@ -90,8 +102,23 @@ class ProposerStats:
         if self._metrics:
             self._metrics["fallbacks"].inc(requests)
 
+    def verified(self, length: int, accepted: int) -> None:
+        """vLLM verified a request's draft of ``length`` tokens and accepted ``accepted`` of them."""
+        if not length:
+            return
+        self.drafts[length] += 1
+        self.accepted[length] += accepted
+        if self._metrics:
+            self._metrics["drafts"].labels(draft_length=str(length)).inc()
+            self._metrics["accepted"].labels(draft_length=str(length)).inc(accepted)
+
+    def acceptance_by_length(self) -> dict[int, float]:
+        """Per draft length: the share of its tokens vLLM accepted."""
+        return {m: self.accepted[m] / (m * n) for m, n in sorted(self.drafts.items())}
+
     def summary(self) -> dict[str, Any]:
-        """Mean k, the share of request steps at k = 0, turned off, and per drafter."""
+        """Mean k, the share of request steps at k = 0, turned off, and per drafter; acceptance
+        per draft length."""
         rows = max(self.rows, 1)
         return {
             "rows": self.rows,
@@ -100,6 +127,8 @@ class ProposerStats:
             "off_share": self.off / rows,
             "drafter_share": {name: n / rows for name, n in sorted(self.drafters.items())},
             "fallbacks": self.fallbacks,
+            "drafts_by_length": dict(sorted(self.drafts.items())),
+            "acceptance_by_length": self.acceptance_by_length(),
         }
 
     def maybe_log(self) -> None:
