@@ -127,6 +127,10 @@ def test_the_page_compares_with_the_best_of_vllms_chosen_settings_paired_within_
     assert "**no**" in line_of(text, "specrl unequal")
     # within repeats: 1.1, 0.99, 1.1: median 1.1; mean 1.0633 +- 4.303 x stdev / sqrt(3), a tie
     assert "| 1.100 [0.906, 1.221] n=3 |" in line_of(text, "specrl paired")
+    against = text.split("## specrl against vLLM's best at each workload")[1].split("## vLLM's metrics")[0]
+    assert "arrivals: vLLM draft_model k=2; B=1: vLLM draft_model k=2." in against  # in hindsight
+    assert line_of(against, "specrl default") == "| specrl default | 1.050 [-] n=1 | 1.050 [-] n=1 |"
+    assert "| vLLM ngram k=2 |" not in against  # specrl's rows only
     metrics = text.split("## vLLM's metrics on arrivals")[1]
     assert "| 1: 0.75, 3: 0.50 |" in line_of(metrics, "specrl paired")
     assert "| 0.60, 0.40 | - |" in line_of(metrics, "specrl default")  # per position; no lengths
