@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,6 +162,21 @@ def proposer_drafters(scenario: Scenario) -> tuple[str, ...]:
     return (DRAFT, LOOKUP_DRAFTER) if DRAFT in scenario.drafters else (LOOKUP_DRAFTER,)
 
 
+#: The KV cache vLLM's CPU build gets for a collection (its own default reserves 92% of the
+#: machine's memory and refuses to start when less is free); $VLLM_CPU_KVCACHE_SPACE overrides it.
+CPU_KV_CACHE_BYTES = 2 << 30
+
+
+def cpu_cache() -> dict[str, int]:
+    """``kv_cache_memory_bytes`` for vLLM's CPU build where $VLLM_CPU_KVCACHE_SPACE is unset, else
+    nothing (a GPU sizes its cache by its free memory)."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu() and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        return {"kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
+    return {}
+
+
 def serve(
     pair: ModelPair,
     scenario: Scenario,
@@ -192,6 +208,7 @@ def serve(
         max_num_seqs=max_num_seqs,
         seed=seed,
         dtype=str(pair.dtype).removeprefix("torch."),
+        **cpu_cache(),
         speculative_config={
             "method": "custom_class",
             "model": "specrl.vllm.Proposer",
