@@ -31,7 +31,6 @@ from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the proposer in this process
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
 import numpy as np  # noqa: E402
 from benchmarks.result_folder import RESULTS, Run, write_readme  # noqa: E402

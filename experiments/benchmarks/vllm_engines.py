@@ -86,10 +86,8 @@ def serve(
 
 
 def proposer_counts(proposer) -> dict[str, dict]:
-    """What specrl's ``proposer`` counted so far (empty for none): its seconds, and per draft
-    length (as text: JSON keys) the drafts vLLM verified and the tokens it accepted of them."""
-    if proposer is None:
-        return {"proposer_seconds": {}, "drafts_by_length": {}, "accepted_by_length": {}}
+    """What specrl's ``proposer`` counted so far: its seconds, and per draft length (as text: JSON
+    keys) the drafts vLLM verified and the tokens it accepted of them."""
     stats = proposer.stats
     return {
         "proposer_seconds": dict(proposer.seconds),
@@ -102,9 +100,9 @@ def worker(path: str) -> None:
     """Serve every workload of the job file with one engine; write the results next to it."""
     job = json.loads(Path(path).read_text())
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     from vllm import LLM
 
+    from specrl.vllm.collect import cpu_cache
     from specrl.vllm.compat import require_vllm
 
     require_vllm()
@@ -114,6 +112,7 @@ def worker(path: str) -> None:
         max_num_seqs=MAX_ROWS,
         seed=0,
         dtype="float32",
+        **cpu_cache(),
         speculative_config=job["speculative"],
         additional_config=job.get("additional") or {},
         disable_log_stats=False,
@@ -125,9 +124,9 @@ def worker(path: str) -> None:
     for _ in range(job["repeats"]):
         for workload in job["workloads"]:
             proposer = next(iter(LIVE), None)  # specrl's proposer, in this process when it serves
-            before = proposer_counts(proposer)
+            before = proposer and proposer_counts(proposer)
             run = serve(llm, workload["requests"], workload["limit"], job["max_new_tokens"])
-            after = proposer_counts(proposer)
+            after = proposer and proposer_counts(proposer)
             for key in ("proposer_seconds", "drafts_by_length", "accepted_by_length"):
                 run[key] = {k: v - before[key].get(k, 0) for k, v in after[key].items()} if proposer else None
             results[workload["name"]].append(run)

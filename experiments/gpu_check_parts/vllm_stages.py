@@ -59,7 +59,7 @@ def prices(budget: dict[str, Any], out: Path) -> dict[str, Any]:
             budget["device"],
         )  # fmt: skip
     files = [steps_file(folder, rows) for rows in budget["vllm_batches"]]
-    steps = sum(sum(1 for _ in path.open()) for path in files)
+    steps = sum(len(path.read_text().splitlines()) for path in files)
     return {"steps_files": [str(p) for p in files], "steps": steps, "summary": f"{steps} recorded steps"}
 
 
