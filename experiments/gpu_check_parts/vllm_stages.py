@@ -31,6 +31,7 @@ import yaml
 
 from gpu_check_parts.script_stages import run_script
 from specrl.envs.scenario.loading import scenario_path
+from specrl.io import write_text_atomic
 
 EXPLORE = "specrl.vllm.explore:Explore"
 SHARE = "vllm_share_{rows}"  # the shipped scenario of one request's share of a batch of ``rows``
@@ -103,9 +104,10 @@ def share_scenarios(budget: dict[str, Any], out: Path, prices_file: str) -> list
         if budget["vllm_trace_tokens"]:
             scenario["max_new_tokens"] = budget["vllm_trace_tokens"]
         copy = folder / f"{name}.yaml"
-        copy.write_text(
+        write_text_atomic(
+            copy,
             f"# {name}, priced by this device's vLLM steps (experiments/gpu_check.py --vllm)\n"
-            + yaml.safe_dump(scenario, sort_keys=False)
+            + yaml.safe_dump(scenario, sort_keys=False),
         )
         copies.append(copy)
     return copies
